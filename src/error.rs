@@ -1,0 +1,289 @@
+//! The crate's one error type.
+//!
+//! [`Error`] is opaque, like hyper's and redis-rs' errors: ask it what happened with the
+//! `is_*()` predicates or [`Error::kind`], and read the details a caller can act on
+//! ([`Error::retry_after`], [`Error::held_by`], [`Error::node_errors`]).
+//!
+//! The three outcomes a caller must tell apart are kept apart:
+//!
+//! * **contended** — the resource is held by someone else ([`Error::is_contended`]);
+//! * **unavailable** — too many nodes failed or timed out to reach a quorum
+//!   ([`Error::is_unavailable`]); each node's error is in [`Error::node_errors`];
+//! * **invalid input** — the call or the configuration was wrong and nothing was locked
+//!   ([`Error::is_invalid_input`]); the message says what to fix.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What kind of failure an [`Error`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The resource is held by someone else: enough nodes answered "held" to make a quorum
+    /// impossible.
+    Contended,
+    /// A quorum could not be reached because nodes failed, timed out, or answered too slowly
+    /// to leave any validity.
+    Unavailable,
+    /// The lease is no longer held: it expired, or the nodes no longer carry its token.
+    Lost,
+    /// The lease was extended as many times as the configured cap allows.
+    ExtensionLimit,
+    /// A bad argument or configuration. Nothing was locked.
+    InvalidInput,
+}
+
+/// Why a single node did not give its vote.
+#[derive(Debug)]
+pub struct NodeError {
+    node: usize,
+    name: std::sync::Arc<str>,
+    timeout: bool,
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl NodeError {
+    pub(crate) fn timeout(node: usize, name: std::sync::Arc<str>, after: Duration) -> Self {
+        Self {
+            node,
+            name,
+            timeout: true,
+            message: format!("no answer within {after:?}"),
+            source: None,
+        }
+    }
+
+    pub(crate) fn from_source(
+        node: usize,
+        name: std::sync::Arc<str>,
+        source: crate::node::NodeFailure,
+    ) -> Self {
+        Self {
+            node,
+            name,
+            timeout: source.is_timeout(),
+            message: source.to_string(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The index of the node in the client's node list.
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// The node's name: `host:port` for Redis (never the password), `memory` for the in-memory
+    /// node.
+    pub fn node_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the node did not answer within the per-node timeout.
+    pub fn is_timeout(&self) -> bool {
+        self.timeout
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({}): {}", self.node, self.name, self.message)
+    }
+}
+
+impl std::error::Error for NodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The error returned by every fallible operation of this crate.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// use tower_redlock::Redlock;
+///
+/// let redlock = Redlock::in_memory();
+/// let _held = redlock.try_lock("invoice:7", Duration::from_secs(5)).await.unwrap();
+/// let err = redlock.try_lock("invoice:7", Duration::from_secs(5)).await.unwrap_err();
+/// assert!(err.is_contended());
+/// assert_eq!(err.held_by(), 1);
+/// assert!(err.retry_after().unwrap() <= Duration::from_secs(5));
+/// # }
+/// ```
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    message: String,
+    held_by: usize,
+    retry_after: Option<Duration>,
+    attempts: u32,
+    nodes: Vec<NodeError>,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                held_by: 0,
+                retry_after: None,
+                attempts: 0,
+                nodes: Vec::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidInput, message)
+    }
+
+    pub(crate) fn lost(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Lost, message)
+    }
+
+    pub(crate) fn extension_limit(max: u32) -> Self {
+        Self::new(
+            ErrorKind::ExtensionLimit,
+            format!("the lease was already extended {max} times (the configured maximum)"),
+        )
+    }
+
+    pub(crate) fn contended(
+        held_by: usize,
+        nodes: usize,
+        retry_after: Option<Duration>,
+        errors: Vec<NodeError>,
+    ) -> Self {
+        let mut e = Self::new(
+            ErrorKind::Contended,
+            format!("resource is held by someone else ({held_by} of {nodes} nodes said held)"),
+        );
+        e.inner.held_by = held_by;
+        e.inner.retry_after = retry_after;
+        e.inner.nodes = errors;
+        e
+    }
+
+    pub(crate) fn unavailable(message: impl Into<String>, errors: Vec<NodeError>) -> Self {
+        let mut e = Self::new(ErrorKind::Unavailable, message);
+        e.inner.nodes = errors;
+        e
+    }
+
+    pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {
+        self.inner.attempts = attempts;
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The resource is held by someone else.
+    pub fn is_contended(&self) -> bool {
+        self.inner.kind == ErrorKind::Contended
+    }
+
+    /// Too many nodes failed or timed out to reach a quorum: the lock service is unavailable.
+    pub fn is_unavailable(&self) -> bool {
+        self.inner.kind == ErrorKind::Unavailable
+    }
+
+    /// The failure was caused by timeouts only: every node error was a timeout, or the
+    /// answers came too late to leave any validity.
+    pub fn is_timeout(&self) -> bool {
+        self.inner.kind == ErrorKind::Unavailable
+            && (self.inner.nodes.is_empty() || self.inner.nodes.iter().all(NodeError::is_timeout))
+    }
+
+    /// The lease is no longer held (it expired, or the nodes no longer carry its token).
+    pub fn is_lost(&self) -> bool {
+        self.inner.kind == ErrorKind::Lost
+    }
+
+    /// The lease reached the configured maximum number of extensions.
+    pub fn is_extension_limit(&self) -> bool {
+        self.inner.kind == ErrorKind::ExtensionLimit
+    }
+
+    /// A bad argument or configuration; nothing was locked.
+    pub fn is_invalid_input(&self) -> bool {
+        self.inner.kind == ErrorKind::InvalidInput
+    }
+
+    /// For a contended lock: how many nodes said the resource is held.
+    pub fn held_by(&self) -> usize {
+        self.inner.held_by
+    }
+
+    /// For a contended lock: the shortest remaining ttl the holder's nodes reported, a fair
+    /// time to wait before trying again. `None` when the holder set no expiry or the nodes
+    /// did not say.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.inner.retry_after
+    }
+
+    /// How many tries were made before giving up (0 when the error came before any try).
+    pub fn attempts(&self) -> u32 {
+        self.inner.attempts
+    }
+
+    /// The errors of the nodes that did not answer, in the order they failed.
+    pub fn node_errors(&self) -> &[NodeError] {
+        &self.inner.nodes
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.inner.kind)
+            .field("message", &self.inner.message);
+        if self.inner.kind == ErrorKind::Contended {
+            d.field("held_by", &self.inner.held_by)
+                .field("retry_after", &self.inner.retry_after);
+        }
+        if self.inner.attempts > 0 {
+            d.field("attempts", &self.inner.attempts);
+        }
+        if !self.inner.nodes.is_empty() {
+            d.field("nodes", &self.inner.nodes);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.message)?;
+        if self.inner.attempts > 1 {
+            write!(f, " after {} tries", self.inner.attempts)?;
+        }
+        for (i, e) in self.inner.nodes.iter().enumerate() {
+            f.write_str(if i == 0 { ": " } else { "; " })?;
+            fmt::Display::fmt(e, f)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner
+            .nodes
+            .first()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// A `Result` whose error is this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

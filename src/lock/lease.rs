@@ -1,0 +1,402 @@
+//! The held lock.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::Redlock;
+
+/// A lock token: 128 random bits from the OS CSPRNG (a UUID v4), as 32 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token([u8; 32]);
+
+impl Token {
+    pub(crate) fn new() -> Self {
+        let mut buf = [0u8; 32];
+        uuid::Uuid::new_v4().simple().encode_lower(&mut buf);
+        Self(buf)
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        // Always 32 ASCII hex digits.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// What a lease and its handles share.
+pub(crate) struct LeaseState {
+    key: String,
+    prefix_len: usize,
+    token: Token,
+    ttl: Duration,
+    status: Mutex<Status>,
+    notify: Notify,
+}
+
+struct Status {
+    deadline: Instant,
+    extensions: u32,
+    /// False once the lease is released or known to be lost.
+    held: bool,
+}
+
+impl LeaseState {
+    pub(crate) fn new(
+        key: String,
+        prefix_len: usize,
+        token: Token,
+        ttl: Duration,
+        deadline: Instant,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            key,
+            prefix_len,
+            token,
+            ttl,
+            status: Mutex::new(Status {
+                deadline,
+                extensions: 0,
+                held: true,
+            }),
+            notify: Notify::new(),
+        })
+    }
+
+    fn status(&self) -> MutexGuard<'_, Status> {
+        // Updates are single assignments: a poisoned lock holds consistent data.
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        self.token.as_str()
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.status().deadline
+    }
+
+    pub(crate) fn extensions(&self) -> u32 {
+        self.status().extensions
+    }
+
+    /// Whether the lease is still held and its validity not yet over.
+    pub(crate) fn is_valid(&self) -> bool {
+        let s = self.status();
+        s.held && Instant::now() < s.deadline
+    }
+
+    /// Records a successful extension (the caller checked the cap and the new validity).
+    pub(crate) fn extended(&self, deadline: Instant) {
+        let mut s = self.status();
+        s.deadline = deadline;
+        s.extensions += 1;
+    }
+
+    /// Marks the lease as no longer held and wakes every waiter of [`LeaseHandle::lost`].
+    pub(crate) fn end(&self) {
+        self.status().held = false;
+        self.notify.notify_waiters();
+    }
+}
+
+/// A lock held on a quorum of nodes, returned by [`Redlock::lock`].
+///
+/// It carries what the Ruby gem's lock info carries — the resource, the value (token) and the
+/// validity — and releases itself when dropped: the release is *spawned* on the Tokio
+/// runtime, never blocking the dropping thread. Call [`Lease::release`] to release it and
+/// wait for the nodes' answers.
+///
+/// The validity is counted on the monotonic clock from the moment the lock request was sent,
+/// minus the clock drift allowance. Work that must not run unlocked should check
+/// [`Lease::is_valid`] (or hold a [`LeaseHandle`] and watch [`LeaseHandle::lost`]) before
+/// each step that needs the lock, or turn on [`Lease::keep_alive`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+/// use std::time::Duration;
+/// use tower_redlock::Redlock;
+///
+/// let redlock = Redlock::in_memory();
+/// let lease = redlock.lock("report:2024", Duration::from_secs(2)).await?;
+/// assert_eq!(lease.resource(), "report:2024");
+/// assert_eq!(lease.value().len(), 32);
+/// assert!(lease.validity() > Duration::from_millis(1900));
+/// println!("{lease}"); // {resource: "report:2024", value: "…", validity: 1977 ms}
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct Lease {
+    client: Redlock,
+    state: Arc<LeaseState>,
+    keep_alive: Option<tokio::task::JoinHandle<()>>,
+    released: bool,
+}
+
+impl Lease {
+    pub(crate) fn new(client: Redlock, state: Arc<LeaseState>) -> Self {
+        Self {
+            client,
+            state,
+            keep_alive: None,
+            released: false,
+        }
+    }
+
+    /// The resource name the lock was taken for.
+    pub fn resource(&self) -> &str {
+        &self.state.key[self.state.prefix_len..]
+    }
+
+    /// The Redis key: the resource name behind the client's key prefix (none by default).
+    pub fn key(&self) -> &str {
+        self.state.key()
+    }
+
+    /// The lock's value: the unguessable token only this lease's owner knows. Release and
+    /// extension compare it on every node.
+    pub fn value(&self) -> &str {
+        self.state.token()
+    }
+
+    /// The ttl the lock was taken (and is extended) with.
+    pub fn ttl(&self) -> Duration {
+        self.state.ttl()
+    }
+
+    /// The remaining validity: zero once the lease expired, was released or was lost.
+    pub fn validity(&self) -> Duration {
+        self.handle().validity()
+    }
+
+    /// The instant the validity ends, on the monotonic clock.
+    pub fn deadline(&self) -> Instant {
+        self.state.deadline()
+    }
+
+    /// Whether the lease is still held and valid.
+    pub fn is_valid(&self) -> bool {
+        self.state.is_valid()
+    }
+
+    /// How many times the lease was extended.
+    pub fn extensions(&self) -> u32 {
+        self.state.extensions()
+    }
+
+    /// A cheap, cloneable view of this lease for other tasks: its validity, and a future
+    /// that resolves when it is lost. It does not keep the lock.
+    pub fn handle(&self) -> LeaseHandle {
+        LeaseHandle {
+            state: self.state.clone(),
+        }
+    }
+
+    /// Extends the lease to `ttl` from now on a quorum of nodes. See [`Redlock::extend`].
+    pub async fn extend(&self, ttl: Duration) -> crate::Result<()> {
+        self.client.extend_state(&self.state, ttl).await
+    }
+
+    /// Keeps the lease alive in the background: it is extended to its ttl about every
+    /// ttl/3, until it is released or dropped, the extension cap is reached, or an
+    /// extension finds the lock lost ([`LeaseHandle::lost`] then resolves).
+    ///
+    /// Calling it again does nothing. Must be called inside a Tokio runtime.
+    pub fn keep_alive(&mut self) {
+        if self.keep_alive.is_none() && !self.released {
+            let client = self.client.clone();
+            let state = self.state.clone();
+            self.keep_alive = Some(tokio::spawn(keep_alive(client, state)));
+        }
+    }
+
+    /// Releases the lock on every node (compare-and-delete with this lease's token) and
+    /// waits for their answers, each bounded by the per-node timeout.
+    ///
+    /// Errors when fewer than a quorum of nodes answered; the lock then still expires after
+    /// its ttl.
+    pub async fn release(mut self) -> crate::Result<()> {
+        self.released = true;
+        self.stop_keep_alive();
+        self.state.end();
+        self.client.release_state(&self.state).await
+    }
+
+    fn stop_keep_alive(&mut self) {
+        if let Some(task) = self.keep_alive.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.stop_keep_alive();
+        self.state.end();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let client = self.client.clone();
+                let state = self.state.clone();
+                rt.spawn(async move {
+                    if let Err(e) = client.release_state(&state).await {
+                        tracing::debug!(resource = %&state.key()[state.prefix_len..], error = %e, "background release failed; the lock expires with its ttl");
+                    }
+                });
+            }
+            Err(_) => tracing::debug!(
+                "lease dropped outside a Tokio runtime; the lock expires with its ttl"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{{resource: {:?}, value: {:?}, validity: {} ms}}",
+            self.resource(),
+            self.value(),
+            self.validity().as_millis()
+        )
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("resource", &self.resource())
+            .field("value", &self.value())
+            .field("validity", &self.validity())
+            .field("extensions", &self.extensions())
+            .field("keep_alive", &self.keep_alive.is_some())
+            .finish()
+    }
+}
+
+/// A cloneable view of a [`Lease`]: what a task doing the locked work needs to know about
+/// the lock (resource, validity, loss), without owning it.
+#[derive(Clone)]
+pub struct LeaseHandle {
+    state: Arc<LeaseState>,
+}
+
+impl LeaseHandle {
+    /// The resource name the lock was taken for.
+    pub fn resource(&self) -> &str {
+        &self.state.key[self.state.prefix_len..]
+    }
+
+    /// The remaining validity: zero once the lease expired, was released or was lost.
+    pub fn validity(&self) -> Duration {
+        let s = self.state.status();
+        if s.held {
+            s.deadline.saturating_duration_since(Instant::now())
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The instant the validity ends, on the monotonic clock.
+    pub fn deadline(&self) -> Instant {
+        self.state.deadline()
+    }
+
+    /// Whether the lease is no longer held: released, expired, or found lost by an
+    /// extension.
+    pub fn is_lost(&self) -> bool {
+        !self.state.is_valid()
+    }
+
+    /// How many times the lease was extended.
+    pub fn extensions(&self) -> u32 {
+        self.state.extensions()
+    }
+
+    /// Resolves when the lease is no longer held: its validity ran out without an
+    /// extension, an extension found it lost, or it was released. Cancel-safe.
+    pub async fn lost(&self) {
+        loop {
+            let notified = self.state.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let deadline = {
+                let s = self.state.status();
+                if !s.held || Instant::now() >= s.deadline {
+                    return;
+                }
+                s.deadline
+            };
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline.into()) => {}
+            }
+        }
+    }
+}
+
+impl fmt::Debug for LeaseHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseHandle")
+            .field("resource", &self.resource())
+            .field("validity", &self.validity())
+            .finish()
+    }
+}
+
+/// Extends the lease about every ttl/3 until it ends.
+async fn keep_alive(client: Redlock, state: Arc<LeaseState>) {
+    let period = state.ttl() / 3;
+    let mut next = Instant::now() + period;
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        match client.extend_state(&state, state.ttl()).await {
+            Ok(()) => next = Instant::now() + period,
+            Err(e) if e.is_unavailable() => {
+                // Transient: try again soon, while the lease is still valid.
+                let left = state.deadline().saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                tracing::debug!(error = %e, "keep-alive extension failed; retrying");
+                next = Instant::now() + (left / 4).min(period).max(Duration::from_millis(1));
+            }
+            Err(e) if e.is_extension_limit() => {
+                // The lease now runs out at its deadline; `lost()` fires then.
+                tracing::debug!(error = %e, "keep-alive stopped at the extension cap");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "lease lost while keeping it alive");
+                break;
+            }
+        }
+    }
+    state.end();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Token;
+
+    #[test]
+    fn tokens_are_ascii_hex_and_unique() {
+        let a = Token::new();
+        let b = Token::new();
+        assert_ne!(a.as_str(), b.as_str());
+        assert_eq!(a.as_str().len(), 32);
+        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
+    }
+}

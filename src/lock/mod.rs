@@ -1,0 +1,596 @@
+//! The Redlock algorithm: quorum locks over N independent nodes.
+//!
+//! [`Redlock`] is the client. It knows nothing of HTTP: the middleware in this crate is
+//! built on it, and it is as useful on its own (cron jobs, queue consumers, migrations).
+//!
+//! # How a lock is taken
+//!
+//! 1. A fresh token (128 random bits) is sent to **all** nodes **in parallel** as
+//!    `SET key token NX PX ttl`, each request bounded by the per-node timeout.
+//! 2. Votes are counted as they arrive; the outcome is decided as soon as it is certain
+//!    (a quorum of `N/2 + 1` said yes, or too few nodes are left to reach it).
+//! 3. The validity is `ttl − elapsed − drift`, with `drift = ttl · 0.01 + 2 ms` and the
+//!    elapsed time on the monotonic clock. The lock counts only with a quorum **and** a
+//!    validity above zero.
+//! 4. Otherwise whatever was taken is released on every node that may hold it, and — for
+//!    [`Redlock::lock`] — the client waits a random delay and tries again, a bounded number
+//!    of times.
+//!
+//! Release and extension are compare-and-delete and compare-and-`PEXPIRE` scripts: only the
+//! token's owner can release or extend, and an expired lock is never re-created.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+//! use std::time::Duration;
+//! use tower_redlock::Redlock;
+//!
+//! let redlock = Redlock::in_memory(); // or Redlock::new(["redis://127.0.0.1:7777", …])?
+//! let total = redlock
+//!     .with_lock("ledger:42", Duration::from_secs(5), |lease| async move {
+//!         // only one holder of "ledger:42" runs this at a time
+//!         assert!(!lease.is_lost());
+//!         40 + 2
+//!     })
+//!     .await?;
+//! assert_eq!(total, 42);
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::node::{Acquire, MemoryNode, Node, RedisNode};
+
+mod lease;
+mod options;
+mod quorum;
+pub(crate) mod scripts;
+
+pub use self::lease::{Lease, LeaseHandle};
+pub use self::options::{Retry, MAX_RESOURCE_LEN};
+
+use self::lease::{LeaseState, Token};
+use self::options::Config;
+use self::quorum::{fan_out, Until, Vote};
+
+/// A Redlock client: locks resources on a quorum of independent nodes.
+///
+/// Cheap to clone (an `Arc` inside) and `Send + Sync`: build one at start-up and share it
+/// with every task. See the [module docs](crate::lock) for the algorithm.
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    nodes: Vec<(Arc<dyn Node>, Arc<str>)>,
+    quorum: usize,
+    config: Config,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field(
+                "nodes",
+                &self.inner.nodes.iter().map(|(_, n)| n).collect::<Vec<_>>(),
+            )
+            .field("quorum", &self.inner.quorum)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+/// Builds a [`Redlock`] client: its nodes and tunables.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+/// use std::time::Duration;
+/// use tower_redlock::{Redlock, Retry};
+///
+/// let redlock = Redlock::builder()
+///     .redis("redis://127.0.0.1:7777")
+///     .redis("redis://127.0.0.1:7778")
+///     .redis("redis://127.0.0.1:7779")
+///     .node_timeout(Duration::from_millis(20))
+///     .retry(Retry::times(5).delay(Duration::from_millis(100)))
+///     .key_prefix("redlock:")
+///     .build()?; // connects lazily, in the background
+/// assert_eq!(redlock.quorum(), 2);
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct RedlockBuilder {
+    nodes: Vec<Arc<dyn Node>>,
+    problems: Vec<String>,
+    config: Config,
+}
+
+impl std::fmt::Debug for RedlockBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBuilder")
+            .field("nodes", &self.nodes)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl RedlockBuilder {
+    /// Adds a node.
+    pub fn node(mut self, node: impl Node) -> Self {
+        self.nodes.push(Arc::new(node));
+        self
+    }
+
+    /// Adds a Redis master by URL (see [`RedisNode::open`]). A bad URL is reported by
+    /// [`RedlockBuilder::build`].
+    pub fn redis(mut self, url: &str) -> Self {
+        match RedisNode::open(url) {
+            Ok(node) => self.nodes.push(Arc::new(node)),
+            Err(e) => self.problems.push(e.to_string()),
+        }
+        self
+    }
+
+    /// The longest a single node may take to answer one request (default 50 ms). Keep it
+    /// well below your ttls: a node that does not answer in time counts as failed.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = timeout;
+        self
+    }
+
+    /// The retry policy of [`Redlock::lock`] (default: [`Retry::default`], 3 retries of
+    /// 200 ms + up to 50 ms jitter).
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.config.retry = retry;
+        self
+    }
+
+    /// The clock drift factor (default 0.01): the validity is shortened by `ttl · factor +
+    /// 2 ms`. Must be in `0.0..1.0`.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// A prefix for every Redis key (default none: the key is the resource name, as the
+    /// Ruby, Node and Go clients do, so their locks and ours exclude each other). Set it to
+    /// interoperate with clients that prefix, e.g. `"redlock:"`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// The most times one lease may be extended (default 100), so that a runaway holder
+    /// cannot keep a lock forever.
+    pub fn max_extensions(mut self, max: u32) -> Self {
+        self.config.max_extensions = max;
+        self
+    }
+
+    /// Builds the client, or says what to fix.
+    pub fn build(self) -> crate::Result<Redlock> {
+        if let Some(p) = self.problems.into_iter().next() {
+            return Err(Error::invalid(p));
+        }
+        if self.nodes.is_empty() {
+            return Err(Error::invalid(
+                "a Redlock client needs at least one node: add Redis masters with \
+                 `.redis(url)` or nodes with `.node(..)`",
+            ));
+        }
+        let c = &self.config;
+        if c.node_timeout.is_zero() {
+            return Err(Error::invalid("the node timeout must be greater than zero"));
+        }
+        if !(c.drift_factor.is_finite() && (0.0..1.0).contains(&c.drift_factor)) {
+            return Err(Error::invalid(format!(
+                "the drift factor must be in 0.0..1.0, not {}",
+                c.drift_factor
+            )));
+        }
+        if c.key_prefix.len() > MAX_RESOURCE_LEN {
+            return Err(Error::invalid(format!(
+                "the key prefix is longer than {MAX_RESOURCE_LEN} bytes"
+            )));
+        }
+        let nodes = self
+            .nodes
+            .into_iter()
+            .map(|n| {
+                let name: Arc<str> = n.name().into();
+                (n, name)
+            })
+            .collect::<Vec<_>>();
+        Ok(Redlock {
+            inner: Arc::new(Inner {
+                quorum: quorum::quorum(nodes.len()),
+                nodes,
+                config: self.config,
+            }),
+        })
+    }
+}
+
+impl Redlock {
+    /// A client for the Redis masters at `urls`, with the default settings.
+    ///
+    /// Connections are made lazily in the background, so this succeeds while masters are
+    /// down; it fails only on a malformed URL or an empty list. Must be called inside a
+    /// Tokio runtime.
+    pub fn new<I, S>(urls: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        urls.into_iter()
+            .fold(Self::builder(), |b, url| b.redis(url.as_ref()))
+            .build()
+    }
+
+    /// A client with one fresh in-process [`MemoryNode`]: mutual exclusion within this
+    /// process only.
+    pub fn in_memory() -> Self {
+        Self::builder()
+            .node(MemoryNode::new())
+            .build()
+            .expect("the default configuration with one node is valid")
+    }
+
+    /// Starts building a client.
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
+
+    /// How many nodes must agree: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// How many nodes vote.
+    pub fn node_count(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// The retry policy [`Redlock::lock`] uses.
+    pub fn default_retry(&self) -> Retry {
+        self.inner.config.retry
+    }
+
+    /// Locks `resource` for `ttl`, retrying with the client's retry policy while it is
+    /// contended or unavailable.
+    ///
+    /// On success the [`Lease`] holds the token and the validity. On failure the error
+    /// says whether the resource is held by someone else ([`Error::is_contended`], with
+    /// [`Error::held_by`] and [`Error::retry_after`]), the quorum was unreachable
+    /// ([`Error::is_unavailable`], with each node's error), or the input was bad
+    /// ([`Error::is_invalid_input`]). After a failed try nothing of ours is left locked.
+    pub async fn lock(&self, resource: &str, ttl: Duration) -> crate::Result<Lease> {
+        self.lock_with(resource, ttl, self.inner.config.retry).await
+    }
+
+    /// Tries once to lock `resource` for `ttl`, without retrying.
+    pub async fn try_lock(&self, resource: &str, ttl: Duration) -> crate::Result<Lease> {
+        self.lock_with(resource, ttl, Retry::never()).await
+    }
+
+    /// Locks `resource` for `ttl` with an explicit retry policy.
+    pub async fn lock_with(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        retry: Retry,
+    ) -> crate::Result<Lease> {
+        options::check_resource(resource)?;
+        let ttl = self.inner.config.check_ttl(ttl)?;
+        let prefix = &self.inner.config.key_prefix;
+        let mut key = String::with_capacity(prefix.len() + resource.len());
+        key.push_str(prefix);
+        key.push_str(resource);
+
+        let started = Instant::now();
+        let deadline = retry.max_wait().and_then(|w| started.checked_add(w));
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let token = Token::new();
+            match self.try_once(&key, token, ttl).await {
+                Ok(deadline) => {
+                    tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
+                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline);
+                    return Ok(Lease::new(self.clone(), state));
+                }
+                Err(e) => {
+                    let pause = retry.next_delay();
+                    let more = attempt <= retry.retry_count()
+                        && Retry::fits(deadline, pause, self.inner.config.node_timeout);
+                    if !more {
+                        tracing::debug!(resource, attempt, contended = e.is_contended(), error = %e, "lock not acquired");
+                        return Err(e.with_attempts(attempt));
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// One try: returns the validity deadline, or an error after releasing what it took.
+    async fn try_once(&self, key: &str, token: Token, ttl: Duration) -> crate::Result<Instant> {
+        let inner = &*self.inner;
+        let n = inner.nodes.len();
+        let start = Instant::now();
+        let tally = fan_out(
+            &inner.nodes,
+            inner.config.node_timeout,
+            Until::Decided {
+                quorum: inner.quorum,
+            },
+            |_, node| node.acquire(key, token.as_str(), ttl),
+            |a| match a {
+                Acquire::Acquired => Vote::For,
+                Acquire::Held { remaining } => Vote::Against(remaining),
+            },
+        )
+        .await;
+        let deadline = start + ttl - inner.config.drift(ttl);
+        if tally.for_ >= inner.quorum && Instant::now() < deadline {
+            return Ok(deadline);
+        }
+
+        // Failed: release on every node that may hold our token — all but those that said
+        // "held by another" — and wait for them, so nothing of ours outlives this try.
+        if tally.for_ > 0 || tally.against < n {
+            let skip = &tally.against_nodes;
+            fan_out(
+                &inner.nodes,
+                inner.config.node_timeout,
+                Until::All,
+                |i, node| {
+                    if skip.contains(&i) {
+                        Box::pin(async { Ok(false) })
+                    } else {
+                        node.release(key, token.as_str())
+                    }
+                },
+                |_| Vote::For,
+            )
+            .await;
+        }
+
+        let held = tally.against;
+        let err = if tally.for_ >= inner.quorum {
+            Error::unavailable(
+                format!(
+                    "a quorum answered, but too slowly to leave any validity of the {ttl:?} ttl"
+                ),
+                tally.errors,
+            )
+        } else if held > 0 && held >= tally.errors.len() {
+            Error::contended(held, n, tally.min_remaining, tally.errors)
+        } else {
+            Error::unavailable(
+                format!(
+                    "could not reach a quorum of {} of {n} nodes ({} said held)",
+                    inner.quorum, held
+                ),
+                tally.errors,
+            )
+        };
+        Err(err)
+    }
+
+    /// Extends `lease` to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).
+    ///
+    /// Fails with [`Error::is_lost`] when the lease's validity is already over or the
+    /// nodes no longer carry its token (an expired lock is never re-created), with
+    /// [`Error::is_extension_limit`] at the extension cap, and with
+    /// [`Error::is_unavailable`] when too few nodes answered — the lease then keeps its
+    /// previous validity.
+    pub async fn extend(&self, lease: &Lease, ttl: Duration) -> crate::Result<()> {
+        lease.extend(ttl).await
+    }
+
+    pub(crate) async fn extend_state(
+        &self,
+        state: &LeaseState,
+        ttl: Duration,
+    ) -> crate::Result<()> {
+        let inner = &*self.inner;
+        let ttl = inner.config.check_ttl(ttl)?;
+        if !state.is_valid() {
+            return Err(Error::lost(
+                "the lease expired or was released; it cannot be extended",
+            ));
+        }
+        if state.extensions() >= inner.config.max_extensions {
+            return Err(Error::extension_limit(inner.config.max_extensions));
+        }
+        let start = Instant::now();
+        let tally = fan_out(
+            &inner.nodes,
+            inner.config.node_timeout,
+            Until::Decided {
+                quorum: inner.quorum,
+            },
+            |_, node| node.extend(state.key(), state.token(), ttl),
+            |ok| if ok { Vote::For } else { Vote::Against(None) },
+        )
+        .await;
+        let deadline = start + ttl - inner.config.drift(ttl);
+        if tally.for_ >= inner.quorum && Instant::now() < deadline {
+            state.extended(deadline);
+            return Ok(());
+        }
+        let n = inner.nodes.len();
+        if n - tally.against < inner.quorum {
+            state.end();
+            return Err(Error::lost(format!(
+                "{} of {n} nodes no longer hold the lease's token",
+                tally.against
+            )));
+        }
+        Err(Error::unavailable(
+            format!(
+                "could not extend on a quorum of {} of {n} nodes",
+                inner.quorum
+            ),
+            tally.errors,
+        ))
+    }
+
+    /// Releases `lease` on every node. The same as [`Lease::release`].
+    pub async fn unlock(&self, lease: Lease) -> crate::Result<()> {
+        lease.release().await
+    }
+
+    pub(crate) async fn release_state(&self, state: &LeaseState) -> crate::Result<()> {
+        let inner = &*self.inner;
+        let tally = fan_out(
+            &inner.nodes,
+            inner.config.node_timeout,
+            Until::All,
+            |_, node| node.release(state.key(), state.token()),
+            |_| Vote::For,
+        )
+        .await;
+        if tally.for_ >= inner.quorum {
+            Ok(())
+        } else {
+            Err(Error::unavailable(
+                format!(
+                    "only {} of {} nodes answered the release; the rest expire with the ttl",
+                    tally.for_,
+                    inner.nodes.len()
+                ),
+                tally.errors,
+            ))
+        }
+    }
+
+    /// Runs `work` while holding the lock on `resource`, and always releases it: on
+    /// success, on error, and when the returned future is dropped (cancellation; the release
+    /// is then spawned in the background).
+    ///
+    /// The lock is taken with the client's retry policy; if it cannot be taken, `work` does
+    /// not run and the error is returned — the Rust form of the Ruby gem's `lock!`. `work`
+    /// gets a [`LeaseHandle`] to check the validity. For auto-extension and abort on loss,
+    /// see [`Redlock::scope`].
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        work: F,
+    ) -> crate::Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.scope(resource, ttl).run(work).await
+    }
+
+    /// A configurable scoped lock: like [`Redlock::with_lock`], with auto-extension,
+    /// abort-on-loss and an explicit retry policy.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+    /// use std::time::Duration;
+    /// use tower_redlock::Redlock;
+    ///
+    /// let redlock = Redlock::in_memory();
+    /// let done = redlock
+    ///     .scope("nightly-export", Duration::from_millis(300))
+    ///     .keep_alive() // extended about every 100 ms while the work runs
+    ///     .abort_on_loss() // if the lock is lost, stop the work and return an error
+    ///     .run(|lease| async move {
+    ///         tokio::time::sleep(Duration::from_millis(500)).await; // outlives the ttl
+    ///         lease.extensions()
+    ///     })
+    ///     .await?;
+    /// assert!(done >= 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<'a>(&'a self, resource: &'a str, ttl: Duration) -> Scope<'a> {
+        Scope {
+            client: self,
+            resource,
+            ttl,
+            retry: self.inner.config.retry,
+            keep_alive: false,
+            abort_on_loss: false,
+        }
+    }
+}
+
+/// A scoped lock being configured; see [`Redlock::scope`].
+#[derive(Debug)]
+#[must_use = "a scope does nothing until `.run(work)` is awaited"]
+pub struct Scope<'a> {
+    client: &'a Redlock,
+    resource: &'a str,
+    ttl: Duration,
+    retry: Retry,
+    keep_alive: bool,
+    abort_on_loss: bool,
+}
+
+impl Scope<'_> {
+    /// Keeps the lock alive while the work runs (see [`Lease::keep_alive`]).
+    pub fn keep_alive(mut self) -> Self {
+        self.keep_alive = true;
+        self
+    }
+
+    /// Stops the work (drops its future) as soon as the lock is lost, and returns an error
+    /// for which [`Error::is_lost`] is true.
+    pub fn abort_on_loss(mut self) -> Self {
+        self.abort_on_loss = true;
+        self
+    }
+
+    /// The retry policy for taking the lock.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Takes the lock, runs `work`, and releases the lock.
+    pub async fn run<F, Fut, T>(self, work: F) -> crate::Result<T>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut lease = self
+            .client
+            .lock_with(self.resource, self.ttl, self.retry)
+            .await?;
+        if self.keep_alive {
+            lease.keep_alive();
+        }
+        let handle = lease.handle();
+        let out = if self.abort_on_loss {
+            let watch = lease.handle();
+            tokio::select! {
+                biased;
+                out = work(handle) => Some(out),
+                _ = watch.lost() => None,
+            }
+        } else {
+            Some(work(handle).await)
+        };
+        let resource = lease.resource().to_owned();
+        let released = lease.release().await;
+        match out {
+            Some(out) => {
+                if let Err(e) = released {
+                    tracing::debug!(resource, error = %e, "release after scoped work failed; the lock expires with its ttl");
+                }
+                Ok(out)
+            }
+            None => Err(Error::lost(
+                "the lock was lost while the work ran; the work was stopped",
+            )),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Retry policy and the client's tunables.
+
+use std::time::{Duration, Instant};
+
+/// How [`Redlock::lock_with`](crate::Redlock::lock_with) retries a lock that is contended or
+/// whose quorum is unreachable.
+///
+/// After a failed try the client releases what it took, then waits `delay` plus a random
+/// jitter in `0..=jitter` before the next try. It stops after `retries` more tries, or — if a
+/// `max_wait` is set — before a try that could not finish by then. Every wait is bounded.
+///
+/// The default is the Ruby `redlock` gem's: 3 retries, 200 ms delay, up to 50 ms jitter.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_redlock::Retry;
+///
+/// // Wait up to 2 s for a busy resource, trying every 50–75 ms.
+/// let wait = Retry::until(Duration::from_secs(2))
+///     .delay(Duration::from_millis(50))
+///     .jitter(Duration::from_millis(25));
+/// assert_eq!(wait.max_wait(), Some(Duration::from_secs(2)));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    retries: u32,
+    delay: Duration,
+    jitter: Duration,
+    max_wait: Option<Duration>,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            retries: 3,
+            delay: Duration::from_millis(200),
+            jitter: Duration::from_millis(50),
+            max_wait: None,
+        }
+    }
+}
+
+impl Retry {
+    /// One try, no retry.
+    pub const fn never() -> Self {
+        Self {
+            retries: 0,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+            max_wait: None,
+        }
+    }
+
+    /// `retries` retries after the first try, with the default delay and jitter.
+    pub fn times(retries: u32) -> Self {
+        Self {
+            retries,
+            ..Self::default()
+        }
+    }
+
+    /// Retry until `max_wait` has passed since the first try (with the default delay and
+    /// jitter; no retry count limit).
+    pub fn until(max_wait: Duration) -> Self {
+        Self {
+            retries: u32::MAX,
+            max_wait: Some(max_wait),
+            ..Self::default()
+        }
+    }
+
+    /// The number of retries after the first try.
+    pub fn retries(mut self, retries: u32) -> Self {
+        self.retries = retries;
+        self
+    }
+
+    /// The base delay between tries.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The upper bound of the random delay added to each wait.
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Stop retrying once `max_wait` has passed since the first try.
+    pub fn max_wait(&self) -> Option<Duration> {
+        self.max_wait
+    }
+
+    /// Sets the bound on the whole wait.
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// The number of retries after the first try.
+    pub fn retry_count(&self) -> u32 {
+        self.retries
+    }
+
+    /// The pause before the next try: `delay` + a uniform random jitter.
+    pub(crate) fn next_delay(&self) -> Duration {
+        let jitter_ns = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
+        let extra = if jitter_ns == 0 {
+            0
+        } else {
+            fastrand::u64(0..=jitter_ns)
+        };
+        self.delay.saturating_add(Duration::from_nanos(extra))
+    }
+
+    /// Whether a try that starts after `pause` and may take `try_time` still ends by the
+    /// deadline.
+    pub(crate) fn fits(deadline: Option<Instant>, pause: Duration, try_time: Duration) -> bool {
+        match deadline {
+            None => true,
+            Some(d) => Instant::now() + pause + try_time <= d,
+        }
+    }
+}
+
+/// The client's tunables, fixed when it is built.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) retry: Retry,
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) key_prefix: String,
+    pub(crate) max_extensions: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            retry: Retry::default(),
+            node_timeout: Duration::from_millis(50),
+            drift_factor: 0.01,
+            key_prefix: String::new(),
+            max_extensions: 100,
+        }
+    }
+}
+
+/// The fixed part of the clock drift allowance (Redis' distributed-lock page adds 2 ms for
+/// the expiry precision of Redis itself).
+pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// The longest ttl a lock may ask for.
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The longest resource name, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 1024;
+
+impl Config {
+    /// The drift allowance for `ttl`: `ttl · drift_factor + 2 ms`.
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.drift_factor) + DRIFT_FLOOR
+    }
+
+    /// Checks a ttl and rounds it down to whole milliseconds (what `PX` takes).
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> crate::Result<Duration> {
+        let whole = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        if whole > MAX_TTL {
+            return Err(crate::Error::invalid(format!(
+                "ttl {ttl:?} is longer than the maximum of {MAX_TTL:?}"
+            )));
+        }
+        let drift = self.drift(whole);
+        if whole <= drift {
+            return Err(crate::Error::invalid(format!(
+                "ttl {ttl:?} leaves no validity after the clock drift allowance of {drift:?}; \
+                 use a ttl of at least 10 ms (well above the per-node timeout of {:?})",
+                self.node_timeout
+            )));
+        }
+        Ok(whole)
+    }
+}
+
+/// Checks a resource name.
+pub(crate) fn check_resource(resource: &str) -> crate::Result<()> {
+    if resource.is_empty() {
+        return Err(crate::Error::invalid("the resource name is empty"));
+    }
+    if resource.len() > MAX_RESOURCE_LEN {
+        return Err(crate::Error::invalid(format!(
+            "the resource name is {} bytes long; the maximum is {MAX_RESOURCE_LEN} \
+             (hash long names before locking them)",
+            resource.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_in_bounds() {
+        let r = Retry::default();
+        for _ in 0..1000 {
+            let d = r.next_delay();
+            assert!(d >= Duration::from_millis(200) && d <= Duration::from_millis(250));
+        }
+        assert_eq!(Retry::never().next_delay(), Duration::ZERO);
+    }
+
+    #[test]
+    fn ttl_checks() {
+        let c = Config::default();
+        assert!(c.check_ttl(Duration::from_millis(2)).is_err());
+        assert!(c.check_ttl(Duration::ZERO).is_err());
+        assert!(c.check_ttl(MAX_TTL + Duration::from_secs(1)).is_err());
+        assert!(c.check_ttl(Duration::MAX).is_err());
+        assert_eq!(
+            c.check_ttl(Duration::from_micros(10_900)).unwrap(),
+            Duration::from_millis(10)
+        );
+        // drift = 1000 ms · 0.01 + 2 ms
+        assert_eq!(c.drift(Duration::from_secs(1)), Duration::from_millis(12));
+    }
+
+    #[test]
+    fn resource_checks() {
+        assert!(check_resource("").unwrap_err().is_invalid_input());
+        assert!(check_resource(&"x".repeat(MAX_RESOURCE_LEN + 1)).is_err());
+        assert!(check_resource("a").is_ok());
+    }
+}

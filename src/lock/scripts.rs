@@ -1,0 +1,62 @@
+//! The Lua scripts the Redis node runs. Each runs atomically on one master.
+
+/// A Lua script with its SHA-1, for `EVALSHA`.
+#[derive(Debug)]
+pub(crate) struct Script {
+    source: &'static str,
+    sha1: &'static str,
+}
+
+impl Script {
+    pub(crate) fn source(&self) -> &'static str {
+        self.source
+    }
+
+    pub(crate) fn sha1(&self) -> &'static str {
+        self.sha1
+    }
+}
+
+/// `SET key token NX PX ttl`; when the key is held, the holder's `PTTL` instead, so a
+/// contended answer carries the time to wait without a second round trip. Returns -3 when set.
+pub(crate) static ACQUIRE: Script = Script {
+    source: r#"if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return -3
+end
+return redis.call('pttl', KEYS[1])
+"#,
+    sha1: "2443f0fd19625858634ba316775801c5fc16dedd",
+};
+
+/// Compare-and-delete: delete the key only if it holds our token.
+pub(crate) static RELEASE: Script = Script {
+    source: r#"if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+"#,
+    sha1: "1c3217d3f56fb4a69cec7b3c42af8182dce2e5c2",
+};
+
+/// Compare-and-`PEXPIRE`: set a new ttl only if the key holds our token. `PEXPIRE` on an
+/// absent key does nothing, so an expired lock is never re-created.
+pub(crate) static EXTEND: Script = Script {
+    source: r#"if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"#,
+    sha1: "7a2d59e59d451095bd1eeb526d6f765e0fd9b022",
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_match_sources() {
+        for s in [&ACQUIRE, &RELEASE, &EXTEND] {
+            assert_eq!(redis::Script::new(s.source()).get_hash(), s.sha1());
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! An in-process node.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{Acquire, Node, NodeFuture};
+
+/// An in-process lock node: a map of keys to (token, expiry), with the same semantics as a
+/// Redis master (expiry, owner-only release and extend).
+///
+/// Clones share the same map, so several [`Redlock`](crate::Redlock) clients built from
+/// clones of one `MemoryNode` contend with each other, as replicas sharing a Redis master
+/// would. It is the embedded default for single-process apps and a fast stand-in for tests
+/// of *your* app; it gives no protection across processes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// use tower_redlock::{MemoryNode, Redlock};
+///
+/// let node = MemoryNode::new();
+/// let a = Redlock::builder().node(node.clone()).build().unwrap();
+/// let b = Redlock::builder().node(node).build().unwrap();
+/// let lease = a.try_lock("job:1", Duration::from_secs(1)).await.unwrap();
+/// assert!(b.try_lock("job:1", Duration::from_secs(1)).await.unwrap_err().is_contended());
+/// lease.release().await.unwrap();
+/// assert!(b.try_lock("job:1", Duration::from_secs(1)).await.is_ok());
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryNode {
+    map: Arc<Mutex<Map>>,
+}
+
+#[derive(Debug, Default)]
+struct Map {
+    entries: HashMap<String, Entry>,
+    writes_since_sweep: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    token: String,
+    expires: Instant,
+}
+
+impl MemoryNode {
+    /// A new, empty node.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many unexpired keys the node holds.
+    pub fn len(&self) -> usize {
+        let now = Instant::now();
+        self.lock()
+            .entries
+            .values()
+            .filter(|e| e.expires > now)
+            .count()
+    }
+
+    /// Whether the node holds no unexpired key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The token `key` holds, if it is held and unexpired.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let now = Instant::now();
+        self.lock()
+            .entries
+            .get(key)
+            .filter(|e| e.expires > now)
+            .map(|e| e.token.clone())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Map> {
+        // A panic while holding the lock cannot leave the map inconsistent (every update is a
+        // single insert or remove), so a poisoned lock is safe to keep using.
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn acquire_now(&self, key: &str, token: &str, ttl: Duration) -> Acquire {
+        let now = Instant::now();
+        let mut map = self.lock();
+        map.writes_since_sweep += 1;
+        if map.writes_since_sweep >= 1024 {
+            map.writes_since_sweep = 0;
+            map.entries.retain(|_, e| e.expires > now);
+        }
+        match map.entries.get_mut(key) {
+            Some(e) if e.expires > now => Acquire::Held {
+                remaining: Some(e.expires - now),
+            },
+            Some(e) => {
+                e.token.clear();
+                e.token.push_str(token);
+                e.expires = now + ttl;
+                Acquire::Acquired
+            }
+            None => {
+                map.entries.insert(
+                    key.to_owned(),
+                    Entry {
+                        token: token.to_owned(),
+                        expires: now + ttl,
+                    },
+                );
+                Acquire::Acquired
+            }
+        }
+    }
+
+    fn release_now(&self, key: &str, token: &str) -> bool {
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.entries.get(key) {
+            Some(e) if e.token == token => {
+                let live = e.expires > now;
+                map.entries.remove(key);
+                live
+            }
+            _ => false,
+        }
+    }
+
+    fn extend_now(&self, key: &str, token: &str, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.entries.get_mut(key) {
+            Some(e) if e.token == token && e.expires > now => {
+                e.expires = now + ttl;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Node for MemoryNode {
+    fn name(&self) -> String {
+        "memory".to_owned()
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        Box::pin(async move { Ok(self.acquire_now(key, token, ttl)) })
+    }
+
+    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
+        Box::pin(async move { Ok(self.release_now(key, token)) })
+    }
+
+    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
+        Box::pin(async move { Ok(self.extend_now(key, token, ttl)) })
+    }
+}

@@ -1,0 +1,285 @@
+//! A Redis master as a node.
+
+use std::time::Duration;
+
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::{Client, Cmd, RedisResult, Value};
+
+use super::{Acquire, Node, NodeFailure, NodeFuture};
+use crate::lock::scripts::{Script, ACQUIRE, EXTEND, RELEASE};
+
+/// Connection settings of a [`RedisNode`].
+///
+/// The defaults suit masters on the same network: connect within 1 s, a response within
+/// 1 s (the client's tighter per-node timeout applies on top), and reconnect in the
+/// background with exponential backoff from 10 ms up to 1 s.
+#[derive(Debug, Clone)]
+pub struct RedisNodeOptions {
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    reconnect_min_delay: Duration,
+    reconnect_max_delay: Duration,
+    reconnect_retries: usize,
+}
+
+impl Default for RedisNodeOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            reconnect_min_delay: Duration::from_millis(10),
+            reconnect_max_delay: Duration::from_secs(1),
+            reconnect_retries: 3,
+        }
+    }
+}
+
+impl RedisNodeOptions {
+    /// The default settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long one connection attempt may take.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long the connection waits for any one response.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The backoff between reconnection attempts: from `min` growing exponentially up to
+    /// `max`, at most `retries` attempts per reconnection.
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration, retries: usize) -> Self {
+        self.reconnect_min_delay = min;
+        self.reconnect_max_delay = max;
+        self.reconnect_retries = retries;
+        self
+    }
+}
+
+#[derive(Clone)]
+enum Conn {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+}
+
+/// A Redis master as a voting node.
+///
+/// It keeps one multiplexed, auto-reconnecting connection (redis-rs'
+/// [`ConnectionManager`]): every lock request shares it, no TCP connection is opened per
+/// lock, and a lost connection is re-established in the background. The connection is made
+/// lazily, so a master that is down when the client is built costs nothing until it is
+/// needed, and the client can still reach a quorum without it.
+///
+/// Scripts run with `EVALSHA` and fall back to `EVAL` when the master answers `NOSCRIPT`
+/// (after a restart or `SCRIPT FLUSH`).
+///
+/// ```no_run
+/// # fn main() -> Result<(), tower_redlock::Error> {
+/// use tower_redlock::{Redlock, RedisNode};
+///
+/// let redlock = Redlock::builder()
+///     .node(RedisNode::open("redis://127.0.0.1:7777")?)
+///     .node(RedisNode::open("redis://:secret@127.0.0.1:7778/0")?)
+///     .node(RedisNode::open("redis://127.0.0.1:7779")?)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisNode {
+    conn: Conn,
+    name: String,
+}
+
+impl std::fmt::Debug for RedisNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisNode")
+            .field("addr", &self.name)
+            .finish()
+    }
+}
+
+impl RedisNode {
+    /// A node for the master at `url` (`redis://[user:password@]host:port[/db]`, or
+    /// `rediss://…` with the `tls` feature), with default [`RedisNodeOptions`].
+    ///
+    /// The connection is made lazily, in the background. Must be called inside a Tokio
+    /// runtime.
+    pub fn open(url: &str) -> crate::Result<Self> {
+        Self::open_with(url, &RedisNodeOptions::default())
+    }
+
+    /// Like [`RedisNode::open`], with explicit connection settings.
+    pub fn open_with(url: &str, options: &RedisNodeOptions) -> crate::Result<Self> {
+        if url.starts_with("rediss://") && !cfg!(feature = "tls") {
+            return Err(crate::Error::invalid(format!(
+                "`{}` asks for TLS: enable the `tls` feature of tower-redlock",
+                redact(url)
+            )));
+        }
+        let client = Client::open(url).map_err(|e| {
+            crate::Error::invalid(format!("invalid Redis URL `{}`: {e}", redact(url)))
+        })?;
+        Self::from_client(client, options)
+    }
+
+    /// A node over an already configured redis-rs [`Client`].
+    ///
+    /// Must be called inside a Tokio runtime.
+    pub fn from_client(client: Client, options: &RedisNodeOptions) -> crate::Result<Self> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(crate::Error::invalid(
+                "a RedisNode must be created inside a Tokio runtime",
+            ));
+        }
+        let name = client.get_connection_info().addr().to_string();
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_min_delay(options.reconnect_min_delay)
+            .set_max_delay(options.reconnect_max_delay)
+            .set_number_of_retries(options.reconnect_retries);
+        let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(|e| {
+            crate::Error::invalid(format!("cannot set up a connection to {name}: {e}"))
+        })?;
+        Ok(Self {
+            conn: Conn::Manager(manager),
+            name,
+        })
+    }
+
+    /// A node over an existing auto-reconnecting [`ConnectionManager`].
+    pub fn from_connection_manager(manager: ConnectionManager, name: impl Into<String>) -> Self {
+        Self {
+            conn: Conn::Manager(manager),
+            name: name.into(),
+        }
+    }
+
+    /// A node over an existing [`MultiplexedConnection`]. It does not reconnect by itself:
+    /// prefer [`RedisNode::open`] or [`RedisNode::from_connection_manager`].
+    pub fn from_multiplexed(conn: MultiplexedConnection, name: impl Into<String>) -> Self {
+        Self {
+            conn: Conn::Multiplexed(conn),
+            name: name.into(),
+        }
+    }
+
+    /// Runs `script` with `KEYS[1] = key`, `ARGV[1] = token` and, when given,
+    /// `ARGV[2] = ttl_ms`: `EVALSHA`, then `EVAL` if the master lost its script cache.
+    async fn run(
+        &self,
+        script: &Script,
+        key: &str,
+        token: &str,
+        ttl_ms: Option<u64>,
+    ) -> RedisResult<Value> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.sha1())
+            .arg(1)
+            .arg(key)
+            .arg(token)
+            .arg(ttl_ms);
+        match query(&mut conn, &cmd).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(script.source())
+                    .arg(1)
+                    .arg(key)
+                    .arg(token)
+                    .arg(ttl_ms);
+                query(&mut conn, &cmd).await
+            }
+            r => r,
+        }
+    }
+}
+
+async fn query(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
+    let v = match conn {
+        Conn::Manager(c) => c.req_packed_command(cmd).await?,
+        Conn::Multiplexed(c) => c.req_packed_command(cmd).await?,
+    };
+    v.extract_error()
+}
+
+fn ttl_ms(ttl: Duration) -> u64 {
+    // The client only passes whole-millisecond ttls of at least 1 ms.
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn int(v: &Value) -> Result<i64, NodeFailure> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => Err(NodeFailure::new(format!(
+            "unexpected reply from the lock script: {other:?}"
+        ))),
+    }
+}
+
+/// `scheme://user:password@host` → `scheme://***@host`, so URLs can go in error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
+impl Node for RedisNode {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        Box::pin(async move {
+            let v = self.run(&ACQUIRE, key, token, Some(ttl_ms(ttl))).await?;
+            // The script answers -3 when it set the key, else the holder's PTTL
+            // (-1: no expiry).
+            Ok(match int(&v)? {
+                -3 => Acquire::Acquired,
+                ms if ms >= 0 => Acquire::Held {
+                    remaining: Some(Duration::from_millis(ms as u64)),
+                },
+                _ => Acquire::Held { remaining: None },
+            })
+        })
+    }
+
+    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
+        Box::pin(async move {
+            let v = self.run(&RELEASE, key, token, None).await?;
+            Ok(int(&v)? == 1)
+        })
+    }
+
+    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
+        Box::pin(async move {
+            let v = self.run(&EXTEND, key, token, Some(ttl_ms(ttl))).await?;
+            Ok(int(&v)? == 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redacts_credentials() {
+        assert_eq!(redact("redis://u:p@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
+}

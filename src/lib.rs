@@ -59,3 +59,8 @@ mod assertions {
         send_sync::<crate::MemoryNode>();
     }
 }
+
+/// The README's code blocks, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

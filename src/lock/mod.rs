@@ -181,6 +181,13 @@ impl RedlockBuilder {
                  `.redis(url)` or nodes with `.node(..)`",
             ));
         }
+        if self.nodes.len() > quorum::MAX_NODES {
+            return Err(Error::invalid(format!(
+                "a Redlock client supports at most {} nodes, not {}",
+                quorum::MAX_NODES,
+                self.nodes.len()
+            )));
+        }
         let c = &self.config;
         if c.node_timeout.is_zero() {
             return Err(Error::invalid("the node timeout must be greater than zero"));
@@ -323,6 +330,7 @@ impl Redlock {
         let start = Instant::now();
         let tally = fan_out(
             &inner.nodes,
+            quorum::all(inner.nodes.len()),
             inner.config.node_timeout,
             Until::Decided {
                 quorum: inner.quorum,
@@ -339,24 +347,39 @@ impl Redlock {
             return Ok(deadline);
         }
 
-        // Failed: release on every node that may hold our token — all but those that said
-        // "held by another" — and wait for them, so nothing of ours outlives this try.
-        if tally.for_ > 0 || tally.against < n {
-            let skip = &tally.against_nodes;
+        // Failed: release on every node that may hold our token. The nodes that voted for
+        // answered quickly: wait for them, so nothing of ours outlives this try. The nodes
+        // that failed or had not answered yet get their release in the background, so a slow
+        // or dead node costs this call nothing; a release is sent on the same connection
+        // after the SET, so it cannot overtake it. Nodes that said "held" have no token of
+        // ours.
+        if tally.for_ > 0 {
             fan_out(
                 &inner.nodes,
+                tally.for_mask,
                 inner.config.node_timeout,
                 Until::All,
-                |i, node| {
-                    if skip.contains(&i) {
-                        Box::pin(async { Ok(false) })
-                    } else {
-                        node.release(key, token.as_str())
-                    }
-                },
+                |_, node| node.release(key, token.as_str()),
                 |_| Vote::For,
             )
             .await;
+        }
+        let unanswered = quorum::all(n) & !tally.for_mask & !tally.against_mask;
+        if unanswered != 0 {
+            let client = self.clone();
+            let key = key.to_owned();
+            tokio::spawn(async move {
+                let inner = &*client.inner;
+                fan_out(
+                    &inner.nodes,
+                    unanswered,
+                    inner.config.node_timeout,
+                    Until::All,
+                    |_, node| node.release(&key, token.as_str()),
+                    |_| Vote::For,
+                )
+                .await;
+            });
         }
 
         let held = tally.against;
@@ -410,6 +433,7 @@ impl Redlock {
         let start = Instant::now();
         let tally = fan_out(
             &inner.nodes,
+            quorum::all(inner.nodes.len()),
             inner.config.node_timeout,
             Until::Decided {
                 quorum: inner.quorum,
@@ -449,6 +473,7 @@ impl Redlock {
         let inner = &*self.inner;
         let tally = fan_out(
             &inner.nodes,
+            quorum::all(inner.nodes.len()),
             inner.config.node_timeout,
             Until::All,
             |_, node| node.release(state.key(), state.token()),

@@ -22,8 +22,10 @@ pub(crate) enum Vote {
 pub(crate) struct Tally {
     pub(crate) for_: usize,
     pub(crate) against: usize,
-    /// Nodes that voted against: they certainly do not hold our token.
-    pub(crate) against_nodes: Vec<usize>,
+    /// Bit `i` set: node `i` voted for.
+    pub(crate) for_mask: u64,
+    /// Bit `i` set: node `i` voted against (so it certainly does not hold our token).
+    pub(crate) against_mask: u64,
     /// The shortest remaining ttl among the `Against` votes that reported one.
     pub(crate) min_remaining: Option<Duration>,
     pub(crate) errors: Vec<NodeError>,
@@ -46,9 +48,22 @@ pub(crate) enum Until {
     All,
 }
 
-/// Calls every node in parallel, each bounded by `timeout`, and counts the votes.
+/// The most nodes a client may have (votes are kept in a `u64` bit set).
+pub(crate) const MAX_NODES: usize = 64;
+
+/// The bit set of all `n` nodes.
+pub(crate) const fn all(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
+}
+
+/// Calls every node in `mask` in parallel, each bounded by `timeout`, and counts the votes.
 pub(crate) async fn fan_out<'a, T, C, V>(
     nodes: &'a [(Arc<dyn Node>, Arc<str>)],
+    mask: u64,
     timeout: Duration,
     until: Until,
     call: C,
@@ -62,6 +77,7 @@ where
     let mut pending: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
         .map(|(i, (node, _))| {
             let fut = call(i, node.as_ref());
             async move { (i, tokio::time::timeout(timeout, fut).await) }
@@ -71,10 +87,13 @@ where
     while let Some((i, answer)) = pending.next().await {
         match answer {
             Ok(Ok(v)) => match vote(v) {
-                Vote::For => tally.for_ += 1,
+                Vote::For => {
+                    tally.for_ += 1;
+                    tally.for_mask |= 1 << i;
+                }
                 Vote::Against(remaining) => {
                     tally.against += 1;
-                    tally.against_nodes.push(i);
+                    tally.against_mask |= 1 << i;
                     if let Some(r) = remaining {
                         tally.min_remaining = Some(tally.min_remaining.map_or(r, |m| m.min(r)));
                     }
@@ -88,7 +107,7 @@ where
                 .push(NodeError::timeout(i, nodes[i].1.clone(), timeout)),
         }
         if let Until::Decided { quorum } = until {
-            if tally.decided(nodes.len(), quorum) {
+            if tally.decided(mask.count_ones() as usize, quorum) {
                 break;
             }
         }

@@ -27,12 +27,14 @@ impl Token {
 
 /// What a lease and its handles share.
 pub(crate) struct LeaseState {
-    key: String,
+    key: Arc<str>,
     prefix_len: usize,
     token: Token,
     ttl: Duration,
     status: Mutex<Status>,
     notify: Notify,
+    /// The SETs of the acquisition still in flight to slow nodes.
+    in_flight: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 struct Status {
@@ -44,11 +46,12 @@ struct Status {
 
 impl LeaseState {
     pub(crate) fn new(
-        key: String,
+        key: Arc<str>,
         prefix_len: usize,
         token: Token,
         ttl: Duration,
         deadline: Instant,
+        in_flight: Option<tokio::task::JoinHandle<()>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             key,
@@ -61,6 +64,7 @@ impl LeaseState {
                 held: true,
             }),
             notify: Notify::new(),
+            in_flight: Mutex::new(in_flight),
         })
     }
 
@@ -75,6 +79,21 @@ impl LeaseState {
 
     pub(crate) fn token(&self) -> &str {
         self.token.as_str()
+    }
+
+    pub(crate) fn take_in_flight(&self) -> Option<tokio::task::JoinHandle<()>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    pub(crate) fn key_arc(&self) -> Arc<str> {
+        self.key.clone()
+    }
+
+    pub(crate) fn token_copy(&self) -> Token {
+        self.token
     }
 
     pub(crate) fn ttl(&self) -> Duration {

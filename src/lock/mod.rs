@@ -53,7 +53,10 @@ pub use self::options::{Retry, MAX_RESOURCE_LEN};
 
 use self::lease::{LeaseState, Token};
 use self::options::Config;
-use self::quorum::{fan_out, Until, Vote};
+use futures_util::StreamExt;
+use tokio::task::JoinHandle;
+
+use self::quorum::{Until, Vote};
 
 /// A Redlock client: locks resources on a quorum of independent nodes.
 ///
@@ -293,9 +296,11 @@ impl Redlock {
         options::check_resource(resource)?;
         let ttl = self.inner.config.check_ttl(ttl)?;
         let prefix = &self.inner.config.key_prefix;
-        let mut key = String::with_capacity(prefix.len() + resource.len());
-        key.push_str(prefix);
-        key.push_str(resource);
+        let key: Arc<str> = if prefix.is_empty() {
+            resource.into()
+        } else {
+            format!("{prefix}{resource}").into()
+        };
 
         let started = Instant::now();
         let deadline = retry.max_wait().and_then(|w| started.checked_add(w));
@@ -304,9 +309,9 @@ impl Redlock {
             attempt += 1;
             let token = Token::new();
             match self.try_once(&key, token, ttl).await {
-                Ok(deadline) => {
+                Ok((deadline, in_flight)) => {
                     tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
-                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline);
+                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, in_flight);
                     return Ok(Lease::new(self.clone(), state));
                 }
                 Err(e) => {
@@ -324,18 +329,30 @@ impl Redlock {
     }
 
     /// One try: returns the validity deadline, or an error after releasing what it took.
-    async fn try_once(&self, key: &str, token: Token, ttl: Duration) -> crate::Result<Instant> {
+    ///
+    /// On success the handle, if any, tracks the SETs still in flight to the nodes that had
+    /// not answered: a release must wait for them, or a late SET could land after the
+    /// release and strand the key for a whole ttl.
+    async fn try_once(
+        &self,
+        key: &Arc<str>,
+        token: Token,
+        ttl: Duration,
+    ) -> crate::Result<(Instant, Option<JoinHandle<()>>)> {
         let inner = &*self.inner;
         let n = inner.nodes.len();
+        let timeout = inner.config.node_timeout;
         let start = Instant::now();
-        let tally = fan_out(
-            &inner.nodes,
-            quorum::all(inner.nodes.len()),
-            inner.config.node_timeout,
+        let mut sent = quorum::send(&inner.nodes, quorum::all(n), timeout, |node| {
+            let key = key.clone();
+            async move { node.acquire(&key, token.as_str(), ttl).await }
+        });
+        let tally = quorum::count(
+            &mut sent,
+            n,
             Until::Decided {
                 quorum: inner.quorum,
             },
-            |_, node| node.acquire(key, token.as_str(), ttl),
             |a| match a {
                 Acquire::Acquired => Vote::For,
                 Acquire::Held { remaining } => Vote::Against(remaining),
@@ -344,41 +361,45 @@ impl Redlock {
         .await;
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
-            return Ok(deadline);
+            // The nodes that have not answered yet still get their SET.
+            return Ok((deadline, quorum::finish_in_background(sent)));
         }
 
         // Failed: release on every node that may hold our token. The nodes that voted for
         // answered quickly: wait for them, so nothing of ours outlives this try. The nodes
-        // that failed or had not answered yet get their release in the background, so a slow
-        // or dead node costs this call nothing; a release is sent on the same connection
-        // after the SET, so it cannot overtake it. Nodes that said "held" have no token of
-        // ours.
+        // that failed, or had not answered yet, are released in the background once their
+        // SET is done, so a slow or dead node costs this call nothing. Nodes that said
+        // "held" have no token of ours.
         if tally.for_ > 0 {
-            fan_out(
-                &inner.nodes,
-                tally.for_mask,
-                inner.config.node_timeout,
-                Until::All,
-                |_, node| node.release(key, token.as_str()),
-                |_| Vote::For,
-            )
-            .await;
+            let mut released = quorum::send(&inner.nodes, tally.for_mask, timeout, |node| {
+                let key = key.clone();
+                async move { node.release(&key, token.as_str()).await }
+            });
+            quorum::count(&mut released, n, Until::All, |_| Vote::For).await;
         }
-        let unanswered = quorum::all(n) & !tally.for_mask & !tally.against_mask;
-        if unanswered != 0 {
+        let failed = tally.error_mask();
+        if failed != 0 || !sent.is_empty() {
             let client = self.clone();
-            let key = key.to_owned();
+            let key = key.clone();
             tokio::spawn(async move {
-                let inner = &*client.inner;
-                fan_out(
-                    &inner.nodes,
-                    unanswered,
-                    inner.config.node_timeout,
-                    Until::All,
-                    |_, node| node.release(&key, token.as_str()),
-                    |_| Vote::For,
-                )
-                .await;
+                let nodes = &client.inner.nodes;
+                let released = quorum::send(nodes, failed, timeout, |node| {
+                    let key = key.clone();
+                    async move { node.release(&key, token.as_str()).await }
+                });
+                let late = async {
+                    while let Some((i, answer)) = sent.next().await {
+                        // A late SET that landed, or whose fate is unknown, is released on
+                        // its own connection, after the SET.
+                        if !matches!(answer, Ok(Acquire::Held { .. })) {
+                            let node = &nodes[i].0;
+                            let _ =
+                                tokio::time::timeout(timeout, node.release(&key, token.as_str()))
+                                    .await;
+                        }
+                    }
+                };
+                tokio::join!(released.for_each(|_| async {}), late);
             });
         }
 
@@ -431,23 +452,32 @@ impl Redlock {
             return Err(Error::extension_limit(inner.config.max_extensions));
         }
         let start = Instant::now();
-        let tally = fan_out(
+        let n = inner.nodes.len();
+        let (key, token) = (state.key_arc(), state.token_copy());
+        let mut sent = quorum::send(
             &inner.nodes,
-            quorum::all(inner.nodes.len()),
+            quorum::all(n),
             inner.config.node_timeout,
+            |node| {
+                let key = key.clone();
+                async move { node.extend(&key, token.as_str(), ttl).await }
+            },
+        );
+        let tally = quorum::count(
+            &mut sent,
+            n,
             Until::Decided {
                 quorum: inner.quorum,
             },
-            |_, node| node.extend(state.key(), state.token(), ttl),
             |ok| if ok { Vote::For } else { Vote::Against(None) },
         )
         .await;
+        quorum::finish_in_background(sent);
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
             state.extended(deadline);
             return Ok(());
         }
-        let n = inner.nodes.len();
         if n - tally.against < inner.quorum {
             state.end();
             return Err(Error::lost(format!(
@@ -471,15 +501,22 @@ impl Redlock {
 
     pub(crate) async fn release_state(&self, state: &LeaseState) -> crate::Result<()> {
         let inner = &*self.inner;
-        let tally = fan_out(
+        if let Some(in_flight) = state.take_in_flight() {
+            // Let the lock's own late SETs land first (each is bounded by the node timeout).
+            let _ = tokio::time::timeout(inner.config.node_timeout * 2, in_flight).await;
+        }
+        let n = inner.nodes.len();
+        let (key, token) = (state.key_arc(), state.token_copy());
+        let mut sent = quorum::send(
             &inner.nodes,
-            quorum::all(inner.nodes.len()),
+            quorum::all(n),
             inner.config.node_timeout,
-            Until::All,
-            |_, node| node.release(state.key(), state.token()),
-            |_| Vote::For,
-        )
-        .await;
+            |node| {
+                let key = key.clone();
+                async move { node.release(&key, token.as_str()).await }
+            },
+        );
+        let tally = quorum::count(&mut sent, n, Until::All, |_| Vote::For).await;
         if tally.for_ >= inner.quorum {
             Ok(())
         } else {

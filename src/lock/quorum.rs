@@ -3,10 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use std::future::Future;
+
+use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
+
+use tokio::task::JoinHandle;
 
 use crate::error::NodeError;
-use crate::node::{Node, NodeFuture};
+use crate::node::{Node, NodeFailure};
 
 /// One node's answer, as the caller classifies it.
 pub(crate) enum Vote {
@@ -40,9 +44,9 @@ impl Tally {
 /// How long to wait for the answers.
 #[derive(Clone, Copy)]
 pub(crate) enum Until {
-    /// Stop as soon as the outcome is certain: `quorum` votes for, or too few nodes left to
-    /// reach it. Requests still in flight are dropped; they were already written to their
-    /// connection, so anything sent to that node later is ordered after them.
+    /// Stop counting as soon as the outcome is certain: `quorum` votes for, or too few nodes
+    /// left to reach it. The requests still in flight stay in the stream; the caller lets
+    /// them finish in the background (the spec sends every request to every node).
     Decided { quorum: usize },
     /// Wait for every node (or its timeout).
     All,
@@ -60,33 +64,51 @@ pub(crate) const fn all(n: usize) -> u64 {
     }
 }
 
-/// Calls every node in `mask` in parallel, each bounded by `timeout`, and counts the votes.
-pub(crate) async fn fan_out<'a, T, C, V>(
-    nodes: &'a [(Arc<dyn Node>, Arc<str>)],
+/// One node's answer: its index, and its result or why it has none.
+pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
+
+/// Sends a request to every node in `mask` at once, each bounded by `timeout`.
+///
+/// The requests own their arguments (`'static`), so the ones still in flight when the
+/// outcome is decided can be driven to completion by a spawned task.
+pub(crate) fn send<T, C, F>(
+    nodes: &[(Arc<dyn Node>, Arc<str>)],
     mask: u64,
     timeout: Duration,
-    until: Until,
     call: C,
-    vote: V,
-) -> Tally
+) -> FuturesUnordered<impl Future<Output = Answer<T>> + Send + 'static>
 where
-    T: 'a,
-    C: Fn(usize, &'a dyn Node) -> NodeFuture<'a, T>,
-    V: Fn(T) -> Vote,
+    C: Fn(Arc<dyn Node>) -> F,
+    F: Future<Output = Result<T, NodeFailure>> + Send + 'static,
 {
-    let mut pending: FuturesUnordered<_> = nodes
+    nodes
         .iter()
         .enumerate()
         .filter(|(i, _)| mask & (1 << i) != 0)
-        .map(|(i, (node, _))| {
-            let fut = call(i, node.as_ref());
-            async move { (i, tokio::time::timeout(timeout, fut).await) }
+        .map(|(i, (node, name))| {
+            let fut = call(node.clone());
+            let name = name.clone();
+            async move {
+                match tokio::time::timeout(timeout, fut).await {
+                    Ok(Ok(v)) => (i, Ok(v)),
+                    Ok(Err(e)) => (i, Err(NodeError::from_source(i, name, e))),
+                    Err(_) => (i, Err(NodeError::timeout(i, name, timeout))),
+                }
+            }
         })
-        .collect();
+        .collect()
+}
+
+/// Counts the answers of `sent` (requests to `asked` nodes) until `until`.
+pub(crate) async fn count<T, S, V>(sent: &mut S, asked: usize, until: Until, vote: V) -> Tally
+where
+    S: Stream<Item = Answer<T>> + Unpin,
+    V: Fn(T) -> Vote,
+{
     let mut tally = Tally::default();
-    while let Some((i, answer)) = pending.next().await {
+    while let Some((i, answer)) = sent.next().await {
         match answer {
-            Ok(Ok(v)) => match vote(v) {
+            Ok(v) => match vote(v) {
                 Vote::For => {
                     tally.for_ += 1;
                     tally.for_mask |= 1 << i;
@@ -99,20 +121,33 @@ where
                     }
                 }
             },
-            Ok(Err(e)) => tally
-                .errors
-                .push(NodeError::from_source(i, nodes[i].1.clone(), e)),
-            Err(_) => tally
-                .errors
-                .push(NodeError::timeout(i, nodes[i].1.clone(), timeout)),
+            Err(e) => tally.errors.push(e),
         }
         if let Until::Decided { quorum } = until {
-            if tally.decided(mask.count_ones() as usize, quorum) {
+            if tally.decided(asked, quorum) {
                 break;
             }
         }
     }
     tally
+}
+
+/// Lets the requests still in flight finish in the background, so that every node gets
+/// every request even when the outcome was decided without it. The handle says when they
+/// are done (each is bounded by the node timeout).
+pub(crate) fn finish_in_background<F>(sent: FuturesUnordered<F>) -> Option<JoinHandle<()>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send,
+{
+    (!sent.is_empty()).then(|| tokio::spawn(sent.for_each(|_| async {})))
+}
+
+impl Tally {
+    /// The nodes whose request failed or timed out.
+    pub(crate) fn error_mask(&self) -> u64 {
+        self.errors.iter().fold(0, |m, e| m | 1 << e.node())
+    }
 }
 
 /// The quorum of `n` nodes: a strict majority.

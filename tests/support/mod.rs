@@ -1,0 +1,483 @@
+//! Test support: real `redis-server` masters on free loopback ports, and polling helpers.
+//!
+//! Every test starts its own masters (never a fixed port), so tests run in parallel. A
+//! server is killed by its own child pid when it is dropped, also when a test panics.
+
+#![allow(dead_code)]
+
+use std::fmt::Display;
+use std::future::Future;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::ops::Index;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use tower_redlock::{Redlock, RedlockBuilder, Retry};
+
+/// How long a server may take to answer its first PING.
+const START_DEADLINE: Duration = Duration::from_secs(10);
+/// How many fresh ports to try when another process takes ours between probe and start.
+const START_ATTEMPTS: usize = 5;
+/// The per-node timeout of the test clients: modest, but generous for a shared 2-core box.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+static SERVER_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// One `redis-server` master on 127.0.0.1, killed (by its own pid) on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    log: PathBuf,
+    child: Mutex<Option<Child>>,
+    /// A raw connection for assertions, made on first use (within the test's runtime).
+    raw: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl RedisServer {
+    /// Starts a master on a free port and waits until it answers.
+    pub fn start() -> Self {
+        ensure_redis_server();
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let log = log_path(port);
+            match spawn_and_wait(port, &log) {
+                Ok(child) => {
+                    return Self {
+                        port,
+                        log,
+                        child: Mutex::new(Some(child)),
+                        raw: Mutex::new(None),
+                    }
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_file(&log);
+                    last_error = e;
+                }
+            }
+        }
+        panic!("could not start redis-server after {START_ATTEMPTS} attempts: {last_error}");
+    }
+
+    /// The port it listens on (kept across `stop`/`restart`).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The name a `RedisNode` for this server reports (`host:port`).
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the server process is running.
+    pub fn is_running(&self) -> bool {
+        let mut guard = self.child.lock().unwrap();
+        match guard.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Freezes the server (`SIGSTOP`): its port still accepts connections, but nothing is
+    /// answered until [`RedisServer::thaw`] — a master that hangs rather than one that is
+    /// down. Do not query a frozen server.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Resumes a frozen server (`SIGCONT`).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let guard = self.child.lock().unwrap();
+        let pid = guard.as_ref().expect("the server is running").id();
+        let status = Command::new("sh")
+            .args(["-c", r#"kill -s "$0" "$1""#, sig, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {sig} {pid}: {status}");
+    }
+
+    /// Kills the server (its dataset is lost); the port is kept for `restart`.
+    pub fn stop(&self) {
+        *self.raw.lock().unwrap() = None;
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, with an empty dataset, and waits until it
+    /// answers.
+    pub fn restart(&self) {
+        self.stop();
+        let mut last_error = String::new();
+        // The old listening socket is gone once the process is reaped; a few attempts cover a
+        // slow kernel.
+        for _ in 0..START_ATTEMPTS {
+            match spawn_and_wait(self.port, &self.log) {
+                Ok(child) => {
+                    *self.child.lock().unwrap() = Some(child);
+                    return;
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        panic!(
+            "could not restart redis-server on port {}: {last_error}",
+            self.port
+        );
+    }
+
+    /// A fresh multiplexed connection for raw commands.
+    pub async fn conn(&self) -> MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("valid url")
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.url()))
+    }
+
+    /// Runs one raw command and parses the reply (over a cached connection; a broken one is
+    /// replaced once).
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let cached = self.raw.lock().unwrap().clone();
+        if let Some(mut conn) = cached {
+            match cmd.query_async(&mut conn).await {
+                Ok(v) => return v,
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => {}
+                Err(e) => panic!("{} on {}: {e}", describe(cmd), self.url()),
+            }
+        }
+        let mut conn = self.conn().await;
+        *self.raw.lock().unwrap() = Some(conn.clone());
+        cmd.query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{} on {}: {e}", describe(cmd), self.url()))
+    }
+
+    /// `GET key`.
+    pub async fn get(&self, key: &str) -> Option<String> {
+        self.query(redis::cmd("GET").arg(key)).await
+    }
+
+    /// `PTTL key` (-2: absent, -1: no expiry).
+    pub async fn pttl(&self, key: &str) -> i64 {
+        self.query(redis::cmd("PTTL").arg(key)).await
+    }
+
+    /// `SET key value NX [PX px]`; whether it was set.
+    pub async fn set_nx(&self, key: &str, value: &str, px: Option<u64>) -> bool {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key).arg(value).arg("NX");
+        if let Some(px) = px {
+            cmd.arg("PX").arg(px);
+        }
+        let reply: Option<String> = self.query(&cmd).await;
+        reply.is_some()
+    }
+
+    /// `DEL key`; whether it existed.
+    pub async fn del(&self, key: &str) -> bool {
+        let n: i64 = self.query(redis::cmd("DEL").arg(key)).await;
+        n == 1
+    }
+
+    /// `DBSIZE`.
+    pub async fn dbsize(&self) -> u64 {
+        self.query(&redis::cmd("DBSIZE")).await
+    }
+
+    /// `SCRIPT FLUSH`: the next `EVALSHA` answers `NOSCRIPT`.
+    pub async fn script_flush(&self) {
+        let _: String = self.query(redis::cmd("SCRIPT").arg("FLUSH")).await;
+    }
+
+    /// How many scripts of `shas` are in the script cache.
+    pub async fn scripts_cached(&self, shas: &[&str]) -> usize {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("EXISTS");
+        for sha in shas {
+            cmd.arg(*sha);
+        }
+        let exists: Vec<i64> = self.query(&cmd).await;
+        exists.iter().filter(|e| **e == 1).count()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// `k` independent masters.
+#[derive(Debug)]
+pub struct Masters {
+    servers: Vec<RedisServer>,
+}
+
+impl Masters {
+    /// Starts `k` masters concurrently.
+    pub fn start(k: usize) -> Self {
+        let servers = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..k).map(|_| s.spawn(RedisServer::start)).collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        Self { servers }
+    }
+
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
+        self.servers.iter()
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// A builder with every master, a 200 ms node timeout and no retries.
+    pub fn builder(&self) -> RedlockBuilder {
+        self.servers
+            .iter()
+            .fold(Redlock::builder(), |b, s| b.redis(&s.url()))
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+    }
+
+    /// A client over every master, with a 200 ms node timeout and no retries.
+    pub fn client(&self) -> Redlock {
+        self.builder().build().expect("valid test client")
+    }
+
+    /// `GET key` on every master.
+    pub async fn values(&self, key: &str) -> Vec<Option<String>> {
+        let mut out = Vec::with_capacity(self.len());
+        for s in &self.servers {
+            out.push(s.get(key).await);
+        }
+        out
+    }
+
+    /// `PTTL key` on every master.
+    pub async fn pttls(&self, key: &str) -> Vec<i64> {
+        let mut out = Vec::with_capacity(self.len());
+        for s in &self.servers {
+            out.push(s.pttl(key).await);
+        }
+        out
+    }
+
+    /// `DEL key` on the masters with the given indexes.
+    pub async fn del_on(&self, key: &str, which: &[usize]) {
+        for &i in which {
+            self.servers[i].del(key).await;
+        }
+    }
+
+    /// `DBSIZE` of every running master.
+    pub async fn dbsizes(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.len());
+        for s in &self.servers {
+            out.push(s.dbsize().await);
+        }
+        out
+    }
+
+    /// Whether no master holds `key`.
+    pub async fn absent_everywhere(&self, key: &str) -> bool {
+        self.values(key).await.iter().all(Option::is_none)
+    }
+
+    /// Whether every master holds `value` at `key`.
+    pub async fn everywhere(&self, key: &str, value: &str) -> bool {
+        self.values(key)
+            .await
+            .iter()
+            .all(|v| v.as_deref() == Some(value))
+    }
+
+    /// How many masters hold `value` at `key`.
+    pub async fn holding(&self, key: &str, value: &str) -> usize {
+        self.values(key)
+            .await
+            .iter()
+            .filter(|v| v.as_deref() == Some(value))
+            .count()
+    }
+}
+
+impl Index<usize> for Masters {
+    type Output = RedisServer;
+
+    fn index(&self, i: usize) -> &RedisServer {
+        &self.servers[i]
+    }
+}
+
+/// Polls `check` every 10 ms until it is true; panics with `what` after `within`.
+/// Returns how long it took.
+pub async fn eventually<F, Fut>(what: impl Display, within: Duration, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return start.elapsed();
+        }
+        if start.elapsed() > within {
+            panic!("timed out after {within:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether `s` looks like a lock token: 32 lowercase hex digits.
+pub fn is_token(s: &str) -> bool {
+    s.len() == 32
+        && s.bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn ensure_redis_server() {
+    static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let checked = CHECKED.get_or_init(|| {
+        match Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+        {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("`redis-server --version` exited with {s}")),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    if let Err(e) = checked {
+        panic!(
+            "these tests need `redis-server` on PATH ({e}); install it with \
+             `apt-get update && apt-get install -y redis-server`"
+        );
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn log_path(port: u16) -> PathBuf {
+    let n = SERVER_SEQ.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "tower-redlock-test-{}-{n}-{port}.log",
+        std::process::id()
+    ))
+}
+
+/// Spawns `redis-server` on `port` and waits until *this* process answers (a port race
+/// could put another server there: the answer must carry our child's pid).
+fn spawn_and_wait(port: u16, log: &PathBuf) -> Result<Child, String> {
+    let log_file = std::fs::File::create(log).map_err(|e| format!("create {log:?}: {e}"))?;
+    let mut child = Command::new("redis-server")
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--daemonize", "no"])
+        .args(["--protected-mode", "no"])
+        .args(["--loglevel", "warning"])
+        .args(["--logfile", ""])
+        .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+        .stdin(Stdio::null())
+        .stdout(log_file)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("spawn redis-server: {e}"))?;
+    let pid = child.id();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = Instant::now() + START_DEADLINE;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let out = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(format!(
+                "redis-server on port {port} exited with {status}: {}",
+                out.trim()
+            ));
+        }
+        match server_pid(addr) {
+            Some(p) if p == pid => return Ok(child),
+            Some(other) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "port {port} is taken by another redis-server (pid {other})"
+                ));
+            }
+            None => {}
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "redis-server on port {port} did not answer within {START_DEADLINE:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The `process_id` of the Redis server answering at `addr`, if one answers.
+fn server_pid(addr: SocketAddr) -> Option<u32> {
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    let mut writer = stream.try_clone().ok()?;
+    writer
+        .write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        .ok()?;
+    let mut reader = BufReader::new(stream);
+    let mut header = String::new();
+    reader.read_line(&mut header).ok()?;
+    // `$<len>\r\n` then the body; `-LOADING …` or anything else: not ready yet.
+    let len: usize = header.strip_prefix('$')?.trim().parse().ok()?;
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).ok()?;
+    let body = String::from_utf8_lossy(&body);
+    body.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+fn describe(cmd: &redis::Cmd) -> String {
+    cmd.args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => "<cursor>".to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -38,8 +38,11 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod error;
+pub mod http;
 pub mod lock;
 pub mod node;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use crate::error::{Error, ErrorKind, NodeError, Result};
 pub use crate::lock::{Lease, LeaseHandle, Redlock, RedlockBuilder, Retry, Scope};

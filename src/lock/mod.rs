@@ -264,6 +264,11 @@ impl Redlock {
         self.inner.nodes.len()
     }
 
+    /// Checks that `ttl` is usable with this client's drift allowance.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> crate::Result<Duration> {
+        self.inner.config.check_ttl(ttl)
+    }
+
     /// The retry policy [`Redlock::lock`] uses.
     pub fn default_retry(&self) -> Retry {
         self.inner.config.retry

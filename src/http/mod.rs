@@ -1,0 +1,80 @@
+//! Framework-neutral HTTP pieces shared by the tower/axum and actix-web glue.
+//!
+//! Nothing in this module depends on an HTTP framework or on either major
+//! version of the `http` crate: axum 0.8 speaks `http` 1.x while actix-web 4
+//! speaks `http` 0.2, so the glue for each framework adapts its own request
+//! type to the small [`RequestView`] trait and everything else is shared.
+//!
+//! # The flow
+//!
+//! ```text
+//! framework request ──▶ RequestView ──▶ KeyExtractor ──▶ LockKey ──▶ Redlock
+//!   (axum / actix)       (glue impl)     (built-ins,      (hashed,     (quorum
+//!                                         combinators,     prefixed)    lock)
+//!                                         closures)
+//! ```
+//!
+//! 1. The glue wraps the framework's request in a [`RequestView`]: method,
+//!    path, matched route, headers (raw bytes) and route parameters.
+//! 2. A [`KeyExtractor`] reads what it needs and answers with one of:
+//!    * `Ok(Some(key))`: lock this [`LockKey`] around the handler;
+//!    * `Ok(None)`: this request has no key, pass it through without a lock;
+//!    * `Err(rejection)`: the key is missing, empty, too long, malformed or
+//!      sent twice; the middleware answers `400 Bad Request` with a
+//!      problem+json body built from [`KeyRejection::title`] and
+//!      [`KeyRejection::detail`].
+//! 3. Extractors never hash on their own: they push *parts* (raw key material
+//!    and scope such as the route, the method or a tenant header) into a
+//!    [`KeyMaterial`], and the material is hashed once, at the end, into the
+//!    [`LockKey`] whose [`as_str`](LockKey::as_str) is the Redis resource
+//!    name. Raw keys never reach Redis, logs or `Debug` output.
+//!
+//! # Example
+//!
+//! ```
+//! use tower_redlock::http::{
+//!     IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest,
+//! };
+//!
+//! // The same Idempotency-Key on two routes takes two different locks,
+//! // and each tenant has its own key space.
+//! let extractor = IdempotencyKey::required()
+//!     .scoped_by_route()
+//!     .scoped_by_header("x-tenant-id")
+//!     .prefix("payments:");
+//!
+//! let req = SimpleRequest::new("POST", "/payments")
+//!     .route("/payments")
+//!     .header("x-tenant-id", "acme")
+//!     .header("idempotency-key", "\"8e03978e-40d5-43e8-bc93-6894a57f9324\"");
+//!
+//! let key = extractor.extract(&req).unwrap().unwrap();
+//! assert!(key.as_str().starts_with("payments:"));
+//! assert!(!key.as_str().contains("8e03978e")); // hashed, never raw
+//!
+//! // A request without the header is a 400.
+//! let bad = SimpleRequest::new("POST", "/payments").header("x-tenant-id", "acme");
+//! let rejection = extractor.extract(&bad).unwrap_err();
+//! assert_eq!(rejection.status(), 400);
+//! assert!(rejection.is_missing());
+//! ```
+
+// The middleware plumbing is used only by the framework glue.
+#![cfg_attr(not(feature = "tower"), allow(dead_code, unused_imports))]
+
+pub mod key;
+mod policy;
+mod rejection;
+
+pub(crate) use policy::{release, Decision};
+pub use policy::{
+    LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked, DEFAULT_TTL,
+};
+pub use rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
+
+pub use key::{
+    key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial, KeyRejection,
+    KeyRejectionKind, KeySource, LockKey, MethodPathKey, PathKey, Prefixed, RequestView,
+    RouteParamKey, ScopedBy, ScopedByHeader, ScopedByMethod, ScopedByRoute, SimpleRequest,
+    DEFAULT_KEY_PREFIX, DEFAULT_MAX_KEY_LEN,
+};

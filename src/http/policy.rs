@@ -1,0 +1,321 @@
+//! What the middleware does: which key, how long, what to do on contention, on an
+//! unreachable quorum, and when to release. Shared by the tower and actix-web glue.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::key::{KeyExtractor, LockKey, RequestView};
+use super::rejection::{ProblemJson, Rejection, RejectionResponse, Responder};
+use crate::{Lease, Redlock, Retry};
+
+/// What to do when another request holds the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnContention {
+    /// Answer `409 Conflict` at once, with `Retry-After` (the default).
+    Reject,
+    /// Retry with jitter until the lock is acquired or `max_wait` has passed, then `409`.
+    /// The wait never exceeds `max_wait`.
+    Wait {
+        /// The longest a request waits for the lock.
+        max_wait: Duration,
+        /// The base pause between tries (plus a random jitter of up to half of it).
+        delay: Duration,
+    },
+}
+
+/// What to do when the lock quorum is unreachable (nodes down or timing out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUnavailable {
+    /// Answer `503 Service Unavailable` with `Retry-After` (the default): never run
+    /// unprotected.
+    FailClosed,
+    /// Run the handler without the lock; it sees an [`Unlocked`] marker in the request
+    /// extensions. For endpoints where availability matters more than exclusion.
+    FailOpen,
+}
+
+/// When the lock is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOn {
+    /// When the handler has produced the response (head and body value), before the
+    /// response is returned (the default).
+    Response,
+    /// When the response body has been fully sent (for streaming bodies whose production
+    /// must stay exclusive).
+    BodyEnd,
+}
+
+/// A request-extension marker: the handler runs **without** the lock because the quorum
+/// was unreachable and the policy is [`OnUnavailable::FailOpen`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unlocked;
+
+/// The complete middleware configuration, shared by [`RedlockLayer`](crate::tower::RedlockLayer)
+/// and the actix-web middleware. Cheap to clone.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+/// use std::time::Duration;
+/// use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+/// use tower_redlock::Redlock;
+///
+/// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required().scoped_by_route())
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2)) // wait up to 2 s instead of answering 409 at once
+///     .fail_open()                  // run unlocked when Redis is down
+///     .release_on_body_end()
+///     .build()?;
+/// assert_eq!(policy.ttl(), Duration::from_secs(10));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockPolicy {
+    inner: Arc<PolicyInner>,
+}
+
+struct PolicyInner {
+    redlock: Redlock,
+    extractor: Box<dyn KeyExtractor>,
+    ttl: Duration,
+    contention: OnContention,
+    unavailable: OnUnavailable,
+    unavailable_retry_after: Duration,
+    release: ReleaseOn,
+    keep_alive: bool,
+    responder: Box<dyn Responder>,
+}
+
+impl fmt::Debug for LockPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = &*self.inner;
+        f.debug_struct("LockPolicy")
+            .field("redlock", &p.redlock)
+            .field("ttl", &p.ttl)
+            .field("contention", &p.contention)
+            .field("unavailable", &p.unavailable)
+            .field("release", &p.release)
+            .field("keep_alive", &p.keep_alive)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`LockPolicy`]; see there.
+pub struct LockPolicyBuilder {
+    inner: PolicyInner,
+}
+
+impl fmt::Debug for LockPolicyBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockPolicyBuilder")
+            .field("ttl", &self.inner.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default lock ttl of the middleware.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+impl LockPolicy {
+    /// Starts a policy that locks the key `extractor` derives, on `redlock`'s nodes.
+    ///
+    /// Defaults: ttl 30 s, kept alive while the handler runs; `409` at once on contention;
+    /// `503` when the quorum is unreachable (`Retry-After: 1`); release when the response
+    /// is produced; problem+json rejections.
+    pub fn builder(redlock: Redlock, extractor: impl KeyExtractor) -> LockPolicyBuilder {
+        LockPolicyBuilder {
+            inner: PolicyInner {
+                redlock,
+                extractor: Box::new(extractor),
+                ttl: DEFAULT_TTL,
+                contention: OnContention::Reject,
+                unavailable: OnUnavailable::FailClosed,
+                unavailable_retry_after: Duration::from_secs(1),
+                release: ReleaseOn::Response,
+                keep_alive: true,
+                responder: Box::new(ProblemJson),
+            },
+        }
+    }
+
+    /// The lock ttl.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// When the lock is released.
+    pub fn release_on(&self) -> ReleaseOn {
+        self.inner.release
+    }
+
+    /// The Redlock client.
+    pub fn redlock(&self) -> &Redlock {
+        &self.inner.redlock
+    }
+
+    /// Step 1, synchronous: the request's key, or the answer for a bad key.
+    pub(crate) fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, RejectionResponse> {
+        self.inner.extractor.extract(req).map_err(|k| {
+            tracing::debug!(rejection = %k, "lock key rejected");
+            self.inner.responder.respond(&Rejection::bad_key(k))
+        })
+    }
+
+    /// Step 2: take the lock for `key` according to the policy.
+    pub(crate) async fn acquire(self, key: LockKey) -> Decision {
+        let p = &*self.inner;
+        let retry = match p.contention {
+            OnContention::Reject => Retry::never(),
+            OnContention::Wait { max_wait, delay } => {
+                Retry::until(max_wait).delay(delay).jitter(delay / 2)
+            }
+        };
+        let started = Instant::now();
+        match p.redlock.lock_with(key.as_str(), p.ttl, retry).await {
+            Ok(mut lease) => {
+                if p.keep_alive {
+                    lease.keep_alive();
+                }
+                tracing::debug!(key = %key, elapsed = ?started.elapsed(), "lock acquired");
+                Decision::Locked(lease)
+            }
+            Err(e) if e.is_unavailable() && p.unavailable == OnUnavailable::FailOpen => {
+                tracing::warn!(key = %key, error = %e, "lock quorum unreachable; running unlocked (fail-open)");
+                Decision::Unlocked
+            }
+            Err(e) => {
+                if e.is_contended() {
+                    tracing::debug!(key = %key, elapsed = ?started.elapsed(), held_by = e.held_by(), "lock contended");
+                } else if e.is_invalid_input() {
+                    tracing::error!(key = %key, error = %e, "lock call rejected: fix the lock policy");
+                } else {
+                    tracing::warn!(key = %key, error = %e, "lock quorum unreachable");
+                }
+                let rejection = Rejection::from_lock_error(e, p.unavailable_retry_after);
+                Decision::Reject(p.responder.respond(&rejection))
+            }
+        }
+    }
+}
+
+/// The outcome of [`LockPolicy::acquire`].
+pub(crate) enum Decision {
+    /// Run the handler holding this lease.
+    Locked(Lease),
+    /// Run the handler without a lock (fail-open).
+    Unlocked,
+    /// Answer with this instead of running the handler.
+    Reject(RejectionResponse),
+}
+
+/// Releases a lease and logs the outcome (used by both glues).
+pub(crate) async fn release(lease: Lease) {
+    let started = Instant::now();
+    let resource = tracing::enabled!(tracing::Level::DEBUG).then(|| lease.resource().to_owned());
+    let result = lease.release().await;
+    if let Some(resource) = resource {
+        match result {
+            Ok(()) => {
+                tracing::debug!(key = %resource, elapsed = ?started.elapsed(), "lock released")
+            }
+            Err(e) => {
+                tracing::debug!(key = %resource, error = %e, "release incomplete; the lock expires with its ttl")
+            }
+        }
+    }
+}
+
+impl LockPolicyBuilder {
+    /// The lock ttl (default 30 s). With keep-alive on, the lock is extended about every
+    /// ttl/3 while the handler runs, so the ttl bounds how long a crashed replica blocks
+    /// the key, not how long a handler may run.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.inner.ttl = ttl;
+        self
+    }
+
+    /// Wait up to `max_wait` for a contended key (trying about every 50 ms) instead of
+    /// answering `409` at once.
+    pub fn wait(self, max_wait: Duration) -> Self {
+        self.on_contention(OnContention::Wait {
+            max_wait,
+            delay: Duration::from_millis(50),
+        })
+    }
+
+    /// What to do on contention.
+    pub fn on_contention(mut self, policy: OnContention) -> Self {
+        self.inner.contention = policy;
+        self
+    }
+
+    /// Run the handler unlocked when the quorum is unreachable (see
+    /// [`OnUnavailable::FailOpen`]).
+    pub fn fail_open(self) -> Self {
+        self.on_unavailable(OnUnavailable::FailOpen)
+    }
+
+    /// What to do when the quorum is unreachable.
+    pub fn on_unavailable(mut self, policy: OnUnavailable) -> Self {
+        self.inner.unavailable = policy;
+        self
+    }
+
+    /// The `Retry-After` of a `503` (default 1 s, rounded up to whole seconds).
+    pub fn unavailable_retry_after(mut self, after: Duration) -> Self {
+        self.inner.unavailable_retry_after = after;
+        self
+    }
+
+    /// Hold the lock until the response body has been fully sent.
+    pub fn release_on_body_end(self) -> Self {
+        self.release_on(ReleaseOn::BodyEnd)
+    }
+
+    /// When to release the lock.
+    pub fn release_on(mut self, release: ReleaseOn) -> Self {
+        self.inner.release = release;
+        self
+    }
+
+    /// Whether to extend the lock while the handler runs (default on).
+    pub fn keep_alive(mut self, on: bool) -> Self {
+        self.inner.keep_alive = on;
+        self
+    }
+
+    /// Replace the problem+json rejections with your own responses.
+    pub fn responder(mut self, responder: impl Responder) -> Self {
+        self.inner.responder = Box::new(responder);
+        self
+    }
+
+    /// The policy without checks: for the defaults, which are valid.
+    pub(crate) fn build_default(self) -> LockPolicy {
+        LockPolicy {
+            inner: Arc::new(self.inner),
+        }
+    }
+
+    /// Builds the policy, or says what to fix.
+    pub fn build(self) -> crate::Result<LockPolicy> {
+        let p = &self.inner;
+        // The same check a lock call makes, up front.
+        p.redlock.check_ttl(p.ttl)?;
+        if let OnContention::Wait { max_wait, delay } = p.contention {
+            if max_wait.is_zero() {
+                return Err(crate::Error::invalid(
+                    "the maximum wait must be greater than zero (use OnContention::Reject to not wait)",
+                ));
+            }
+            if delay.is_zero() {
+                return Err(crate::Error::invalid(
+                    "the delay between tries must be greater than zero",
+                ));
+            }
+        }
+        Ok(LockPolicy {
+            inner: Arc::new(self.inner),
+        })
+    }
+}

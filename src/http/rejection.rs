@@ -1,0 +1,307 @@
+//! The answers the middleware gives for itself: `400`, `409`, `503`, as
+//! `application/problem+json` (RFC 9457) bodies that the user can replace.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::key::KeyRejection;
+
+/// Why the middleware answered instead of the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectionKind {
+    /// The request's key is missing, empty, too long, malformed or duplicated: `400`.
+    BadKey,
+    /// Another request holds the key (and waiting, if enabled, timed out): `409`.
+    Contended,
+    /// The lock quorum is unreachable and the policy fails closed: `503`.
+    Unavailable,
+    /// The lock call was rejected as invalid (a misconfigured ttl): `500`.
+    Misconfigured,
+}
+
+/// A rejection: what went wrong, with the details a responder may use.
+#[derive(Debug)]
+pub struct Rejection {
+    kind: RejectionKind,
+    retry_after: Option<Duration>,
+    key: Option<KeyRejection>,
+    error: Option<crate::Error>,
+}
+
+impl Rejection {
+    pub(crate) fn bad_key(key: KeyRejection) -> Self {
+        Self {
+            kind: RejectionKind::BadKey,
+            retry_after: None,
+            key: Some(key),
+            error: None,
+        }
+    }
+
+    pub(crate) fn from_lock_error(error: crate::Error, unavailable_retry: Duration) -> Self {
+        let (kind, retry_after) = if error.is_contended() {
+            // A holder without an expiry (a foreign plain SET) gives no hint: say 1 s.
+            (
+                RejectionKind::Contended,
+                Some(error.retry_after().unwrap_or(Duration::from_secs(1))),
+            )
+        } else if error.is_invalid_input() {
+            (RejectionKind::Misconfigured, None)
+        } else {
+            (RejectionKind::Unavailable, Some(unavailable_retry))
+        };
+        Self {
+            kind,
+            retry_after,
+            key: None,
+            error: Some(error),
+        }
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> RejectionKind {
+        self.kind
+    }
+
+    /// The HTTP status: 400, 409, 503 or 500.
+    pub fn status(&self) -> u16 {
+        match self.kind {
+            RejectionKind::BadKey => 400,
+            RejectionKind::Contended => 409,
+            RejectionKind::Unavailable => 503,
+            RejectionKind::Misconfigured => 500,
+        }
+    }
+
+    /// The `Retry-After` value in whole seconds: the holder's remaining ttl rounded **up**,
+    /// at least 1. `None` for 400 and 500.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(|d| {
+            let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+            secs.max(1)
+        })
+    }
+
+    /// The key rejection behind a `400`.
+    pub fn key_rejection(&self) -> Option<&KeyRejection> {
+        self.key.as_ref()
+    }
+
+    /// The lock error behind a `409`, `503` or `500`.
+    pub fn lock_error(&self) -> Option<&crate::Error> {
+        self.error.as_ref()
+    }
+
+    /// A short, human-readable summary.
+    pub fn title(&self) -> &'static str {
+        match self.kind {
+            RejectionKind::BadKey => self.key.as_ref().map_or("Bad lock key", |k| k.title()),
+            RejectionKind::Contended => "Request in progress",
+            RejectionKind::Unavailable => "Lock service unavailable",
+            RejectionKind::Misconfigured => "Lock misconfigured",
+        }
+    }
+
+    /// An explanation for the client. Never contains the raw key or node addresses.
+    pub fn detail(&self) -> String {
+        match self.kind {
+            RejectionKind::BadKey => self
+                .key
+                .as_ref()
+                .map_or_else(|| "the lock key is invalid".to_owned(), |k| k.detail()),
+            RejectionKind::Contended => format!(
+                "another request with the same key is being processed; retry after {} s",
+                self.retry_after_secs().unwrap_or(1)
+            ),
+            RejectionKind::Unavailable => {
+                "the lock service could not reach a quorum; retry later".to_owned()
+            }
+            RejectionKind::Misconfigured => "the server's lock configuration is invalid".to_owned(),
+        }
+    }
+
+    /// A stable identifier for the problem type, used as the `type` member (a relative URI
+    /// reference, as RFC 9457 allows).
+    pub fn type_uri(&self) -> &'static str {
+        match self.kind {
+            RejectionKind::BadKey => match &self.key {
+                Some(k) => match k.code() {
+                    "key-missing" => "/problems/lock-key-missing",
+                    "key-empty" => "/problems/lock-key-empty",
+                    "key-too-long" => "/problems/lock-key-too-long",
+                    "key-duplicate" => "/problems/lock-key-duplicate",
+                    _ => "/problems/lock-key-malformed",
+                },
+                None => "/problems/lock-key-malformed",
+            },
+            RejectionKind::Contended => "/problems/lock-contended",
+            RejectionKind::Unavailable => "/problems/lock-unavailable",
+            RejectionKind::Misconfigured => "/problems/lock-misconfigured",
+        }
+    }
+
+    /// The default answer: an `application/problem+json` body with `type`, `title`,
+    /// `status` and `detail` (plus `retry_after` for 409 and 503), and a `Retry-After`
+    /// header for 409 and 503.
+    pub fn to_problem_json(&self) -> RejectionResponse {
+        let mut body = String::with_capacity(192);
+        body.push_str("{\"type\":");
+        json_string(&mut body, self.type_uri());
+        body.push_str(",\"title\":");
+        json_string(&mut body, self.title());
+        body.push_str(",\"status\":");
+        body.push_str(&self.status().to_string());
+        body.push_str(",\"detail\":");
+        json_string(&mut body, &self.detail());
+        if let Some(secs) = self.retry_after_secs() {
+            body.push_str(",\"retry_after\":");
+            body.push_str(&secs.to_string());
+        }
+        body.push('}');
+        RejectionResponse {
+            status: self.status(),
+            content_type: "application/problem+json",
+            retry_after: self.retry_after_secs(),
+            body: Bytes::from(body),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.status(), self.title(), self.detail())
+    }
+}
+
+/// Appends `s` as a JSON string literal.
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// A framework-neutral response: what the glue turns into an axum or actix-web response.
+#[derive(Debug, Clone)]
+pub struct RejectionResponse {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The `Content-Type` header.
+    pub content_type: &'static str,
+    /// The `Retry-After` header, in seconds.
+    pub retry_after: Option<u64>,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// Turns a [`Rejection`] into a response. The default is [`ProblemJson`]; closures
+/// `Fn(&Rejection) -> RejectionResponse` are responders too.
+///
+/// ```
+/// use tower_redlock::http::{Rejection, RejectionResponse, Responder};
+///
+/// let plain = |r: &Rejection| RejectionResponse {
+///     status: r.status(),
+///     content_type: "text/plain; charset=utf-8",
+///     retry_after: r.retry_after_secs(),
+///     body: r.detail().into(),
+/// };
+/// fn is_responder(_: &impl Responder) {}
+/// is_responder(&plain);
+/// ```
+pub trait Responder: Send + Sync + 'static {
+    /// The response for `rejection`.
+    fn respond(&self, rejection: &Rejection) -> RejectionResponse;
+}
+
+impl<F> Responder for F
+where
+    F: Fn(&Rejection) -> RejectionResponse + Send + Sync + 'static,
+{
+    fn respond(&self, rejection: &Rejection) -> RejectionResponse {
+        self(rejection)
+    }
+}
+
+/// The default responder: RFC 9457 `application/problem+json`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProblemJson;
+
+impl Responder for ProblemJson {
+    fn respond(&self, rejection: &Rejection) -> RejectionResponse {
+        rejection.to_problem_json()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::key::KeySource;
+
+    fn contended(retry: Duration) -> Rejection {
+        Rejection {
+            kind: RejectionKind::Contended,
+            retry_after: Some(retry),
+            key: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(
+            contended(Duration::from_millis(1)).retry_after_secs(),
+            Some(1)
+        );
+        assert_eq!(contended(Duration::ZERO).retry_after_secs(), Some(1));
+        assert_eq!(
+            contended(Duration::from_millis(1000)).retry_after_secs(),
+            Some(1)
+        );
+        assert_eq!(
+            contended(Duration::from_millis(1001)).retry_after_secs(),
+            Some(2)
+        );
+        assert_eq!(
+            contended(Duration::from_millis(29_400)).retry_after_secs(),
+            Some(30)
+        );
+    }
+
+    #[test]
+    fn problem_json_is_valid_json_with_the_fields() {
+        let r = Rejection::bad_key(KeyRejection::missing(KeySource::header("idempotency-key")));
+        let p = r.to_problem_json();
+        assert_eq!(p.status, 400);
+        assert_eq!(p.content_type, "application/problem+json");
+        assert_eq!(p.retry_after, None);
+        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(v["status"], 400);
+        assert_eq!(v["type"], "/problems/lock-key-missing");
+        assert!(v["detail"].as_str().unwrap().contains("idempotency-key"));
+
+        let p = contended(Duration::from_millis(2500)).to_problem_json();
+        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!((p.status, p.retry_after), (409, Some(3)));
+        assert_eq!(v["retry_after"], 3);
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        let mut s = String::new();
+        json_string(&mut s, "a\"b\\c\n\u{1}");
+        assert_eq!(s, r#""a\"b\\c\n\u0001""#);
+    }
+}

@@ -1,0 +1,138 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project::pin_project;
+
+use crate::Lease;
+
+/// The response body of [`RedlockService`](super::RedlockService): the inner body (holding
+/// the lease until its end when the policy releases at body end), or a rejection's body.
+///
+/// With release at body end, the end of the stream is reported only once the release has
+/// completed, so a client that has read the whole response finds the key free. Dropping the
+/// body early spawns the release in the background.
+#[pin_project]
+pub struct ResponseBody<B> {
+    #[pin]
+    kind: Kind<B>,
+}
+
+#[pin_project(project = KindProj)]
+enum Kind<B> {
+    Inner {
+        #[pin]
+        body: B,
+        lease: Option<Lease>,
+        releasing: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    },
+    Rejection {
+        body: Option<Bytes>,
+    },
+}
+
+impl<B> ResponseBody<B> {
+    pub(crate) fn new(body: B, lease: Option<Lease>) -> Self {
+        Self {
+            kind: Kind::Inner {
+                body,
+                lease,
+                releasing: None,
+            },
+        }
+    }
+
+    pub(crate) fn rejection(body: Bytes) -> Self {
+        Self {
+            kind: Kind::Rejection { body: Some(body) },
+        }
+    }
+
+    /// Whether this body still holds a lock (released at the body's end).
+    pub fn holds_lock(&self) -> bool {
+        matches!(
+            &self.kind,
+            Kind::Inner { lease: Some(_), .. }
+                | Kind::Inner {
+                    releasing: Some(_),
+                    ..
+                }
+        )
+    }
+}
+
+impl<B> std::fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseBody")
+            .field("holds_lock", &self.holds_lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Rejection { body } => {
+                Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
+            }
+            KindProj::Inner {
+                body,
+                lease,
+                releasing,
+            } => {
+                if releasing.is_none() {
+                    match ready!(body.poll_frame(cx)) {
+                        Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
+                        Some(Err(e)) => {
+                            // Dropping the lease spawns its release.
+                            lease.take();
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                        None => match lease.take() {
+                            Some(l) => *releasing = Some(Box::pin(crate::http::release(l))),
+                            None => return Poll::Ready(None),
+                        },
+                    }
+                }
+                if let Some(r) = releasing.as_mut() {
+                    ready!(r.as_mut().poll(cx));
+                    *releasing = None;
+                }
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Rejection { body } => body.is_none(),
+            // While a lease is held, the end must be polled so that it is released.
+            Kind::Inner {
+                body,
+                lease,
+                releasing,
+            } => lease.is_none() && releasing.is_none() && body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Rejection { body } => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            Kind::Inner { body, .. } => body.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The lease as an axum extractor (feature `axum`).
+
+use std::convert::Infallible;
+
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
+
+use crate::LeaseHandle;
+
+/// `LeaseHandle` is an axum extractor: the lock [`RedlockLayer`](super::RedlockLayer) holds
+/// for this request. Use `Option<LeaseHandle>` where the request may run without a lock
+/// (an optional key, or fail-open).
+///
+/// ```
+/// use tower_redlock::LeaseHandle;
+///
+/// async fn handler(lease: LeaseHandle) -> String {
+///     format!("{} valid for {:?}", lease.resource(), lease.validity())
+/// }
+/// async fn maybe_locked(lease: Option<LeaseHandle>) -> &'static str {
+///     if lease.is_some() { "locked" } else { "unlocked" }
+/// }
+/// # let _ = axum::Router::<()>::new()
+/// #     .route("/a", axum::routing::post(handler))
+/// #     .route("/b", axum::routing::post(maybe_locked));
+/// ```
+impl<S: Send + Sync> FromRequestParts<S> for LeaseHandle {
+    type Rejection = MissingLease;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<LeaseHandle>()
+            .cloned()
+            .ok_or(MissingLease)
+    }
+}
+
+impl<S: Send + Sync> OptionalFromRequestParts<S> for LeaseHandle {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<LeaseHandle>().cloned())
+    }
+}
+
+/// The rejection of the [`LeaseHandle`] extractor when no lock is held for the request: the
+/// route is not behind a `RedlockLayer`, the request had no key, or the layer failed open.
+/// Answers `500` (a server misconfiguration, not the client's fault).
+#[derive(Debug, Clone, Copy)]
+pub struct MissingLease;
+
+impl std::fmt::Display for MissingLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "no lock is held for this request: the route is not behind a RedlockLayer, \
+             the request had no key, or the layer failed open",
+        )
+    }
+}
+
+impl std::error::Error for MissingLease {}
+
+impl IntoResponse for MissingLease {
+    fn into_response(self) -> Response {
+        let body = format!(
+            "{{\"type\":\"/problems/lock-missing\",\"title\":\"No lock held\",\"status\":500,\"detail\":\"{self}\"}}"
+        );
+        (
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            [(http::header::CONTENT_TYPE, "application/problem+json")],
+            body,
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,207 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::Body;
+use pin_project::pin_project;
+use tower_service::Service;
+
+use super::ResponseBody;
+use crate::http::{Decision, RejectionResponse, Unlocked};
+use crate::Lease;
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// The response future of [`RedlockService`](super::RedlockService).
+///
+/// Dropping it (a cancelled request) drops the lease, whose release is then spawned in the
+/// background.
+#[pin_project]
+pub struct ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    #[pin]
+    state: State<S, ReqBody>,
+}
+
+#[pin_project(project = StateProj)]
+enum State<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    Rejected {
+        response: Option<RejectionResponse>,
+    },
+    Acquiring {
+        acquire: BoxFuture<Decision>,
+        inner: Option<S>,
+        req: Option<Request<ReqBody>>,
+        release_at_body_end: bool,
+    },
+    Calling {
+        #[pin]
+        fut: S::Future,
+        lease: Option<Lease>,
+        release_at_body_end: bool,
+    },
+    Releasing {
+        release: BoxFuture<()>,
+        result: Option<Result<S::Response, S::Error>>,
+    },
+}
+
+impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Rejected { .. } => "rejected",
+            State::Acquiring { .. } => "acquiring",
+            State::Calling { .. } => "calling",
+            State::Releasing { .. } => "releasing",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    pub(crate) fn rejected(response: RejectionResponse) -> Self {
+        Self {
+            state: State::Rejected {
+                response: Some(response),
+            },
+        }
+    }
+
+    pub(crate) fn pass(fut: S::Future) -> Self {
+        Self {
+            state: State::Calling {
+                fut,
+                lease: None,
+                release_at_body_end: false,
+            },
+        }
+    }
+
+    pub(crate) fn acquiring(
+        acquire: BoxFuture<Decision>,
+        inner: S,
+        req: Request<ReqBody>,
+        release_at_body_end: bool,
+    ) -> Self {
+        Self {
+            state: State::Acquiring {
+                acquire,
+                inner: Some(inner),
+                req: Some(req),
+                release_at_body_end,
+            },
+        }
+    }
+}
+
+/// Turns a neutral rejection into an `http` 1.x response.
+pub(crate) fn rejection_response<B>(r: RejectionResponse) -> Response<ResponseBody<B>> {
+    let mut res = Response::new(ResponseBody::rejection(r.body));
+    *res.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = res.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(r.content_type),
+    );
+    if let Some(secs) = r.retry_after {
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    res
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body,
+    ResBody::Data: From<Bytes>,
+{
+    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Rejected { response } => {
+                    let r = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(rejection_response(r)));
+                }
+                StateProj::Acquiring {
+                    acquire,
+                    inner,
+                    req,
+                    release_at_body_end,
+                } => {
+                    let decision = ready!(acquire.as_mut().poll(cx));
+                    let mut req = req.take().expect("polled after completion");
+                    let mut inner = inner.take().expect("polled after completion");
+                    let lease = match decision {
+                        Decision::Reject(r) => {
+                            this.state.set(State::Rejected { response: Some(r) });
+                            continue;
+                        }
+                        Decision::Locked(lease) => {
+                            req.extensions_mut().insert(lease.handle());
+                            Some(lease)
+                        }
+                        Decision::Unlocked => {
+                            req.extensions_mut().insert(Unlocked);
+                            None
+                        }
+                    };
+                    let release_at_body_end = *release_at_body_end;
+                    let fut = inner.call(req);
+                    this.state.set(State::Calling {
+                        fut,
+                        lease,
+                        release_at_body_end,
+                    });
+                }
+                StateProj::Calling {
+                    fut,
+                    lease,
+                    release_at_body_end,
+                } => {
+                    let result = ready!(fut.poll(cx));
+                    match (lease.take(), result) {
+                        (None, result) => {
+                            return Poll::Ready(
+                                result.map(|res| res.map(|b| ResponseBody::new(b, None))),
+                            );
+                        }
+                        (Some(lease), Ok(res)) if *release_at_body_end => {
+                            return Poll::Ready(Ok(res.map(|b| ResponseBody::new(b, Some(lease)))));
+                        }
+                        (Some(lease), result) => {
+                            // Release before answering, so a client that retries the moment
+                            // it has the answer finds the key free.
+                            this.state.set(State::Releasing {
+                                release: Box::pin(crate::http::release(lease)),
+                                result: Some(result),
+                            });
+                        }
+                    }
+                }
+                StateProj::Releasing { release, result } => {
+                    ready!(release.as_mut().poll(cx));
+                    let result = result.take().expect("polled after completion");
+                    return Poll::Ready(result.map(|res| res.map(|b| ResponseBody::new(b, None))));
+                }
+            }
+        }
+    }
+}

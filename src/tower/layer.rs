@@ -1,0 +1,65 @@
+use tower_layer::Layer;
+
+use super::RedlockService;
+use crate::http::{KeyExtractor, LockPolicy};
+use crate::Redlock;
+
+/// Applies [`RedlockService`] to a service: lock a key per request. See the
+/// [module docs](crate::tower).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+/// use std::time::Duration;
+/// use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+/// use tower_redlock::{tower::RedlockLayer, Redlock};
+///
+/// let redlock = Redlock::in_memory();
+/// // Defaults: ttl 30 s kept alive, 409 at once, 503 when Redis is down.
+/// let simple = RedlockLayer::new(redlock.clone(), IdempotencyKey::required());
+/// // Or a full policy:
+/// let waiting = RedlockLayer::with_policy(
+///     LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
+///         .wait(Duration::from_secs(2))
+///         .build()?,
+/// );
+/// # let _ = (simple, waiting);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedlockLayer {
+    policy: LockPolicy,
+}
+
+impl RedlockLayer {
+    /// A layer locking the key `extractor` derives, on `redlock`'s nodes, with the default
+    /// [`LockPolicy`].
+    pub fn new(redlock: Redlock, extractor: impl KeyExtractor) -> Self {
+        Self {
+            policy: LockPolicy::builder(redlock, extractor).build_default(),
+        }
+    }
+
+    /// A layer with a configured policy.
+    pub fn with_policy(policy: LockPolicy) -> Self {
+        Self { policy }
+    }
+
+    /// The layer's policy.
+    pub fn policy(&self) -> &LockPolicy {
+        &self.policy
+    }
+}
+
+impl From<LockPolicy> for RedlockLayer {
+    fn from(policy: LockPolicy) -> Self {
+        Self::with_policy(policy)
+    }
+}
+
+impl<S> Layer<S> for RedlockLayer {
+    type Service = RedlockService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RedlockService::new(inner, self.policy.clone())
+    }
+}

@@ -1,0 +1,77 @@
+//! [`RedlockLayer`]: the tower middleware (axum, hyper, tonic — anything on `http` 1.x).
+//!
+//! For each request the layer derives a lock key with the policy's
+//! [`KeyExtractor`](crate::http::KeyExtractor), takes the quorum lock before the inner
+//! service runs, and releases it after — when the response is produced, or when its body has
+//! been fully sent. When it cannot lock it answers for itself:
+//!
+//! | situation | answer |
+//! | --- | --- |
+//! | key held by another request | `409 Conflict`, `Retry-After` = holder's remaining ttl (s, rounded up, ≥ 1) |
+//! | waiting enabled, deadline passed | `409` with `Retry-After` |
+//! | quorum unreachable | `503`, `Retry-After`; or run unlocked (fail-open) |
+//! | required key missing, malformed, too long | `400` |
+//! | extractor returns "no key" | pass through without a lock |
+//!
+//! Rejections are `application/problem+json` bodies, replaceable with
+//! [`LockPolicyBuilder::responder`](crate::http::LockPolicyBuilder::responder). The inner
+//! error type is unchanged (axum's `Infallible` holds). The handler sees the lease as a
+//! [`LeaseHandle`](crate::LeaseHandle) in the request extensions (and, with the `axum`
+//! feature, as an extractor). If the request is cancelled, the lock is released in the
+//! background.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use axum::{routing::post, Json, Router};
+//! use tower_redlock::http::IdempotencyKey;
+//! use tower_redlock::tower::RedlockLayer;
+//! use tower_redlock::{LeaseHandle, Redlock};
+//!
+//! async fn pay(lease: LeaseHandle) -> Json<String> {
+//!     Json(format!("charged under lock {}", lease.resource()))
+//! }
+//!
+//! let redlock = Redlock::in_memory(); // Redlock::new([url1, url2, url3])? in production
+//! let app: Router = Router::new()
+//!     .route("/payments", post(pay))
+//!     .layer(RedlockLayer::new(redlock, IdempotencyKey::required()));
+//! # let _ = app;
+//! # }
+//! ```
+
+mod body;
+#[cfg(feature = "axum")]
+mod extract;
+mod future;
+mod layer;
+mod service;
+mod view;
+
+pub use self::body::ResponseBody;
+#[cfg(feature = "axum")]
+pub use self::extract::MissingLease;
+pub use self::future::ResponseFuture;
+pub use self::layer::RedlockLayer;
+pub use self::service::RedlockService;
+pub use self::view::HttpRequestView;
+
+#[cfg(test)]
+mod assertions {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+
+    #[test]
+    fn middleware_types_are_send_and_sync() {
+        type Inner = tower::util::BoxCloneSyncService<
+            http::Request<String>,
+            http::Response<String>,
+            std::convert::Infallible,
+        >;
+        send_sync::<RedlockLayer>();
+        send_sync::<RedlockService<Inner>>();
+        send::<ResponseFuture<Inner, String>>();
+        send::<ResponseBody<String>>();
+    }
+}

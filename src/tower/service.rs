@@ -1,0 +1,80 @@
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use super::{HttpRequestView, ResponseBody, ResponseFuture};
+use crate::http::{LockPolicy, ReleaseOn};
+
+/// The middleware service of [`RedlockLayer`](super::RedlockLayer).
+#[derive(Debug, Clone)]
+pub struct RedlockService<S> {
+    inner: S,
+    policy: LockPolicy,
+}
+
+impl<S> RedlockService<S> {
+    /// Wraps `inner` with `policy`.
+    pub fn new(inner: S, policy: LockPolicy) -> Self {
+        Self { inner, policy }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RedlockService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqBody: Send + 'static,
+    ResBody: Body,
+    ResBody::Data: From<Bytes>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let (mut parts, body) = req.into_parts();
+        let view = HttpRequestView::new(&mut parts);
+        let key = self.policy.key(&view);
+        drop(view);
+        let req = Request::from_parts(parts, body);
+        match key {
+            Err(rejection) => ResponseFuture::rejected(rejection),
+            Ok(None) => ResponseFuture::pass(self.inner.call(req)),
+            Ok(Some(key)) => {
+                // The ready service goes into the future; a fresh clone stays for the next
+                // call (tower's `mem::replace` idiom).
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                let release_at_body_end = self.policy.release_on() == ReleaseOn::BodyEnd;
+                ResponseFuture::acquiring(
+                    Box::pin(self.policy.clone().acquire(key)),
+                    inner,
+                    req,
+                    release_at_body_end,
+                )
+            }
+        }
+    }
+}

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The demo: starts three local redis-server masters on free loopback ports, runs the
-# `lock` example against them, and stops everything it started. Without redis-server (and
-# no way to install it) it runs the example on the in-memory node and says so.
+# The demo: three local redis-server masters, two replicas of the axum example sharing
+# them, and bursts of concurrent duplicate requests spread over both replicas; prints a
+# table of the answers, then stops everything it started (by pid).
+#
+# Without redis-server (and no way to install it) it runs one replica on the in-memory node
+# and says so. Environment: REQUESTS (per round, default 40), WORK_MS (default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
 
 pids=()
+urls=()
 workdir=$(mktemp -d)
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -19,37 +23,68 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# Starts one master; appends its pid to `pids` and its URL to `urls`.
-urls=()
+# Waits until `$1` (a command) succeeds, for at most 10 s, while pid $2 lives.
+wait_for() {
+  for _ in $(seq 1 200); do
+    if eval "$1" >/dev/null 2>&1; then return 0; fi
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+# Starts one master on a free port; appends its pid to `pids` and its URL to `urls`.
 start_master() {
-  local port
+  local port pid
   for _ in 1 2 3 4 5; do
     port=$(free_port)
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
       --daemonize no --dir "$workdir" --logfile "$workdir/redis-$port.log" >/dev/null 2>&1 &
-    local pid=$!
-    for _ in $(seq 1 100); do
-      if redis-cli -p "$port" ping >/dev/null 2>&1; then
-        pids+=("$pid")
-        urls+=("redis://127.0.0.1:$port")
-        return 0
-      fi
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.05
-    done
+    pid=$!
+    if wait_for "redis-cli -p $port ping" "$pid"; then
+      pids+=("$pid")
+      urls+=("redis://127.0.0.1:$port")
+      return 0
+    fi
     kill "$pid" 2>/dev/null || true
   done
   echo "could not start redis-server" >&2
   return 1
 }
 
-cargo build -q --release --example lock
+# Starts one replica of the example on a free port; appends its base URL to `replicas`.
+replicas=()
+start_replica() {
+  local port pid
+  port=$(free_port)
+  BIND_ADDR="127.0.0.1:$port" ./target/release/examples/axum_idempotent \
+    >"$workdir/replica-$port.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  if ! wait_for "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:$port/health\", timeout=1)'" "$pid"; then
+    echo "replica on port $port did not start:" >&2
+    cat "$workdir/replica-$port.log" >&2
+    return 1
+  fi
+  head -n 1 "$workdir/replica-$port.log"
+  replicas+=("http://127.0.0.1:$port")
+}
+
+echo "building the examples (release)..."
+cargo build -q --release --example axum_idempotent --example burst
 
 if ensure_redis; then
   for _ in 1 2 3; do start_master; done
   echo "started 3 redis-server masters: ${urls[*]}"
-  REDLOCK_URLS=$(IFS=,; echo "${urls[*]}") ./target/release/examples/lock
+  export REDLOCK_URLS
+  REDLOCK_URLS=$(IFS=,; echo "${urls[*]}")
+  start_replica
+  start_replica
 else
-  echo "no redis-server: running the demo on the in-memory node instead" >&2
-  ./target/release/examples/lock
+  echo "no redis-server: running ONE replica on the in-memory node instead" >&2
+  echo "(the in-memory node protects a single process; install redis-server for the fleet demo)" >&2
+  unset REDLOCK_URLS
+  start_replica
 fi
+echo
+./target/release/examples/burst "${replicas[@]}"

@@ -1,0 +1,98 @@
+//! An idempotent payment endpoint behind `RedlockLayer`.
+//!
+//! `POST /payments` requires an `Idempotency-Key` header. While one request with a key is
+//! being processed — on this replica or any other sharing the Redis masters — every other
+//! request with the same key gets `409 Conflict` with `Retry-After`.
+//!
+//! Environment:
+//! - `REDLOCK_URLS`: comma-separated Redis master URLs; unset → the in-memory node (this
+//!   process only);
+//! - `BIND_ADDR`: where to listen (default `127.0.0.1:3000`);
+//! - `WORK_MS`: how long the handler "works" (default 200);
+//! - `RUST_LOG`: log filter (e.g. `tower_redlock=debug`).
+//!
+//! ```text
+//! cargo run --example axum_idempotent
+//! curl -i -X POST localhost:3000/payments -H 'Idempotency-Key: "8e03978e-40d5-43e8"'
+//! ```
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+use tower_redlock::tower::RedlockLayer;
+use tower_redlock::{LeaseHandle, Redlock};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "tower_redlock=info".into()),
+        )
+        .init();
+
+    let bind: SocketAddr = std::env::var("BIND_ADDR")
+        .unwrap_or_else(|_| "127.0.0.1:3000".into())
+        .parse()?;
+    let work = Duration::from_millis(
+        std::env::var("WORK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200),
+    );
+    let redlock = match std::env::var("REDLOCK_URLS") {
+        Ok(urls) if !urls.trim().is_empty() => {
+            let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
+            println!("[{bind}] locking on {} Redis masters", urls.len());
+            Redlock::new(urls)?
+        }
+        _ => {
+            println!("[{bind}] REDLOCK_URLS is not set: locking with the in-memory node (this process only)");
+            Redlock::in_memory()
+        }
+    };
+
+    let policy = LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
+        .ttl(Duration::from_secs(10))
+        .build()?;
+    let payments = Router::new()
+        .route(
+            "/payments",
+            post(move |lease: LeaseHandle| pay(lease, work, bind)),
+        )
+        .layer(RedlockLayer::with_policy(policy));
+    let app = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .merge(payments);
+
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    println!(
+        "[{bind}] listening: POST /payments (WORK_MS={})",
+        work.as_millis()
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
+
+async fn pay(lease: LeaseHandle, work: Duration, replica: SocketAddr) -> Json<Value> {
+    // The critical section: only one request per Idempotency-Key runs this at a time,
+    // across every replica sharing the masters.
+    tokio::time::sleep(work).await;
+    Json(json!({
+        "status": "charged",
+        "replica": replica.to_string(),
+        "lock": {
+            "resource": lease.resource(),
+            "validity_ms": lease.validity().as_millis() as u64,
+            "lost": lease.is_lost(),
+        },
+    }))
+}

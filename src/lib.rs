@@ -37,6 +37,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+#[cfg(feature = "actix")]
+pub mod actix;
 mod error;
 pub mod http;
 pub mod lock;

@@ -60,13 +60,16 @@
 //! ```
 
 // The middleware plumbing is used only by the framework glue.
-#![cfg_attr(not(feature = "tower"), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(any(feature = "tower", feature = "actix")),
+    allow(dead_code, unused_imports)
+)]
 
 pub mod key;
 mod policy;
 mod rejection;
 
-pub(crate) use policy::{release, Decision};
+pub(crate) use policy::{release, BodyLease, Decision};
 pub use policy::{
     LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked, DEFAULT_TTL,
 };

@@ -319,3 +319,46 @@ impl LockPolicyBuilder {
         })
     }
 }
+
+/// The lease a response body holds until its end (release at body end), shared by the tower
+/// and actix-web bodies.
+pub(crate) struct BodyLease {
+    lease: Option<Lease>,
+    releasing: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+}
+
+impl BodyLease {
+    pub(crate) fn new(lease: Option<Lease>) -> Self {
+        Self {
+            lease,
+            releasing: None,
+        }
+    }
+
+    /// Whether a lease is still held or being released.
+    pub(crate) fn holds(&self) -> bool {
+        self.lease.is_some() || self.releasing.is_some()
+    }
+
+    /// Whether the end of the stream is being reported (the release is under way).
+    pub(crate) fn is_releasing(&self) -> bool {
+        self.releasing.is_some()
+    }
+
+    /// The body has ended: release and wait for it; `Ready` once the end may be reported.
+    pub(crate) fn poll_end(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if let Some(lease) = self.lease.take() {
+            self.releasing = Some(Box::pin(release(lease)));
+        }
+        if let Some(r) = self.releasing.as_mut() {
+            std::task::ready!(r.as_mut().poll(cx));
+            self.releasing = None;
+        }
+        std::task::Poll::Ready(())
+    }
+
+    /// The body failed: drop the lease, which spawns its release.
+    pub(crate) fn abandon(&mut self) {
+        self.lease.take();
+    }
+}

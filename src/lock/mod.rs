@@ -321,8 +321,10 @@ impl Redlock {
                 }
                 Err(e) => {
                     let pause = retry.next_delay();
+                    // A try takes at most two node timeouts: the requests, then the releases
+                    // of a failed try.
                     let more = attempt <= retry.retry_count()
-                        && Retry::fits(deadline, pause, self.inner.config.node_timeout);
+                        && Retry::fits(deadline, pause, self.inner.config.node_timeout * 2);
                     if !more {
                         tracing::debug!(resource, attempt, contended = e.is_contended(), error = %e, "lock not acquired");
                         return Err(e.with_attempts(attempt));

@@ -1,4 +1,3 @@
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -6,6 +5,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 
+use crate::http::BodyLease;
 use crate::Lease;
 
 /// The response body of [`RedlockService`](super::RedlockService): the inner body (holding
@@ -25,8 +25,7 @@ enum Kind<B> {
     Inner {
         #[pin]
         body: B,
-        lease: Option<Lease>,
-        releasing: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+        lease: BodyLease,
     },
     Rejection {
         body: Option<Bytes>,
@@ -38,8 +37,7 @@ impl<B> ResponseBody<B> {
         Self {
             kind: Kind::Inner {
                 body,
-                lease,
-                releasing: None,
+                lease: BodyLease::new(lease),
             },
         }
     }
@@ -52,14 +50,7 @@ impl<B> ResponseBody<B> {
 
     /// Whether this body still holds a lock (released at the body's end).
     pub fn holds_lock(&self) -> bool {
-        matches!(
-            &self.kind,
-            Kind::Inner { lease: Some(_), .. }
-                | Kind::Inner {
-                    releasing: Some(_),
-                    ..
-                }
-        )
+        matches!(&self.kind, Kind::Inner { lease, .. } if lease.holds())
     }
 }
 
@@ -87,29 +78,18 @@ where
             KindProj::Rejection { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
-            KindProj::Inner {
-                body,
-                lease,
-                releasing,
-            } => {
-                if releasing.is_none() {
+            KindProj::Inner { body, lease } => {
+                if !lease.is_releasing() {
                     match ready!(body.poll_frame(cx)) {
                         Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
                         Some(Err(e)) => {
-                            // Dropping the lease spawns its release.
-                            lease.take();
+                            lease.abandon();
                             return Poll::Ready(Some(Err(e)));
                         }
-                        None => match lease.take() {
-                            Some(l) => *releasing = Some(Box::pin(crate::http::release(l))),
-                            None => return Poll::Ready(None),
-                        },
+                        None => {}
                     }
                 }
-                if let Some(r) = releasing.as_mut() {
-                    ready!(r.as_mut().poll(cx));
-                    *releasing = None;
-                }
+                ready!(lease.poll_end(cx));
                 Poll::Ready(None)
             }
         }
@@ -119,11 +99,7 @@ where
         match &self.kind {
             Kind::Rejection { body } => body.is_none(),
             // While a lease is held, the end must be polled so that it is released.
-            Kind::Inner {
-                body,
-                lease,
-                releasing,
-            } => lease.is_none() && releasing.is_none() && body.is_end_stream(),
+            Kind::Inner { body, lease } => !lease.holds() && body.is_end_stream(),
         }
     }
 

@@ -1,0 +1,153 @@
+use std::future::{ready, Ready};
+use std::rc::Rc;
+
+use actix_web::body::{BoxBody, EitherBody, MessageBody};
+use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpMessage, HttpResponse};
+use futures_util::future::LocalBoxFuture;
+
+use super::{ActixRequestView, LeaseBody};
+use crate::http::{Decision, KeyExtractor, LockPolicy, RejectionResponse, ReleaseOn, Unlocked};
+use crate::Redlock;
+
+/// The actix-web middleware: lock a key per request. Use with `App::wrap`, `Scope::wrap`
+/// or `Resource::wrap`. See the [module docs](crate::actix).
+#[derive(Debug, Clone)]
+pub struct RedlockMiddleware {
+    policy: LockPolicy,
+}
+
+impl RedlockMiddleware {
+    /// A middleware locking the key `extractor` derives, on `redlock`'s nodes, with the
+    /// default [`LockPolicy`].
+    pub fn new(redlock: Redlock, extractor: impl KeyExtractor) -> Self {
+        Self {
+            policy: LockPolicy::builder(redlock, extractor).build_default(),
+        }
+    }
+
+    /// A middleware with a configured policy.
+    pub fn with_policy(policy: LockPolicy) -> Self {
+        Self { policy }
+    }
+
+    /// The middleware's policy.
+    pub fn policy(&self) -> &LockPolicy {
+        &self.policy
+    }
+}
+
+impl From<LockPolicy> for RedlockMiddleware {
+    fn from(policy: LockPolicy) -> Self {
+        Self::with_policy(policy)
+    }
+}
+
+impl<S, B> Transform<S, ServiceRequest> for RedlockMiddleware
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<LeaseBody<B>>>;
+    type Error = actix_web::Error;
+    type Transform = RedlockMiddlewareService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(RedlockMiddlewareService {
+            service: Rc::new(service),
+            policy: self.policy.clone(),
+        }))
+    }
+}
+
+/// The service [`RedlockMiddleware`] wraps around the inner service.
+#[derive(Debug)]
+pub struct RedlockMiddlewareService<S> {
+    service: Rc<S>,
+    policy: LockPolicy,
+}
+
+/// Turns a neutral rejection into an actix-web response.
+fn rejection_response(r: RejectionResponse) -> HttpResponse<BoxBody> {
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut res = HttpResponse::build(status);
+    res.insert_header((header::CONTENT_TYPE, r.content_type));
+    if let Some(secs) = r.retry_after {
+        res.insert_header((header::RETRY_AFTER, secs));
+    }
+    res.body(r.body)
+}
+
+impl<S, B> Service<ServiceRequest> for RedlockMiddlewareService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<LeaseBody<B>>>;
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    forward_ready!(service);
+
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        let key = self.policy.key(&ActixRequestView::new(&req));
+        let key = match key {
+            Err(r) => {
+                let res = req
+                    .into_response(rejection_response(r))
+                    .map_into_right_body();
+                return Box::pin(ready(Ok(res)));
+            }
+            Ok(None) => {
+                let fut = self.service.call(req);
+                return Box::pin(async move {
+                    Ok(fut
+                        .await?
+                        .map_body(|_, b| LeaseBody::new(b, None))
+                        .map_into_left_body())
+                });
+            }
+            Ok(Some(key)) => key,
+        };
+        let service = Rc::clone(&self.service);
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let lease = match policy.clone().acquire(key).await {
+                Decision::Reject(r) => {
+                    return Ok(req
+                        .into_response(rejection_response(r))
+                        .map_into_right_body())
+                }
+                Decision::Locked(lease) => {
+                    req.extensions_mut().insert(lease.handle());
+                    lease
+                }
+                Decision::Unlocked => {
+                    req.extensions_mut().insert(Unlocked);
+                    let res = service.call(req).await?;
+                    return Ok(res
+                        .map_body(|_, b| LeaseBody::new(b, None))
+                        .map_into_left_body());
+                }
+            };
+            // A cancelled request drops `lease` here, which spawns its release.
+            let result = service.call(req).await;
+            match result {
+                Ok(res) if policy.release_on() == ReleaseOn::BodyEnd => Ok(res
+                    .map_body(|_, b| LeaseBody::new(b, Some(lease)))
+                    .map_into_left_body()),
+                result => {
+                    // Release before answering, so a client that retries the moment it has
+                    // the answer finds the key free.
+                    crate::http::release(lease).await;
+                    Ok(result?
+                        .map_body(|_, b| LeaseBody::new(b, None))
+                        .map_into_left_body())
+                }
+            }
+        })
+    }
+}

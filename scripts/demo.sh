@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The demo: three local redis-server masters, two replicas of the axum example sharing
-# them, and bursts of concurrent duplicate requests spread over both replicas; prints a
-# table of the answers, then stops everything it started (by pid).
+# The demo: three local redis-server masters, two replicas of the axum example and one of
+# the actix-web example sharing them, and bursts of concurrent duplicate requests spread over
+# all three; prints a table of the answers, then stops everything it started (by pid).
 #
 # Without redis-server (and no way to install it) it runs one replica on the in-memory node
 # and says so. Environment: REQUESTS (per round, default 40), WORK_MS (default 200).
@@ -52,12 +52,12 @@ start_master() {
   return 1
 }
 
-# Starts one replica of the example on a free port; appends its base URL to `replicas`.
+# Starts one replica of example $1 on a free port; appends its base URL to `replicas`.
 replicas=()
 start_replica() {
   local port pid
   port=$(free_port)
-  BIND_ADDR="127.0.0.1:$port" ./target/release/examples/axum_idempotent \
+  BIND_ADDR="127.0.0.1:$port" "./target/release/examples/$1" \
     >"$workdir/replica-$port.log" 2>&1 &
   pid=$!
   pids+=("$pid")
@@ -71,20 +71,22 @@ start_replica() {
 }
 
 echo "building the examples (release)..."
-cargo build -q --release --example axum_idempotent --example burst
+cargo build -q --release --features actix \
+  --example axum_idempotent --example actix_idempotent --example burst
 
 if ensure_redis; then
   for _ in 1 2 3; do start_master; done
   echo "started 3 redis-server masters: ${urls[*]}"
   export REDLOCK_URLS
   REDLOCK_URLS=$(IFS=,; echo "${urls[*]}")
-  start_replica
-  start_replica
+  start_replica axum_idempotent
+  start_replica axum_idempotent
+  start_replica actix_idempotent
 else
   echo "no redis-server: running ONE replica on the in-memory node instead" >&2
   echo "(the in-memory node protects a single process; install redis-server for the fleet demo)" >&2
   unset REDLOCK_URLS
-  start_replica
+  start_replica axum_idempotent
 fi
 echo
 ./target/release/examples/burst "${replicas[@]}"

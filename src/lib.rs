@@ -65,7 +65,7 @@ mod assertions {
     }
 }
 
-/// The README's code blocks, compiled as doc tests.
-#[cfg(doctest)]
+/// The README's code blocks, compiled as doc tests (they use every framework).
+#[cfg(all(doctest, feature = "axum", feature = "actix"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -1,0 +1,103 @@
+//! The same idempotent payment endpoint as `axum_idempotent`, on actix-web.
+//!
+//! `POST /payments` requires an `Idempotency-Key` header; while one request with a key is
+//! processed — on this replica or any other sharing the masters, axum or actix — every other
+//! request with that key gets `409 Conflict` with `Retry-After`.
+//!
+//! Environment: `REDLOCK_URLS` (comma-separated; unset → in-memory node), `BIND_ADDR`
+//! (default `127.0.0.1:3000`), `WORK_MS` (default 200), `RUST_LOG`.
+//!
+//! ```text
+//! cargo run --features actix --example actix_idempotent
+//! ```
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use serde_json::json;
+use tower_redlock::actix::RedlockMiddleware;
+use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+use tower_redlock::{LeaseHandle, Redlock};
+
+#[derive(Clone, Copy)]
+struct Config {
+    work: Duration,
+    replica: SocketAddr,
+}
+
+async fn pay(lease: LeaseHandle, config: web::Data<Config>) -> HttpResponse {
+    // The critical section: one request per Idempotency-Key at a time, fleet-wide.
+    tokio::time::sleep(config.work).await;
+    HttpResponse::Ok().json(json!({
+        "status": "charged",
+        "replica": config.replica.to_string(),
+        "lock": {
+            "resource": lease.resource(),
+            "validity_ms": lease.validity().as_millis() as u64,
+            "lost": lease.is_lost(),
+        },
+    }))
+}
+
+#[actix_web::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "tower_redlock=info".into()),
+        )
+        .init();
+
+    let bind: SocketAddr = std::env::var("BIND_ADDR")
+        .unwrap_or_else(|_| "127.0.0.1:3000".into())
+        .parse()?;
+    let work = Duration::from_millis(
+        std::env::var("WORK_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200),
+    );
+    let redlock = match std::env::var("REDLOCK_URLS") {
+        Ok(urls) if !urls.trim().is_empty() => {
+            let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
+            println!(
+                "[{bind}] locking on {} Redis masters (actix-web)",
+                urls.len()
+            );
+            Redlock::new(urls)?
+        }
+        _ => {
+            println!("[{bind}] REDLOCK_URLS is not set: locking with the in-memory node (this process only)");
+            Redlock::in_memory()
+        }
+    };
+    // The same policy as the axum example, so both protect the same keys.
+    let policy = LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
+        .ttl(Duration::from_secs(10))
+        .build()?;
+    let config = Config {
+        work,
+        replica: bind,
+    };
+
+    println!(
+        "[{bind}] listening: POST /payments (WORK_MS={})",
+        work.as_millis()
+    );
+    HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(config))
+            .route("/health", web::get().to(|| async { "ok" }))
+            .service(
+                web::resource("/payments")
+                    .wrap(RedlockMiddleware::with_policy(policy.clone()))
+                    .route(web::post().to(pay)),
+            )
+    })
+    .workers(2)
+    .bind(bind)?
+    .run()
+    .await?;
+    Ok(())
+}

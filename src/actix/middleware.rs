@@ -71,7 +71,7 @@ pub struct RedlockMiddlewareService<S> {
 }
 
 /// Turns a neutral rejection into an actix-web response.
-fn rejection_response(r: RejectionResponse) -> HttpResponse<BoxBody> {
+pub(crate) fn rejection_response(r: RejectionResponse) -> HttpResponse<BoxBody> {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut res = HttpResponse::build(status);
     res.insert_header((header::CONTENT_TYPE, r.content_type));

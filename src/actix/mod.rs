@@ -33,6 +33,5 @@ mod middleware;
 mod view;
 
 pub use self::body::LeaseBody;
-pub use self::extract::MissingLease;
 pub use self::middleware::{RedlockMiddleware, RedlockMiddlewareService};
 pub use self::view::ActixRequestView;

@@ -73,7 +73,9 @@ pub(crate) use policy::{release, BodyLease, Decision};
 pub use policy::{
     LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked, DEFAULT_TTL,
 };
-pub use rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
+pub use rejection::{
+    MissingLease, ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder,
+};
 
 pub use key::{
     key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial, KeyRejection,

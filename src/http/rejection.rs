@@ -245,6 +245,40 @@ impl Responder for ProblemJson {
     }
 }
 
+/// The rejection of the `LeaseHandle` extractor (axum and actix-web) when no lock is held
+/// for the request: the route is not behind the middleware, the request had no key, or the
+/// middleware failed open. Answers `500`: a server misconfiguration, not the client's fault.
+#[derive(Debug, Clone, Copy)]
+pub struct MissingLease;
+
+impl MissingLease {
+    /// The `500` problem+json answer.
+    pub fn to_problem_json(&self) -> RejectionResponse {
+        let mut body = String::from(
+            "{\"type\":\"/problems/lock-missing\",\"title\":\"No lock held\",\"status\":500,\"detail\":",
+        );
+        json_string(&mut body, &self.to_string());
+        body.push('}');
+        RejectionResponse {
+            status: 500,
+            content_type: "application/problem+json",
+            retry_after: None,
+            body: Bytes::from(body),
+        }
+    }
+}
+
+impl fmt::Display for MissingLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "no lock is held for this request: the route is not behind the lock middleware, \
+             the request had no key, or the middleware failed open",
+        )
+    }
+}
+
+impl std::error::Error for MissingLease {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

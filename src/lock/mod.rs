@@ -378,10 +378,8 @@ impl Redlock {
         // SET is done, so a slow or dead node costs this call nothing. Nodes that said
         // "held" have no token of ours.
         if tally.for_ > 0 {
-            let mut released = quorum::send(&inner.nodes, tally.for_mask, timeout, |node| {
-                let key = key.clone();
-                async move { node.release(&key, token.as_str()).await }
-            });
+            let mut released =
+                quorum::send_release(&inner.nodes, tally.for_mask, timeout, key, token);
             quorum::count(&mut released, n, Until::All, |_| Vote::For).await;
         }
         let failed = tally.error_mask();
@@ -390,10 +388,7 @@ impl Redlock {
             let key = key.clone();
             tokio::spawn(async move {
                 let nodes = &client.inner.nodes;
-                let released = quorum::send(nodes, failed, timeout, |node| {
-                    let key = key.clone();
-                    async move { node.release(&key, token.as_str()).await }
-                });
+                let released = quorum::send_release(nodes, failed, timeout, &key, token);
                 let late = async {
                     while let Some((i, answer)) = sent.next().await {
                         // A late SET that landed, or whose fate is unknown, is released on
@@ -513,15 +508,12 @@ impl Redlock {
             let _ = tokio::time::timeout(inner.config.node_timeout * 2, in_flight).await;
         }
         let n = inner.nodes.len();
-        let (key, token) = (state.key_arc(), state.token_copy());
-        let mut sent = quorum::send(
+        let mut sent = quorum::send_release(
             &inner.nodes,
             quorum::all(n),
             inner.config.node_timeout,
-            |node| {
-                let key = key.clone();
-                async move { node.release(&key, token.as_str()).await }
-            },
+            &state.key_arc(),
+            state.token_copy(),
         );
         let tally = quorum::count(&mut sent, n, Until::All, |_| Vote::For).await;
         if tally.for_ >= inner.quorum {

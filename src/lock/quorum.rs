@@ -9,6 +9,7 @@ use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 
 use tokio::task::JoinHandle;
 
+use super::lease::Token;
 use crate::error::NodeError;
 use crate::node::{Node, NodeFailure};
 
@@ -97,6 +98,21 @@ where
             }
         })
         .collect()
+}
+
+/// Sends the compare-and-delete of `token` at `key` to every node in `mask`.
+pub(crate) fn send_release(
+    nodes: &[(Arc<dyn Node>, Arc<str>)],
+    mask: u64,
+    timeout: Duration,
+    key: &Arc<str>,
+    token: Token,
+) -> FuturesUnordered<impl Future<Output = Answer<bool>> + Send + 'static> {
+    let key = key.clone();
+    send(nodes, mask, timeout, move |node| {
+        let key = key.clone();
+        async move { node.release(&key, token.as_str()).await }
+    })
 }
 
 /// Counts the answers of `sent` (requests to `asked` nodes) until `until`.

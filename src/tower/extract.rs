@@ -6,6 +6,7 @@ use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 
+use crate::http::MissingLease;
 use crate::LeaseHandle;
 
 /// `LeaseHandle` is an axum extractor: the lock [`RedlockLayer`](super::RedlockLayer) holds
@@ -48,33 +49,9 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for LeaseHandle {
     }
 }
 
-/// The rejection of the [`LeaseHandle`] extractor when no lock is held for the request: the
-/// route is not behind a `RedlockLayer`, the request had no key, or the layer failed open.
-/// Answers `500` (a server misconfiguration, not the client's fault).
-#[derive(Debug, Clone, Copy)]
-pub struct MissingLease;
-
-impl std::fmt::Display for MissingLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "no lock is held for this request: the route is not behind a RedlockLayer, \
-             the request had no key, or the layer failed open",
-        )
-    }
-}
-
-impl std::error::Error for MissingLease {}
-
 impl IntoResponse for MissingLease {
     fn into_response(self) -> Response {
-        let body = format!(
-            "{{\"type\":\"/problems/lock-missing\",\"title\":\"No lock held\",\"status\":500,\"detail\":\"{self}\"}}"
-        );
-        (
-            http::StatusCode::INTERNAL_SERVER_ERROR,
-            [(http::header::CONTENT_TYPE, "application/problem+json")],
-            body,
-        )
-            .into_response()
+        super::future::rejection_response::<axum::body::Body>(self.to_problem_json())
+            .map(axum::body::Body::new)
     }
 }

@@ -48,8 +48,6 @@ mod service;
 mod view;
 
 pub use self::body::ResponseBody;
-#[cfg(feature = "axum")]
-pub use self::extract::MissingLease;
 pub use self::future::ResponseFuture;
 pub use self::layer::RedlockLayer;
 pub use self::service::RedlockService;

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::node::{Acquire, MemoryNode, Node, RedisNode};
+use crate::node::{Acquire, MemoryNode, Node, RedisNode, RedisNodeOptions};
 
 mod lease;
 mod options;
@@ -129,8 +129,14 @@ impl RedlockBuilder {
 
     /// Adds a Redis master by URL (see [`RedisNode::open`]). A bad URL is reported by
     /// [`RedlockBuilder::build`].
-    pub fn redis(mut self, url: &str) -> Self {
-        match RedisNode::open(url) {
+    pub fn redis(self, url: &str) -> Self {
+        self.redis_with(url, &RedisNodeOptions::default())
+    }
+
+    /// Adds a Redis master by URL with explicit connection settings (see
+    /// [`RedisNode::open_with`]), e.g. delayed-restart protection.
+    pub fn redis_with(mut self, url: &str, options: &RedisNodeOptions) -> Self {
+        match RedisNode::open_with(url, options) {
             Ok(node) => self.nodes.push(Arc::new(node)),
             Err(e) => self.problems.push(e.to_string()),
         }

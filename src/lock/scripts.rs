@@ -28,6 +28,21 @@ return redis.call('pttl', KEYS[1])
     sha1: "2443f0fd19625858634ba316775801c5fc16dedd",
 };
 
+/// [`ACQUIRE`] behind delayed-restart protection: returns -4 without setting anything when
+/// the guard key `KEYS[2]` is absent, i.e. the master's dataset is new (a restart without
+/// persistence, or a flush) and its uptime must be checked first.
+pub(crate) static ACQUIRE_GUARDED: Script = Script {
+    source: r#"if redis.call('exists', KEYS[2]) == 0 then
+  return -4
+end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return -3
+end
+return redis.call('pttl', KEYS[1])
+"#,
+    sha1: "9dd69fd6bcfa3400d9c771aeb454453aa696a10f",
+};
+
 /// Compare-and-delete: delete the key only if it holds our token.
 pub(crate) static RELEASE: Script = Script {
     source: r#"if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -55,7 +70,7 @@ mod tests {
 
     #[test]
     fn hashes_match_sources() {
-        for s in [&ACQUIRE, &RELEASE, &EXTEND] {
+        for s in [&ACQUIRE, &ACQUIRE_GUARDED, &RELEASE, &EXTEND] {
             assert_eq!(redis::Script::new(s.source()).get_hash(), s.sha1());
         }
     }

@@ -8,7 +8,7 @@ use redis::aio::{
 use redis::{Client, Cmd, RedisResult, Value};
 
 use super::{Acquire, Node, NodeFailure, NodeFuture};
-use crate::lock::scripts::{Script, ACQUIRE, EXTEND, RELEASE};
+use crate::lock::scripts::{Script, ACQUIRE, ACQUIRE_GUARDED, EXTEND, RELEASE};
 
 /// Connection settings of a [`RedisNode`].
 ///
@@ -22,6 +22,7 @@ pub struct RedisNodeOptions {
     reconnect_min_delay: Duration,
     reconnect_max_delay: Duration,
     reconnect_retries: usize,
+    restart_protection: Option<Duration>,
 }
 
 impl Default for RedisNodeOptions {
@@ -32,6 +33,7 @@ impl Default for RedisNodeOptions {
             reconnect_min_delay: Duration::from_millis(10),
             reconnect_max_delay: Duration::from_secs(1),
             reconnect_retries: 3,
+            restart_protection: None,
         }
     }
 }
@@ -61,6 +63,35 @@ impl RedisNodeOptions {
         self.reconnect_max_delay = max;
         self.reconnect_retries = retries;
         self
+    }
+}
+
+impl RedisNodeOptions {
+    /// Delayed-restart protection: the node does not vote "free" while its dataset is
+    /// younger than `max_ttl` (the longest ttl any client uses on it).
+    ///
+    /// A master that restarts without persistence forgets its keys; if a lock it held is
+    /// still valid on other masters, a second client could otherwise gain a quorum with the
+    /// forgetful master's vote. With protection on, a master whose dataset is new (detected
+    /// atomically by a marker key the acquire script checks; a restart without persistence
+    /// loses it) answers `INFO server`, and abstains until its uptime exceeds `max_ttl`.
+    ///
+    /// Trade-off: after a restart (or `FLUSHALL`) the master is out of the quorum for up to
+    /// `max_ttl`, so fewer failures are tolerated meanwhile; locks with a ttl above `max_ttl`
+    /// are refused by the node. It stores one marker key per `max_ttl`
+    /// (`tower-redlock:restart-guard:<ms>`).
+    pub fn restart_protection(mut self, max_ttl: Duration) -> Self {
+        self.restart_protection = Some(max_ttl);
+        self
+    }
+}
+
+impl RestartGuard {
+    fn new(max_ttl: Duration) -> Self {
+        Self {
+            max_ttl,
+            key: format!("tower-redlock:restart-guard:{}", max_ttl.as_millis()),
+        }
     }
 }
 
@@ -96,6 +127,7 @@ enum Conn {
 pub struct RedisNode {
     conn: Conn,
     name: String,
+    guard: Option<RestartGuard>,
 }
 
 impl std::fmt::Debug for RedisNode {
@@ -152,6 +184,7 @@ impl RedisNode {
         Ok(Self {
             conn: Conn::Manager(manager),
             name,
+            guard: options.restart_protection.map(RestartGuard::new),
         })
     }
 
@@ -160,6 +193,7 @@ impl RedisNode {
         Self {
             conn: Conn::Manager(manager),
             name: name.into(),
+            guard: None,
         }
     }
 
@@ -169,31 +203,32 @@ impl RedisNode {
         Self {
             conn: Conn::Multiplexed(conn),
             name: name.into(),
+            guard: None,
         }
     }
 
-    /// Runs `script` with `KEYS[1] = key`, `ARGV[1] = token` and, when given,
+    /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given,
     /// `ARGV[2] = ttl_ms`: `EVALSHA`, then `EVAL` if the master lost its script cache.
     async fn run(
         &self,
         script: &Script,
-        key: &str,
+        keys: &[&str],
         token: &str,
         ttl_ms: Option<u64>,
     ) -> RedisResult<Value> {
         let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.sha1())
-            .arg(1)
-            .arg(key)
+            .arg(keys.len())
+            .arg(keys)
             .arg(token)
             .arg(ttl_ms);
         match query(&mut conn, &cmd).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let mut cmd = redis::cmd("EVAL");
                 cmd.arg(script.source())
-                    .arg(1)
-                    .arg(key)
+                    .arg(keys.len())
+                    .arg(keys)
                     .arg(token)
                     .arg(ttl_ms);
                 query(&mut conn, &cmd).await
@@ -201,6 +236,73 @@ impl RedisNode {
             r => r,
         }
     }
+
+    /// The acquire script behind delayed-restart protection: a master whose dataset is
+    /// younger than the longest ttl does not vote.
+    async fn acquire_guarded(
+        &self,
+        guard: &RestartGuard,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Value, NodeFailure> {
+        if ttl > guard.max_ttl {
+            return Err(NodeFailure::new(format!(
+                "the ttl {ttl:?} exceeds the {:?} of delayed-restart protection; raise it",
+                guard.max_ttl
+            )));
+        }
+        let keys = [key, guard.key.as_str()];
+        let v = self
+            .run(&ACQUIRE_GUARDED, &keys, token, Some(ttl_ms(ttl)))
+            .await?;
+        if int(&v)? != -4 {
+            return Ok(v);
+        }
+        // A new dataset: vote only once the master has been up for the longest ttl, so that
+        // no lock it forgot in a restart can still be valid elsewhere.
+        let mut conn = self.conn.clone();
+        let info = query(&mut conn, redis::cmd("INFO").arg("server")).await?;
+        let uptime = match &info {
+            Value::BulkString(b) => parse_uptime(&String::from_utf8_lossy(b)),
+            Value::VerbatimString { text, .. } => parse_uptime(text),
+            Value::SimpleString(s) => parse_uptime(s),
+            _ => None,
+        }
+        .ok_or_else(|| NodeFailure::new("INFO server gave no uptime_in_seconds"))?;
+        // Whole seconds, rounded down by Redis: count one more.
+        let old_enough = uptime.saturating_sub(Duration::from_secs(1));
+        if old_enough < guard.max_ttl {
+            return Err(NodeFailure::new(format!(
+                "restarted {}s ago: abstains until it has been up for {:?} (delayed-restart protection)",
+                uptime.as_secs(),
+                guard.max_ttl
+            )));
+        }
+        query(
+            &mut conn,
+            redis::cmd("SET").arg(&guard.key).arg(1).arg("NX"),
+        )
+        .await?;
+        Ok(self
+            .run(&ACQUIRE_GUARDED, &keys, token, Some(ttl_ms(ttl)))
+            .await?)
+    }
+}
+
+/// Delayed-restart protection settings of one node.
+#[derive(Debug, Clone)]
+struct RestartGuard {
+    max_ttl: Duration,
+    /// The marker key: present while the master's dataset is known to be old enough.
+    key: String,
+}
+
+fn parse_uptime(info: &str) -> Option<Duration> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|v| v.trim().parse().ok())
+        .map(Duration::from_secs)
 }
 
 async fn query(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
@@ -245,7 +347,10 @@ impl Node for RedisNode {
         ttl: Duration,
     ) -> NodeFuture<'a, Acquire> {
         Box::pin(async move {
-            let v = self.run(&ACQUIRE, key, token, Some(ttl_ms(ttl))).await?;
+            let v = match &self.guard {
+                Some(guard) => self.acquire_guarded(guard, key, token, ttl).await?,
+                None => self.run(&ACQUIRE, &[key], token, Some(ttl_ms(ttl))).await?,
+            };
             // The script answers -3 when it set the key, else the holder's PTTL
             // (-1: no expiry).
             Ok(match int(&v)? {
@@ -260,14 +365,14 @@ impl Node for RedisNode {
 
     fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
         Box::pin(async move {
-            let v = self.run(&RELEASE, key, token, None).await?;
+            let v = self.run(&RELEASE, &[key], token, None).await?;
             Ok(int(&v)? == 1)
         })
     }
 
     fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
         Box::pin(async move {
-            let v = self.run(&EXTEND, key, token, Some(ttl_ms(ttl))).await?;
+            let v = self.run(&EXTEND, &[key], token, Some(ttl_ms(ttl))).await?;
             Ok(int(&v)? == 1)
         })
     }
@@ -276,6 +381,17 @@ impl Node for RedisNode {
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    #[test]
+    fn parses_uptime() {
+        let info =
+            "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
+        assert_eq!(
+            super::parse_uptime(info),
+            Some(std::time::Duration::from_secs(42))
+        );
+        assert_eq!(super::parse_uptime("# Server\r\n"), None);
+    }
 
     #[test]
     fn redacts_credentials() {

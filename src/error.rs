@@ -122,6 +122,7 @@ struct Inner {
     kind: ErrorKind,
     message: String,
     held_by: usize,
+    won: usize,
     retry_after: Option<Duration>,
     attempts: u32,
     nodes: Vec<NodeError>,
@@ -134,6 +135,7 @@ impl Error {
                 kind,
                 message: message.into(),
                 held_by: 0,
+                won: 0,
                 retry_after: None,
                 attempts: 0,
                 nodes: Vec::new(),
@@ -158,6 +160,7 @@ impl Error {
 
     pub(crate) fn contended(
         held_by: usize,
+        won: usize,
         nodes: usize,
         retry_after: Option<Duration>,
         errors: Vec<NodeError>,
@@ -167,6 +170,7 @@ impl Error {
             format!("resource is held by someone else ({held_by} of {nodes} nodes said held)"),
         );
         e.inner.held_by = held_by;
+        e.inner.won = won;
         e.inner.retry_after = retry_after;
         e.inner.nodes = errors;
         e
@@ -223,6 +227,13 @@ impl Error {
     /// For a contended lock: how many nodes said the resource is held.
     pub fn held_by(&self) -> usize {
         self.inner.held_by
+    }
+
+    /// For a contended lock: how many nodes this try had won before backing off. Above zero,
+    /// no one held a quorum either: concurrent requests split the votes, and a quick retry
+    /// is likely to succeed.
+    pub fn votes_won(&self) -> usize {
+        self.inner.won
     }
 
     /// For a contended lock: the shortest remaining ttl the holder's nodes reported, a fair

@@ -12,10 +12,13 @@ use crate::{Lease, Redlock, Retry};
 /// What to do when another request holds the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnContention {
-    /// Answer `409 Conflict` at once, with `Retry-After` (the default).
+    /// Answer `409 Conflict` at once, with `Retry-After` (the default). When the votes were
+    /// split between concurrent requests (no one held a quorum), one quick retry after a
+    /// random pause of up to 20 ms comes first.
     Reject,
-    /// Retry with jitter until the lock is acquired or `max_wait` has passed, then `409`.
-    /// The wait never exceeds `max_wait`.
+    /// Retry with jitter until the lock is acquired, then run; `409` when no further try
+    /// can finish within `max_wait` (a try may take two node timeouts), so the answer never
+    /// comes later than `max_wait` after the request.
     Wait {
         /// The longest a request waits for the lock.
         max_wait: Duration,
@@ -171,7 +174,16 @@ impl LockPolicy {
             }
         };
         let started = Instant::now();
-        match p.redlock.lock_with(key.as_str(), p.ttl, retry).await {
+        let mut result = p.redlock.lock_with(key.as_str(), p.ttl, retry).await;
+        if let Err(e) = &result {
+            if e.is_contended() && e.votes_won() > 0 && p.contention == OnContention::Reject {
+                // A split vote between concurrent requests, not a holder: everyone backed
+                // off, so one quick retry after a random pause usually settles it.
+                tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=20_000))).await;
+                result = p.redlock.try_lock(key.as_str(), p.ttl).await;
+            }
+        }
+        match result {
             Ok(mut lease) => {
                 if p.keep_alive {
                     lease.keep_alive();

@@ -356,6 +356,13 @@ impl Redlock {
         let n = inner.nodes.len();
         let timeout = inner.config.node_timeout;
         let start = Instant::now();
+        // If this future is dropped from here on (a cancelled caller), the guard releases
+        // the token everywhere in the background.
+        let guard = CancelGuard {
+            client: Some(self.clone()),
+            key: key.clone(),
+            token,
+        };
         let mut sent = quorum::send(&inner.nodes, quorum::all(n), timeout, |node| {
             let key = key.clone();
             async move { node.acquire(&key, token.as_str(), ttl).await }
@@ -375,6 +382,7 @@ impl Redlock {
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
             // The nodes that have not answered yet still get their SET.
+            guard.disarm();
             return Ok((deadline, quorum::finish_in_background(sent)));
         }
 
@@ -411,6 +419,7 @@ impl Redlock {
             });
         }
 
+        guard.disarm();
         let held = tally.against;
         let err = if tally.for_ >= inner.quorum {
             Error::unavailable(
@@ -420,7 +429,7 @@ impl Redlock {
                 tally.errors,
             )
         } else if held > 0 && held >= tally.errors.len() {
-            Error::contended(held, n, tally.min_remaining, tally.errors)
+            Error::contended(held, tally.for_, n, tally.min_remaining, tally.errors)
         } else {
             Error::unavailable(
                 format!(
@@ -587,6 +596,40 @@ impl Redlock {
             keep_alive: false,
             abort_on_loss: false,
         }
+    }
+}
+
+/// Releases a try's token on every node when the try is cancelled mid-flight (its future
+/// dropped): requests already written to a connection are followed by the release on the
+/// same connection; requests not yet written are never sent.
+struct CancelGuard {
+    client: Option<Redlock>,
+    key: Arc<str>,
+    token: Token,
+}
+
+impl CancelGuard {
+    fn disarm(mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (key, token) = (self.key.clone(), self.token);
+        rt.spawn(async move {
+            let inner = &*client.inner;
+            let all = quorum::all(inner.nodes.len());
+            quorum::send_release(&inner.nodes, all, inner.config.node_timeout, &key, token)
+                .for_each(|_| async {})
+                .await;
+        });
     }
 }
 

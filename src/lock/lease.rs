@@ -238,8 +238,10 @@ impl Lease {
         }
     }
 
-    /// Releases the lock on every node (compare-and-delete with this lease's token) and
-    /// waits for their answers, each bounded by the per-node timeout.
+    /// Releases the lock on every node (compare-and-delete with this lease's token). Returns
+    /// once a quorum of nodes has answered — the lock can then no longer be held by this
+    /// lease — while the slower nodes' releases finish in the background, each bounded by
+    /// the per-node timeout, so a dead node costs nothing here.
     ///
     /// Errors when fewer than a quorum of nodes answered; the lock then still expires after
     /// its ttl.

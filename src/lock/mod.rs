@@ -530,7 +530,18 @@ impl Redlock {
             &state.key_arc(),
             state.token_copy(),
         );
-        let tally = quorum::count(&mut sent, n, Until::All, |_| Vote::For).await;
+        // Answer once a quorum has answered; a slow or dead node gets its release in the
+        // background and costs the caller nothing.
+        let tally = quorum::count(
+            &mut sent,
+            n,
+            Until::Decided {
+                quorum: inner.quorum,
+            },
+            |_| Vote::For,
+        )
+        .await;
+        quorum::finish_in_background(sent);
         if tally.for_ >= inner.quorum {
             Ok(())
         } else {

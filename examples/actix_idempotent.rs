@@ -96,6 +96,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             )
     })
     .workers(2)
+    // A client that goes away cancels its handler, which releases the lock at once.
+    .h1_allow_half_closed(false)
     .bind(bind)?
     .run()
     .await?;

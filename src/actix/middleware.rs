@@ -133,7 +133,8 @@ where
                         .map_into_left_body());
                 }
             };
-            // A cancelled request drops `lease` here, which spawns its release.
+            // A cancelled request (with `h1_allow_half_closed(false)`, see the module docs)
+            // drops `lease` here, which spawns its release.
             let result = service.call(req).await;
             match result {
                 Ok(res) if policy.release_on() == ReleaseOn::BodyEnd => Ok(res

@@ -6,6 +6,11 @@
 //! quorum is unreachable, `400` for a bad key, problem+json bodies. The handler gets the lease
 //! as a [`LeaseHandle`](crate::LeaseHandle) extractor.
 //!
+//! **Cancellation:** actix-web keeps running a handler whose client has gone unless the
+//! server is built with `HttpServer::h1_allow_half_closed(false)`; only then is the handler
+//! dropped and the lock released at once (otherwise it is held, and kept alive, until the
+//! handler returns).
+//!
 //! ```
 //! use actix_web::{web, App, HttpResponse};
 //! use tower_redlock::actix::RedlockMiddleware;

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::fmt::Display;
 use std::future::Future;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,0 +1,395 @@
+//! Safety under faults, against real masters: paused, black-holed, restarted-empty masters,
+//! and the races of extension and release with expiry.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::proxy::{Fault, FaultProxy};
+use support::{eventually, Masters, NODE_TIMEOUT};
+use tower_redlock::{RedisNodeOptions, Redlock, Retry};
+
+/// Generous slack for a shared 2-core machine: outcomes and bounds, never tight timings.
+const SLACK: Duration = Duration::from_millis(800);
+
+/// Waits until `client` can lock a throw-away resource with every master holding it, so
+/// the lazily made connections are up.
+async fn warm_up(client: &Redlock, masters: &Masters) {
+    eventually(
+        "the client reaches every master",
+        Duration::from_secs(10),
+        || async {
+            let Ok(lease) = client.try_lock("warm-up", Duration::from_secs(5)).await else {
+                return false;
+            };
+            let everywhere = masters.everywhere("warm-up", lease.value()).await;
+            let _ = lease.release().await;
+            everywhere
+        },
+    )
+    .await;
+    eventually("the warm-up lock is gone", Duration::from_secs(5), || {
+        masters.absent_everywhere("warm-up")
+    })
+    .await;
+}
+
+/// Every master ends empty: no try or release left a key behind (the hazard of deciding at
+/// quorum is a late SET landing after its release).
+async fn all_empty(masters: &Masters) {
+    eventually("every master is empty", Duration::from_secs(10), || async {
+        masters.dbsizes().await.iter().all(|&n| n == 0)
+    })
+    .await;
+}
+
+/// Runs `tasks × rounds` lock + release cycles on distinct resources; returns the slowest
+/// acquire.
+async fn burst(client: &Redlock, tasks: usize, rounds: usize) -> Duration {
+    let workers = (0..tasks).map(|t| {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut slowest = Duration::ZERO;
+            for r in 0..rounds {
+                let started = Instant::now();
+                let lease = client
+                    .try_lock(&format!("burst:{t}:{r}"), Duration::from_secs(10))
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t} round {r}: {e}"));
+                slowest = slowest.max(started.elapsed());
+                lease.release().await.expect("release");
+            }
+            slowest
+        })
+    });
+    let mut slowest = Duration::ZERO;
+    for w in workers {
+        slowest = slowest.max(w.await.expect("burst task"));
+    }
+    slowest
+}
+
+async fn paused_minority(n: usize, paused: usize) {
+    let masters = Masters::start(n);
+    let client = masters.builder().retry(Retry::never()).build().unwrap();
+    warm_up(&client, &masters).await;
+    for i in 0..paused {
+        masters[i].freeze();
+    }
+    let slowest = burst(&client, 8, 10).await;
+    for i in 0..paused {
+        masters[i].thaw();
+    }
+    // Decided at quorum: the paused masters cost nothing, not even their timeout.
+    assert!(
+        slowest < NODE_TIMEOUT + SLACK,
+        "N={n}, {paused} paused: slowest acquire {slowest:?}"
+    );
+    // Once thawed, the paused masters run the SETs and then the releases queued for them,
+    // in that order: nothing is stranded.
+    all_empty(&masters).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_of_three_paused_during_a_burst() {
+    paused_minority(3, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_of_five_paused_during_a_burst() {
+    paused_minority(5, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn majority_black_holed_fails_within_bound_then_heals() {
+    let masters = Masters::start(3);
+    let mut proxies = Vec::new();
+    for m in masters.iter() {
+        proxies.push(FaultProxy::start(m.addr().parse().unwrap()).await);
+    }
+    let client = proxies
+        .iter()
+        .fold(Redlock::builder(), |b, p| b.redis(&p.url()))
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    warm_up(&client, &masters).await;
+
+    proxies[0].set(Fault::BlackHole);
+    proxies[1].set(Fault::BlackHole);
+    for round in 0..3 {
+        let started = Instant::now();
+        let err = client
+            .try_lock("partitioned", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(err.is_unavailable(), "round {round}: {err:?}");
+        assert!(err.is_timeout(), "round {round}: {err:?}");
+        assert!(
+            took < NODE_TIMEOUT + SLACK,
+            "round {round}: the unreachable error took {took:?}"
+        );
+    }
+
+    // Heal: the same client works again, without being rebuilt.
+    proxies[0].set(Fault::Pass);
+    proxies[1].set(Fault::Pass);
+    eventually(
+        "locks work again after the partition",
+        Duration::from_secs(15),
+        || async {
+            match client.try_lock("healed", Duration::from_secs(5)).await {
+                Ok(lease) => lease.release().await.is_ok(),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+    all_empty(&masters).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reset_connections_are_remade() {
+    let masters = Masters::start(3);
+    let proxies = [
+        FaultProxy::start(masters[0].addr().parse().unwrap()).await,
+        FaultProxy::start(masters[1].addr().parse().unwrap()).await,
+    ];
+    let client = Redlock::builder()
+        .redis(&proxies[0].url())
+        .redis(&proxies[1].url())
+        .redis(&masters[2].url())
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    warm_up(&client, &masters).await;
+    // One reset master: still a quorum.
+    proxies[0].set(Fault::Reset);
+    let lease = client
+        .try_lock("reset", Duration::from_secs(5))
+        .await
+        .unwrap();
+    lease.release().await.unwrap();
+    // A majority reset: unavailable, then back once the connections can be remade.
+    proxies[1].set(Fault::Reset);
+    let err = client
+        .try_lock("reset", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    proxies[0].set(Fault::Pass);
+    proxies[1].set(Fault::Pass);
+    eventually(
+        "locks work after the resets",
+        Duration::from_secs(15),
+        || async {
+            match client.try_lock("reset", Duration::from_secs(5)).await {
+                Ok(lease) => lease.release().await.is_ok(),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+    all_empty(&masters).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slowed_master_does_not_slow_the_lock() {
+    let masters = Masters::start(3);
+    let proxy = FaultProxy::start(masters[0].addr().parse().unwrap()).await;
+    let client = Redlock::builder()
+        .redis(&proxy.url())
+        .redis(&masters[1].url())
+        .redis(&masters[2].url())
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    warm_up(&client, &masters).await;
+    // Slower than the node timeout in each direction: that master never answers in time.
+    proxy.set(Fault::Latency(NODE_TIMEOUT * 2));
+    let slowest = burst(&client, 4, 10).await;
+    assert!(slowest < NODE_TIMEOUT, "slowest acquire {slowest:?}");
+    proxy.set(Fault::Pass);
+    all_empty(&masters).await;
+}
+
+/// Takes `first`'s lock with master 2 down (so it lands on exactly masters 0 and 1), then
+/// restarts masters 2 and 0 empty, and lets `second` try again and again while the first
+/// lease is valid. Returns whether `second` got the lock while the first lease was valid.
+async fn restart_while_held(first: &Redlock, second: &Redlock, masters: &Masters) -> bool {
+    masters[2].stop();
+    let lease = first
+        .try_lock("restarted", Duration::from_secs(4))
+        .await
+        .expect("the first client locks on masters 0 and 1");
+    masters[2].restart();
+    masters[0].restart();
+    let mut tries = 0;
+    while lease.is_valid() {
+        tries += 1;
+        match second.try_lock("restarted", Duration::from_secs(4)).await {
+            // Judged the moment the second lock is granted.
+            Ok(_) => return lease.is_valid(),
+            Err(e) => assert!(e.is_unavailable() || e.is_contended(), "{e:?}"),
+        }
+        // The pace of a client retrying, not a synchronization.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        tries > 1,
+        "the first lease expired before the second client tried"
+    );
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delayed_restart_protection_keeps_a_restarted_master_out() {
+    let max_ttl = Duration::from_secs(4);
+    let masters = Masters::start(3);
+    let protected = || {
+        let opts = RedisNodeOptions::new().restart_protection(max_ttl);
+        masters
+            .urls()
+            .iter()
+            .fold(Redlock::builder(), |b, url| b.redis_with(url, &opts))
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (protected(), protected());
+    // Fresh masters are as new as restarted ones: no vote until they are max_ttl old.
+    let err = a.try_lock("young", max_ttl).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        err.to_string().contains("delayed-restart protection"),
+        "{err}"
+    );
+    eventually(
+        "the masters are old enough to vote",
+        max_ttl * 3,
+        || async {
+            match a.try_lock("old-enough", max_ttl).await {
+                Ok(lease) => lease.release().await.is_ok(),
+                Err(_) => false,
+            }
+        },
+    )
+    .await;
+    // A ttl above the protected maximum is refused by every node.
+    let err = a.try_lock("too-long", max_ttl * 2).await.unwrap_err();
+    assert!(
+        err.is_unavailable() && err.to_string().contains("exceeds"),
+        "{err}"
+    );
+
+    assert!(
+        !restart_while_held(&a, &b, &masters).await,
+        "with protection, the restarted masters must not vote while the lease is valid"
+    );
+    // The restarted masters vote again once they have been up for max_ttl.
+    eventually("the restarted masters vote again", max_ttl * 3, || async {
+        match b.try_lock("restarted", max_ttl).await {
+            Ok(lease) => lease.release().await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
+}
+
+/// The hole the Redlock spec documents: without protection, a master restarted empty votes
+/// "free" for a lock it forgot, and a second client gains a quorum while the first lease is
+/// still valid. This test documents it; `delayed_restart_protection_…` shows the cure.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_protection_a_restarted_master_breaks_exclusion() {
+    let masters = Masters::start(3);
+    let a = masters.builder().retry(Retry::never()).build().unwrap();
+    let b = masters.builder().retry(Retry::never()).build().unwrap();
+    warm_up(&a, &masters).await;
+    warm_up(&b, &masters).await;
+    assert!(
+        restart_while_held(&a, &b, &masters).await,
+        "the known hole: the second client gets the lock while the first lease is valid"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn extension_after_expiry_fails_and_never_resurrects() {
+    let masters = Masters::start(3);
+    let client = masters.builder().retry(Retry::never()).build().unwrap();
+    warm_up(&client, &masters).await;
+
+    let lease = client
+        .try_lock("expiring", Duration::from_millis(150))
+        .await
+        .unwrap();
+    eventually("the keys expired", Duration::from_secs(5), || {
+        masters.absent_everywhere("expiring")
+    })
+    .await;
+    assert!(!lease.is_valid());
+    let err = lease.extend(Duration::from_secs(10)).await.unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert!(
+        masters.absent_everywhere("expiring").await,
+        "extend re-created the lock"
+    );
+
+    // Racing: extend right around the expiry, many times. Whatever the outcome, an
+    // extension never outlives what it reports: a failed one leaves nothing that lasts.
+    for i in 0..20u64 {
+        let ttl = Duration::from_millis(40);
+        let resource = format!("race:{i}");
+        let lease = client.try_lock(&resource, ttl).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30 + i % 15)).await;
+        match lease.extend(Duration::from_secs(5)).await {
+            Ok(()) => {
+                assert!(lease.is_valid());
+                assert!(masters.holding(&resource, lease.value()).await >= 2);
+            }
+            Err(e) => {
+                assert!(e.is_lost() || e.is_unavailable(), "{e:?}");
+                // Not resurrected: the keys disappear within the original ttl.
+                eventually("a failed extension leaves nothing", SLACK, || {
+                    masters.absent_everywhere(&resource)
+                })
+                .await;
+            }
+        }
+        let _ = lease.release().await;
+    }
+    all_empty(&masters).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_after_expiry_keeps_the_next_holders_lock() {
+    let masters = Masters::start(3);
+    let a = masters.builder().retry(Retry::never()).build().unwrap();
+    let b = masters.builder().retry(Retry::never()).build().unwrap();
+    warm_up(&a, &masters).await;
+    warm_up(&b, &masters).await;
+
+    let late = a
+        .try_lock("handover", Duration::from_millis(100))
+        .await
+        .unwrap();
+    eventually("the first lock expired", Duration::from_secs(5), || {
+        masters.absent_everywhere("handover")
+    })
+    .await;
+    let holder = b
+        .try_lock("handover", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let _ = late.release().await; // the old owner's release after its ttl
+    assert!(
+        masters.everywhere("handover", holder.value()).await,
+        "a stale release deleted the new holder's lock"
+    );
+    holder.release().await.unwrap();
+    all_empty(&masters).await;
+}

@@ -184,6 +184,41 @@ mod tests {
         }
     }
 
+    use proptest::prelude::*;
+
+    proptest! {
+        /// For any node count and any order of votes, the early decision is never wrong:
+        /// it stops only when the outcome can no longer change, and never panics.
+        #[test]
+        fn early_decision_is_sound(
+            n in 1usize..=MAX_NODES,
+            votes in proptest::collection::vec(0u8..3, 0..=MAX_NODES),
+        ) {
+            let q = quorum(n);
+            let name: Arc<str> = "node".into();
+            let mut t = Tally::default();
+            for (i, v) in votes.iter().take(n).enumerate() {
+                match v {
+                    0 => t.for_ += 1,
+                    1 => t.against += 1,
+                    _ => t.errors.push(NodeError::timeout(i, name.clone(), Duration::ZERO)),
+                }
+                let answered = i + 1;
+                if t.decided(n, q) {
+                    // Once decided, no remaining answer can change the outcome.
+                    prop_assert!(t.for_ >= q || t.for_ + (n - answered) < q);
+                } else {
+                    // Undecided: both outcomes are still possible.
+                    prop_assert!(t.for_ < q && t.for_ + (n - answered) >= q);
+                }
+                if answered == n {
+                    prop_assert!(t.decided(n, q), "all {} answered but undecided", n);
+                }
+            }
+            prop_assert_eq!(all(n).count_ones() as usize, n);
+        }
+    }
+
     #[test]
     fn decides_as_soon_as_certain() {
         let t = Tally {

@@ -39,6 +39,22 @@ async fn warm_up(client: &Redlock, masters: &Masters) {
     .await;
 }
 
+/// Asserts that `key` is gone from every master: at once from a quorum (a release returns
+/// once a quorum answered), and soon after from the rest (released in the background).
+async fn gone_everywhere(m: &Masters, key: &str) {
+    let held = m.values(key).await.iter().filter(|v| v.is_some()).count();
+    assert!(
+        held < m.len() / 2 + 1,
+        "{key} is still held on {held} masters"
+    );
+    eventually(
+        format!("{key} is gone everywhere"),
+        Duration::from_secs(5),
+        || m.absent_everywhere(key),
+    )
+    .await;
+}
+
 /// Runs `op` while master `i` is frozen; the master thaws 50 ms in — late, but well within
 /// the 200 ms node timeout — whether or not `op` has returned by then.
 async fn with_late_master<T>(m: &Masters, i: usize, op: impl std::future::Future<Output = T>) -> T {
@@ -90,13 +106,13 @@ async fn lock_unlock_relock() {
     }
 
     c.unlock(lease).await.unwrap();
-    assert!(m.absent_everywhere("resource_key").await);
+    gone_everywhere(&m, "resource_key").await;
 
     let again = c.lock("resource_key", ttl).await.unwrap();
     assert_ne!(again.value(), value, "a fresh token per lock");
     assert!(m.holding("resource_key", again.value()).await >= 2);
     again.release().await.unwrap();
-    assert!(m.absent_everywhere("resource_key").await);
+    gone_everywhere(&m, "resource_key").await;
     assert_eq!(m.dbsizes().await, [0, 0, 0]);
 }
 
@@ -120,7 +136,7 @@ async fn ruby_style_flow() {
 
     // lock_manager.unlock(first_try_lock_info)
     lock_manager.unlock(first_try_lock_info).await.unwrap();
-    assert!(m.absent_everywhere("resource_key").await);
+    gone_everywhere(&m, "resource_key").await;
     // second_try_lock_info = lock_manager.lock("resource_key", 2000) # => lock info
     let second_try_lock_info = lock_manager.lock("resource_key", ttl).await.unwrap();
     assert!(second_try_lock_info.is_valid());
@@ -140,7 +156,7 @@ async fn ruby_style_flow() {
         })
         .await;
     assert_eq!(ran.unwrap(), "critical code ran");
-    assert!(m.absent_everywhere("resource_key").await);
+    gone_everywhere(&m, "resource_key").await;
 
     // lock! raising LockError when held: `?` propagates the contended error.
     let holder = lock_manager.lock("resource_key", ttl).await.unwrap();
@@ -462,7 +478,7 @@ async fn lock_reaches_a_late_master() {
     )
     .await;
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("late").await);
+    gone_everywhere(&m, "late").await;
 }
 
 /// The same with a master whose connection is still being made when the lock is decided
@@ -482,7 +498,7 @@ async fn lock_reaches_a_late_master_on_a_fresh_connection() {
     )
     .await;
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("late-fresh").await);
+    gone_everywhere(&m, "late-fresh").await;
 }
 
 /// The same with a master that lost its script cache (a restart, `SCRIPT FLUSH`): its
@@ -503,7 +519,7 @@ async fn lock_reaches_a_late_master_after_script_flush() {
     )
     .await;
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("late-noscript").await);
+    gone_everywhere(&m, "late-noscript").await;
 }
 
 /// An extension, too, must reach a master that answers late: otherwise that master's key
@@ -529,7 +545,7 @@ async fn extend_reaches_a_late_master_after_script_flush() {
     )
     .await;
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("late-extend").await);
+    gone_everywhere(&m, "late-extend").await;
 }
 
 #[tokio::test]
@@ -572,7 +588,7 @@ async fn noscript_recovery_after_script_flush() {
     }
     // Release runs its script: the keys are gone.
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("noscript").await);
+    gone_everywhere(&m, "noscript").await;
 
     for s in m.iter() {
         s.script_flush().await;
@@ -627,7 +643,7 @@ async fn interop_with_plain_set_nx_and_key_prefix() {
         );
     }
     ours.release().await.unwrap();
-    assert!(m.absent_everywhere("ours").await);
+    gone_everywhere(&m, "ours").await;
 
     // A key prefix, for clients that use one.
     let prefixed = m.builder().key_prefix("redlock:").build().unwrap();
@@ -635,7 +651,7 @@ async fn interop_with_plain_set_nx_and_key_prefix() {
     assert_eq!(lease.key(), "redlock:pref");
     assert_eq!(lease.resource(), "pref");
     assert!(m.holding("redlock:pref", lease.value()).await >= 2);
-    assert!(m.absent_everywhere("pref").await);
+    gone_everywhere(&m, "pref").await;
     // The unprefixed client does not see it; a plain holder of the prefixed key blocks it.
     c.try_lock("pref", TTL)
         .await
@@ -652,7 +668,7 @@ async fn interop_with_plain_set_nx_and_key_prefix() {
         .unwrap_err()
         .is_contended());
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("redlock:pref").await);
+    gone_everywhere(&m, "redlock:pref").await;
 }
 
 // --- extension ---------------------------------------------------------------------------------
@@ -695,7 +711,7 @@ async fn extend_keeps_the_lock() {
     assert!(p.iter().filter(|p| **p > 1000).count() >= 2, "{p:?}");
     assert_eq!(m.holding("extend", lease.value()).await, 3);
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("extend").await);
+    gone_everywhere(&m, "extend").await;
 }
 
 #[tokio::test]
@@ -761,7 +777,7 @@ async fn extend_after_keys_vanished_is_lost_and_does_not_recreate() {
     assert_eq!(m[0].get("vanished-2").await, None);
     assert_eq!(m[2].get("vanished-2").await, None);
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("vanished-2").await);
+    gone_everywhere(&m, "vanished-2").await;
 }
 
 #[tokio::test]
@@ -794,7 +810,7 @@ async fn wrong_token_release_and_extend_do_nothing() {
         .unwrap());
     assert!(m[0].pttl("owned").await > ms(TTL));
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("owned").await);
+    gone_everywhere(&m, "owned").await;
 }
 
 #[tokio::test]
@@ -811,7 +827,7 @@ async fn extensions_are_capped() {
     assert!(lease.is_valid(), "hitting the cap does not end the lease");
     assert!(m.holding("capped", lease.value()).await >= 2);
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("capped").await);
+    gone_everywhere(&m, "capped").await;
 }
 
 // --- auto-extension ----------------------------------------------------------------------------
@@ -842,7 +858,7 @@ async fn keep_alive_holds_past_the_ttl() {
     }
     assert!(lease.extensions() >= 3, "{} extensions", lease.extensions());
     lease.release().await.unwrap();
-    assert!(m.absent_everywhere("kept").await);
+    gone_everywhere(&m, "kept").await;
 
     // The scoped form.
     let out = a
@@ -864,7 +880,7 @@ async fn keep_alive_holds_past_the_ttl() {
         .await
         .unwrap();
     assert!(out >= 3, "{out} extensions");
-    assert!(m.absent_everywhere("kept-scope").await);
+    gone_everywhere(&m, "kept-scope").await;
 }
 
 /// Deleting the keys under a kept-alive lease: the next extension finds it lost and says so,
@@ -943,7 +959,7 @@ async fn abort_on_loss_stops_the_work() {
         deleted_at.elapsed()
     );
     assert!(!finished.load(Ordering::SeqCst), "the work was not stopped");
-    assert!(m.absent_everywhere("aborted").await);
+    gone_everywhere(&m, "aborted").await;
 }
 
 // --- scoped locks ------------------------------------------------------------------------------
@@ -971,7 +987,7 @@ async fn with_lock_always_releases() {
         seen.iter().flatten().filter(|v| is_token(v)).count() >= 2,
         "{seen:?}"
     );
-    assert!(m.absent_everywhere("scoped").await);
+    gone_everywhere(&m, "scoped").await;
 
     // On an error value from the work.
     let out = c
@@ -979,7 +995,7 @@ async fn with_lock_always_releases() {
         .await
         .unwrap();
     assert_eq!(out, Err("boom"));
-    assert!(m.absent_everywhere("scoped").await);
+    gone_everywhere(&m, "scoped").await;
 
     // Contended: the work does not run.
     let holder = other.try_lock("scoped", TTL).await.unwrap();

@@ -182,6 +182,12 @@ impl Error {
         e
     }
 
+    /// Records how many nodes said "held" when the quorum was unreachable.
+    pub(crate) fn with_held_by(mut self, held_by: usize) -> Self {
+        self.inner.held_by = held_by;
+        self
+    }
+
     pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {
         self.inner.attempts = attempts;
         self
@@ -224,14 +230,15 @@ impl Error {
         self.inner.kind == ErrorKind::InvalidInput
     }
 
-    /// For a contended lock: how many nodes said the resource is held.
+    /// How many nodes said the resource is held (also for an unavailable quorum, where some
+    /// nodes may have answered "held" while others failed).
     pub fn held_by(&self) -> usize {
         self.inner.held_by
     }
 
     /// For a contended lock: how many nodes this try had won before backing off. Above zero,
-    /// no one held a quorum either: concurrent requests split the votes, and a quick retry
-    /// is likely to succeed.
+    /// the votes were likely split between concurrent requests (or a holder's SET missed a
+    /// node), and a quick retry is likely to succeed.
     pub fn votes_won(&self) -> usize {
         self.inner.won
     }

@@ -1174,3 +1174,57 @@ async fn keep_alive_holds_the_key_past_its_ttl() {
     assert_eq!(probe.started(), 1);
     assert_released(&m, &key).await;
 }
+
+/// A body of known length: a server stops polling once it has the last byte, so with
+/// release at body end the release must be done before the last frame is handed over —
+/// and an empty body, which is never polled, is released before the response.
+#[tokio::test(flavor = "multi_thread")]
+async fn lifecycle_with_release_on_body_end_and_sized_bodies() {
+    const KEY: &str = "sized-1";
+    let (masters, redlock) = masters_and_client().await;
+    let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
+        .release_on_body_end()
+        .build()
+        .expect("a valid policy");
+    let key = redis_key(KEY);
+
+    let sized = RedlockLayer::with_policy(policy.clone()).layer(tower::service_fn(
+        |_req: Request<Empty<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(http_body_util::Full::new(
+                Bytes::from_static(b"done"),
+            )))
+        },
+    ));
+    let response = within("the response", sized.oneshot(request(KEY)))
+        .await
+        .expect("infallible");
+    let mut body = response.into_body();
+    assert!(body.holds_lock());
+    assert_held(&masters, &key).await;
+    let frame = within("the only frame", body.frame()).await;
+    assert_eq!(
+        frame.expect("a frame").expect("no error").into_data().ok(),
+        Some(Bytes::from_static(b"done"))
+    );
+    // Released before the last (only) frame was handed over.
+    assert!(!body.holds_lock());
+    assert!(http_body::Body::is_end_stream(&body));
+    assert!(
+        held_on(&masters, &key).await < 2,
+        "the last frame came before the release"
+    );
+
+    let empty = RedlockLayer::with_policy(policy).layer(tower::service_fn(
+        |_req: Request<Empty<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        },
+    ));
+    let response = within("the response", empty.oneshot(request(KEY)))
+        .await
+        .expect("infallible");
+    assert!(
+        !response.body().holds_lock(),
+        "an empty body is released with the response"
+    );
+    assert!(held_on(&masters, &key).await < 2);
+}

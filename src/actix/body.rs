@@ -18,16 +18,29 @@ pub struct LeaseBody<B> {
     #[pin]
     body: B,
     lease: BodyLease,
+    /// Bytes still to come of a body of known length: the server stops polling after the
+    /// last one, so the release happens before that chunk is handed over.
+    remaining: Option<u64>,
+    /// The last chunk, held back until the release is done.
+    last: Option<Bytes>,
 }
 
-impl<B> LeaseBody<B> {
+impl<B: MessageBody> LeaseBody<B> {
     pub(crate) fn new(body: B, lease: Option<Lease>) -> Self {
+        let remaining = match body.size() {
+            BodySize::Sized(n) => Some(n),
+            _ => None,
+        };
         Self {
             body,
             lease: BodyLease::new(lease),
+            remaining,
+            last: None,
         }
     }
+}
 
+impl<B> LeaseBody<B> {
     /// Whether this body still holds a lock (released at the body's end).
     pub fn holds_lock(&self) -> bool {
         self.lease.holds()
@@ -54,9 +67,18 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Self::Error>>> {
         let this = self.project();
-        if !this.lease.is_releasing() {
+        if !this.lease.is_releasing() && this.last.is_none() {
             match ready!(this.body.poll_next(cx)) {
-                Some(Ok(chunk)) => return Poll::Ready(Some(Ok(chunk))),
+                Some(Ok(chunk)) => {
+                    let is_last = this.remaining.as_mut().is_some_and(|r| {
+                        *r = r.saturating_sub(chunk.len() as u64);
+                        *r == 0
+                    });
+                    if !(is_last && this.lease.holds()) {
+                        return Poll::Ready(Some(Ok(chunk)));
+                    }
+                    *this.last = Some(chunk);
+                }
                 Some(Err(e)) => {
                     this.lease.abandon();
                     return Poll::Ready(Some(Err(e)));
@@ -65,7 +87,7 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
             }
         }
         ready!(this.lease.poll_end(cx));
-        Poll::Ready(None)
+        Poll::Ready(this.last.take().map(Ok))
     }
 
     fn try_into_bytes(self) -> Result<Bytes, Self> {
@@ -73,7 +95,17 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
             // The lease must see the end of the body.
             return Err(self);
         }
-        let Self { body, lease } = self;
-        body.try_into_bytes().map_err(|body| Self { body, lease })
+        let Self {
+            body,
+            lease,
+            remaining,
+            last,
+        } = self;
+        body.try_into_bytes().map_err(|body| Self {
+            body,
+            lease,
+            remaining,
+            last,
+        })
     }
 }

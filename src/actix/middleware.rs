@@ -1,7 +1,7 @@
 use std::future::{ready, Ready};
 use std::rc::Rc;
 
-use actix_web::body::{BoxBody, EitherBody, MessageBody};
+use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpMessage, HttpResponse};
@@ -137,9 +137,18 @@ where
             // drops `lease` here, which spawns its release.
             let result = service.call(req).await;
             match result {
-                Ok(res) if policy.release_on() == ReleaseOn::BodyEnd => Ok(res
-                    .map_body(|_, b| LeaseBody::new(b, Some(lease)))
-                    .map_into_left_body()),
+                // An empty body is never polled by the server: release now.
+                Ok(res)
+                    if policy.release_on() == ReleaseOn::BodyEnd
+                        && !matches!(
+                            res.response().body().size(),
+                            BodySize::None | BodySize::Sized(0)
+                        ) =>
+                {
+                    Ok(res
+                        .map_body(|_, b| LeaseBody::new(b, Some(lease)))
+                        .map_into_left_body())
+                }
                 result => {
                     // Release before answering, so a client that retries the moment it has
                     // the answer finds the key free.

@@ -34,7 +34,8 @@ pub enum OnUnavailable {
     /// unprotected.
     FailClosed,
     /// Run the handler without the lock; it sees an [`Unlocked`] marker in the request
-    /// extensions. For endpoints where availability matters more than exclusion.
+    /// extensions. For endpoints where availability matters more than exclusion. When some
+    /// node said the key is held, the answer is still `503`: a live holder is never run over.
     FailOpen,
 }
 
@@ -191,7 +192,12 @@ impl LockPolicy {
                 tracing::debug!(key = %key, elapsed = ?started.elapsed(), "lock acquired");
                 Decision::Locked(lease)
             }
-            Err(e) if e.is_unavailable() && p.unavailable == OnUnavailable::FailOpen => {
+            // Fail open only when no node said "held": a live holder is never run over.
+            Err(e)
+                if e.is_unavailable()
+                    && e.held_by() == 0
+                    && p.unavailable == OnUnavailable::FailOpen =>
+            {
                 tracing::warn!(key = %key, error = %e, "lock quorum unreachable; running unlocked (fail-open)");
                 Decision::Unlocked
             }

@@ -246,10 +246,12 @@ impl Lease {
     /// Errors when fewer than a quorum of nodes answered; the lock then still expires after
     /// its ttl.
     pub async fn release(mut self) -> crate::Result<()> {
-        self.released = true;
         self.stop_keep_alive();
         self.state.end();
-        self.client.release_state(&self.state).await
+        let result = self.client.release_state(&self.state).await;
+        // Only now: if this future is dropped before, `Drop` spawns the release.
+        self.released = true;
+        result
     }
 
     fn stop_keep_alive(&mut self) {

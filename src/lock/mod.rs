@@ -198,8 +198,10 @@ impl RedlockBuilder {
             )));
         }
         let c = &self.config;
-        if c.node_timeout.is_zero() {
-            return Err(Error::invalid("the node timeout must be greater than zero"));
+        if c.node_timeout.is_zero() || c.node_timeout > Duration::from_secs(60) {
+            return Err(Error::invalid(
+                "the node timeout must be greater than zero and at most 60 s",
+            ));
         }
         if !(c.drift_factor.is_finite() && (0.0..1.0).contains(&c.drift_factor)) {
             return Err(Error::invalid(format!(
@@ -317,7 +319,7 @@ impl Redlock {
         let deadline = retry.max_wait().and_then(|w| started.checked_add(w));
         let mut attempt = 0u32;
         loop {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
             let token = Token::new();
             match self.try_once(&key, token, ttl).await {
                 Ok((deadline, in_flight)) => {
@@ -330,7 +332,11 @@ impl Redlock {
                     // A try takes at most two node timeouts: the requests, then the releases
                     // of a failed try.
                     let more = attempt <= retry.retry_count()
-                        && Retry::fits(deadline, pause, self.inner.config.node_timeout * 2);
+                        && Retry::fits(
+                            deadline,
+                            pause,
+                            self.inner.config.node_timeout.saturating_mul(2),
+                        );
                     if !more {
                         tracing::debug!(resource, attempt, contended = e.is_contended(), error = %e, "lock not acquired");
                         return Err(e.with_attempts(attempt));
@@ -438,6 +444,7 @@ impl Redlock {
                 ),
                 tally.errors,
             )
+            .with_held_by(held)
         };
         Err(err)
     }
@@ -520,7 +527,8 @@ impl Redlock {
         let inner = &*self.inner;
         if let Some(in_flight) = state.take_in_flight() {
             // Let the lock's own late SETs land first (each is bounded by the node timeout).
-            let _ = tokio::time::timeout(inner.config.node_timeout * 2, in_flight).await;
+            let _ =
+                tokio::time::timeout(inner.config.node_timeout.saturating_mul(2), in_flight).await;
         }
         let n = inner.nodes.len();
         let mut sent = quorum::send_release(

@@ -119,7 +119,9 @@ impl Retry {
     pub(crate) fn fits(deadline: Option<Instant>, pause: Duration, try_time: Duration) -> bool {
         match deadline {
             None => true,
-            Some(d) => Instant::now() + pause + try_time <= d,
+            Some(d) => Instant::now()
+                .checked_add(pause.saturating_add(try_time))
+                .is_some_and(|end| end <= d),
         }
     }
 }

@@ -29,8 +29,6 @@ pub(crate) struct Tally {
     pub(crate) against: usize,
     /// Bit `i` set: node `i` voted for.
     pub(crate) for_mask: u64,
-    /// Bit `i` set: node `i` voted against (so it certainly does not hold our token).
-    pub(crate) against_mask: u64,
     /// The shortest remaining ttl among the `Against` votes that reported one.
     pub(crate) min_remaining: Option<Duration>,
     pub(crate) errors: Vec<NodeError>,
@@ -131,7 +129,6 @@ where
                 }
                 Vote::Against(remaining) => {
                     tally.against += 1;
-                    tally.against_mask |= 1 << i;
                     if let Some(r) = remaining {
                         tally.min_remaining = Some(tally.min_remaining.map_or(r, |m| m.min(r)));
                     }

@@ -15,29 +15,32 @@ use crate::Lease;
 /// completed, so a client that has read the whole response finds the key free. Dropping the
 /// body early spawns the release in the background.
 #[pin_project]
-pub struct ResponseBody<B> {
+pub struct ResponseBody<B: Body> {
     #[pin]
     kind: Kind<B>,
 }
 
 #[pin_project(project = KindProj)]
-enum Kind<B> {
+enum Kind<B: Body> {
     Inner {
         #[pin]
         body: B,
         lease: BodyLease,
+        /// The last frame, held back until the release is done.
+        last: Option<Frame<B::Data>>,
     },
     Rejection {
         body: Option<Bytes>,
     },
 }
 
-impl<B> ResponseBody<B> {
+impl<B: Body> ResponseBody<B> {
     pub(crate) fn new(body: B, lease: Option<Lease>) -> Self {
         Self {
             kind: Kind::Inner {
                 body,
                 lease: BodyLease::new(lease),
+                last: None,
             },
         }
     }
@@ -54,7 +57,7 @@ impl<B> ResponseBody<B> {
     }
 }
 
-impl<B> std::fmt::Debug for ResponseBody<B> {
+impl<B: Body> std::fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseBody")
             .field("holds_lock", &self.holds_lock())
@@ -78,9 +81,18 @@ where
             KindProj::Rejection { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
-            KindProj::Inner { body, lease } => {
-                if !lease.is_releasing() {
-                    match ready!(body.poll_frame(cx)) {
+            KindProj::Inner {
+                mut body,
+                lease,
+                last,
+            } => {
+                if !lease.is_releasing() && last.is_none() {
+                    match ready!(body.as_mut().poll_frame(cx)) {
+                        Some(Ok(frame)) if lease.holds() && body.is_end_stream() => {
+                            // The last frame: a server may stop polling once it has it
+                            // (a body of known length), so release before handing it over.
+                            *last = Some(frame);
+                        }
                         Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
                         Some(Err(e)) => {
                             lease.abandon();
@@ -90,7 +102,7 @@ where
                     }
                 }
                 ready!(lease.poll_end(cx));
-                Poll::Ready(None)
+                Poll::Ready(last.take().map(Ok))
             }
         }
     }
@@ -99,7 +111,9 @@ where
         match &self.kind {
             Kind::Rejection { body } => body.is_none(),
             // While a lease is held, the end must be polled so that it is released.
-            Kind::Inner { body, lease } => !lease.holds() && body.is_end_stream(),
+            Kind::Inner { body, lease, last } => {
+                !lease.holds() && last.is_none() && body.is_end_stream()
+            }
         }
     }
 

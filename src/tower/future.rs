@@ -110,7 +110,7 @@ where
 }
 
 /// Turns a neutral rejection into an `http` 1.x response.
-pub(crate) fn rejection_response<B>(r: RejectionResponse) -> Response<ResponseBody<B>> {
+pub(crate) fn rejection_response<B: Body>(r: RejectionResponse) -> Response<ResponseBody<B>> {
     let mut res = Response::new(ResponseBody::rejection(r.body));
     *res.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = res.headers_mut();
@@ -183,7 +183,10 @@ where
                                 result.map(|res| res.map(|b| ResponseBody::new(b, None))),
                             );
                         }
-                        (Some(lease), Ok(res)) if *release_at_body_end => {
+                        // An empty body is never polled by the server: release now.
+                        (Some(lease), Ok(res))
+                            if *release_at_body_end && !res.body().is_end_stream() =>
+                        {
                             return Poll::Ready(Ok(res.map(|b| ResponseBody::new(b, Some(lease)))));
                         }
                         (Some(lease), result) => {

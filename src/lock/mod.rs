@@ -214,6 +214,8 @@ impl RedlockBuilder {
                 "the key prefix is longer than {MAX_RESOURCE_LEN} bytes"
             )));
         }
+        let mut config = self.config;
+        config.max_ttl = self.nodes.iter().filter_map(|n| n.max_ttl()).min();
         let nodes = self
             .nodes
             .into_iter()
@@ -226,7 +228,7 @@ impl RedlockBuilder {
             inner: Arc::new(Inner {
                 quorum: quorum::quorum(nodes.len()),
                 nodes,
-                config: self.config,
+                config,
             }),
         })
     }

@@ -134,6 +134,8 @@ pub(crate) struct Config {
     pub(crate) drift_factor: f64,
     pub(crate) key_prefix: String,
     pub(crate) max_extensions: u32,
+    /// The smallest ttl limit of the nodes (delayed-restart protection), if any.
+    pub(crate) max_ttl: Option<Duration>,
 }
 
 impl Default for Config {
@@ -144,6 +146,7 @@ impl Default for Config {
             drift_factor: 0.01,
             key_prefix: String::new(),
             max_extensions: 100,
+            max_ttl: None,
         }
     }
 }
@@ -170,6 +173,12 @@ impl Config {
         if whole > MAX_TTL {
             return Err(crate::Error::invalid(format!(
                 "ttl {ttl:?} is longer than the maximum of {MAX_TTL:?}"
+            )));
+        }
+        if let Some(max) = self.max_ttl.filter(|max| whole > *max) {
+            return Err(crate::Error::invalid(format!(
+                "ttl {ttl:?} is longer than the {max:?} the nodes' delayed-restart protection \
+                 allows; raise their `restart_protection` or shorten the ttl"
             )));
         }
         let drift = self.drift(whole);

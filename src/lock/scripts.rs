@@ -28,11 +28,19 @@ return redis.call('pttl', KEYS[1])
     sha1: "2443f0fd19625858634ba316775801c5fc16dedd",
 };
 
-/// [`ACQUIRE`] behind delayed-restart protection: returns -4 without setting anything when
-/// the guard key `KEYS[2]` is absent, i.e. the master's dataset is new (a restart without
-/// persistence, or a flush) and its uptime must be checked first.
+/// [`ACQUIRE`] behind delayed-restart protection. `KEYS[2]` marks, in the server's own
+/// clock (`TIME`, ms), since when this dataset is known; a restart without persistence or a
+/// flush loses it. Returns -4 without setting anything while the dataset is younger than
+/// `ARGV[3]` ms (the longest ttl in use), starting the clock when the mark is missing.
 pub(crate) static ACQUIRE_GUARDED: Script = Script {
-    source: r#"if redis.call('exists', KEYS[2]) == 0 then
+    source: r#"local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local since = redis.call('get', KEYS[2])
+if not since then
+  redis.call('set', KEYS[2], now)
+  return -4
+end
+if now - tonumber(since) < tonumber(ARGV[3]) then
   return -4
 end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -40,7 +48,7 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return redis.call('pttl', KEYS[1])
 "#,
-    sha1: "9dd69fd6bcfa3400d9c771aeb454453aa696a10f",
+    sha1: "a0634b35453fe1db7e65485f9c34328dbf194526",
 };
 
 /// Compare-and-delete: delete the key only if it holds our token.

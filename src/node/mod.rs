@@ -55,6 +55,12 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// Delete `key` only if it holds `token`. Returns whether it was deleted.
     fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool>;
 
+    /// The longest ttl this node accepts, if it limits it (delayed-restart protection). The
+    /// client refuses longer locks up front.
+    fn max_ttl(&self) -> Option<Duration> {
+        None
+    }
+
     /// Set the time to live of `key` to `ttl`, only if it holds `token`. Returns whether it
     /// was extended. An absent (expired) key is never re-created.
     fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool>;

@@ -72,14 +72,18 @@ impl RedisNodeOptions {
     ///
     /// A master that restarts without persistence forgets its keys; if a lock it held is
     /// still valid on other masters, a second client could otherwise gain a quorum with the
-    /// forgetful master's vote. With protection on, a master whose dataset is new (detected
-    /// atomically by a marker key the acquire script checks; a restart without persistence
-    /// loses it) answers `INFO server`, and abstains until its uptime exceeds `max_ttl`.
+    /// forgetful master's vote. With protection on, the acquire script itself checks — in
+    /// one atomic step, on the master's own clock — a marker key holding since when the
+    /// dataset is known; a restart without persistence or a flush loses it. A master whose
+    /// dataset is younger than `max_ttl` abstains (counts as failed), starting the clock when
+    /// the marker is missing.
     ///
-    /// Trade-off: after a restart (or `FLUSHALL`) the master is out of the quorum for up to
-    /// `max_ttl`, so fewer failures are tolerated meanwhile; locks with a ttl above `max_ttl`
-    /// are refused by the node. It stores one marker key per `max_ttl`
-    /// (`tower-redlock:restart-guard:<ms>`).
+    /// Trade-offs: after a restart, a `FLUSHALL`, or the first use of protection on a master,
+    /// that master is out of the quorum for `max_ttl`, so fewer failures are tolerated
+    /// meanwhile; a client refuses locks with a ttl above `max_ttl` (an invalid-input error);
+    /// each master keeps one marker key per `max_ttl` (`tower-redlock:restart-guard:<ms>`). A
+    /// restart *with* persistence that lost recent writes (RDB, AOF `everysec`) keeps an old
+    /// marker and is not covered: use AOF with `fsync always`, or restart late.
     pub fn restart_protection(mut self, max_ttl: Duration) -> Self {
         self.restart_protection = Some(max_ttl);
         self
@@ -216,13 +220,26 @@ impl RedisNode {
         token: &str,
         ttl_ms: Option<u64>,
     ) -> RedisResult<Value> {
+        self.run_with(script, keys, token, ttl_ms, None).await
+    }
+
+    /// [`RedisNode::run`] with a third argument, `ARGV[3]`.
+    async fn run_with(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        token: &str,
+        ttl_ms: Option<u64>,
+        extra: Option<u64>,
+    ) -> RedisResult<Value> {
         let mut conn = self.conn.clone();
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.sha1())
             .arg(keys.len())
             .arg(keys)
             .arg(token)
-            .arg(ttl_ms);
+            .arg(ttl_ms)
+            .arg(extra);
         match query(&mut conn, &cmd).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let mut cmd = redis::cmd("EVAL");
@@ -230,7 +247,8 @@ impl RedisNode {
                     .arg(keys.len())
                     .arg(keys)
                     .arg(token)
-                    .arg(ttl_ms);
+                    .arg(ttl_ms)
+                    .arg(extra);
                 query(&mut conn, &cmd).await
             }
             r => r,
@@ -253,40 +271,18 @@ impl RedisNode {
             )));
         }
         let keys = [key, guard.key.as_str()];
+        let max_ms = Some(ttl_ms(guard.max_ttl));
         let v = self
-            .run(&ACQUIRE_GUARDED, &keys, token, Some(ttl_ms(ttl)))
+            .run_with(&ACQUIRE_GUARDED, &keys, token, Some(ttl_ms(ttl)), max_ms)
             .await?;
-        if int(&v)? != -4 {
-            return Ok(v);
-        }
-        // A new dataset: vote only once the master has been up for the longest ttl, so that
-        // no lock it forgot in a restart can still be valid elsewhere.
-        let mut conn = self.conn.clone();
-        let info = query(&mut conn, redis::cmd("INFO").arg("server")).await?;
-        let uptime = match &info {
-            Value::BulkString(b) => parse_uptime(&String::from_utf8_lossy(b)),
-            Value::VerbatimString { text, .. } => parse_uptime(text),
-            Value::SimpleString(s) => parse_uptime(s),
-            _ => None,
-        }
-        .ok_or_else(|| NodeFailure::new("INFO server gave no uptime_in_seconds"))?;
-        // Whole seconds, rounded down by Redis: count one more.
-        let old_enough = uptime.saturating_sub(Duration::from_secs(1));
-        if old_enough < guard.max_ttl {
+        if int(&v)? == -4 {
             return Err(NodeFailure::new(format!(
-                "restarted {}s ago: abstains until it has been up for {:?} (delayed-restart protection)",
-                uptime.as_secs(),
+                "dataset younger than {:?} (a restart, a flush, or the first use of \
+                 protection): abstains (delayed-restart protection)",
                 guard.max_ttl
             )));
         }
-        query(
-            &mut conn,
-            redis::cmd("SET").arg(&guard.key).arg(1).arg("NX"),
-        )
-        .await?;
-        Ok(self
-            .run(&ACQUIRE_GUARDED, &keys, token, Some(ttl_ms(ttl)))
-            .await?)
+        Ok(v)
     }
 }
 
@@ -296,13 +292,6 @@ struct RestartGuard {
     max_ttl: Duration,
     /// The marker key: present while the master's dataset is known to be old enough.
     key: String,
-}
-
-fn parse_uptime(info: &str) -> Option<Duration> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-        .and_then(|v| v.trim().parse().ok())
-        .map(Duration::from_secs)
 }
 
 async fn query(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
@@ -338,6 +327,10 @@ fn redact(url: &str) -> String {
 impl Node for RedisNode {
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn max_ttl(&self) -> Option<Duration> {
+        self.guard.as_ref().map(|g| g.max_ttl)
     }
 
     fn acquire<'a>(
@@ -381,17 +374,6 @@ impl Node for RedisNode {
 #[cfg(test)]
 mod tests {
     use super::redact;
-
-    #[test]
-    fn parses_uptime() {
-        let info =
-            "# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
-        assert_eq!(
-            super::parse_uptime(info),
-            Some(std::time::Duration::from_secs(42))
-        );
-        assert_eq!(super::parse_uptime("# Server\r\n"), None);
-    }
 
     #[test]
     fn redacts_credentials() {

@@ -25,6 +25,15 @@ impl Token {
     }
 }
 
+/// The nodes still finishing the SET of a granted lock; see [`LeaseState`].
+#[derive(Debug)]
+pub(crate) struct Late {
+    /// Bit `i` set: node `i`'s SET has not finished yet.
+    pub(crate) pending: u64,
+    /// The lease is being released.
+    pub(crate) released: bool,
+}
+
 /// What a lease and its handles share.
 pub(crate) struct LeaseState {
     key: Arc<str>,
@@ -33,8 +42,10 @@ pub(crate) struct LeaseState {
     ttl: Duration,
     status: Mutex<Status>,
     notify: Notify,
-    /// The SETs of the acquisition still in flight to slow nodes.
-    in_flight: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The nodes whose SET was still in flight when the lock was granted, shared with the
+    /// task that finishes them: whoever comes second releases such a node, so its release
+    /// always follows its SET and nobody waits for a slow node.
+    late: Option<Arc<Mutex<Late>>>,
 }
 
 struct Status {
@@ -51,7 +62,7 @@ impl LeaseState {
         token: Token,
         ttl: Duration,
         deadline: Instant,
-        in_flight: Option<tokio::task::JoinHandle<()>>,
+        late: Option<Arc<Mutex<Late>>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             key,
@@ -64,7 +75,7 @@ impl LeaseState {
                 held: true,
             }),
             notify: Notify::new(),
-            in_flight: Mutex::new(in_flight),
+            late,
         })
     }
 
@@ -81,11 +92,17 @@ impl LeaseState {
         self.token.as_str()
     }
 
-    pub(crate) fn take_in_flight(&self) -> Option<tokio::task::JoinHandle<()>> {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+    /// Marks the lease as being released; returns the nodes whose SET is still in flight
+    /// (the task finishing them releases them after their SET).
+    pub(crate) fn start_release(&self) -> u64 {
+        match &self.late {
+            Some(late) => {
+                let mut late = late.lock().unwrap_or_else(|p| p.into_inner());
+                late.released = true;
+                late.pending
+            }
+            None => 0,
+        }
     }
 
     pub(crate) fn key_arc(&self) -> Arc<str> {

@@ -51,10 +51,11 @@ pub(crate) mod scripts;
 pub use self::lease::{Lease, LeaseHandle};
 pub use self::options::{Retry, MAX_RESOURCE_LEN};
 
-use self::lease::{LeaseState, Token};
+use std::sync::Mutex;
+
+use self::lease::{Late, LeaseState, Token};
 use self::options::Config;
 use futures_util::StreamExt;
-use tokio::task::JoinHandle;
 
 use self::quorum::{Until, Vote};
 
@@ -324,9 +325,9 @@ impl Redlock {
             attempt = attempt.saturating_add(1);
             let token = Token::new();
             match self.try_once(&key, token, ttl).await {
-                Ok((deadline, in_flight)) => {
+                Ok((deadline, late)) => {
                     tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
-                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, in_flight);
+                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, late);
                     return Ok(Lease::new(self.clone(), state));
                 }
                 Err(e) => {
@@ -359,7 +360,7 @@ impl Redlock {
         key: &Arc<str>,
         token: Token,
         ttl: Duration,
-    ) -> crate::Result<(Instant, Option<JoinHandle<()>>)> {
+    ) -> crate::Result<(Instant, Option<Arc<Mutex<Late>>>)> {
         let inner = &*self.inner;
         let n = inner.nodes.len();
         let timeout = inner.config.node_timeout;
@@ -389,9 +390,33 @@ impl Redlock {
         .await;
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
-            // The nodes that have not answered yet still get their SET.
             guard.disarm();
-            return Ok((deadline, quorum::finish_in_background(sent)));
+            if sent.is_empty() {
+                return Ok((deadline, None));
+            }
+            // The nodes that have not answered yet still get their SET, in a task that also
+            // releases them after it if the lease is released first.
+            let late = Arc::new(Mutex::new(Late {
+                pending: quorum::all(n) & !tally.answered,
+                released: false,
+            }));
+            let shared = late.clone();
+            let (client, key) = (self.clone(), key.clone());
+            tokio::spawn(async move {
+                while let Some((i, _)) = sent.next().await {
+                    let released = {
+                        let mut late = shared.lock().unwrap_or_else(|p| p.into_inner());
+                        late.pending &= !(1 << i);
+                        late.released
+                    };
+                    if released {
+                        let node = &client.inner.nodes[i].0;
+                        let _ =
+                            tokio::time::timeout(timeout, node.release(&key, token.as_str())).await;
+                    }
+                }
+            });
+            return Ok((deadline, Some(late)));
         }
 
         // Failed: release on every node that may hold our token. The nodes that voted for
@@ -527,15 +552,12 @@ impl Redlock {
 
     pub(crate) async fn release_state(&self, state: &LeaseState) -> crate::Result<()> {
         let inner = &*self.inner;
-        if let Some(in_flight) = state.take_in_flight() {
-            // Let the lock's own late SETs land first (each is bounded by the node timeout).
-            let _ =
-                tokio::time::timeout(inner.config.node_timeout.saturating_mul(2), in_flight).await;
-        }
         let n = inner.nodes.len();
+        // Nodes still finishing their SET are released by that task, after the SET.
+        let asked = quorum::all(n) & !state.start_release();
         let mut sent = quorum::send_release(
             &inner.nodes,
-            quorum::all(n),
+            asked,
             inner.config.node_timeout,
             &state.key_arc(),
             state.token_copy(),
@@ -544,7 +566,7 @@ impl Redlock {
         // background and costs the caller nothing.
         let tally = quorum::count(
             &mut sent,
-            n,
+            asked.count_ones() as usize,
             Until::Decided {
                 quorum: inner.quorum,
             },

@@ -29,6 +29,8 @@ pub(crate) struct Tally {
     pub(crate) against: usize,
     /// Bit `i` set: node `i` voted for.
     pub(crate) for_mask: u64,
+    /// Bit `i` set: node `i` answered (with a vote or an error).
+    pub(crate) answered: u64,
     /// The shortest remaining ttl among the `Against` votes that reported one.
     pub(crate) min_remaining: Option<Duration>,
     pub(crate) errors: Vec<NodeError>,
@@ -121,6 +123,7 @@ where
 {
     let mut tally = Tally::default();
     while let Some((i, answer)) = sent.next().await {
+        tally.answered |= 1 << i;
         match answer {
             Ok(v) => match vote(v) {
                 Vote::For => {

@@ -1,0 +1,848 @@
+//! The comparison runner: this crate side by side with the raw limit and the peer crates, in
+//! one process, on masters it starts itself. Prints one markdown table per subject (the lock
+//! clients, the HTTP layer) with ratios, and the issue's targets as met / not met.
+//!
+//! ```text
+//! cargo bench --bench compare
+//! REDLOCK_BENCH_SCALE=3 REDLOCK_BENCH_ROUNDS=5 cargo bench --bench compare   # longer, steadier
+//! ```
+//!
+//! Settings (environment):
+//! - `REDLOCK_BENCH_SCALE` (1.0): multiplies every duration and cycle count.
+//! - `REDLOCK_BENCH_ROUNDS` (3): rounds; in each round every client runs every workload once,
+//!   in a rotated order, so that a noisy moment hits all clients alike. Rates are the median
+//!   of the rounds; latencies are pooled.
+//! - `REDLOCK_BENCH_N` (`3,5`): the numbers of masters (`0`: skip the lock clients).
+//! - `REDLOCK_BENCH_NODE_TIMEOUT_MS` (50): the per-node timeout of the limit and this crate.
+//! - `REDLOCK_BENCH_PEERS` (`rslock,redlock`): the peer crates to run (empty: none).
+//! - `REDLOCK_BENCH_LAYER` (1): 0 skips the HTTP layer section.
+//! - `REDLOCK_BENCH_OUT`: also write the report (markdown) to this file.
+//!
+//! Run only by `cargo bench` (it does nothing without the `--bench` argument cargo passes),
+//! never as a test.
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use common::{fmt_dur, fmt_rate, median, percentile, Extras, Latency, Limit, Locker, Rate};
+use http_body_util::{BodyExt, Empty};
+use support::proxy::{Fault, FaultProxy};
+use support::{HttpApp, Masters};
+use tower::ServiceExt;
+use tower_redlock::http::IdempotencyKey;
+use tower_redlock::tower::RedlockLayer;
+use tower_redlock::Redlock;
+
+#[derive(Debug, Clone)]
+struct Settings {
+    scale: f64,
+    rounds: usize,
+    ns: Vec<usize>,
+    node_timeout: Duration,
+    rslock: bool,
+    redlock_rs: bool,
+    layer: bool,
+    out: Option<String>,
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let peers =
+            std::env::var("REDLOCK_BENCH_PEERS").unwrap_or_else(|_| "rslock,redlock".into());
+        Self {
+            scale: var("REDLOCK_BENCH_SCALE")
+                .map_or(1.0, |v| v.parse().expect("REDLOCK_BENCH_SCALE: a number")),
+            rounds: var("REDLOCK_BENCH_ROUNDS")
+                .map_or(3, |v| v.parse().expect("REDLOCK_BENCH_ROUNDS: an integer")),
+            ns: var("REDLOCK_BENCH_N").map_or(vec![3, 5], |v| {
+                v.split(',')
+                    .map(|n| n.trim().parse().expect("REDLOCK_BENCH_N: e.g. 3,5"))
+                    .filter(|&n| n > 0)
+                    .collect()
+            }),
+            node_timeout: Duration::from_millis(
+                var("REDLOCK_BENCH_NODE_TIMEOUT_MS").map_or(50, |v| {
+                    v.parse().expect("REDLOCK_BENCH_NODE_TIMEOUT_MS: ms")
+                }),
+            ),
+            rslock: peers.split(',').any(|p| p.trim() == "rslock"),
+            redlock_rs: peers.split(',').any(|p| p.trim() == "redlock"),
+            layer: var("REDLOCK_BENCH_LAYER").is_none_or(|v| v != "0"),
+            out: var("REDLOCK_BENCH_OUT"),
+        }
+    }
+
+    fn dur(&self, secs: f64) -> Duration {
+        Duration::from_secs_f64(secs * self.scale)
+    }
+
+    fn count(&self, n: usize) -> usize {
+        ((n as f64) * self.scale).ceil().max(1.0) as usize
+    }
+}
+
+/// The clients, in table order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Who {
+    Limit,
+    Ours,
+    Rslock,
+    RedlockRs,
+}
+
+impl Who {
+    fn name(self) -> &'static str {
+        match self {
+            Who::Limit => "limit (raw redis-rs)",
+            Who::Ours => "tower-redlock",
+            Who::Rslock => "rslock 0.10",
+            Who::RedlockRs => "redlock-rs 2.0",
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Who::Limit => "bench:limit",
+            Who::Ours => "bench:ours",
+            Who::Rslock => "bench:rslock",
+            Who::RedlockRs => "bench:redlockrs",
+        }
+    }
+}
+
+/// A client of either kind.
+#[derive(Clone)]
+enum Client {
+    Async(Locker),
+    Sync(Arc<redlock::RedLock>),
+}
+
+/// Everything measured for one client at one N.
+#[derive(Debug, Default)]
+struct Row {
+    /// Acquisitions only, each lock released in the background (a busy loop).
+    healthy_acquire: Latency,
+    healthy: Latency,
+    many: Vec<Rate>,
+    one_key: Vec<Rate>,
+    slowed: Fault2,
+    black: Fault2,
+    keys_left: u64,
+}
+
+#[derive(Debug, Default)]
+struct LayerRow {
+    oneshot: Vec<Duration>,
+    http1: Vec<Duration>,
+    http64: Vec<Duration>,
+    http64_rates: Vec<f64>,
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("the comparison runner runs only under `cargo bench --bench compare`");
+        return;
+    }
+    if std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "the comparison needs `redis-server` (7.x) on PATH; install it with \
+             `apt-get update && apt-get install -y redis-server` (Debian/Ubuntu) or \
+             `brew install redis` (macOS), then run `cargo bench --bench compare` again"
+        );
+        std::process::exit(1);
+    }
+    let s = Settings::from_env();
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // The fault proxies run on their own thread, out of the measured runtime's way.
+    let proxy_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("fault-proxy")
+        .enable_all()
+        .build()
+        .expect("proxy runtime");
+    let max_n = s.ns.iter().copied().max().unwrap_or(3).max(3);
+    eprintln!("starting {max_n} redis-server masters …");
+    let masters = Masters::start(max_n);
+
+    let mut table: BTreeMap<(usize, Who), Row> = BTreeMap::new();
+    for &n in &s.ns {
+        eprintln!("N = {n}: healthy masters …");
+        for (who, row) in rt.block_on(healthy(&s, &masters, n)) {
+            table.insert((n, who), row);
+        }
+        eprintln!("N = {n}: one master slowed, then black-holed …");
+        let faults = faults(&s, &rt, &proxy_rt, &masters, n);
+        for (who, (slowed, black)) in faults {
+            let row = table.entry((n, who)).or_default();
+            row.slowed = slowed;
+            row.black = black;
+        }
+        // Background releases (bounded by the node timeout) settle, then count what is left.
+        std::thread::sleep(s.node_timeout * 4 + Duration::from_millis(300));
+        for (&(rn, who), row) in table.iter_mut() {
+            if rn == n {
+                row.keys_left = rt.block_on(keys_left(&masters, n, who.prefix()));
+            }
+        }
+        rt.block_on(async {
+            for m in masters.iter() {
+                let _: () = m.query(&redis::cmd("FLUSHALL")).await;
+            }
+        });
+    }
+
+    let layer = if s.layer {
+        eprintln!("HTTP layer …");
+        Some(rt.block_on(layer(&s, &masters)))
+    } else {
+        None
+    };
+
+    let report = report(&s, &table, layer.as_ref(), started.elapsed());
+    println!("{report}");
+    if let Some(path) = &s.out {
+        std::fs::write(path, &report).expect("write REDLOCK_BENCH_OUT");
+    }
+    drop(masters);
+    // The proxies' and the runtimes' leftover tasks end with the process.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    proxy_rt.shutdown_timeout(Duration::from_millis(100));
+}
+
+/// The clients over `urls`, connected and warmed up (script caches, connections).
+async fn clients(s: &Settings, urls: &[String]) -> Vec<(Who, Client)> {
+    let limit = Limit::connect(urls, s.node_timeout, Extras::default()).await;
+    let mut out = vec![
+        (Who::Limit, Client::Async(Locker::Limit(Arc::new(limit)))),
+        (
+            Who::Ours,
+            Client::Async(Locker::Ours(common::ours(urls, s.node_timeout))),
+        ),
+    ];
+    if s.rslock {
+        out.push((
+            Who::Rslock,
+            Client::Async(Locker::Rslock(common::rslock(urls))),
+        ));
+    }
+    if s.redlock_rs {
+        out.push((
+            Who::RedlockRs,
+            Client::Sync(Arc::new(common::redlock_rs(urls))),
+        ));
+    }
+    for (who, c) in &out {
+        let key = format!("{}:warmup", who.prefix());
+        let w = run_latency(c, &key, 50, Duration::from_secs(5), Duration::from_secs(5)).await;
+        assert!(
+            w.failures == 0 && !w.hung,
+            "{} failed its warm-up: {w:?}",
+            who.name()
+        );
+    }
+    out
+}
+
+async fn run_latency(
+    c: &Client,
+    key: &str,
+    cycles: usize,
+    budget: Duration,
+    cap: Duration,
+) -> Latency {
+    match c {
+        Client::Async(l) => common::latency(l, key, cycles, budget, cap).await,
+        Client::Sync(m) => {
+            let (m, key) = (m.clone(), key.to_owned());
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            // A detached thread: redlock-rs has no timeout and may block for good (it ends
+            // when its connection is reset).
+            std::thread::spawn(move || {
+                let _ = tx.send(common::latency_sync(&m, &key, cycles, budget));
+            });
+            match tokio::time::timeout(budget + cap, rx).await {
+                Ok(Ok(l)) => l,
+                _ => Latency {
+                    hung: true,
+                    ..Latency::default()
+                },
+            }
+        }
+    }
+}
+
+/// Acquisitions timed alone, each lock released in the background (see
+/// [`common::acquire_hot`]); redlock-rs, which blocks, releases in line.
+async fn run_acquire(
+    c: &Client,
+    prefix: &str,
+    count: usize,
+    budget: Duration,
+    cap: Duration,
+) -> Latency {
+    match c {
+        Client::Async(l) => common::acquire_hot(l, prefix, count, budget, cap).await,
+        Client::Sync(_) => run_latency(c, &format!("{prefix}:0"), count, budget, cap).await,
+    }
+}
+
+async fn healthy(s: &Settings, masters: &Masters, n: usize) -> Vec<(Who, Row)> {
+    let urls = &masters.urls()[..n];
+    let clients = clients(s, urls).await;
+    let mut rows: Vec<(Who, Row)> = clients.iter().map(|(w, _)| (*w, Row::default())).collect();
+    let k = clients.len();
+    for round in 0..s.rounds {
+        for j in 0..k {
+            let i = (j + round) % k;
+            let (who, c) = &clients[i];
+            let key = format!("{}:lat", who.prefix());
+            let l = run_latency(c, &key, s.count(600), s.dur(10.0), Duration::from_secs(5)).await;
+            rows[i].1.healthy.merge(l);
+            let prefix = format!("{}:acq", who.prefix());
+            let a = run_acquire(c, &prefix, s.count(300), s.dur(5.0), Duration::from_secs(5)).await;
+            rows[i].1.healthy_acquire.merge(a);
+        }
+        for j in 0..k {
+            let i = (j + round) % k;
+            let (who, c) = &clients[i];
+            let prefix = format!("{}:many", who.prefix());
+            let dur = s.dur(1.0);
+            let r = match c {
+                Client::Async(l) => common::throughput(l, &prefix, 64, dur).await,
+                Client::Sync(m) => {
+                    let m = m.clone();
+                    tokio::task::spawn_blocking(move || {
+                        common::throughput_sync(&m, &prefix, 64, dur)
+                    })
+                    .await
+                    .expect("redlock-rs throughput")
+                }
+            };
+            rows[i].1.many.push(r);
+        }
+        for j in 0..k {
+            let i = (j + round) % k;
+            let (who, c) = &clients[i];
+            let key = format!("{}:one", who.prefix());
+            let dur = s.dur(1.0);
+            let r = match c {
+                Client::Async(l) => common::one_key(l, &key, 32, dur).await,
+                Client::Sync(m) => {
+                    let m = m.clone();
+                    tokio::task::spawn_blocking(move || common::one_key_sync(&m, &key, 32, dur))
+                        .await
+                        .expect("redlock-rs one key")
+                }
+            };
+            rows[i].1.one_key.push(r);
+        }
+    }
+    rows
+}
+
+/// Under one fault: the acquisitions alone, then whole cycles.
+#[derive(Debug, Default)]
+struct Fault2 {
+    acquire: Latency,
+    cycle: Latency,
+}
+
+/// One master (index 0) behind a fault proxy: slowed by 2 ms each way, then black-holed.
+fn faults(
+    s: &Settings,
+    rt: &tokio::runtime::Runtime,
+    proxy_rt: &tokio::runtime::Runtime,
+    masters: &Masters,
+    n: usize,
+) -> Vec<(Who, (Fault2, Fault2))> {
+    let upstream: SocketAddr = masters[0].addr().parse().expect("address");
+    let proxy = proxy_rt.block_on(FaultProxy::start(upstream));
+    let mut urls = masters.urls()[..n].to_vec();
+    urls[0] = proxy.url();
+    let clients = rt.block_on(clients(s, &urls));
+    let mut out: Vec<(Who, (Fault2, Fault2))> = clients
+        .iter()
+        .map(|(w, _)| (*w, (Fault2::default(), Fault2::default())))
+        .collect();
+
+    proxy.set(Fault::Latency(Duration::from_millis(2)));
+    rt.block_on(async {
+        for (i, (who, c)) in clients.iter().enumerate() {
+            let key = format!("{}:slow", who.prefix());
+            out[i].1 .0.acquire = run_acquire(
+                c,
+                &format!("{key}:acq"),
+                s.count(300),
+                s.dur(2.0),
+                Duration::from_secs(5),
+            )
+            .await;
+            out[i].1 .0.cycle =
+                run_latency(c, &key, s.count(150), s.dur(2.0), Duration::from_secs(5)).await;
+        }
+    });
+
+    // Let the slowed phase's background work (late SETs and their releases) finish under
+    // that fault: a partition that starts while a release is on its way strands the key on
+    // that master for a ttl, for every client, and would be counted as left over.
+    std::thread::sleep(s.node_timeout * 4 + Duration::from_millis(100));
+    proxy.set(Fault::BlackHole);
+    rt.block_on(async {
+        for (i, (who, c)) in clients.iter().enumerate() {
+            let key = format!("{}:black", who.prefix());
+            // A client that waits for every node pays the dead one's timeout each time:
+            // a small budget bounds it. A client that blocks for good is reported as hung.
+            out[i].1 .1.acquire = run_acquire(
+                c,
+                &format!("{key}:acq"),
+                s.count(300),
+                s.dur(2.0),
+                Duration::from_secs(3),
+            )
+            .await;
+            out[i].1 .1.cycle =
+                run_latency(c, &key, s.count(30), s.dur(2.0), Duration::from_secs(3)).await;
+        }
+    });
+    // Reset: stalled traffic is dropped (never reaches the master), blocked clients fail.
+    proxy.set(Fault::Reset);
+    std::thread::sleep(Duration::from_millis(200));
+    drop(clients);
+    drop(proxy);
+    out
+}
+
+/// Keys under `prefix` on the first `n` masters.
+async fn keys_left(masters: &Masters, n: usize, prefix: &str) -> u64 {
+    let mut total = 0;
+    for m in masters.iter().take(n) {
+        let keys: Vec<String> = m.query(redis::cmd("KEYS").arg(format!("{prefix}:*"))).await;
+        if !keys.is_empty() && std::env::var_os("REDLOCK_BENCH_DEBUG").is_some() {
+            eprintln!("left on {}: {keys:?}", m.addr());
+        }
+        total += keys.len() as u64;
+    }
+    total
+}
+
+// ---------------------------------------------------------------------------------------------
+// The HTTP layer
+
+async fn pay() -> &'static str {
+    "paid"
+}
+
+static REQUEST_SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn next_key() -> String {
+    format!("k-{}", REQUEST_SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+async fn layer(s: &Settings, masters: &Masters) -> Vec<(&'static str, LayerRow)> {
+    let bare = Router::new().route("/pay", post(pay));
+    let mem = Router::new()
+        .route("/pay", post(pay))
+        .layer(RedlockLayer::new(
+            Redlock::in_memory(),
+            IdempotencyKey::required(),
+        ));
+    let redis = Router::new()
+        .route("/pay", post(pay))
+        .layer(RedlockLayer::new(
+            common::ours(&masters.urls()[..3], s.node_timeout),
+            IdempotencyKey::required(),
+        ));
+    let apps = [
+        ("bare handler", bare),
+        ("+ RedlockLayer, memory node", mem),
+        ("+ RedlockLayer, 3 Redis masters", redis),
+    ];
+    let mut served = Vec::new();
+    for (name, router) in &apps {
+        served.push((*name, router.clone(), HttpApp::serve(router.clone()).await));
+    }
+    let mut rows: Vec<(&'static str, LayerRow)> = apps
+        .iter()
+        .map(|(n, _)| (*n, LayerRow::default()))
+        .collect();
+    // Warm-up: connections to the masters, script caches.
+    for (_, router, app) in &served {
+        oneshot_latency(router, 100).await;
+        http_conns(app.addr(), 4, Duration::from_millis(200)).await;
+    }
+    let k = served.len();
+    for round in 0..s.rounds {
+        for j in 0..k {
+            let i = (j + round) % k;
+            rows[i]
+                .1
+                .oneshot
+                .extend(oneshot_latency(&served[i].1, s.count(1500)).await);
+        }
+        for j in 0..k {
+            let i = (j + round) % k;
+            let (lat, _) = http_sequential(served[i].2.addr(), s.count(500)).await;
+            rows[i].1.http1.extend(lat);
+        }
+        for j in 0..k {
+            let i = (j + round) % k;
+            let (lat, rate) = http_conns(served[i].2.addr(), 64, s.dur(1.0)).await;
+            rows[i].1.http64.extend(lat);
+            rows[i].1.http64_rates.push(rate);
+        }
+    }
+    rows
+}
+
+fn request(path: &str) -> http::Request<Empty<Bytes>> {
+    http::Request::post(path)
+        .header("host", "bench")
+        .header("idempotency-key", next_key())
+        .body(Empty::new())
+        .expect("request")
+}
+
+/// In-process: `oneshot` on a clone of the router, the response body read to its end.
+async fn oneshot_latency(router: &Router, count: usize) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let t0 = Instant::now();
+        let res = router
+            .clone()
+            .oneshot(request("/pay"))
+            .await
+            .expect("infallible");
+        assert!(res.status().is_success(), "status {}", res.status());
+        res.into_body().collect().await.expect("body");
+        out.push(t0.elapsed());
+    }
+    out
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+async fn connect(addr: SocketAddr) -> Sender {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(conn);
+    sender
+}
+
+async fn send(sender: &mut Sender) -> Duration {
+    sender.ready().await.expect("ready");
+    let t0 = Instant::now();
+    let res = sender
+        .send_request(request("/pay"))
+        .await
+        .expect("response");
+    assert!(res.status().is_success(), "status {}", res.status());
+    res.into_body().collect().await.expect("body");
+    t0.elapsed()
+}
+
+/// One keep-alive connection, one request at a time.
+async fn http_sequential(addr: SocketAddr, count: usize) -> (Vec<Duration>, f64) {
+    let mut sender = connect(addr).await;
+    let t0 = Instant::now();
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        out.push(send(&mut sender).await);
+    }
+    let rate = count as f64 / t0.elapsed().as_secs_f64();
+    (out, rate)
+}
+
+/// `conns` keep-alive connections, each sending one request after the other for `dur`.
+async fn http_conns(addr: SocketAddr, conns: usize, dur: Duration) -> (Vec<Duration>, f64) {
+    let mut senders = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        senders.push(connect(addr).await);
+    }
+    let deadline = Instant::now() + dur;
+    let tasks: Vec<_> = senders
+        .into_iter()
+        .map(|mut sender| {
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let d = send(&mut sender).await;
+                    if Instant::now() <= deadline {
+                        lat.push(d);
+                    }
+                }
+                lat
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("client task"));
+    }
+    let rate = all.len() as f64 / dur.as_secs_f64();
+    (all, rate)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| std::env::consts::OS.into());
+    let redis = std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|v| {
+            v.split_whitespace()
+                .find_map(|w| w.strip_prefix("v="))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    format!("{cpus} CPUs ({model}), Linux {kernel}, redis-server {redis}")
+}
+
+fn p(v: &[Duration], q: f64) -> Option<Duration> {
+    percentile(v, q)
+}
+
+/// `value (ratio×)` against `base`; lower is better for latencies.
+fn lat_cell(v: Option<Duration>, base: Option<Duration>, show_ratio: bool) -> String {
+    match (v, base) {
+        (Some(v), Some(b)) if show_ratio && !b.is_zero() => {
+            format!("{} ({:.2}×)", fmt_dur(v), v.as_secs_f64() / b.as_secs_f64())
+        }
+        (Some(v), _) => fmt_dur(v),
+        (None, _) => "—".into(),
+    }
+}
+
+fn rate_cell(v: f64, base: f64, show_ratio: bool) -> String {
+    if show_ratio && base > 0.0 {
+        format!("{} ({:.2}×)", fmt_rate(v), v / base)
+    } else {
+        fmt_rate(v)
+    }
+}
+
+fn fault_cell(l: &Latency, base: Option<Duration>, show_ratio: bool, acquire: bool) -> String {
+    let v = if acquire { &l.acquire } else { &l.cycle };
+    if l.hung && v.is_empty() {
+        return "hangs (no timeout)".into();
+    }
+    let mut c = lat_cell(p(v, 50.0), base, show_ratio);
+    if l.hung {
+        c.push_str(", then hangs");
+    }
+    c
+}
+
+fn report(
+    s: &Settings,
+    table: &BTreeMap<(usize, Who), Row>,
+    layer: Option<&Vec<(&'static str, LayerRow)>>,
+    took: Duration,
+) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "### Lock clients: lock + release cycles, ttl {:?}, node timeout {:?}\n",
+        common::TTL,
+        s.node_timeout
+    );
+    let _ = writeln!(
+        o,
+        "| N | client | acquire p50 | cycle p50 | cycle p99 | 64 tasks: cycles/s | 32 tasks, 1 key: successes/s (overlaps) | 1 master +2 ms: acquire p50 | cycle p50 | 1 master black-holed: acquire p50 | cycle p50 | keys left |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (&(n, who), row) in table {
+        let base = table.get(&(n, Who::Limit));
+        let r = who != Who::Limit;
+        let bl = |f: &dyn Fn(&Row) -> Option<Duration>| base.and_then(f);
+        let many = median(&row.many.iter().map(Rate::per_sec).collect::<Vec<_>>());
+        let one = median(&row.one_key.iter().map(Rate::per_sec).collect::<Vec<_>>());
+        let overlaps: u64 = row.one_key.iter().map(|r| r.overlaps).sum();
+        let base_many = base.map_or(0.0, |b| {
+            median(&b.many.iter().map(Rate::per_sec).collect::<Vec<_>>())
+        });
+        let base_one = base.map_or(0.0, |b| {
+            median(&b.one_key.iter().map(Rate::per_sec).collect::<Vec<_>>())
+        });
+        let _ = writeln!(
+            o,
+            "| {n} | {} | {} | {} | {} | {} | {} ({overlaps}) | {} | {} | {} | {} | {} |",
+            who.name(),
+            lat_cell(
+                p(&row.healthy_acquire.acquire, 50.0),
+                bl(&|b| p(&b.healthy_acquire.acquire, 50.0)),
+                r
+            ),
+            lat_cell(
+                p(&row.healthy.cycle, 50.0),
+                bl(&|b| p(&b.healthy.cycle, 50.0)),
+                r
+            ),
+            lat_cell(
+                p(&row.healthy.cycle, 99.0),
+                bl(&|b| p(&b.healthy.cycle, 99.0)),
+                r
+            ),
+            rate_cell(many, base_many, r),
+            rate_cell(one, base_one, r),
+            fault_cell(
+                &row.slowed.acquire,
+                bl(&|b| p(&b.slowed.acquire.acquire, 50.0)),
+                r,
+                true
+            ),
+            fault_cell(
+                &row.slowed.cycle,
+                bl(&|b| p(&b.slowed.cycle.cycle, 50.0)),
+                r,
+                false
+            ),
+            fault_cell(
+                &row.black.acquire,
+                bl(&|b| p(&b.black.acquire.acquire, 50.0)),
+                r,
+                true
+            ),
+            fault_cell(
+                &row.black.cycle,
+                bl(&|b| p(&b.black.cycle.cycle, 50.0)),
+                r,
+                false
+            ),
+            row.keys_left,
+        );
+    }
+
+    if let Some(layer) = layer {
+        let _ = writeln!(o, "\n### HTTP layer: axum handler without and with `RedlockLayer` (distinct Idempotency-Keys)\n");
+        let _ = writeln!(
+            o,
+            "| app | in-process `oneshot` p50 | p99 | HTTP, 1 connection: p50 | HTTP, 64 connections: requests/s | p50 | p99 |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+        let bare = &layer[0].1;
+        for (i, (name, row)) in layer.iter().enumerate() {
+            let r = i > 0;
+            let _ = writeln!(
+                o,
+                "| {name} | {} | {} | {} | {} | {} | {} |",
+                lat_cell(p(&row.oneshot, 50.0), p(&bare.oneshot, 50.0), r),
+                lat_cell(p(&row.oneshot, 99.0), p(&bare.oneshot, 99.0), r),
+                lat_cell(p(&row.http1, 50.0), p(&bare.http1, 50.0), r),
+                rate_cell(median(&row.http64_rates), median(&bare.http64_rates), r),
+                lat_cell(p(&row.http64, 50.0), p(&bare.http64, 50.0), r),
+                lat_cell(p(&row.http64, 99.0), p(&bare.http64, 99.0), r),
+            );
+        }
+    }
+
+    let _ = writeln!(o, "\n### Targets\n");
+    let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+    for &n in &s.ns {
+        let (Some(lim), Some(us)) = (table.get(&(n, Who::Limit)), table.get(&(n, Who::Ours)))
+        else {
+            continue;
+        };
+        let ratio = |a: Option<Duration>, b: Option<Duration>| match (a, b) {
+            (Some(a), Some(b)) if !b.is_zero() => a.as_secs_f64() / b.as_secs_f64(),
+            _ => f64::NAN,
+        };
+        let c = ratio(p(&us.healthy.cycle, 50.0), p(&lim.healthy.cycle, 50.0));
+        let _ = writeln!(
+            o,
+            "- N={n}: cycle p50 ≤ 1.10× the limit: {c:.2}× — {}",
+            mark(c <= 1.10)
+        );
+        let t = median(&us.many.iter().map(Rate::per_sec).collect::<Vec<_>>())
+            / median(&lim.many.iter().map(Rate::per_sec).collect::<Vec<_>>());
+        let _ = writeln!(
+            o,
+            "- N={n}: 64-task throughput ≥ 0.90× the limit: {t:.2}× — {}",
+            mark(t >= 0.90)
+        );
+        let own = p(&us.healthy_acquire.acquire, 50.0);
+        let lim_own = p(&lim.healthy_acquire.acquire, 50.0);
+        for (what, l, ll) in [
+            ("slowed", &us.slowed, &lim.slowed),
+            ("black-holed", &us.black, &lim.black),
+        ] {
+            let f = ratio(p(&l.acquire.acquire, 50.0), own);
+            let fl = ratio(p(&ll.acquire.acquire, 50.0), lim_own);
+            let _ = writeln!(
+                o,
+                "- N={n}: one {what} master: acquire p50 ≤ 1.2× our all-healthy acquire p50: {f:.2}× — {} (the limit's own: {fl:.2}×)",
+                mark(f <= 1.2)
+            );
+        }
+    }
+    if let (Some(layer), Some(us3)) = (layer, table.get(&(3, Who::Ours))) {
+        if let Some(cycle) = p(&us3.healthy.cycle, 50.0) {
+            for (what, pick) in [
+                (
+                    "in-process oneshot",
+                    (|r: &LayerRow| p(&r.oneshot, 50.0)) as fn(&LayerRow) -> Option<Duration>,
+                ),
+                ("HTTP, 1 connection", |r: &LayerRow| p(&r.http1, 50.0)),
+            ] {
+                if let (Some(bare), Some(on)) = (pick(&layer[0].1), pick(&layer[2].1)) {
+                    let budget = bare + cycle.mul_f64(1.2);
+                    let _ = writeln!(
+                        o,
+                        "- layer on (3 Redis masters), {what}: p50 {} ≤ bare {} + 1.2 × cycle p50 {} = {}: {}",
+                        fmt_dur(on),
+                        fmt_dur(bare),
+                        fmt_dur(cycle),
+                        fmt_dur(budget),
+                        mark(on <= budget)
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{}; scale {}, {} rounds; took {:.0} s.",
+        machine(),
+        s.scale,
+        s.rounds,
+        took.as_secs_f64()
+    );
+    o
+}

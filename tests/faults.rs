@@ -212,7 +212,10 @@ async fn slowed_master_does_not_slow_the_lock() {
     // Slower than the node timeout in each direction: that master never answers in time.
     proxy.set(Fault::Latency(NODE_TIMEOUT * 2));
     let slowest = burst(&client, 4, 10).await;
-    assert!(slowest < NODE_TIMEOUT, "slowest lock + release cycle {slowest:?}");
+    assert!(
+        slowest < NODE_TIMEOUT,
+        "slowest lock + release cycle {slowest:?}"
+    );
     proxy.set(Fault::Pass);
     all_empty(&masters).await;
 }

@@ -12,7 +12,6 @@
 mod support;
 
 use std::convert::Infallible;
-use std::fmt::Display;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -22,10 +21,10 @@ use std::time::{Duration, Instant};
 use actix_web::dev::ServerHandle;
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use bytes::Bytes;
-use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch, Semaphore};
 
+use support::http::{http_client, send, within, Reply, DEADLINE};
 use support::{eventually, is_token, HttpApp, Masters};
 use tower_redlock::actix::RedlockMiddleware;
 use tower_redlock::http::{
@@ -37,7 +36,6 @@ use tower_redlock::{LeaseHandle, Redlock};
 
 /// The bound on anything a test waits for: far above any expected latency, so that a slow,
 /// shared machine fails nothing, yet nothing hangs.
-const DEADLINE: Duration = Duration::from_secs(30);
 /// How long a release may take to show on every master: far below the ttls used, so a key
 /// that is gone in time was released, not expired.
 const RELEASED_WITHIN: Duration = Duration::from_secs(5);
@@ -47,14 +45,6 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The route most apps serve.
 const PATH: &str = "/payments";
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
-
-/// Awaits `fut`, or panics naming `what` after [`DEADLINE`].
-async fn within<T>(what: impl Display, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(DEADLINE, fut).await {
-        Ok(out) => out,
-        Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what}"),
-    }
-}
 
 // --- the handlers' side ------------------------------------------------------------------------
 
@@ -289,71 +279,6 @@ impl Drop for ActixApp {
 
 // --- the client's side -------------------------------------------------------------------------
 
-fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("a reqwest client")
-}
-
-/// A response read to its end.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Reply {
-    async fn read(response: reqwest::Response) -> Self {
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = within("the response body", response.bytes())
-            .await
-            .expect("the body is read");
-        Self {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().expect("ASCII"))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-
-    /// `Retry-After`, which must be there and be whole seconds.
-    fn retry_after(&self) -> u64 {
-        let value = self.header("retry-after").expect("a Retry-After header");
-        value
-            .parse()
-            .unwrap_or_else(|e| panic!("Retry-After {value:?} is not whole seconds: {e}"))
-    }
-
-    /// The JSON of a 200 from a gated handler.
-    #[track_caller]
-    fn ok(&self) -> Value {
-        assert_eq!(self.status, 200, "{}", self.text());
-        self.json()
-    }
-}
-
-/// Sends a request and waits for the response head.
-async fn send(request: reqwest::RequestBuilder) -> reqwest::Response {
-    within("the response head", request.send())
-        .await
-        .expect("the request is answered")
-}
-
 /// `POST url` with these `Idempotency-Key` values (none, one, or several header lines).
 fn post_with(http: &reqwest::Client, url: &str, keys: &[&str]) -> reqwest::RequestBuilder {
     keys.iter()
@@ -468,20 +393,7 @@ async fn burst_until_one_holds(
 /// Takes and releases a throw-away lock until one try reached every master, so that the
 /// client's lazily made connections are up before a test looks at the masters.
 async fn warm_up(redlock: &Redlock, masters: &Masters) {
-    eventually(
-        "the client reaches every master",
-        Duration::from_secs(10),
-        || async {
-            let Ok(lease) = redlock.try_lock("warm-up", DEFAULT_TTL).await else {
-                return false;
-            };
-            let value = lease.value().to_owned();
-            let everywhere = masters.everywhere("warm-up", &value).await;
-            lease.release().await.expect("release the warm-up lock");
-            everywhere
-        },
-    )
-    .await;
+    support::warm_up(redlock, masters).await;
     // A release returns once a quorum answered; the last master follows in the background.
     assert_all_empty(masters).await;
 }

@@ -6,33 +6,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::proxy::{Fault, FaultProxy};
-use support::{eventually, Masters, NODE_TIMEOUT};
+use support::{eventually, warm_up, Masters, NODE_TIMEOUT};
 use tower_redlock::{RedisNodeOptions, Redlock, Retry};
 
 /// Generous slack for a shared 2-core machine: outcomes and bounds, never tight timings.
 const SLACK: Duration = Duration::from_millis(800);
-
-/// Waits until `client` can lock a throw-away resource with every master holding it, so
-/// the lazily made connections are up.
-async fn warm_up(client: &Redlock, masters: &Masters) {
-    eventually(
-        "the client reaches every master",
-        Duration::from_secs(10),
-        || async {
-            let Ok(lease) = client.try_lock("warm-up", Duration::from_secs(5)).await else {
-                return false;
-            };
-            let everywhere = masters.everywhere("warm-up", lease.value()).await;
-            let _ = lease.release().await;
-            everywhere
-        },
-    )
-    .await;
-    eventually("the warm-up lock is gone", Duration::from_secs(5), || {
-        masters.absent_everywhere("warm-up")
-    })
-    .await;
-}
 
 /// Every master ends empty: no try or release left a key behind (the hazard of deciding at
 /// quorum is a late SET landing after its release).

@@ -9,35 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{eventually, is_token, Masters};
+use support::{eventually, is_token, warm_up, Masters};
 use tower_redlock::{Node, RedisNode, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 const SECOND: Duration = Duration::from_secs(1);
-
-/// Takes and releases a throw-away lock until a try reached every master, so that the
-/// client's lazily made connections are all up before a test looks at every master.
-async fn warm_up(client: &Redlock, masters: &Masters) {
-    eventually(
-        "the client reaches every master",
-        Duration::from_secs(5),
-        || async {
-            let Ok(lease) = client.try_lock("warm-up", TTL).await else {
-                return false;
-            };
-            let value = lease.value().to_owned();
-            let everywhere = masters.everywhere("warm-up", &value).await;
-            lease.release().await.expect("release the warm-up lock");
-            everywhere
-        },
-    )
-    .await;
-    // A release returns once a quorum answered; the last master follows in the background.
-    eventually("the warm-up lock is gone", Duration::from_secs(5), || {
-        masters.absent_everywhere("warm-up")
-    })
-    .await;
-}
 
 /// Asserts that `key` is gone from every master: at once from a quorum (a release returns
 /// once a quorum answered), and soon after from the rest (released in the background).

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod http;
 pub mod proxy;
 
 use std::fmt::Display;
@@ -522,4 +523,29 @@ impl Drop for HttpApp {
     fn drop(&mut self) {
         self.server.abort();
     }
+}
+
+/// Takes and releases a throw-away lock until one try reached every master, so that the
+/// client's lazily made connections are up before a test looks at the masters; then waits
+/// until the warm-up key is gone everywhere (a release returns once a quorum answered, the
+/// last master follows in the background).
+pub async fn warm_up(client: &Redlock, masters: &Masters) {
+    eventually(
+        "the client reaches every master",
+        Duration::from_secs(10),
+        || async {
+            let Ok(lease) = client.try_lock("warm-up", Duration::from_secs(10)).await else {
+                return false;
+            };
+            let value = lease.value().to_owned();
+            let everywhere = masters.everywhere("warm-up", &value).await;
+            lease.release().await.expect("release the warm-up lock");
+            everywhere
+        },
+    )
+    .await;
+    eventually("the warm-up lock is gone", Duration::from_secs(10), || {
+        masters.absent_everywhere("warm-up")
+    })
+    .await;
 }

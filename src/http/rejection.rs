@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::key::KeyRejection;
+use super::key::{KeyRejection, KeyRejectionKind};
 
 /// Why the middleware answered instead of the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -127,15 +127,12 @@ impl Rejection {
     /// reference, as RFC 9457 allows).
     pub fn type_uri(&self) -> &'static str {
         match self.kind {
-            RejectionKind::BadKey => match &self.key {
-                Some(k) => match k.code() {
-                    "key-missing" => "/problems/lock-key-missing",
-                    "key-empty" => "/problems/lock-key-empty",
-                    "key-too-long" => "/problems/lock-key-too-long",
-                    "key-duplicate" => "/problems/lock-key-duplicate",
-                    _ => "/problems/lock-key-malformed",
-                },
-                None => "/problems/lock-key-malformed",
+            RejectionKind::BadKey => match self.key.as_ref().map(KeyRejection::kind) {
+                Some(KeyRejectionKind::Missing) => "/problems/lock-key-missing",
+                Some(KeyRejectionKind::Empty) => "/problems/lock-key-empty",
+                Some(KeyRejectionKind::TooLong { .. }) => "/problems/lock-key-too-long",
+                Some(KeyRejectionKind::Duplicate) => "/problems/lock-key-duplicate",
+                _ => "/problems/lock-key-malformed",
             },
             RejectionKind::Contended => "/problems/lock-contended",
             RejectionKind::Unavailable => "/problems/lock-unavailable",

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::node::{Acquire, MemoryNode, Node, RedisNode, RedisNodeOptions};
+use crate::node::{Acquire, AnyNode, MemoryNode, Node, RedisNode, RedisNodeOptions};
 
 mod lease;
 mod options;
@@ -69,7 +69,7 @@ pub struct Redlock {
 }
 
 struct Inner {
-    nodes: Vec<(Arc<dyn Node>, Arc<str>)>,
+    nodes: Vec<(Arc<AnyNode>, Arc<str>)>,
     quorum: usize,
     config: Config,
 }
@@ -107,7 +107,7 @@ impl std::fmt::Debug for Redlock {
 /// ```
 #[derive(Default)]
 pub struct RedlockBuilder {
-    nodes: Vec<Arc<dyn Node>>,
+    nodes: Vec<AnyNode>,
     problems: Vec<String>,
     config: Config,
 }
@@ -124,7 +124,7 @@ impl std::fmt::Debug for RedlockBuilder {
 impl RedlockBuilder {
     /// Adds a node.
     pub fn node(mut self, node: impl Node) -> Self {
-        self.nodes.push(Arc::new(node));
+        self.nodes.push(AnyNode::new(node));
         self
     }
 
@@ -138,7 +138,7 @@ impl RedlockBuilder {
     /// [`RedisNode::open_with`]), e.g. delayed-restart protection.
     pub fn redis_with(mut self, url: &str, options: &RedisNodeOptions) -> Self {
         match RedisNode::open_with(url, options) {
-            Ok(node) => self.nodes.push(Arc::new(node)),
+            Ok(node) => self.nodes.push(AnyNode::Redis(node)),
             Err(e) => self.problems.push(e.to_string()),
         }
         self
@@ -222,7 +222,7 @@ impl RedlockBuilder {
             .into_iter()
             .map(|n| {
                 let name: Arc<str> = n.name().into();
-                (n, name)
+                (Arc::new(n), name)
             })
             .collect::<Vec<_>>();
         Ok(Redlock {
@@ -391,13 +391,16 @@ impl Redlock {
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
             guard.disarm();
+            // The SETs that have answered since the decision need no task.
+            let mut answered = tally.answered;
+            quorum::drain_ready(&mut sent, |(i, _)| answered |= 1 << i);
             if sent.is_empty() {
                 return Ok((deadline, None));
             }
             // The nodes that have not answered yet still get their SET, in a task that also
             // releases them after it if the lease is released first.
             let late = Arc::new(Mutex::new(Late {
-                pending: quorum::all(n) & !tally.answered,
+                pending: quorum::all(n) & !answered,
                 released: false,
             }));
             let shared = late.clone();

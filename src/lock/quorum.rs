@@ -6,12 +6,13 @@ use std::time::Duration;
 use std::future::Future;
 
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
+use futures_util::FutureExt;
 
 use tokio::task::JoinHandle;
 
 use super::lease::Token;
 use crate::error::NodeError;
-use crate::node::{Node, NodeFailure};
+use crate::node::{AnyNode, NodeFailure};
 
 /// One node's answer, as the caller classifies it.
 pub(crate) enum Vote {
@@ -73,13 +74,13 @@ pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 /// The requests own their arguments (`'static`), so the ones still in flight when the
 /// outcome is decided can be driven to completion by a spawned task.
 pub(crate) fn send<T, C, F>(
-    nodes: &[(Arc<dyn Node>, Arc<str>)],
+    nodes: &[(Arc<AnyNode>, Arc<str>)],
     mask: u64,
     timeout: Duration,
     call: C,
 ) -> FuturesUnordered<impl Future<Output = Answer<T>> + Send + 'static>
 where
-    C: Fn(Arc<dyn Node>) -> F,
+    C: Fn(Arc<AnyNode>) -> F,
     F: Future<Output = Result<T, NodeFailure>> + Send + 'static,
 {
     nodes
@@ -102,7 +103,7 @@ where
 
 /// Sends the compare-and-delete of `token` at `key` to every node in `mask`.
 pub(crate) fn send_release(
-    nodes: &[(Arc<dyn Node>, Arc<str>)],
+    nodes: &[(Arc<AnyNode>, Arc<str>)],
     mask: u64,
     timeout: Duration,
     key: &Arc<str>,
@@ -151,12 +152,26 @@ where
 /// Lets the requests still in flight finish in the background, so that every node gets
 /// every request even when the outcome was decided without it. The handle says when they
 /// are done (each is bounded by the node timeout).
-pub(crate) fn finish_in_background<F>(sent: FuturesUnordered<F>) -> Option<JoinHandle<()>>
+///
+/// The answers already there are taken first: usually the last nodes have answered by the
+/// time the caller decided, and then no task is spawned at all.
+pub(crate) fn finish_in_background<F>(mut sent: FuturesUnordered<F>) -> Option<JoinHandle<()>>
 where
     F: Future + Send + 'static,
     F::Output: Send,
 {
+    drain_ready(&mut sent, |_| ());
     (!sent.is_empty()).then(|| tokio::spawn(sent.for_each(|_| async {})))
+}
+
+/// Takes the answers of `sent` that are ready now, without waiting, handing each to `each`.
+pub(crate) fn drain_ready<F: Future>(
+    sent: &mut FuturesUnordered<F>,
+    mut each: impl FnMut(F::Output),
+) {
+    while let Some(Some(answer)) = sent.next().now_or_never() {
+        each(answer);
+    }
 }
 
 impl Tally {

@@ -17,18 +17,9 @@ impl Script {
     }
 }
 
-/// `SET key token NX PX ttl`; when the key is held, the holder's `PTTL` instead, so a
-/// contended answer carries the time to wait without a second round trip. Returns -3 when set.
-pub(crate) static ACQUIRE: Script = Script {
-    source: r#"if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return -3
-end
-return redis.call('pttl', KEYS[1])
-"#,
-    sha1: "2443f0fd19625858634ba316775801c5fc16dedd",
-};
-
-/// [`ACQUIRE`] behind delayed-restart protection. `KEYS[2]` marks, in the server's own
+/// `SET key token NX PX ttl` behind delayed-restart protection, answering -3 when it set
+/// the key and the holder's `PTTL` when it is held (the unguarded acquire is a plain `SET`,
+/// see `RedisNode::acquire_key`). `KEYS[2]` marks, in the server's own
 /// clock (`TIME`, ms), since when this dataset is known; a restart without persistence or a
 /// flush loses it. Returns -4 without setting anything while the dataset is younger than
 /// `ARGV[3]` ms (the longest ttl in use), starting the clock when the mark is missing.
@@ -78,7 +69,7 @@ mod tests {
 
     #[test]
     fn hashes_match_sources() {
-        for s in [&ACQUIRE, &ACQUIRE_GUARDED, &RELEASE, &EXTEND] {
+        for s in [&ACQUIRE_GUARDED, &RELEASE, &EXTEND] {
             assert_eq!(redis::Script::new(s.source()).get_hash(), s.sha1());
         }
     }

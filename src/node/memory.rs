@@ -82,7 +82,7 @@ impl MemoryNode {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn acquire_now(&self, key: &str, token: &str, ttl: Duration) -> Acquire {
+    pub(crate) fn acquire_now(&self, key: &str, token: &str, ttl: Duration) -> Acquire {
         let now = Instant::now();
         let mut map = self.lock();
         map.writes_since_sweep += 1;
@@ -113,7 +113,7 @@ impl MemoryNode {
         }
     }
 
-    fn release_now(&self, key: &str, token: &str) -> bool {
+    pub(crate) fn release_now(&self, key: &str, token: &str) -> bool {
         let now = Instant::now();
         let mut map = self.lock();
         match map.entries.get(key) {
@@ -126,7 +126,7 @@ impl MemoryNode {
         }
     }
 
-    fn extend_now(&self, key: &str, token: &str, ttl: Duration) -> bool {
+    pub(crate) fn extend_now(&self, key: &str, token: &str, ttl: Duration) -> bool {
         let now = Instant::now();
         let mut map = self.lock();
         match map.entries.get_mut(key) {

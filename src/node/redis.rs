@@ -6,17 +6,21 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::{Client, Cmd, RedisResult, Value};
 
 use super::{Acquire, Node, NodeFailure, NodeFuture};
-use crate::lock::scripts::{Script, ACQUIRE, ACQUIRE_GUARDED, EXTEND, RELEASE};
+use crate::lock::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
 
 /// Connection settings of a [`RedisNode`].
 ///
-/// The defaults suit masters on the same network: connect within 1 s, a response within
-/// 1 s (the client's tighter per-node timeout applies on top), and reconnect in the
-/// background with exponential backoff from 10 ms up to 1 s.
+/// The defaults suit masters on the same network: connect within 1 s, reconnect in the
+/// background with exponential backoff from 10 ms up to 1 s, and no response timeout of the
+/// connection's own: the client's per-node timeout
+/// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout), 50 ms by
+/// default) already bounds every request, and a second timer per request measurably costs
+/// throughput (`benches/profile.rs`). Set one with [`RedisNodeOptions::response_timeout`]
+/// when the node is also used outside a [`Redlock`](crate::Redlock) client.
 #[derive(Debug, Clone)]
 pub struct RedisNodeOptions {
     connect_timeout: Duration,
-    response_timeout: Duration,
+    response_timeout: Option<Duration>,
     reconnect_min_delay: Duration,
     reconnect_max_delay: Duration,
     reconnect_retries: usize,
@@ -27,7 +31,7 @@ impl Default for RedisNodeOptions {
     fn default() -> Self {
         Self {
             connect_timeout: Duration::from_secs(1),
-            response_timeout: Duration::from_secs(1),
+            response_timeout: None,
             reconnect_min_delay: Duration::from_millis(10),
             reconnect_max_delay: Duration::from_secs(1),
             reconnect_retries: 3,
@@ -48,9 +52,11 @@ impl RedisNodeOptions {
         self
     }
 
-    /// How long the connection waits for any one response.
+    /// How long the connection itself waits for any one response (default: no limit of its
+    /// own; every request of a [`Redlock`](crate::Redlock) client is bounded by its node
+    /// timeout anyway). A timed-out response does not make redis-rs reconnect.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.response_timeout = Some(timeout);
         self
     }
 
@@ -176,7 +182,7 @@ impl RedisNode {
         let name = client.get_connection_info().addr().to_string();
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.response_timeout))
+            .set_response_timeout(options.response_timeout)
             .set_min_delay(options.reconnect_min_delay)
             .set_max_delay(options.reconnect_max_delay)
             .set_number_of_retries(options.reconnect_retries);
@@ -231,8 +237,11 @@ impl RedisNode {
         extra: Option<u64>,
     ) -> RedisResult<Value> {
         let mut conn = self.conn.clone();
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.sha1())
+        let args = 4 + keys.len() + usize::from(ttl_ms.is_some()) + usize::from(extra.is_some());
+        let data = 7 + 40 + 2 + keys.iter().map(|k| k.len()).sum::<usize>() + token.len() + 40;
+        let mut cmd = Cmd::with_capacity(args, data);
+        cmd.arg("EVALSHA")
+            .arg(script.sha1())
             .arg(keys.len())
             .arg(keys)
             .arg(token)
@@ -251,6 +260,63 @@ impl RedisNode {
             }
             r => r,
         }
+    }
+
+    /// `SET key token NX PX ttl`; only when the key is held, a second request for the
+    /// holder's `PTTL` (for `Retry-After`). A plain `SET` costs a master about a fifth less
+    /// CPU than a script doing the same (`benches/profile.rs`), and the uncontended path is
+    /// the one that must be fast. With delayed-restart protection, the guarded script.
+    pub(crate) async fn acquire_key(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Acquire, NodeFailure> {
+        if let Some(guard) = &self.guard {
+            let v = self.acquire_guarded(guard, key, token, ttl).await?;
+            // The script answers -3 when it set the key, else the holder's PTTL.
+            return Ok(match int(&v)? {
+                -3 => Acquire::Acquired,
+                ms => held(ms),
+            });
+        }
+        let mut conn = self.conn.clone();
+        let ms = ttl_ms(ttl);
+        let mut cmd = Cmd::with_capacity(6, 3 + key.len() + token.len() + 2 + 2 + 20);
+        cmd.arg("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms);
+        match query(&mut conn, &cmd).await? {
+            Value::Okay => Ok(Acquire::Acquired),
+            Value::Nil => {
+                let mut cmd = Cmd::with_capacity(2, 4 + key.len());
+                cmd.arg("PTTL").arg(key);
+                Ok(held(int(&query(&mut conn, &cmd).await?)?))
+            }
+            other => Err(NodeFailure::new(format!(
+                "unexpected reply to SET NX PX: {other:?}"
+            ))),
+        }
+    }
+
+    /// Compare-and-delete: whether `key` held `token` and was deleted.
+    pub(crate) async fn release_key(&self, key: &str, token: &str) -> Result<bool, NodeFailure> {
+        let v = self.run(&RELEASE, &[key], token, None).await?;
+        Ok(int(&v)? == 1)
+    }
+
+    /// Compare-and-`PEXPIRE`: whether `key` held `token` and now has the ttl `ttl`.
+    pub(crate) async fn extend_key(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, NodeFailure> {
+        let v = self.run(&EXTEND, &[key], token, Some(ttl_ms(ttl))).await?;
+        Ok(int(&v)? == 1)
     }
 
     /// The acquire script behind delayed-restart protection: a master whose dataset is
@@ -316,6 +382,17 @@ fn int(v: &Value) -> Result<i64, NodeFailure> {
     }
 }
 
+/// A "held" answer from the holder's `PTTL`: -1 means no expiry; -2 means the key expired
+/// between the two requests (free now, but this try did not get it).
+fn held(pttl_ms: i64) -> Acquire {
+    Acquire::Held {
+        remaining: match pttl_ms {
+            -1 => None,
+            ms => Some(Duration::from_millis(ms.max(0) as u64)),
+        },
+    }
+}
+
 /// `scheme://user:password@host` → `scheme://***@host`, so URLs can go in error messages.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -339,35 +416,15 @@ impl Node for RedisNode {
         token: &'a str,
         ttl: Duration,
     ) -> NodeFuture<'a, Acquire> {
-        Box::pin(async move {
-            let v = match &self.guard {
-                Some(guard) => self.acquire_guarded(guard, key, token, ttl).await?,
-                None => self.run(&ACQUIRE, &[key], token, Some(ttl_ms(ttl))).await?,
-            };
-            // The script answers -3 when it set the key, else the holder's PTTL
-            // (-1: no expiry).
-            Ok(match int(&v)? {
-                -3 => Acquire::Acquired,
-                ms if ms >= 0 => Acquire::Held {
-                    remaining: Some(Duration::from_millis(ms as u64)),
-                },
-                _ => Acquire::Held { remaining: None },
-            })
-        })
+        Box::pin(self.acquire_key(key, token, ttl))
     }
 
     fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-        Box::pin(async move {
-            let v = self.run(&RELEASE, &[key], token, None).await?;
-            Ok(int(&v)? == 1)
-        })
+        Box::pin(self.release_key(key, token))
     }
 
     fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
-        Box::pin(async move {
-            let v = self.run(&EXTEND, &[key], token, Some(ttl_ms(ttl))).await?;
-            Ok(int(&v)? == 1)
-        })
+        Box::pin(self.extend_key(key, token, ttl))
     }
 }
 

@@ -144,6 +144,8 @@ fn report(lease: Option<&LeaseHandle>, unlocked: bool) -> Value {
         "unlocked": unlocked,
         "resource": lease.map(|l| l.resource().to_owned()),
         "validity_ms": lease.map(|l| l.validity().as_millis() as u64),
+        "lost": lease.map(LeaseHandle::is_lost),
+        "extensions": lease.map(LeaseHandle::extensions),
     })
 }
 
@@ -904,6 +906,88 @@ async fn release_on_response_frees_the_key_while_the_body_streams() {
     drop(body);
     read_to_end(&mut response).await;
     assert_all_empty(&m).await;
+    drop(http);
+    app.stop().await;
+}
+
+/// A client of `masters` with a node timeout short enough for the short ttls of the
+/// keep-alive tests.
+async fn quick_client_of(masters: &Masters) -> Redlock {
+    let redlock = masters
+        .builder()
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .expect("a valid client");
+    warm_up(&redlock, masters).await;
+    redlock
+}
+
+/// The keep-alive ttl: the tests let it run out twice over.
+const SHORT_TTL: Duration = Duration::from_millis(400);
+
+/// A handler running past its lock's ttl keeps the lock: it is extended (from ttl/3 on), the
+/// same key is refused meanwhile, and the handler's lease is valid at its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn keep_alive_holds_the_key_past_its_ttl() {
+    const KEY: &str = "order-9";
+    let m = Masters::start(3);
+    let redlock = quick_client_of(&m).await;
+    let probe = Probe::new();
+    let policy = policy_of(&redlock)
+        .ttl(SHORT_TTL)
+        .build()
+        .expect("a valid policy");
+    let app = actix_gated_app(&probe, &[(PATH, policy)]);
+    let (http, url, key) = (http_client(), app.url(PATH), redis_key(PATH, PATH, KEY));
+
+    let holder = tokio::spawn(post_key(&http, &url, KEY));
+    probe.until_started(1).await;
+    // Let the original ttl run out twice over: the passing of time is what is tested here.
+    tokio::time::sleep(2 * SHORT_TTL).await;
+    assert_conflict(&post_key(&http, &url, KEY).await, SHORT_TTL);
+    assert!(held_on(&m, &key).await >= 2, "still held past its ttl");
+
+    probe.open();
+    let v = within("the holder", holder).await.expect("no panic").ok();
+    assert_eq!(v["lost"], false, "the lease was kept: {v}");
+    assert!(v["extensions"].as_u64().expect("extensions") >= 1, "{v}");
+    assert!(v["validity_ms"].as_u64().expect("a validity") > 0, "{v}");
+    assert_eq!(probe.started(), 1);
+    assert_released(&m, &key).await;
+    drop(http);
+    app.stop().await;
+}
+
+/// With release at the body's end, the lock is kept alive while the body streams past its
+/// ttl (the handler itself returned at once).
+#[tokio::test(flavor = "multi_thread")]
+async fn keep_alive_holds_the_key_while_a_long_body_streams() {
+    const KEY: &str = "stream-3";
+    let m = Masters::start(3);
+    let redlock = quick_client_of(&m).await;
+    let (app, bodies) = streaming_app(
+        policy_of(&redlock)
+            .ttl(SHORT_TTL)
+            .release_on_body_end()
+            .build()
+            .expect("a valid policy"),
+    );
+    let http = http_client();
+    let key = redis_key(PATH, PATH, KEY);
+
+    let body = bodies.next();
+    let mut response = send(post_with(&http, &app.url(PATH), &[KEY])).await;
+    assert_eq!(response.status(), 200);
+    stream_through(&body, &mut response, "first ").await;
+    // Let the original ttl run out twice over: the passing of time is what is tested here.
+    tokio::time::sleep(2 * SHORT_TTL).await;
+    stream_through(&body, &mut response, "second").await;
+    assert!(held_on(&m, &key).await >= 2, "still held past its ttl");
+    assert_conflict(&post_key(&http, &app.url(PATH), KEY).await, SHORT_TTL);
+
+    drop(body);
+    read_to_end(&mut response).await;
+    assert_released(&m, &key).await;
     drop(http);
     app.stop().await;
 }

@@ -1089,6 +1089,74 @@ async fn keep_alive_holds_the_key_past_its_ttl() {
     assert_released(&m, &key).await;
 }
 
+/// With release at the body's end, the lock is kept alive while the body streams, past its
+/// ttl (the handler itself returned at once).
+#[tokio::test(flavor = "multi_thread")]
+async fn keep_alive_holds_the_key_while_a_long_body_streams() {
+    const TTL: Duration = Duration::from_millis(300);
+    const KEY: &str = "report-2";
+    let m = Masters::start(3);
+    // The harness's client: its 200 ms node timeout fits in the 300 ms ttl.
+    let redlock = m.client();
+    warm_up(&redlock, &m).await;
+    let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
+        .ttl(TTL)
+        .release_on_body_end()
+        .build()
+        .expect("a valid policy");
+    let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
+    let app = HttpApp::serve(streaming_app(RedlockLayer::with_policy(policy), bodies_tx)).await;
+    let (http, url, key) = (http_client(), app.url(PATH), redis_key(KEY));
+
+    let mut first = send(http.post(&url).header(IDEMPOTENCY_KEY, KEY)).await;
+    assert_eq!(first.status(), 200);
+    let body = within("the handler", bodies.recv()).await.expect("a body");
+    stream_through(&body, &mut first, "first").await;
+    // Let the original ttl run out twice over: the passing of time is what is tested here.
+    tokio::time::sleep(2 * TTL).await;
+    stream_through(&body, &mut first, "second").await;
+    assert!(held_on(&m, &key).await >= 2, "still held past its ttl");
+    assert_conflict(&post_key(&http, &url, KEY).await, TTL);
+
+    drop(body);
+    assert_eq!(rest_of(first).await, b"");
+    assert_released(&m, &key).await;
+}
+
+/// A handler that finishes before ttl/3 costs no keep-alive task: none is alive while it runs,
+/// though it yields (so the response future is pending and its timer armed). Handlers that
+/// outlive ttl/3 are kept alive (the tests above).
+#[tokio::test(flavor = "current_thread")]
+async fn quick_handlers_spawn_no_keep_alive_task() {
+    let app = Router::new()
+        .route(
+            PATH,
+            post(|lease: LeaseHandle| async move {
+                tokio::task::yield_now().await;
+                let alive = tokio::runtime::Handle::current()
+                    .metrics()
+                    .num_alive_tasks();
+                Json(json!({ "alive": alive, "lost": lease.is_lost() }))
+            }),
+        )
+        .layer(RedlockLayer::new(
+            Redlock::in_memory(),
+            IdempotencyKey::required(),
+        ));
+    for i in 0..3 {
+        let response = within(
+            "the response",
+            app.clone().oneshot(request(&format!("k-{i}"))),
+        )
+        .await
+        .expect("infallible");
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.expect("a body");
+        let v: Value = serde_json::from_slice(&body.to_bytes()).expect("json");
+        assert_eq!(v, json!({ "alive": 0, "lost": false }));
+    }
+}
+
 /// A body of known length: a server stops polling once it has the last byte, so with
 /// release at body end the release must be done before the last frame is handed over —
 /// and an empty body, which is never polled, is released before the response.

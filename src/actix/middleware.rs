@@ -8,7 +8,9 @@ use actix_web::{HttpMessage, HttpResponse};
 use futures_util::future::LocalBoxFuture;
 
 use super::{ActixRequestView, LeaseBody};
-use crate::http::{Decision, KeyExtractor, LockPolicy, RejectionResponse, ReleaseOn, Unlocked};
+use crate::http::{
+    Decision, KeptAlive, KeyExtractor, LockPolicy, RejectionResponse, ReleaseOn, Unlocked,
+};
 use crate::Redlock;
 
 /// The actix-web middleware: lock a key per request. Use with `App::wrap`, `Scope::wrap`
@@ -115,7 +117,7 @@ where
         let service = Rc::clone(&self.service);
         let policy = self.policy.clone();
         Box::pin(async move {
-            let lease = match policy.clone().acquire(key).await {
+            let mut lease = match policy.clone().acquire(key).await {
                 Decision::Reject(r) => {
                     return Ok(req
                         .into_response(rejection_response(r))
@@ -135,7 +137,8 @@ where
             };
             // A cancelled request (with `h1_allow_half_closed(false)`, see the module docs)
             // drops `lease` here, which spawns its release.
-            let result = service.call(req).await;
+            // The keep-alive starts only if the handler outlives ttl/3.
+            let result = KeptAlive::new(service.call(req), &mut lease, policy.keeps_alive()).await;
             match result {
                 // An empty body is never polled by the server: release now.
                 Ok(res)
@@ -145,6 +148,9 @@ where
                             BodySize::None | BodySize::Sized(0)
                         ) =>
                 {
+                    if policy.keeps_alive() {
+                        lease.keep_alive();
+                    }
                     Ok(res
                         .map_body(|_, b| LeaseBody::new(b, Some(lease)))
                         .map_into_left_body())

@@ -65,10 +65,12 @@
     allow(dead_code, unused_imports)
 )]
 
+mod keep_alive;
 pub mod key;
 mod policy;
 mod rejection;
 
+pub(crate) use keep_alive::{KeepAliveTimer, KeptAlive};
 pub(crate) use policy::{release, BodyLease, Decision};
 pub use policy::{
     LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked, DEFAULT_TTL,

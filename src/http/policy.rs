@@ -152,6 +152,11 @@ impl LockPolicy {
         self.inner.release
     }
 
+    /// Whether a lock is kept alive while its handler runs.
+    pub fn keeps_alive(&self) -> bool {
+        self.inner.keep_alive
+    }
+
     /// The Redlock client.
     pub fn redlock(&self) -> &Redlock {
         &self.inner.redlock
@@ -185,10 +190,8 @@ impl LockPolicy {
             }
         }
         match result {
-            Ok(mut lease) => {
-                if p.keep_alive {
-                    lease.keep_alive();
-                }
+            Ok(lease) => {
+                // The keep-alive (`p.keep_alive`) is the glue's: see `keep_alive.rs`.
                 tracing::debug!(key = %key, elapsed = ?started.elapsed(), "lock acquired");
                 Decision::Locked(lease)
             }
@@ -296,7 +299,10 @@ impl LockPolicyBuilder {
         self
     }
 
-    /// Whether to extend the lock while the handler runs (default on).
+    /// Whether to extend the lock while the handler runs (default on): a handler still
+    /// running after ttl/3 gets its lock extended then, and every ttl/3 after. Handlers that
+    /// finish sooner cost nothing for it (no task is spawned per request). With
+    /// [`ReleaseOn::BodyEnd`], the lock is also kept alive while the body streams.
     pub fn keep_alive(mut self, on: bool) -> Self {
         self.inner.keep_alive = on;
         self

@@ -248,10 +248,15 @@ impl Lease {
     ///
     /// Calling it again does nothing. Must be called inside a Tokio runtime.
     pub fn keep_alive(&mut self) {
+        self.keep_alive_from(Instant::now() + self.state.ttl() / 3);
+    }
+
+    /// [`Lease::keep_alive`] with the first extension at `first` (at once if it is past).
+    pub(crate) fn keep_alive_from(&mut self, first: Instant) {
         if self.keep_alive.is_none() && !self.released {
             let client = self.client.clone();
             let state = self.state.clone();
-            self.keep_alive = Some(tokio::spawn(keep_alive(client, state)));
+            self.keep_alive = Some(tokio::spawn(keep_alive(client, state, first)));
         }
     }
 
@@ -396,10 +401,10 @@ impl fmt::Debug for LeaseHandle {
     }
 }
 
-/// Extends the lease about every ttl/3 until it ends.
-async fn keep_alive(client: Redlock, state: Arc<LeaseState>) {
+/// Extends the lease at `first`, then about every ttl/3, until it ends.
+async fn keep_alive(client: Redlock, state: Arc<LeaseState>, first: Instant) {
     let period = state.ttl() / 3;
-    let mut next = Instant::now() + period;
+    let mut next = first;
     loop {
         tokio::time::sleep_until(next.into()).await;
         match client.extend_state(&state, state.ttl()).await {

@@ -9,7 +9,7 @@ use pin_project::pin_project;
 use tower_service::Service;
 
 use super::ResponseBody;
-use crate::http::{Decision, RejectionResponse, Unlocked};
+use crate::http::{Decision, KeepAliveTimer, RejectionResponse, Unlocked};
 use crate::Lease;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -40,10 +40,14 @@ where
         inner: Option<S>,
         req: Option<Request<ReqBody>>,
         release_at_body_end: bool,
+        keep_alive: bool,
     },
     Calling {
         #[pin]
         fut: S::Future,
+        /// Starts the lease's keep-alive if the handler outlives ttl/3.
+        #[pin]
+        timer: KeepAliveTimer,
         lease: Option<Lease>,
         release_at_body_end: bool,
     },
@@ -86,6 +90,7 @@ where
         Self {
             state: State::Calling {
                 fut,
+                timer: KeepAliveTimer::off(),
                 lease: None,
                 release_at_body_end: false,
             },
@@ -97,6 +102,7 @@ where
         inner: S,
         req: Request<ReqBody>,
         release_at_body_end: bool,
+        keep_alive: bool,
     ) -> Self {
         Self {
             state: State::Acquiring {
@@ -104,6 +110,7 @@ where
                 inner: Some(inner),
                 req: Some(req),
                 release_at_body_end,
+                keep_alive,
             },
         }
     }
@@ -145,6 +152,7 @@ where
                     inner,
                     req,
                     release_at_body_end,
+                    keep_alive,
                 } => {
                     let decision = ready!(acquire.as_mut().poll(cx));
                     let mut req = req.take().expect("polled after completion");
@@ -164,19 +172,28 @@ where
                         }
                     };
                     let release_at_body_end = *release_at_body_end;
+                    let timer = KeepAliveTimer::new(lease.as_ref(), *keep_alive);
                     let fut = inner.call(req);
                     this.state.set(State::Calling {
                         fut,
+                        timer,
                         lease,
                         release_at_body_end,
                     });
                 }
                 StateProj::Calling {
                     fut,
+                    timer,
                     lease,
                     release_at_body_end,
                 } => {
-                    let result = ready!(fut.poll(cx));
+                    let result = match fut.poll(cx) {
+                        Poll::Ready(result) => result,
+                        Poll::Pending => {
+                            timer.poll(cx, lease.as_mut());
+                            return Poll::Pending;
+                        }
+                    };
                     match (lease.take(), result) {
                         (None, result) => {
                             return Poll::Ready(
@@ -184,9 +201,10 @@ where
                             );
                         }
                         // An empty body is never polled by the server: release now.
-                        (Some(lease), Ok(res))
+                        (Some(mut lease), Ok(res))
                             if *release_at_body_end && !res.body().is_end_stream() =>
                         {
+                            timer.hand_over(&mut lease);
                             return Poll::Ready(Ok(res.map(|b| ResponseBody::new(b, Some(lease)))));
                         }
                         (Some(lease), result) => {

@@ -73,6 +73,7 @@ where
                     inner,
                     req,
                     release_at_body_end,
+                    self.policy.keeps_alive(),
                 )
             }
         }

@@ -8,7 +8,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::Context;
+#[cfg(feature = "actix")]
+use std::task::Poll;
 use std::time::Instant;
 
 use pin_project::pin_project;
@@ -35,6 +37,7 @@ impl KeepAliveTimer {
     }
 
     /// A timer that never fires.
+    #[cfg(feature = "tower")]
     pub(crate) fn off() -> Self {
         Self {
             sleep: None,
@@ -65,6 +68,7 @@ impl KeepAliveTimer {
 
     /// The lease moves on (to a response body that holds it to its end): start its
     /// keep-alive now if it is due to have one, on the same schedule.
+    #[cfg(feature = "tower")]
     pub(crate) fn hand_over(self: Pin<&mut Self>, lease: &mut Lease) {
         let mut this = self.project();
         if let Some(due) = this.due.take() {
@@ -75,6 +79,7 @@ impl KeepAliveTimer {
 }
 
 /// `fut`, with `lease` kept alive while it runs when it outlives ttl/3.
+#[cfg(feature = "actix")]
 #[pin_project]
 pub(crate) struct KeptAlive<'a, F> {
     #[pin]
@@ -84,6 +89,7 @@ pub(crate) struct KeptAlive<'a, F> {
     lease: &'a mut Lease,
 }
 
+#[cfg(feature = "actix")]
 impl<'a, F: Future> KeptAlive<'a, F> {
     pub(crate) fn new(fut: F, lease: &'a mut Lease, on: bool) -> Self {
         Self {
@@ -94,6 +100,7 @@ impl<'a, F: Future> KeptAlive<'a, F> {
     }
 }
 
+#[cfg(feature = "actix")]
 impl<F: Future> Future for KeptAlive<'_, F> {
     type Output = F::Output;
 

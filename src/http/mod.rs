@@ -65,12 +65,16 @@
     allow(dead_code, unused_imports)
 )]
 
+#[cfg(any(feature = "tower", feature = "actix"))]
 mod keep_alive;
 pub mod key;
 mod policy;
 mod rejection;
 
-pub(crate) use keep_alive::{KeepAliveTimer, KeptAlive};
+#[cfg(feature = "tower")]
+pub(crate) use keep_alive::KeepAliveTimer;
+#[cfg(feature = "actix")]
+pub(crate) use keep_alive::KeptAlive;
 pub(crate) use policy::{release, BodyLease, Decision};
 pub use policy::{
     LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked, DEFAULT_TTL,

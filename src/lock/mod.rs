@@ -413,9 +413,10 @@ impl Redlock {
                         late.released
                     };
                     if released {
+                        // Rare (a release came first): boxed, so the task stays small.
                         let node = &client.inner.nodes[i].0;
-                        let _ =
-                            tokio::time::timeout(timeout, node.release(&key, token.as_str())).await;
+                        let release = Box::pin(node.release(&key, token.as_str()));
+                        let _ = tokio::time::timeout(timeout, release).await;
                     }
                 }
             });

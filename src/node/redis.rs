@@ -216,19 +216,9 @@ impl RedisNode {
     }
 
     /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given,
-    /// `ARGV[2] = ttl_ms`: `EVALSHA`, then `EVAL` if the master lost its script cache.
+    /// `ARGV[2] = ttl_ms` and `ARGV[3] = extra`: `EVALSHA`, then `EVAL` if the master lost
+    /// its script cache.
     async fn run(
-        &self,
-        script: &Script,
-        keys: &[&str],
-        token: &str,
-        ttl_ms: Option<u64>,
-    ) -> RedisResult<Value> {
-        self.run_with(script, keys, token, ttl_ms, None).await
-    }
-
-    /// [`RedisNode::run`] with a third argument, `ARGV[3]`.
-    async fn run_with(
         &self,
         script: &Script,
         keys: &[&str],
@@ -236,30 +226,24 @@ impl RedisNode {
         ttl_ms: Option<u64>,
         extra: Option<u64>,
     ) -> RedisResult<Value> {
-        let mut conn = self.conn.clone();
-        let args = 4 + keys.len() + usize::from(ttl_ms.is_some()) + usize::from(extra.is_some());
-        let data = 7 + 40 + 2 + keys.iter().map(|k| k.len()).sum::<usize>() + token.len() + 40;
-        let mut cmd = Cmd::with_capacity(args, data);
-        cmd.arg("EVALSHA")
-            .arg(script.sha1())
-            .arg(keys.len())
-            .arg(keys)
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(extra);
-        match query(&mut conn, &cmd).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(script.source())
-                    .arg(keys.len())
-                    .arg(keys)
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .arg(extra);
-                query(&mut conn, &cmd).await
+        // Scoped so that nothing of the first request is kept across the fallback's await:
+        // this future is allocated for every request, and stays about the size of redis-rs'.
+        {
+            let mut conn = self.conn.clone();
+            let cmd = script_cmd("EVALSHA", script.sha1(), keys, token, ttl_ms, extra);
+            match query(&mut conn, &cmd).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
+                r => return r,
             }
-            r => r,
         }
+        // The master lost its script cache (a restart, `SCRIPT FLUSH`): send the source.
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let cmd = script_cmd("EVAL", script.source(), keys, token, ttl_ms, extra);
+            query(&mut conn, &cmd).await
+        })
+        .await
     }
 
     /// `SET key token NX PX ttl`; only when the key is held, a second request for the
@@ -272,8 +256,10 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
     ) -> Result<Acquire, NodeFailure> {
+        // The rare paths are boxed, so that the common one's future (allocated per request)
+        // stays small.
         if let Some(guard) = &self.guard {
-            let v = self.acquire_guarded(guard, key, token, ttl).await?;
+            let v = Box::pin(self.acquire_guarded(guard, key, token, ttl)).await?;
             // The script answers -3 when it set the key, else the holder's PTTL.
             return Ok(match int(&v)? {
                 -3 => Acquire::Acquired,
@@ -294,7 +280,7 @@ impl RedisNode {
             Value::Nil => {
                 let mut cmd = Cmd::with_capacity(2, 4 + key.len());
                 cmd.arg("PTTL").arg(key);
-                Ok(held(int(&query(&mut conn, &cmd).await?)?))
+                Ok(held(int(&Box::pin(query(&mut conn, &cmd)).await?)?))
             }
             other => Err(NodeFailure::new(format!(
                 "unexpected reply to SET NX PX: {other:?}"
@@ -304,7 +290,7 @@ impl RedisNode {
 
     /// Compare-and-delete: whether `key` held `token` and was deleted.
     pub(crate) async fn release_key(&self, key: &str, token: &str) -> Result<bool, NodeFailure> {
-        let v = self.run(&RELEASE, &[key], token, None).await?;
+        let v = self.run(&RELEASE, &[key], token, None, None).await?;
         Ok(int(&v)? == 1)
     }
 
@@ -315,7 +301,9 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
     ) -> Result<bool, NodeFailure> {
-        let v = self.run(&EXTEND, &[key], token, Some(ttl_ms(ttl))).await?;
+        let v = self
+            .run(&EXTEND, &[key], token, Some(ttl_ms(ttl)), None)
+            .await?;
         Ok(int(&v)? == 1)
     }
 
@@ -337,7 +325,7 @@ impl RedisNode {
         let keys = [key, guard.key.as_str()];
         let max_ms = Some(ttl_ms(guard.max_ttl));
         let v = self
-            .run_with(&ACQUIRE_GUARDED, &keys, token, Some(ttl_ms(ttl)), max_ms)
+            .run(&ACQUIRE_GUARDED, &keys, token, Some(ttl_ms(ttl)), max_ms)
             .await?;
         if int(&v)? == -4 {
             return Err(NodeFailure::new(format!(
@@ -391,6 +379,33 @@ fn held(pttl_ms: i64) -> Acquire {
             ms => Some(Duration::from_millis(ms.max(0) as u64)),
         },
     }
+}
+
+/// `EVALSHA sha …` or `EVAL source …` with the lock scripts' arguments, sized up front.
+fn script_cmd(
+    verb: &str,
+    script: &str,
+    keys: &[&str],
+    token: &str,
+    ttl_ms: Option<u64>,
+    extra: Option<u64>,
+) -> Cmd {
+    let args = 4 + keys.len() + usize::from(ttl_ms.is_some()) + usize::from(extra.is_some());
+    let data = verb.len()
+        + script.len()
+        + 2
+        + keys.iter().map(|k| k.len()).sum::<usize>()
+        + token.len()
+        + 40;
+    let mut cmd = Cmd::with_capacity(args, data);
+    cmd.arg(verb)
+        .arg(script)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(token)
+        .arg(ttl_ms)
+        .arg(extra);
+    cmd
 }
 
 /// `scheme://user:password@host` → `scheme://***@host`, so URLs can go in error messages.

@@ -55,9 +55,7 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
-        let view = HttpRequestView::new(&mut parts);
-        let key = self.policy.key(&view);
-        drop(view);
+        let key = self.policy.key(&HttpRequestView::new(&mut parts));
         let req = Request::from_parts(parts, body);
         match key {
             Err(rejection) => ResponseFuture::rejected(rejection),

@@ -16,7 +16,8 @@
 //!
 //! Settings: `REDLOCK_BENCH_SCALE` (1.0), `REDLOCK_BENCH_ROUNDS` (3), `REDLOCK_BENCH_N` (3),
 //! `REDLOCK_BENCH_NODE_TIMEOUT_MS` (50), `REDLOCK_PROFILE_WORKLOAD=onekey` (32 tasks on one
-//! key instead of 64 tasks on their own keys), `REDLOCK_PROFILE_ONLY` (a variant name: run
+//! key instead of 64 tasks on their own keys), `REDLOCK_PROFILE_VARIANTS` (comma-separated
+//! variant names: run only those, each paired with the limit), `REDLOCK_PROFILE_ONLY` (a variant name: run
 //! only it, with 64 tasks, for a long time — for `perf record -g -p <pid>`).
 
 #[path = "common/mod.rs"]
@@ -85,13 +86,12 @@ impl Variant {
 
 fn variants() -> Vec<Variant> {
     let x = Extras::default();
+    // This crate's structure since `f0c7829` (see BENCHMARKS.md for the one before).
     let ours = Extras {
         manager: true,
-        response_timeout: true,
-        script_acquire: true,
-        wait_in_flight: true,
-        boxed: true,
+        manager_inherent: true,
         cmd_per_node: true,
+        drain_before_spawn: true,
         ..x
     };
     vec![
@@ -164,16 +164,9 @@ fn variants() -> Vec<Variant> {
             "limit + release waits for in-flight SETs",
         ),
         Variant::Limit(Extras { boxed: true, ..x }, "limit + boxed node futures"),
-        Variant::Limit(ours, "limit + all of this crate's (≈ its structure)"),
         Variant::Limit(
-            Extras {
-                manager: true,
-                manager_inherent: true,
-                boxed: true,
-                drain_before_spawn: true,
-                ..x
-            },
-            "proposed: manager inherent call, boxed, SET NX PX, chained release, drain",
+            ours,
+            "limit + this crate's structure (manager, a Cmd per node, drain)",
         ),
         Variant::Ours,
     ]
@@ -248,9 +241,20 @@ fn main() {
     let masters = Masters::start(n);
     let urls = masters.urls();
 
+    // A subset, for quick iterations: the limit (always first, every variant's pair) and
+    // these comma-separated names.
+    let subset: Option<Vec<String>> = var("REDLOCK_PROFILE_VARIANTS")
+        .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect());
     let vs: Vec<Variant> = variants()
         .into_iter()
         .filter(|v| only.as_deref().is_none_or(|o| v.name() == o))
+        .filter(|v| {
+            only.is_some()
+                || v.name() == "limit"
+                || subset
+                    .as_ref()
+                    .is_none_or(|s| s.iter().any(|n| n == v.name()))
+        })
         .collect();
     if vs.is_empty() {
         eprintln!("no variant named {only:?}; the names are:");

@@ -38,9 +38,19 @@ pub enum ErrorKind {
 pub struct NodeError {
     node: usize,
     name: std::sync::Arc<str>,
-    timeout: bool,
-    message: String,
+    detail: Detail,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// What went wrong, formatted only when displayed (no allocation on the hot path).
+#[derive(Debug)]
+enum Detail {
+    /// No answer within the node timeout.
+    Timeout(Duration),
+    /// Not asked: the node is suspended after repeated timeouts.
+    Suspended,
+    /// The node's own failure (its message; timeout or not).
+    Failure { message: String, timeout: bool },
 }
 
 impl NodeError {
@@ -48,8 +58,18 @@ impl NodeError {
         Self {
             node,
             name,
-            timeout: true,
-            message: format!("no answer within {after:?}"),
+            detail: Detail::Timeout(after),
+            source: None,
+        }
+    }
+
+    /// The node was not asked: it is suspended after repeated timeouts (see
+    /// [`RedlockBuilder::suspend_after`](crate::RedlockBuilder::suspend_after)).
+    pub(crate) fn suspended(node: usize, name: std::sync::Arc<str>) -> Self {
+        Self {
+            node,
+            name,
+            detail: Detail::Suspended,
             source: None,
         }
     }
@@ -62,8 +82,10 @@ impl NodeError {
         Self {
             node,
             name,
-            timeout: source.is_timeout(),
-            message: source.to_string(),
+            detail: Detail::Failure {
+                message: source.to_string(),
+                timeout: source.is_timeout(),
+            },
             source: Some(Box::new(source)),
         }
     }
@@ -79,15 +101,32 @@ impl NodeError {
         &self.name
     }
 
-    /// Whether the node did not answer within the per-node timeout.
+    /// Whether the node did not answer within the per-node timeout — or was not asked
+    /// because it is suspended after repeated timeouts ([`NodeError::is_suspended`]).
     pub fn is_timeout(&self) -> bool {
-        self.timeout
+        match self.detail {
+            Detail::Timeout(_) | Detail::Suspended => true,
+            Detail::Failure { timeout, .. } => timeout,
+        }
+    }
+
+    /// Whether the node was not asked at all: it timed out repeatedly, and is skipped until a
+    /// probe request gets an answer from it.
+    pub fn is_suspended(&self) -> bool {
+        matches!(self.detail, Detail::Suspended)
     }
 }
 
 impl fmt::Display for NodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node {} ({}): {}", self.node, self.name, self.message)
+        write!(f, "node {} ({}): ", self.node, self.name)?;
+        match &self.detail {
+            Detail::Timeout(after) => write!(f, "no answer within {after:?}"),
+            Detail::Suspended => f.write_str(
+                "not asked: suspended after repeated timeouts, until a probe gets an answer",
+            ),
+            Detail::Failure { message, .. } => f.write_str(message),
+        }
     }
 }
 

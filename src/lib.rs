@@ -47,7 +47,7 @@ pub mod node;
 pub mod tower;
 
 pub use crate::error::{Error, ErrorKind, NodeError, Result};
-pub use crate::lock::{Lease, LeaseHandle, Redlock, RedlockBuilder, Retry, Scope};
+pub use crate::lock::{Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope};
 pub use crate::node::{MemoryNode, Node, RedisNode, RedisNodeOptions};
 
 #[cfg(test)]

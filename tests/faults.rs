@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use support::proxy::{Fault, FaultProxy};
@@ -369,5 +370,140 @@ async fn release_after_expiry_keeps_the_next_holders_lock() {
         "a stale release deleted the new holder's lock"
     );
     holder.release().await.unwrap();
+    all_empty(&masters).await;
+}
+
+/// A client of master 0 behind `proxy` and masters 1 and 2 directly, without retries.
+fn client_behind(proxy: &FaultProxy, masters: &Masters, suspend_after: u32) -> Redlock {
+    Redlock::builder()
+        .redis(&proxy.url())
+        .redis(&masters[1].url())
+        .redis(&masters[2].url())
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .suspend_after(suspend_after)
+        .build()
+        .unwrap()
+}
+
+/// One lock + release cycle on a fresh resource; whether it was granted.
+async fn cycle(client: &Redlock, counter: &AtomicU32) -> bool {
+    let i = counter.fetch_add(1, SeqCst);
+    match client
+        .try_lock(&format!("suspend:{i}"), Duration::from_secs(10))
+        .await
+    {
+        Ok(lease) => lease.release().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// A black-holed master is suspended after a few timeouts: locks keep their quorum from the
+/// other two meanwhile, and no longer ask it at all (its vote fails at once, as
+/// `is_suspended`, not after a timeout). Once it answers again, a probe restores it, and it
+/// holds the next locks. Nothing is left on any master.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unresponsive_master_is_suspended_then_restored() {
+    let masters = Masters::start(3);
+    let proxy = FaultProxy::start(masters[0].addr().parse().unwrap()).await;
+    let client = client_behind(&proxy, &masters, 3);
+    warm_up(&client, &masters).await;
+    assert!(client.node_status().iter().all(|s| !s.is_suspended()));
+
+    proxy.set(Fault::BlackHole);
+    let i = AtomicU32::new(0);
+    eventually("master 0 is suspended", Duration::from_secs(20), || {
+        let client = &client;
+        let i = &i;
+        async move {
+            assert!(
+                cycle(client, i).await,
+                "the other two masters grant every lock"
+            );
+            client.node_status()[0].is_suspended()
+        }
+    })
+    .await;
+    let status = client.node_status();
+    assert!(status[0].consecutive_timeouts() >= 3, "{status:?}");
+    assert!(
+        !status[1].is_suspended() && !status[2].is_suspended(),
+        "{status:?}"
+    );
+
+    // Not asked: a lock the other two refuse shows master 0's vote as suspended, not as a
+    // timeout it waited for.
+    for m in [1, 2] {
+        assert!(
+            masters[m]
+                .set_nx("taken", "someone-else", Some(60_000))
+                .await
+        );
+    }
+    let err = client
+        .try_lock("taken", Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    // (Decided as soon as one of them said "held": with master 0 out, no quorum is left.)
+    assert!(err.is_contended() && err.held_by() >= 1, "{err:?}");
+    let zero = err.node_errors().iter().find(|e| e.node() == 0);
+    assert!(zero.is_some_and(|e| e.is_suspended()), "{err:?}");
+    masters.del_on("taken", &[1, 2]).await;
+
+    // Healed: a probe gets its answer and the master votes again.
+    proxy.set(Fault::Pass);
+    eventually("master 0 is restored", Duration::from_secs(20), || {
+        let client = &client;
+        let i = &i;
+        async move {
+            cycle(client, i).await;
+            !client.node_status()[0].is_suspended()
+        }
+    })
+    .await;
+    let lease = client
+        .try_lock("after", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let value = lease.value().to_owned();
+    eventually(
+        "every master holds the new lock",
+        Duration::from_secs(5),
+        || masters.everywhere("after", &value),
+    )
+    .await;
+    lease.release().await.unwrap();
+    all_empty(&masters).await;
+}
+
+/// `suspend_after(0)`: a black-holed master is asked by every lock and times out each time,
+/// but is never suspended.
+#[tokio::test(flavor = "multi_thread")]
+async fn suspension_can_be_turned_off() {
+    let masters = Masters::start(3);
+    let proxy = FaultProxy::start(masters[0].addr().parse().unwrap()).await;
+    let client = client_behind(&proxy, &masters, 0);
+    warm_up(&client, &masters).await;
+
+    proxy.set(Fault::BlackHole);
+    let i = AtomicU32::new(0);
+    eventually(
+        "master 0 timed out 5 times",
+        Duration::from_secs(20),
+        || {
+            let client = &client;
+            let i = &i;
+            async move {
+                assert!(
+                    cycle(client, i).await,
+                    "the other two masters grant every lock"
+                );
+                client.node_status()[0].consecutive_timeouts() >= 5
+            }
+        },
+    )
+    .await;
+    assert!(!client.node_status()[0].is_suspended());
+    proxy.set(Fault::Pass);
     all_empty(&masters).await;
 }

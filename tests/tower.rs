@@ -872,10 +872,13 @@ async fn lifecycle_with_release_on_body_end() {
     assert_eq!(next_data(&mut body).await, None);
     assert!(!body.holds_lock());
     // The end is reported after the release has completed.
+    // Released on a quorum when the end was reported; the last master may follow in the
+    // background (a release returns at quorum).
     assert!(
-        t.masters.absent_everywhere(&key).await,
+        held_on(&t.masters, &key).await <= 1,
         "released at the body's end"
     );
+    assert_released(&t.masters, &key).await;
     assert_eq!(t.probe.completed(), 1);
 }
 
@@ -900,10 +903,12 @@ async fn lifecycle_with_release_on_response() {
     assert_eq!(response.status(), 200);
     // Released before the response was handed out.
     assert!(!response.body().holds_lock());
+    // On a quorum at once; the last master may follow in the background.
     assert!(
-        t.masters.absent_everywhere(&key).await,
+        held_on(&t.masters, &key).await <= 1,
         "released at the response"
     );
+    assert_released(&t.masters, &key).await;
 
     let mut body = response.into_body();
     let writer = within("the handler", t.bodies.recv())

@@ -46,6 +46,9 @@ pub(crate) struct LeaseState {
     /// task that finishes them: whoever comes second releases such a node, so its release
     /// always follows its SET and nobody waits for a slow node.
     late: Option<Arc<Mutex<Late>>>,
+    /// The nodes that certainly hold no token of ours: they voted "held by another value" or
+    /// were not asked (suspended). Releases skip them.
+    not_ours: u64,
 }
 
 struct Status {
@@ -63,6 +66,7 @@ impl LeaseState {
         ttl: Duration,
         deadline: Instant,
         late: Option<Arc<Mutex<Late>>>,
+        not_ours: u64,
     ) -> Arc<Self> {
         Arc::new(Self {
             key,
@@ -76,6 +80,7 @@ impl LeaseState {
             }),
             notify: Notify::new(),
             late,
+            not_ours,
         })
     }
 
@@ -103,6 +108,10 @@ impl LeaseState {
             }
             None => 0,
         }
+    }
+
+    pub(crate) fn not_ours(&self) -> u64 {
+        self.not_ours
     }
 
     pub(crate) fn key_arc(&self) -> Arc<str> {

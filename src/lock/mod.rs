@@ -43,11 +43,13 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::node::{Acquire, AnyNode, MemoryNode, Node, RedisNode, RedisNodeOptions};
 
+mod health;
 mod lease;
 mod options;
 mod quorum;
 pub(crate) mod scripts;
 
+pub use self::health::NodeStatus;
 pub use self::lease::{Lease, LeaseHandle};
 pub use self::options::{Retry, MAX_RESOURCE_LEN};
 
@@ -57,7 +59,8 @@ use self::lease::{Late, LeaseState, Token};
 use self::options::Config;
 use futures_util::StreamExt;
 
-use self::quorum::{Until, Vote};
+use self::health::Health;
+use self::quorum::{Skip, Until, Vote, Voter};
 
 /// A Redlock client: locks resources on a quorum of independent nodes.
 ///
@@ -69,7 +72,7 @@ pub struct Redlock {
 }
 
 struct Inner {
-    nodes: Vec<(Arc<AnyNode>, Arc<str>)>,
+    nodes: Vec<Arc<Voter>>,
     quorum: usize,
     config: Config,
 }
@@ -79,7 +82,7 @@ impl std::fmt::Debug for Redlock {
         f.debug_struct("Redlock")
             .field(
                 "nodes",
-                &self.inner.nodes.iter().map(|(_, n)| n).collect::<Vec<_>>(),
+                &self.inner.nodes.iter().map(|v| &v.name).collect::<Vec<_>>(),
             )
             .field("quorum", &self.inner.quorum)
             .field("config", &self.inner.config)
@@ -180,6 +183,18 @@ impl RedlockBuilder {
         self
     }
 
+    /// Suspend a node after this many timeouts in a row (default 3; 0 never suspends).
+    ///
+    /// A suspended node is not asked to lock or extend: it counts as a failed vote at once,
+    /// as its timeout would have, so a dead or partitioned master costs a lock no request, no
+    /// timer and no background task. One request per backoff (200 ms, doubling up to 2 s)
+    /// goes through as a probe, and the first answer restores the node. Releases are always
+    /// sent. [`Redlock::node_status`] shows which nodes are suspended.
+    pub fn suspend_after(mut self, timeouts: u32) -> Self {
+        self.config.suspend_after = timeouts;
+        self
+    }
+
     /// Builds the client, or says what to fix.
     pub fn build(self) -> crate::Result<Redlock> {
         if let Some(p) = self.problems.into_iter().next() {
@@ -220,9 +235,12 @@ impl RedlockBuilder {
         let nodes = self
             .nodes
             .into_iter()
-            .map(|n| {
-                let name: Arc<str> = n.name().into();
-                (Arc::new(n), name)
+            .map(|node| {
+                Arc::new(Voter {
+                    name: node.name().into(),
+                    node,
+                    health: Health::new(config.suspend_after),
+                })
             })
             .collect::<Vec<_>>();
         Ok(Redlock {
@@ -275,6 +293,31 @@ impl Redlock {
         self.inner.nodes.len()
     }
 
+    /// Each node's state, in the order the nodes were added: its name, whether it is
+    /// suspended after repeated timeouts (see [`RedlockBuilder::suspend_after`]), and its
+    /// timeouts in a row. For health checks: a client with fewer than
+    /// [`Redlock::quorum`] nodes not suspended cannot lock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let redlock = tower_redlock::Redlock::in_memory();
+    /// let status = redlock.node_status();
+    /// assert_eq!(status[0].name(), "memory");
+    /// assert!(!status[0].is_suspended());
+    /// # }
+    /// ```
+    pub fn node_status(&self) -> Vec<NodeStatus> {
+        self.inner
+            .nodes
+            .iter()
+            .map(|v| NodeStatus {
+                name: v.name.to_string(),
+                suspended: v.health.is_suspended(),
+                timeouts: v.health.timeouts(),
+            })
+            .collect()
+    }
+
     /// Checks that `ttl` is usable with this client's drift allowance.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> crate::Result<Duration> {
         self.inner.config.check_ttl(ttl)
@@ -325,9 +368,14 @@ impl Redlock {
             attempt = attempt.saturating_add(1);
             let token = Token::new();
             match self.try_once(&key, token, ttl).await {
-                Ok((deadline, late)) => {
+                Ok(Granted {
+                    deadline,
+                    late,
+                    not_ours,
+                }) => {
                     tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
-                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, late);
+                    let state =
+                        LeaseState::new(key, prefix.len(), token, ttl, deadline, late, not_ours);
                     return Ok(Lease::new(self.clone(), state));
                 }
                 Err(e) => {
@@ -360,7 +408,7 @@ impl Redlock {
         key: &Arc<str>,
         token: Token,
         ttl: Duration,
-    ) -> crate::Result<(Instant, Option<Arc<Mutex<Late>>>)> {
+    ) -> crate::Result<Granted> {
         let inner = &*self.inner;
         let n = inner.nodes.len();
         let timeout = inner.config.node_timeout;
@@ -372,10 +420,16 @@ impl Redlock {
             key: key.clone(),
             token,
         };
-        let mut sent = quorum::send(&inner.nodes, quorum::all(n), timeout, |node| {
-            let key = key.clone();
-            async move { node.acquire(&key, token.as_str(), ttl).await }
-        });
+        let mut sent = quorum::send(
+            &inner.nodes,
+            quorum::all(n),
+            timeout,
+            Skip::Suspended,
+            |v| {
+                let key = key.clone();
+                async move { v.node.acquire(&key, token.as_str(), ttl).await }
+            },
+        );
         let tally = quorum::count(
             &mut sent,
             n,
@@ -394,8 +448,13 @@ impl Redlock {
             // The SETs that have answered since the decision need no task.
             let mut answered = tally.answered;
             quorum::drain_ready(&mut sent, |(i, _)| answered |= 1 << i);
+            let not_ours = tally.not_ours;
             if sent.is_empty() {
-                return Ok((deadline, None));
+                return Ok(Granted {
+                    deadline,
+                    late: None,
+                    not_ours,
+                });
             }
             // The nodes that have not answered yet still get their SET, in a task that also
             // releases them after it if the lease is released first.
@@ -414,13 +473,17 @@ impl Redlock {
                     };
                     if released {
                         // Rare (a release came first): boxed, so the task stays small.
-                        let node = &client.inner.nodes[i].0;
+                        let node = &client.inner.nodes[i].node;
                         let release = Box::pin(node.release(&key, token.as_str()));
                         let _ = tokio::time::timeout(timeout, release).await;
                     }
                 }
             });
-            return Ok((deadline, Some(late)));
+            return Ok(Granted {
+                deadline,
+                late: Some(late),
+                not_ours,
+            });
         }
 
         // Failed: release on every node that may hold our token. The nodes that voted for
@@ -433,7 +496,8 @@ impl Redlock {
                 quorum::send_release(&inner.nodes, tally.for_mask, timeout, key, token);
             quorum::count(&mut released, n, Until::All, |_| Vote::For).await;
         }
-        let failed = tally.error_mask();
+        // Suspended nodes were not asked: nothing of ours is there.
+        let failed = tally.error_mask() & !tally.not_ours;
         if failed != 0 || !sent.is_empty() {
             let client = self.clone();
             let key = key.clone();
@@ -445,7 +509,7 @@ impl Redlock {
                         // A late SET that landed, or whose fate is unknown, is released on
                         // its own connection, after the SET.
                         if !matches!(answer, Ok(Acquire::Held { .. })) {
-                            let node = &nodes[i].0;
+                            let node = &nodes[i].node;
                             let _ =
                                 tokio::time::timeout(timeout, node.release(&key, token.as_str()))
                                     .await;
@@ -513,9 +577,10 @@ impl Redlock {
             &inner.nodes,
             quorum::all(n),
             inner.config.node_timeout,
-            |node| {
+            Skip::Suspended,
+            |v| {
                 let key = key.clone();
-                async move { node.extend(&key, token.as_str(), ttl).await }
+                async move { v.node.extend(&key, token.as_str(), ttl).await }
             },
         );
         let tally = quorum::count(
@@ -558,7 +623,8 @@ impl Redlock {
         let inner = &*self.inner;
         let n = inner.nodes.len();
         // Nodes still finishing their SET are released by that task, after the SET.
-        let asked = quorum::all(n) & !state.start_release();
+        // Nodes that hold no token of ours need no release.
+        let asked = quorum::all(n) & !state.start_release() & !state.not_ours();
         let mut sent = quorum::send_release(
             &inner.nodes,
             asked,
@@ -644,6 +710,16 @@ impl Redlock {
             abort_on_loss: false,
         }
     }
+}
+
+/// A successful try.
+struct Granted {
+    /// The end of the validity.
+    deadline: Instant,
+    /// The nodes whose SET was still in flight, shared with the task finishing them.
+    late: Option<Arc<Mutex<Late>>>,
+    /// The nodes that certainly hold no token of ours (voted "held", or were not asked).
+    not_ours: u64,
 }
 
 /// Releases a try's token on every node when the try is cancelled mid-flight (its future

@@ -136,6 +136,8 @@ pub(crate) struct Config {
     pub(crate) max_extensions: u32,
     /// The smallest ttl limit of the nodes (delayed-restart protection), if any.
     pub(crate) max_ttl: Option<Duration>,
+    /// Suspend a node after this many timeouts in a row (0: never).
+    pub(crate) suspend_after: u32,
 }
 
 impl Default for Config {
@@ -147,6 +149,7 @@ impl Default for Config {
             key_prefix: String::new(),
             max_extensions: 100,
             max_ttl: None,
+            suspend_after: 3,
         }
     }
 }

@@ -425,6 +425,7 @@ impl Redlock {
             quorum::all(n),
             timeout,
             Skip::Suspended,
+            &|node| node.acquire_now(key, token.as_str(), ttl),
             |v| {
                 let key = key.clone();
                 async move { v.node.acquire(&key, token.as_str(), ttl).await }
@@ -578,6 +579,7 @@ impl Redlock {
             quorum::all(n),
             inner.config.node_timeout,
             Skip::Suspended,
+            &|node| node.extend_now(&key, token.as_str(), ttl),
             |v| {
                 let key = key.clone();
                 async move { v.node.extend(&key, token.as_str(), ttl).await }

@@ -118,6 +118,40 @@ impl AnyNode {
         self.as_node().max_ttl()
     }
 
+    /// An in-process node's answer to [`AnyNode::acquire`], at once; `None` for a remote node.
+    pub(crate) fn acquire_now(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Option<Result<Acquire, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.acquire_now(key, token, ttl))),
+            _ => None,
+        }
+    }
+
+    /// An in-process node's answer to [`AnyNode::release`], at once.
+    pub(crate) fn release_now(&self, key: &str, token: &str) -> Option<Result<bool, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.release_now(key, token))),
+            _ => None,
+        }
+    }
+
+    /// An in-process node's answer to [`AnyNode::extend`], at once.
+    pub(crate) fn extend_now(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Option<Result<bool, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.extend_now(key, token, ttl))),
+            _ => None,
+        }
+    }
+
     pub(crate) fn acquire<'a>(
         &'a self,
         key: &'a str,

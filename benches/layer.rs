@@ -8,13 +8,18 @@
 //! ```
 //!
 //! For requests over loopback HTTP at 64 connections, see `benches/compare.rs`.
+//!
+//! Before the timings it prints the heap allocations per request of each app (counted by a
+//! wrapper around the system allocator, switched on only while counting), and of a bare
+//! memory-node lock cycle: the layer's own share is the difference.
 
 #[path = "common/mod.rs"]
 mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::routing::post;
@@ -26,6 +31,55 @@ use tower::ServiceExt;
 use tower_redlock::http::{IdempotencyKey, LockPolicy};
 use tower_redlock::tower::RedlockLayer;
 use tower_redlock::Redlock;
+
+/// Counts allocations while `COUNTING` is on.
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call unchanged to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Allocations per run of `f`, averaged over `n` runs (after one uncounted run).
+async fn allocations<F, Fut>(n: u64, mut f: F) -> f64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    f().await;
+    ALLOCS.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    for _ in 0..n {
+        f().await;
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    ALLOCS.load(Ordering::Relaxed) as f64 / n as f64
+}
 
 async fn pay() -> &'static str {
     "paid"
@@ -76,6 +130,30 @@ fn layer(c: &mut Criterion) {
                 )),
             ),
         ]
+    });
+    rt.block_on(async {
+        // On this task, so the count includes nothing of other tasks (the memory node
+        // spawns none).
+        let memory = Redlock::in_memory();
+        let cycle = allocations(1000, || async {
+            let id = SEQ.fetch_add(1, Ordering::Relaxed);
+            let lease = memory
+                .try_lock(&format!("k-{id}"), Duration::from_secs(30))
+                .await
+                .expect("lock");
+            lease.release().await.expect("release");
+        })
+        .await;
+        println!("allocations per request (in-process oneshot, memory node):");
+        println!("  memory node: try_lock + release, alone: {cycle:.1}");
+        for (name, router) in routers.iter().filter(|(n, _)| !n.contains("Redis")) {
+            let per = allocations(1000, || async {
+                let res = router.clone().oneshot(request()).await.expect("infallible");
+                res.into_body().collect().await.expect("body");
+            })
+            .await;
+            println!("  {name}: {per:.1}");
+        }
     });
     let mut group = c.benchmark_group("layer/oneshot");
     group

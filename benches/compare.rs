@@ -411,6 +411,21 @@ fn faults(
     rt.block_on(async {
         for (i, (who, c)) in clients.iter().enumerate() {
             let key = format!("{}:black", who.prefix());
+            // The steady state of a dead master, as in production where it stays dead for
+            // seconds or more: each client first works against it for 4 node timeouts (this
+            // crate suspends a master after 3 timeouts in a row; the limit and the peers have
+            // nothing to learn, and redlock-rs would block here for good). Without this, the
+            // whole measurement would fit inside the first node timeout.
+            if let Client::Async(l) = c {
+                common::acquire_hot(
+                    l,
+                    &format!("{key}:warm"),
+                    usize::MAX,
+                    s.node_timeout * 4,
+                    Duration::from_secs(3),
+                )
+                .await;
+            }
             // A client that waits for every node pays the dead one's timeout each time:
             // a small budget bounds it. A client that blocks for good is reported as hung.
             out[i].1 .1.acquire = run_acquire(

@@ -1,5 +1,6 @@
 use std::future::{ready, Ready};
 use std::rc::Rc;
+use std::time::Instant;
 
 use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
@@ -138,6 +139,7 @@ where
             // A cancelled request (with `h1_allow_half_closed(false)`, see the module docs)
             // drops `lease` here, which spawns its release.
             // The keep-alive starts only if the handler outlives ttl/3.
+            let due = Instant::now() + lease.ttl() / 3;
             let result = KeptAlive::new(service.call(req), &mut lease, policy.keeps_alive()).await;
             match result {
                 // An empty body is never polled by the server: release now.
@@ -149,7 +151,8 @@ where
                         ) =>
                 {
                     if policy.keeps_alive() {
-                        lease.keep_alive();
+                        // On the handler's schedule (nothing if it already started).
+                        lease.keep_alive_from(due);
                     }
                     Ok(res
                         .map_body(|_, b| LeaseBody::new(b, Some(lease)))

@@ -303,6 +303,12 @@ impl LockPolicyBuilder {
     /// running after ttl/3 gets its lock extended then, and every ttl/3 after. Handlers that
     /// finish sooner cost nothing for it (no task is spawned per request). With
     /// [`ReleaseOn::BodyEnd`], the lock is also kept alive while the body streams.
+    ///
+    /// The timer that starts the keep-alive lives in the request's own future, so a handler
+    /// must not block its thread (CPU-bound work or blocking I/O without yielding) for longer
+    /// than ttl/3: run such work with `tokio::task::spawn_blocking` and await it, as Tokio
+    /// asks of any async code. (A keep-alive task spawned from the blocked worker would not
+    /// run either: it waits in that worker's non-stealable LIFO slot.)
     pub fn keep_alive(mut self, on: bool) -> Self {
         self.inner.keep_alive = on;
         self

@@ -92,17 +92,27 @@ impl Health {
 
     /// A request timed out; `probe` says whether it was the suspended node's probe.
     pub(crate) fn timed_out(&self, probe: bool) {
-        let n = self.timeouts.fetch_add(1, Relaxed).saturating_add(1);
+        let n = self
+            .timeouts
+            .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_add(1)))
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
         if self.trip_after == 0 {
             return;
         }
         if probe {
-            // Still unresponsive: wait longer before the next probe.
+            // Still unresponsive: wait longer before the next probe — unless another request
+            // got an answer meanwhile and restored the node (a stale probe must not suspend
+            // it again).
+            let at = self.probe_at.load(Relaxed);
+            if at == 0 {
+                return;
+            }
             let backoff = self.backoff_ms.load(Relaxed);
             let longer = backoff.saturating_mul(2).min(ms(MAX_BACKOFF));
             self.backoff_ms.store(longer, Relaxed);
-            self.probe_at
-                .store(self.now().saturating_add(longer), Relaxed);
+            let next = self.now().saturating_add(longer);
+            let _ = self.probe_at.compare_exchange(at, next, Relaxed, Relaxed);
         } else if n >= self.trip_after {
             // Suspend, unless already suspended (requests sent before it time out too).
             let at = self.now().saturating_add(self.backoff_ms.load(Relaxed));
@@ -199,6 +209,28 @@ mod tests {
         }
         assert_eq!(h.backoff_ms.load(Relaxed), ms(MAX_BACKOFF));
         assert_eq!(h.admit(), Admit::Skip);
+    }
+
+    #[test]
+    fn a_stale_probe_does_not_suspend_a_restored_node() {
+        let h = Health::new(1);
+        h.timed_out(false);
+        h.probe_at.store(1, Relaxed);
+        assert_eq!(h.admit(), Admit::Probe);
+        // Another request (a release, never skipped) gets an answer first.
+        h.answered();
+        h.timed_out(true);
+        assert!(!h.is_suspended());
+        assert_eq!(h.admit(), Admit::Ask);
+    }
+
+    #[test]
+    fn the_timeout_count_saturates() {
+        let h = Health::new(0);
+        h.timeouts.store(u32::MAX - 1, Relaxed);
+        h.timed_out(false);
+        h.timed_out(false);
+        assert_eq!(h.timeouts(), u32::MAX);
     }
 
     #[test]

@@ -447,9 +447,13 @@ impl Redlock {
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
             guard.disarm();
             // The SETs that have answered since the decision need no task.
-            let mut answered = tally.answered;
-            quorum::drain_ready(&mut sent, |(i, _)| answered |= 1 << i);
-            let not_ours = tally.not_ours;
+            let (mut answered, mut not_ours) = (tally.answered, tally.not_ours);
+            quorum::drain_ready(&mut sent, |(i, answer)| {
+                answered |= 1 << i;
+                if holds_none_of_ours(&answer) {
+                    not_ours |= 1 << i;
+                }
+            });
             if sent.is_empty() {
                 return Ok(Granted {
                     deadline,
@@ -497,7 +501,8 @@ impl Redlock {
                 quorum::send_release(&inner.nodes, tally.for_mask, timeout, key, token);
             quorum::count(&mut released, n, Until::All, |_| Vote::For).await;
         }
-        // Suspended nodes were not asked: nothing of ours is there.
+        // Suspended nodes were not asked: nothing of ours is there. Nor on nodes that said
+        // "held" (another value), here or among the late answers below.
         let failed = tally.error_mask() & !tally.not_ours;
         if failed != 0 || !sent.is_empty() {
             let client = self.clone();
@@ -509,7 +514,7 @@ impl Redlock {
                     while let Some((i, answer)) = sent.next().await {
                         // A late SET that landed, or whose fate is unknown, is released on
                         // its own connection, after the SET.
-                        if !matches!(answer, Ok(Acquire::Held { .. })) {
+                        if !holds_none_of_ours(&answer) {
                             let node = &nodes[i].node;
                             let _ =
                                 tokio::time::timeout(timeout, node.release(&key, token.as_str()))
@@ -625,8 +630,13 @@ impl Redlock {
         let inner = &*self.inner;
         let n = inner.nodes.len();
         // Nodes still finishing their SET are released by that task, after the SET.
-        // Nodes that hold no token of ours need no release.
-        let asked = quorum::all(n) & !state.start_release() & !state.not_ours();
+        // Nodes that hold no token of ours need no release, and count as released.
+        let not_ours = state.not_ours() & quorum::all(n);
+        let asked = quorum::all(n) & !state.start_release() & !not_ours;
+        let needed = inner
+            .quorum
+            .saturating_sub(not_ours.count_ones() as usize)
+            .max(1);
         let mut sent = quorum::send_release(
             &inner.nodes,
             asked,
@@ -634,25 +644,23 @@ impl Redlock {
             &state.key_arc(),
             state.token_copy(),
         );
-        // Answer once a quorum has answered; a slow or dead node gets its release in the
+        // Answer once a quorum is released; a slow or dead node gets its release in the
         // background and costs the caller nothing.
         let tally = quorum::count(
             &mut sent,
             asked.count_ones() as usize,
-            Until::Decided {
-                quorum: inner.quorum,
-            },
+            Until::Decided { quorum: needed },
             |_| Vote::For,
         )
         .await;
         quorum::finish_in_background(sent);
-        if tally.for_ >= inner.quorum {
+        if tally.for_ >= needed {
             Ok(())
         } else {
             Err(Error::unavailable(
                 format!(
                     "only {} of {} nodes answered the release; the rest expire with the ttl",
-                    tally.for_,
+                    tally.for_ + not_ours.count_ones() as usize,
                     inner.nodes.len()
                 ),
                 tally.errors,
@@ -711,6 +719,16 @@ impl Redlock {
             keep_alive: false,
             abort_on_loss: false,
         }
+    }
+}
+
+/// Whether an acquire answer shows that the node holds no token of ours: it said "held"
+/// (by another value), or it was not asked (suspended).
+fn holds_none_of_ours(answer: &Result<Acquire, crate::error::NodeError>) -> bool {
+    match answer {
+        Ok(Acquire::Held { .. }) => true,
+        Ok(Acquire::Acquired) => false,
+        Err(e) => e.is_suspended(),
     }
 }
 
@@ -827,5 +845,77 @@ impl Scope<'_> {
                 "the lock was lost while the work ran; the work was stopped",
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{NodeFailure, NodeFuture};
+
+    /// A memory node whose release never answers in time.
+    #[derive(Debug, Clone, Default)]
+    struct SlowRelease(MemoryNode);
+
+    impl Node for SlowRelease {
+        fn name(&self) -> String {
+            "slow-release".to_owned()
+        }
+        fn acquire<'a>(
+            &'a self,
+            key: &'a str,
+            token: &'a str,
+            ttl: Duration,
+        ) -> NodeFuture<'a, Acquire> {
+            self.0.acquire(key, token, ttl)
+        }
+        fn release<'a>(&'a self, _key: &'a str, _token: &'a str) -> NodeFuture<'a, bool> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Err(NodeFailure::new("unreachable"))
+            })
+        }
+        fn extend<'a>(
+            &'a self,
+            key: &'a str,
+            token: &'a str,
+            ttl: Duration,
+        ) -> NodeFuture<'a, bool> {
+            self.0.extend(key, token, ttl)
+        }
+    }
+
+    /// A node that said "held" holds nothing of ours and is not asked to release — and it
+    /// counts as released: the lease's own quorum does not need every one of its nodes then.
+    #[tokio::test]
+    async fn a_node_that_said_held_counts_as_released() {
+        let (held, free, slow) = (MemoryNode::new(), MemoryNode::new(), SlowRelease::default());
+        let other = Redlock::builder().node(held.clone()).build().unwrap();
+        let _theirs = other.try_lock("r", Duration::from_secs(60)).await.unwrap();
+        let redlock = Redlock::builder()
+            .node(held.clone())
+            .node(free.clone())
+            .node(slow.clone())
+            .node_timeout(Duration::from_millis(50))
+            .retry(Retry::never())
+            .build()
+            .unwrap();
+        let lease = redlock
+            .try_lock("r", Duration::from_secs(60))
+            .await
+            .unwrap();
+        let token = lease.value().to_owned();
+        assert_eq!(free.get("r").as_deref(), Some(token.as_str()));
+        assert_ne!(held.get("r").as_deref(), Some(token.as_str()));
+        // Released on the free node; the slow one would have made it wait and fail.
+        lease
+            .release()
+            .await
+            .expect("a quorum: the free node and the one that said held");
+        assert_eq!(free.get("r"), None);
+        assert!(
+            held.get("r").is_some(),
+            "the other holder's lock is untouched"
+        );
     }
 }

@@ -30,8 +30,13 @@ pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>>
 pub enum Acquire {
     /// The key was absent and now holds our token with the requested ttl.
     Acquired,
-    /// The key is held by another value; `remaining` is its remaining ttl (`None` when the
-    /// key has no expiry).
+    /// The key is held by **another** value; `remaining` is its remaining ttl (`None` when
+    /// the key has no expiry).
+    ///
+    /// The client relies on "another": it sends no release to a node that answered `Held`.
+    /// A node that retries a request internally (its first `SET` landed, the answer was
+    /// lost, the retry found the key taken) must answer [`Acquire::Acquired`] when the key
+    /// holds this very token.
     Held {
         /// The holder's remaining time to live, when it has one.
         remaining: Option<Duration>,
@@ -47,7 +52,8 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// A short name for errors and logs (`host:port`; never a password).
     fn name(&self) -> String;
 
-    /// Set `key` to `token` with a time to live of `ttl`, only if `key` is absent.
+    /// Set `key` to `token` with a time to live of `ttl`, only if `key` is absent. Answer
+    /// [`Acquire::Held`] only when the key holds a different value (see there).
     fn acquire<'a>(
         &'a self,
         key: &'a str,

@@ -448,6 +448,21 @@ mod tests {
     use super::redact;
 
     #[test]
+    fn pttl_answers_map_to_the_holders_remaining_ttl() {
+        use super::{held, Acquire};
+        use std::time::Duration;
+        let remaining = |ms| match held(ms) {
+            Acquire::Held { remaining } => remaining,
+            Acquire::Acquired => panic!("a PTTL answer is never a grant"),
+        };
+        assert_eq!(remaining(1500), Some(Duration::from_millis(1500)));
+        // No expiry.
+        assert_eq!(remaining(-1), None);
+        // Expired between the SET and the PTTL: free now, though this try did not get it.
+        assert_eq!(remaining(-2), Some(Duration::ZERO));
+    }
+
+    #[test]
     fn redacts_credentials() {
         assert_eq!(redact("redis://u:p@h:1/0"), "redis://***@h:1/0");
         assert_eq!(redact("redis://h:1"), "redis://h:1");

@@ -170,7 +170,24 @@ impl RedisNode {
         Self::from_client(client, options)
     }
 
-    /// A node over an already configured redis-rs [`Client`].
+    /// A node over an already configured redis-rs [`Client`]: for example TLS with a private
+    /// CA or client certificates (feature `tls`).
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "tls")]
+    /// # fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_redlock::{RedisNode, RedisNodeOptions};
+    ///
+    /// let client = redis::Client::build_with_tls(
+    ///     "rediss://redis-a.internal:6380",
+    ///     redis::TlsCertificates {
+    ///         client_tls: None,
+    ///         root_cert: Some(std::fs::read("/etc/redis/ca.pem")?),
+    ///     },
+    /// )?;
+    /// let node = RedisNode::from_client(client, &RedisNodeOptions::default())?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// Must be called inside a Tokio runtime.
     pub fn from_client(client: Client, options: &RedisNodeOptions) -> crate::Result<Self> {

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::ops::Index;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -35,6 +35,8 @@ static SERVER_SEQ: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// The TLS port, when started with [`RedisServer::start_tls`].
+    tls_port: Option<u16>,
     log: PathBuf,
     child: Mutex<Option<Child>>,
     /// A raw connection for assertions, made on first use (within the test's runtime).
@@ -44,15 +46,28 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a master on a free port and waits until it answers.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts a master that also serves TLS, on a second free port, with the test
+    /// certificate of `tests/support/tls` (issued to `127.0.0.1` by the test CA `ca.pem`; no
+    /// client certificates). The plain port stays for the assertions.
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         ensure_redis_server();
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
+            let tls_port = tls.then(free_port);
             let log = log_path(port);
-            match spawn_and_wait(port, &log) {
+            match spawn_and_wait(port, tls_port, &log) {
                 Ok(child) => {
                     return Self {
                         port,
+                        tls_port,
                         log,
                         child: Mutex::new(Some(child)),
                         raw: Mutex::new(None),
@@ -75,6 +90,12 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT`, for a server started with [`RedisServer::start_tls`].
+    pub fn tls_url(&self) -> String {
+        let port = self.tls_port.expect("started with start_tls");
+        format!("rediss://127.0.0.1:{port}")
     }
 
     /// The name a `RedisNode` for this server reports (`host:port`).
@@ -130,7 +151,7 @@ impl RedisServer {
         // The old listening socket is gone once the process is reaped; a few attempts cover a
         // slow kernel.
         for _ in 0..START_ATTEMPTS {
-            match spawn_and_wait(self.port, &self.log) {
+            match spawn_and_wait(self.port, self.tls_port, &self.log) {
                 Ok(child) => {
                     *self.child.lock().unwrap() = Some(child);
                     return;
@@ -236,8 +257,17 @@ pub struct Masters {
 impl Masters {
     /// Starts `k` masters concurrently.
     pub fn start(k: usize) -> Self {
+        Self::start_with(k, RedisServer::start)
+    }
+
+    /// Starts `k` masters that also serve TLS (see [`RedisServer::start_tls`]).
+    pub fn start_tls(k: usize) -> Self {
+        Self::start_with(k, RedisServer::start_tls)
+    }
+
+    fn start_with(k: usize, start: fn() -> RedisServer) -> Self {
         let servers = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..k).map(|_| s.spawn(RedisServer::start)).collect();
+            let handles: Vec<_> = (0..k).map(|_| s.spawn(start)).collect();
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
@@ -402,9 +432,25 @@ fn log_path(port: u16) -> PathBuf {
 
 /// Spawns `redis-server` on `port` and waits until *this* process answers (a port race
 /// could put another server there: the answer must carry our child's pid).
-fn spawn_and_wait(port: u16, log: &PathBuf) -> Result<Child, String> {
+fn spawn_and_wait(port: u16, tls_port: Option<u16>, log: &PathBuf) -> Result<Child, String> {
     let log_file = std::fs::File::create(log).map_err(|e| format!("create {log:?}: {e}"))?;
-    let mut child = Command::new("redis-server")
+    let mut command = Command::new("redis-server");
+    if let Some(tls_port) = tls_port {
+        let file = |name: &str| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/support/tls")
+                .join(name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        command
+            .args(["--tls-port", &tls_port.to_string()])
+            .args(["--tls-cert-file", &file("server.pem")])
+            .args(["--tls-key-file", &file("server-key.pem")])
+            .args(["--tls-ca-cert-file", &file("ca.pem")])
+            .args(["--tls-auth-clients", "no"]);
+    }
+    let mut child = command
         .args(["--port", &port.to_string()])
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])

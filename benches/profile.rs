@@ -25,49 +25,14 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{fmt_dur, fmt_rate, median, percentile, Extras, Limit, Locker};
 use support::Masters;
 
-/// Counts allocations while `COUNTING` is on.
-struct Counting;
-
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call unchanged to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        }
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller upholds `GlobalAlloc::dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-            BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
-        }
-        // SAFETY: the caller upholds `GlobalAlloc::realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: common::counting::Counting = common::counting::Counting;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
@@ -369,9 +334,7 @@ fn main() {
         for (i, l) in lockers.iter().enumerate() {
             let count = 2000;
             tokio::time::sleep(Duration::from_millis(100)).await;
-            ALLOCS.store(0, Ordering::Relaxed);
-            BYTES.store(0, Ordering::Relaxed);
-            COUNTING.store(true, Ordering::Relaxed);
+            common::counting::begin();
             common::latency(
                 l,
                 "profile:alloc",
@@ -382,9 +345,9 @@ fn main() {
             .await;
             // Let the background tasks of the last cycle finish inside the window.
             tokio::time::sleep(Duration::from_millis(20)).await;
-            COUNTING.store(false, Ordering::Relaxed);
-            results[i].allocs = ALLOCS.load(Ordering::Relaxed) as f64 / count as f64;
-            results[i].bytes = BYTES.load(Ordering::Relaxed) as f64 / count as f64;
+            let (allocs, bytes) = common::counting::end();
+            results[i].allocs = allocs as f64 / count as f64;
+            results[i].bytes = bytes as f64 / count as f64;
         }
     });
 

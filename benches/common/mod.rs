@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod counting;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

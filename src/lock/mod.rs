@@ -851,45 +851,17 @@ impl Scope<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::{NodeFailure, NodeFuture};
-
-    /// A memory node whose release never answers in time.
-    #[derive(Debug, Clone, Default)]
-    struct SlowRelease(MemoryNode);
-
-    impl Node for SlowRelease {
-        fn name(&self) -> String {
-            "slow-release".to_owned()
-        }
-        fn acquire<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, Acquire> {
-            self.0.acquire(key, token, ttl)
-        }
-        fn release<'a>(&'a self, _key: &'a str, _token: &'a str) -> NodeFuture<'a, bool> {
-            Box::pin(async {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                Err(NodeFailure::new("unreachable"))
-            })
-        }
-        fn extend<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, bool> {
-            self.0.extend(key, token, ttl)
-        }
-    }
+    use crate::node::tests::Wrapped;
 
     /// A node that said "held" holds nothing of ours and is not asked to release — and it
     /// counts as released: the lease's own quorum does not need every one of its nodes then.
     #[tokio::test]
     async fn a_node_that_said_held_counts_as_released() {
-        let (held, free, slow) = (MemoryNode::new(), MemoryNode::new(), SlowRelease::default());
+        let (held, free) = (MemoryNode::new(), MemoryNode::new());
+        let slow = Wrapped {
+            inner: MemoryNode::new(),
+            hang_on_release: true,
+        };
         let other = Redlock::builder().node(held.clone()).build().unwrap();
         let _theirs = other.try_lock("r", Duration::from_secs(60)).await.unwrap();
         let redlock = Redlock::builder()

@@ -264,12 +264,16 @@ impl From<::redis::RedisError> for NodeFailure {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    /// A node of the user's own: it goes through the trait's boxed futures.
-    #[derive(Debug, Default)]
-    struct Wrapped(MemoryNode);
+    /// A node of the user's own: it goes through the trait's boxed futures. With
+    /// `hang_on_release`, its releases never answer (a node that is slow for one request).
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct Wrapped {
+        pub(crate) inner: MemoryNode,
+        pub(crate) hang_on_release: bool,
+    }
 
     impl Node for Wrapped {
         fn name(&self) -> String {
@@ -281,10 +285,13 @@ mod tests {
             token: &'a str,
             ttl: Duration,
         ) -> NodeFuture<'a, Acquire> {
-            self.0.acquire(key, token, ttl)
+            self.inner.acquire(key, token, ttl)
         }
         fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-            self.0.release(key, token)
+            if self.hang_on_release {
+                return Box::pin(std::future::pending());
+            }
+            self.inner.release(key, token)
         }
         fn extend<'a>(
             &'a self,
@@ -292,7 +299,7 @@ mod tests {
             token: &'a str,
             ttl: Duration,
         ) -> NodeFuture<'a, bool> {
-            self.0.extend(key, token, ttl)
+            self.inner.extend(key, token, ttl)
         }
     }
 
@@ -318,7 +325,10 @@ mod tests {
     async fn a_custom_node_votes_through_the_trait() {
         let node = MemoryNode::new();
         let redlock = crate::Redlock::builder()
-            .node(Wrapped(node.clone()))
+            .node(Wrapped {
+                inner: node.clone(),
+                hang_on_release: false,
+            })
             .build()
             .unwrap();
         let ttl = Duration::from_secs(5);

@@ -5,10 +5,21 @@ use actix_web::dev::ServiceRequest;
 use crate::http::RequestView;
 
 /// [`RequestView`] over an actix-web request (`http` 0.2 types).
-#[derive(Debug)]
+///
+/// Its `Debug` shows the method and the matched route pattern only: the path, a header or a
+/// path parameter may carry the raw key.
 pub struct ActixRequestView<'a> {
     req: &'a ServiceRequest,
     route: OnceCell<Option<String>>,
+}
+
+impl std::fmt::Debug for ActixRequestView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActixRequestView")
+            .field("method", &self.method())
+            .field("matched_route", &self.matched_route())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> ActixRequestView<'a> {
@@ -47,5 +58,22 @@ impl RequestView for ActixRequestView<'_> {
 
     fn path_param(&self, name: &str) -> Option<&str> {
         self.req.match_info().get(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_raw_key() {
+        let req = actix_web::test::TestRequest::post()
+            .uri("/orders/zebra-42")
+            .insert_header(("idempotency-key", "zebra-secret"))
+            .to_srv_request();
+        let view = ActixRequestView::new(&req);
+        let shown = format!("{view:?} {view:#?}");
+        assert!(shown.contains("POST"), "{shown}");
+        assert!(!shown.contains("zebra"), "{shown}");
     }
 }

@@ -57,7 +57,10 @@ const DIGEST_HEX_LEN: usize = DIGEST_BYTES * 2;
 
 // Domain tags: the first part each extractor or combinator pushes. Every tag
 // is followed by a fixed number of parts, so the sequence of parts can be
-// read back unambiguously and two different configurations never collide.
+// read back unambiguously: configurations that read different request data
+// never collide. `IdempotencyKey` and `HeaderKey` share `TAG_HEADER` on
+// purpose: on the same header with the same value they mean the same thing,
+// and give the same key.
 const TAG_HEADER: &[u8] = b"header";
 const TAG_PATH: &[u8] = b"path";
 const TAG_METHOD_PATH: &[u8] = b"method-path";
@@ -859,8 +862,8 @@ fn is_bare_key_char(b: u8) -> bool {
         | b'^' | b'_' | b'`' | b'|' | b'~' | b':' | b'/' | b'=')
 }
 
-/// A validated `Idempotency-Key` value.
-#[derive(Debug, Clone, Copy)]
+/// A validated `Idempotency-Key` value. (No `Debug`: it holds the raw key.)
+#[derive(Clone, Copy)]
 enum KeyText<'a> {
     /// A bare token, used as is.
     Bare(&'a [u8]),
@@ -1838,12 +1841,14 @@ mod tests {
     }
 
     #[test]
-    fn header_key_and_idempotency_key_on_other_headers_differ() {
-        // Same header and same bytes: the same key (both are "this header's
+    fn header_keys_agree_on_one_header_and_differ_across_headers() {
+        // Same header and same value: the same key (both are "this header's
         // value"); a different header name: a different key.
         let a = key(&HeaderKey::new("x-a"), &post("/").header("x-a", "v"));
         let b = key(&HeaderKey::new("x-b"), &post("/").header("x-b", "v"));
         assert_ne!(a, b);
+        let idem = IdempotencyKey::required().header_name("x-a");
+        assert_eq!(key(&idem, &post("/").header("x-a", "v")), a);
     }
 
     // --- path, method, route param ---

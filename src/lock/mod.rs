@@ -40,6 +40,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
+use futures_util::StreamExt;
+
+use self::health::Health;
+use self::lease::{Late, LeaseState, Token};
+use self::options::Config;
+use self::quorum::{Skip, Until, Vote, Voter};
 use crate::error::Error;
 use crate::node::{Acquire, AnyNode, MemoryNode, Node, RedisNode, RedisNodeOptions};
 
@@ -52,15 +60,6 @@ pub(crate) mod scripts;
 pub use self::health::NodeStatus;
 pub use self::lease::{Lease, LeaseHandle};
 pub use self::options::{Retry, MAX_RESOURCE_LEN};
-
-use std::sync::Mutex;
-
-use self::lease::{Late, LeaseState, Token};
-use self::options::Config;
-use futures_util::StreamExt;
-
-use self::health::Health;
-use self::quorum::{Skip, Until, Vote, Voter};
 
 /// A Redlock client: locks resources on a quorum of independent nodes.
 ///
@@ -398,11 +397,12 @@ impl Redlock {
         }
     }
 
-    /// One try: returns the validity deadline, or an error after releasing what it took.
+    /// One try: returns the grant, or an error after releasing what it took.
     ///
-    /// On success the handle, if any, tracks the SETs still in flight to the nodes that had
-    /// not answered: a release must wait for them, or a late SET could land after the
-    /// release and strand the key for a whole ttl.
+    /// The SETs still in flight at the decision finish in a spawned task, which releases each
+    /// such node right after its own SET when the lease (or the failed try) is released
+    /// first: a release sent beside a late SET could land before it and strand the key for a
+    /// whole ttl.
     async fn try_once(
         &self,
         key: &Arc<str>,
@@ -477,10 +477,7 @@ impl Redlock {
                         late.released
                     };
                     if released {
-                        // Rare (a release came first): boxed, so the task stays small.
-                        let node = &client.inner.nodes[i].node;
-                        let release = Box::pin(node.release(&key, token.as_str()));
-                        let _ = tokio::time::timeout(timeout, release).await;
+                        client.release_after_set(i, &key, token).await;
                     }
                 }
             });
@@ -512,13 +509,9 @@ impl Redlock {
                 let released = quorum::send_release(nodes, failed, timeout, &key, token);
                 let late = async {
                     while let Some((i, answer)) = sent.next().await {
-                        // A late SET that landed, or whose fate is unknown, is released on
-                        // its own connection, after the SET.
+                        // A late SET that landed, or whose fate is unknown.
                         if !holds_none_of_ours(&answer) {
-                            let node = &nodes[i].node;
-                            let _ =
-                                tokio::time::timeout(timeout, node.release(&key, token.as_str()))
-                                    .await;
+                            client.release_after_set(i, &key, token).await;
                         }
                     }
                 };
@@ -548,6 +541,14 @@ impl Redlock {
             .with_held_by(held)
         };
         Err(err)
+    }
+
+    /// Releases `token` on node `i` once that node's SET has answered (or timed out), on the
+    /// same connection, bounded by the node timeout. Rare, so boxed: the task driving the
+    /// late SETs stays small.
+    async fn release_after_set(&self, i: usize, key: &str, token: Token) {
+        let release = Box::pin(self.inner.nodes[i].node.release(key, token.as_str()));
+        let _ = tokio::time::timeout(self.inner.config.node_timeout, release).await;
     }
 
     /// Extends `lease` to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).

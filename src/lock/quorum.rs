@@ -1,13 +1,11 @@
 //! Parallel fan-out to every node and vote counting.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::future::Future;
-
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use futures_util::FutureExt;
-
 use tokio::task::JoinHandle;
 
 use super::health::{Admit, Health};

@@ -6,11 +6,22 @@ use crate::http::RequestView;
 ///
 /// With the `axum` feature it also sees axum's matched route (`MatchedPath`) and path
 /// parameters, when the layer runs after routing (`Router::layer` / `route_layer`).
-#[derive(Debug)]
+///
+/// Its `Debug` shows the method and the matched route pattern only: the path, a header or a
+/// path parameter may carry the raw key.
 pub struct HttpRequestView<'a> {
     parts: &'a Parts,
     #[cfg(feature = "axum")]
     params: Option<axum::extract::RawPathParams>,
+}
+
+impl std::fmt::Debug for HttpRequestView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpRequestView")
+            .field("method", &self.method())
+            .field("matched_route", &self.matched_route())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> HttpRequestView<'a> {
@@ -20,10 +31,20 @@ impl<'a> HttpRequestView<'a> {
         let params = {
             use axum::extract::FromRequestParts;
             use futures_util::FutureExt;
+            // Only routes with parameters have any: reading them copies them, and most
+            // requests do not need to pay for that.
+            let has_params = parts
+                .extensions
+                .get::<axum::extract::MatchedPath>()
+                .is_some_and(|m| m.as_str().contains('{'));
             // The extractor is synchronous: it only reads an extension.
-            axum::extract::RawPathParams::from_request_parts(parts, &())
-                .now_or_never()
-                .and_then(Result::ok)
+            has_params
+                .then(|| {
+                    axum::extract::RawPathParams::from_request_parts(parts, &())
+                        .now_or_never()
+                        .and_then(Result::ok)
+                })
+                .flatten()
         };
         Self {
             parts,
@@ -76,5 +97,23 @@ impl RequestView for HttpRequestView<'_> {
             let _ = name;
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_raw_key() {
+        let req = http::Request::post("/orders/zebra-42")
+            .header("idempotency-key", "zebra-secret")
+            .body(())
+            .unwrap();
+        let (mut parts, ()) = req.into_parts();
+        let view = HttpRequestView::new(&mut parts);
+        let shown = format!("{view:?} {view:#?}");
+        assert!(shown.contains("POST"), "{shown}");
+        assert!(!shown.contains("zebra"), "{shown}");
     }
 }

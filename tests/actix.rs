@@ -12,7 +12,6 @@
 mod support;
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -24,8 +23,9 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch, Semaphore};
 
+use support::apps::*;
 use support::http::{http_client, send, within, Reply, DEADLINE};
-use support::{eventually, is_token, HttpApp, Masters};
+use support::{eventually, is_token, warm_up, HttpApp, Masters};
 use tower_redlock::actix::RedlockMiddleware;
 use tower_redlock::http::{
     IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, LockPolicyBuilder, SimpleRequest,
@@ -33,18 +33,6 @@ use tower_redlock::http::{
 };
 use tower_redlock::tower::RedlockLayer;
 use tower_redlock::{LeaseHandle, Redlock};
-
-/// The bound on anything a test waits for: far above any expected latency, so that a slow,
-/// shared machine fails nothing, yet nothing hangs.
-/// How long a release may take to show on every master: far below the ttls used, so a key
-/// that is gone in time was released, not expired.
-const RELEASED_WITHIN: Duration = Duration::from_secs(5);
-/// The per-node timeout of the apps' clients: generous, so that a loaded machine does not
-/// turn a slow answer into a 503 (no test here is about node timeouts).
-const NODE_TIMEOUT: Duration = Duration::from_millis(500);
-/// The route most apps serve.
-const PATH: &str = "/payments";
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 // --- the handlers' side ------------------------------------------------------------------------
 
@@ -281,77 +269,6 @@ impl Drop for ActixApp {
 
 // --- the client's side -------------------------------------------------------------------------
 
-/// `POST url` with these `Idempotency-Key` values (none, one, or several header lines).
-fn post_with(http: &reqwest::Client, url: &str, keys: &[&str]) -> reqwest::RequestBuilder {
-    keys.iter()
-        .fold(http.post(url), |r, key| r.header(IDEMPOTENCY_KEY, *key))
-}
-
-/// `POST url` with `Idempotency-Key: key`, read to the end. The future owns what it needs, so
-/// it can be spawned.
-fn post_key(
-    http: &reqwest::Client,
-    url: &str,
-    key: &str,
-) -> impl Future<Output = Reply> + Send + 'static {
-    let request = post_with(http, url, &[key]);
-    async move { Reply::read(send(request).await).await }
-}
-
-/// A problem+json rejection with this status and problem type; returns the JSON.
-#[track_caller]
-fn assert_problem(reply: &Reply, status: u16, problem: &str) -> Value {
-    assert_eq!(reply.status, status, "{}", reply.text());
-    assert_eq!(
-        reply.header("content-type"),
-        Some("application/problem+json")
-    );
-    let v = reply.json();
-    assert_eq!(v["status"], status, "{v}");
-    assert_eq!(v["type"], problem, "{v}");
-    assert!(v["title"].is_string() && v["detail"].is_string(), "{v}");
-    v
-}
-
-/// A 409 whose `Retry-After` is the holder's remaining ttl in whole seconds, rounded up:
-/// `1..=ceil(ttl)`, also in the body.
-#[track_caller]
-fn assert_conflict(reply: &Reply, ttl: Duration) {
-    let v = assert_problem(reply, 409, "/problems/lock-contended");
-    let after = reply.retry_after();
-    let ceil = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    assert!(
-        (1..=ceil).contains(&after),
-        "Retry-After {after} for a ttl of {ttl:?}"
-    );
-    assert_eq!(v["retry_after"], after, "{v}");
-}
-
-/// Sends `n` concurrent `POST`s with `key`, spread over `urls`; their replies arrive on the
-/// receiver as they complete.
-fn burst(
-    http: &reqwest::Client,
-    urls: &[String],
-    key: &str,
-    n: usize,
-) -> mpsc::UnboundedReceiver<Reply> {
-    let (replies_tx, replies) = mpsc::unbounded_channel();
-    for i in 0..n {
-        let request = post_key(http, &urls[i % urls.len()], key);
-        let replies_tx = replies_tx.clone();
-        tokio::spawn(async move {
-            let _ = replies_tx.send(request.await);
-        });
-    }
-    replies
-}
-
-async fn next_reply(replies: &mut mpsc::UnboundedReceiver<Reply>) -> Reply {
-    within("a reply", replies.recv())
-        .await
-        .expect("a request task panicked")
-}
-
 /// Sends bursts of `n` concurrent same-key requests over `urls` (handlers gated by `probe`)
 /// until one request holds the lock at the gate while the `n - 1` others were answered `409`.
 /// A burst whose first racers split the masters' votes three ways has no winner (Redlock's
@@ -392,33 +309,6 @@ async fn burst_until_one_holds(
 
 // --- Redis's side ------------------------------------------------------------------------------
 
-/// Takes and releases a throw-away lock until one try reached every master, so that the
-/// client's lazily made connections are up before a test looks at the masters.
-async fn warm_up(redlock: &Redlock, masters: &Masters) {
-    support::warm_up(redlock, masters).await;
-    // A release returns once a quorum answered; the last master follows in the background.
-    assert_all_empty(masters).await;
-}
-
-/// A warmed-up client of `masters` with a [`NODE_TIMEOUT`] per node and no retries. Each app
-/// instance gets its own, as separate processes would.
-async fn client_of(masters: &Masters) -> Redlock {
-    let redlock = masters
-        .builder()
-        .node_timeout(NODE_TIMEOUT)
-        .build()
-        .expect("a valid client");
-    warm_up(&redlock, masters).await;
-    redlock
-}
-
-/// Three masters and a warmed-up client of them.
-async fn masters_and_client() -> (Masters, Redlock) {
-    let masters = Masters::start(3);
-    let redlock = client_of(&masters).await;
-    (masters, redlock)
-}
-
 /// The key extractor of every app here: `Idempotency-Key`, scoped by the matched route.
 fn extractor() -> impl KeyExtractor + Clone {
     IdempotencyKey::required().scoped_by_route()
@@ -445,68 +335,6 @@ fn redis_key(route: &str, path: &str, key: &str) -> String {
         .expect("a valid key")
         .expect("a key")
         .into_string()
-}
-
-/// On how many masters `key` exists.
-async fn held_on(masters: &Masters, key: &str) -> usize {
-    masters.values(key).await.iter().flatten().count()
-}
-
-/// The lock on `key` is taken: a quorum of masters hold one lock token. (After a race, the
-/// other masters may hold nothing — a master a loser took first is freed later, and not
-/// re-taken — or, for a moment, a loser's token that is being released in the background.)
-async fn assert_held_on_quorum(masters: &Masters, key: &str) {
-    let values = masters.values(key).await;
-    let quorum = values
-        .iter()
-        .flatten()
-        .find(|v| values.iter().filter(|w| w.as_ref() == Some(*v)).count() >= 2);
-    let Some(token) = quorum else {
-        panic!("{key} is held on no quorum: {values:?}");
-    };
-    assert!(is_token(token), "{key} = {token:?} is not a lock token");
-}
-
-/// The uncontended lock on `key` is taken: on a quorum at once, on every master soon.
-async fn assert_held(masters: &Masters, key: &str) {
-    assert_held_on_quorum(masters, key).await;
-    eventually(
-        format_args!("every master holds {key}"),
-        RELEASED_WITHIN,
-        || async { held_on(masters, key).await == masters.len() },
-    )
-    .await;
-    let values: Vec<String> = masters.values(key).await.into_iter().flatten().collect();
-    assert!(values.iter().all(|v| *v == values[0]), "{key}: {values:?}");
-}
-
-/// A release has returned for `key`: it is gone from a quorum of masters now (the last one
-/// may follow in the background).
-async fn assert_released_on_quorum(masters: &Masters, key: &str) {
-    let held = held_on(masters, key).await;
-    assert!(held <= 1, "{key} is still held on {held} of 3 masters");
-}
-
-/// `key` is released on every master well before its ttl could expire it.
-async fn assert_released(masters: &Masters, key: &str) {
-    let started = Instant::now();
-    while !masters.absent_everywhere(key).await {
-        if started.elapsed() > RELEASED_WITHIN {
-            panic!(
-                "{key} is still held {RELEASED_WITHIN:?} later (PTTL on each master: {:?} ms)",
-                masters.pttls(key).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// No master holds any key.
-async fn assert_all_empty(masters: &Masters) {
-    eventually("every master is empty", RELEASED_WITHIN, || async {
-        masters.dbsizes().await.iter().all(|n| *n == 0)
-    })
-    .await;
 }
 
 // --- 1. two instances, one key ---------------------------------------------------------------
@@ -642,7 +470,7 @@ async fn waiting_gives_up_at_its_deadline() {
     let waited = started.elapsed();
     // Retries stop early when the next pause (50 ms plus up to 25 ms of jitter) and one more
     // try (up to two node timeouts) would overrun the deadline.
-    let early = NODE_TIMEOUT * 2 + Duration::from_millis(75);
+    let early = HTTP_NODE_TIMEOUT * 2 + Duration::from_millis(75);
     assert_conflict(&waiter, DEFAULT_TTL);
     assert!(
         waited >= MAX_WAIT - early,

@@ -11,7 +11,6 @@
 mod support;
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,27 +29,14 @@ use tokio::sync::{mpsc, watch};
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
 
+use support::apps::*;
 use support::http::{http_client, send, within, Reply};
-use support::{eventually, is_token, HttpApp, Masters};
+use support::{eventually, is_token, warm_up, HttpApp, Masters};
 use tower_redlock::http::{
     IdempotencyKey, KeyExtractor, LockPolicy, SimpleRequest, Unlocked, DEFAULT_TTL,
 };
 use tower_redlock::tower::RedlockLayer;
 use tower_redlock::{LeaseHandle, Redlock};
-
-/// The bound on anything a test waits for: far above any expected latency, so that a slow,
-/// shared machine fails nothing, yet nothing hangs.
-/// How long a release may take to show on every master: far below the ttls used, so a key
-/// that is gone in time was released, not expired.
-const RELEASED_WITHIN: Duration = Duration::from_secs(5);
-/// The route every app serves.
-const PATH: &str = "/payments";
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
-/// The per-node timeout of the apps' clients: generous, so that a loaded machine does not
-/// turn a slow answer into a 503 (no test here is about node timeouts).
-const NODE_TIMEOUT: Duration = Duration::from_millis(500);
-
-// --- waiting -----------------------------------------------------------------------------------
 
 // --- the handlers' side ------------------------------------------------------------------------
 
@@ -221,80 +207,7 @@ fn streaming_app(layer: RedlockLayer, bodies: Bodies) -> Router {
     Router::new().route(PATH, post(handler)).layer(layer)
 }
 
-// --- the client's side -------------------------------------------------------------------------
-
-/// `POST url` with `Idempotency-Key: key`, read to the end. The future owns what it needs, so
-/// it can be spawned.
-fn post_key(
-    http: &reqwest::Client,
-    url: &str,
-    key: &str,
-) -> impl Future<Output = Reply> + Send + 'static {
-    let request = http.post(url).header(IDEMPOTENCY_KEY, key);
-    async move { Reply::read(send(request).await).await }
-}
-
-/// A problem+json rejection with this status and problem type; returns the JSON.
-#[track_caller]
-fn assert_problem(reply: &Reply, status: u16, problem: &str) -> Value {
-    assert_eq!(reply.status, status, "{}", reply.text());
-    assert_eq!(
-        reply.header("content-type"),
-        Some("application/problem+json")
-    );
-    let v = reply.json();
-    assert_eq!(v["status"], status, "{v}");
-    assert_eq!(v["type"], problem, "{v}");
-    assert!(v["title"].is_string() && v["detail"].is_string(), "{v}");
-    v
-}
-
-/// A 409 whose `Retry-After` is the holder's remaining ttl in whole seconds, rounded up:
-/// `1..=ceil(ttl)`.
-#[track_caller]
-fn assert_conflict(reply: &Reply, ttl: Duration) {
-    let v = assert_problem(reply, 409, "/problems/lock-contended");
-    let after = reply.retry_after();
-    let ceil = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    assert!(
-        (1..=ceil).contains(&after),
-        "Retry-After {after} for a ttl of {ttl:?}"
-    );
-    assert_eq!(v["retry_after"], after, "{v}");
-}
-
 // --- Redis's side ------------------------------------------------------------------------------
-
-/// Takes and releases a throw-away lock until one try reached every master, so that the
-/// client's lazily made connections are up before a test looks at the masters.
-async fn warm_up(redlock: &Redlock, masters: &Masters) {
-    support::warm_up(redlock, masters).await;
-    // A release returns once a quorum answered; the last master follows in the background.
-    eventually(
-        "the warm-up lock is gone",
-        Duration::from_secs(10),
-        || async { masters.dbsizes().await == vec![0; masters.len()] },
-    )
-    .await;
-}
-
-/// A warmed-up client of `masters` with a [`NODE_TIMEOUT`] per node and no retries.
-async fn client_of(masters: &Masters) -> Redlock {
-    let redlock = masters
-        .builder()
-        .node_timeout(NODE_TIMEOUT)
-        .build()
-        .expect("a valid client");
-    warm_up(&redlock, masters).await;
-    redlock
-}
-
-/// Three masters and a warmed-up client of them.
-async fn masters_and_client() -> (Masters, Redlock) {
-    let masters = Masters::start(3);
-    let redlock = client_of(&masters).await;
-    (masters, redlock)
-}
 
 /// The Redis key the layer locks for `Idempotency-Key: key` (no scope, default prefix; the
 /// test clients add no key prefix).
@@ -308,71 +221,7 @@ fn redis_key(key: &str) -> String {
         .to_owned()
 }
 
-/// On how many masters `key` exists.
-async fn held_on(masters: &Masters, key: &str) -> usize {
-    masters.values(key).await.iter().flatten().count()
-}
-
-/// The lock on `key` is taken: on a quorum at once, on every master soon.
-async fn assert_held(masters: &Masters, key: &str) {
-    let held = held_on(masters, key).await;
-    assert!(held >= 2, "{key} is held on only {held} of 3 masters");
-    eventually(
-        format_args!("every master holds {key}"),
-        RELEASED_WITHIN,
-        || async { held_on(masters, key).await == masters.len() },
-    )
-    .await;
-}
-
-/// `key` is released on every master well before its ttl could expire it.
-async fn assert_released(masters: &Masters, key: &str) {
-    let started = Instant::now();
-    while !masters.absent_everywhere(key).await {
-        if started.elapsed() > RELEASED_WITHIN {
-            panic!(
-                "{key} is still held {RELEASED_WITHIN:?} later (PTTL on each master: {:?} ms)",
-                masters.pttls(key).await
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// No master holds any key.
-async fn assert_all_empty(masters: &Masters) {
-    eventually("every master is empty", RELEASED_WITHIN, || async {
-        masters.dbsizes().await.iter().all(|n| *n == 0)
-    })
-    .await;
-}
-
 // --- 1. two instances, one key ---------------------------------------------------------------
-
-/// Sends `n` concurrent `POST`s with `key`, spread over `urls`; their replies arrive on the
-/// receiver as they complete.
-fn burst(
-    http: &reqwest::Client,
-    urls: &[String],
-    key: &str,
-    n: usize,
-) -> mpsc::UnboundedReceiver<Reply> {
-    let (replies_tx, replies) = mpsc::unbounded_channel();
-    for i in 0..n {
-        let request = post_key(http, &urls[i % urls.len()], key);
-        let replies_tx = replies_tx.clone();
-        tokio::spawn(async move {
-            let _ = replies_tx.send(request.await);
-        });
-    }
-    replies
-}
-
-async fn next_reply(replies: &mut mpsc::UnboundedReceiver<Reply>) -> Reply {
-    within("a reply", replies.recv())
-        .await
-        .expect("a request task panicked")
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_key_across_two_instances_runs_exactly_once() {
@@ -874,10 +723,7 @@ async fn lifecycle_with_release_on_body_end() {
     // The end is reported after the release has completed.
     // Released on a quorum when the end was reported; the last master may follow in the
     // background (a release returns at quorum).
-    assert!(
-        held_on(&t.masters, &key).await <= 1,
-        "released at the body's end"
-    );
+    assert_released_on_quorum(&t.masters, &key).await;
     assert_released(&t.masters, &key).await;
     assert_eq!(t.probe.completed(), 1);
 }
@@ -904,10 +750,7 @@ async fn lifecycle_with_release_on_response() {
     // Released before the response was handed out.
     assert!(!response.body().holds_lock());
     // On a quorum at once; the last master may follow in the background.
-    assert!(
-        held_on(&t.masters, &key).await <= 1,
-        "released at the response"
-    );
+    assert_released_on_quorum(&t.masters, &key).await;
     assert_released(&t.masters, &key).await;
 
     let mut body = response.into_body();

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod apps;
 pub mod http;
 pub mod proxy;
 
@@ -101,15 +102,6 @@ impl RedisServer {
     /// The name a `RedisNode` for this server reports (`host:port`).
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Whether the server process is running.
-    pub fn is_running(&self) -> bool {
-        let mut guard = self.child.lock().unwrap();
-        match guard.as_mut() {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
-            None => false,
-        }
     }
 
     /// Freezes the server (`SIGSTOP`): its port still accepts connections, but nothing is
@@ -227,17 +219,6 @@ impl RedisServer {
     /// `SCRIPT FLUSH`: the next `EVALSHA` answers `NOSCRIPT`.
     pub async fn script_flush(&self) {
         let _: String = self.query(redis::cmd("SCRIPT").arg("FLUSH")).await;
-    }
-
-    /// How many scripts of `shas` are in the script cache.
-    pub async fn scripts_cached(&self, shas: &[&str]) -> usize {
-        let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("EXISTS");
-        for sha in shas {
-            cmd.arg(*sha);
-        }
-        let exists: Vec<i64> = self.query(&cmd).await;
-        exists.iter().filter(|e| **e == 1).count()
     }
 }
 

@@ -19,9 +19,28 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# A port nothing on 127.0.0.1 listens on (bash only: a fresh machine may lack python). A race
+# with another process taking it meanwhile makes the start fail and be retried.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  local port
+  for _ in $(seq 1 100); do
+    port=$(( 20000 + RANDOM % 40000 ))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
+  done
+  echo "no free port found" >&2
+  return 1
 }
+
+# Whether `GET /health` on 127.0.0.1:$1 answers 200 (bash's /dev/tcp, 1 s read timeout).
+health_ok() (
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+  printf 'GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  read -r -t 1 _ status _ <&3
+  [ "$status" = 200 ]
+)
 
 # Waits until `$1` (a command) succeeds, for at most 10 s, while pid $2 lives.
 wait_for() {
@@ -61,7 +80,7 @@ start_replica() {
     >"$workdir/replica-$port.log" 2>&1 &
   pid=$!
   pids+=("$pid")
-  if ! wait_for "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:$port/health\", timeout=1)'" "$pid"; then
+  if ! wait_for "health_ok $port" "$pid"; then
     echo "replica on port $port did not start:" >&2
     cat "$workdir/replica-$port.log" >&2
     return 1

@@ -8,7 +8,7 @@ ensure_redis() {
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "redis-server is missing: installing Debian's redis-server package..." >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2 && apt-get install -y -qq redis-server >/dev/null >&2 || return 1
+    apt-get update -qq >&2 && apt-get install -y -qq redis-server >&2 || return 1
     command -v redis-server >/dev/null 2>&1 && return 0
   fi
   echo "redis-server is not installed. Install it with:" >&2

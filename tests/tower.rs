@@ -33,7 +33,7 @@ use support::apps::*;
 use support::http::{http_client, send, within, Reply};
 use support::{eventually, is_token, warm_up, HttpApp, Masters};
 use tower_redlock::http::{
-    IdempotencyKey, KeyExtractor, LockPolicy, SimpleRequest, Unlocked, DEFAULT_TTL,
+    IdempotencyKey, KeyExtractor, LockPolicy, RouteParamKey, SimpleRequest, Unlocked, DEFAULT_TTL,
 };
 use tower_redlock::tower::RedlockLayer;
 use tower_redlock::{LeaseHandle, Redlock};
@@ -482,6 +482,35 @@ async fn bad_keys_are_rejected_before_locking() {
     let v = post_key(&http, &app.url(PATH), &"z".repeat(255)).await.ok();
     assert_eq!(v["locked"], true, "{v}");
     assert_all_empty(&m).await;
+}
+
+/// A route parameter that is not UTF-8 once percent-decoded is a malformed key (400), not a
+/// "missing parameter" blamed on the server's setup; a valid one locks.
+#[tokio::test(flavor = "current_thread")]
+async fn a_route_param_that_is_not_utf8_is_malformed() {
+    let app = Router::new()
+        .route("/accounts/{id}", post(|| async { "ok" }))
+        .layer(RedlockLayer::new(
+            Redlock::in_memory(),
+            RouteParamKey::new("id"),
+        ));
+    let call = |path: &'static str| {
+        let app = app.clone();
+        async move {
+            let req = Request::post(path).body(Body::empty()).expect("a request");
+            let res = within("the response", app.oneshot(req))
+                .await
+                .expect("infallible");
+            let status = res.status().as_u16();
+            let body = res.into_body().collect().await.expect("a body").to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let (status, body) = call("/accounts/%FF").await;
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("problem+json");
+    assert_eq!(v["type"], "/problems/lock-key-malformed", "{v}");
+    assert_eq!(call("/accounts/7").await.0, 200);
 }
 
 // --- 6. release at body end vs. at the response -----------------------------------------------

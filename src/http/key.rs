@@ -100,6 +100,13 @@ pub trait RequestView {
     /// The route parameter `name` (e.g. `"id"` for `/payments/{id}`) when the
     /// router exposes it.
     fn path_param(&self, name: &str) -> Option<&str>;
+
+    /// Whether the router matched path parameters it could not decode (not
+    /// UTF-8 once percent-decoded): a route parameter key then rejects the
+    /// request as malformed, not as missing. Default: `false`.
+    fn path_params_malformed(&self) -> bool {
+        false
+    }
 }
 
 impl<T: RequestView + ?Sized> RequestView for &T {
@@ -120,6 +127,9 @@ impl<T: RequestView + ?Sized> RequestView for &T {
     }
     fn path_param(&self, name: &str) -> Option<&str> {
         (**self).path_param(name)
+    }
+    fn path_params_malformed(&self) -> bool {
+        (**self).path_params_malformed()
     }
 }
 
@@ -1288,9 +1298,13 @@ impl KeyExtractor for RouteParamKey {
         material: &mut KeyMaterial,
     ) -> Result<bool, KeyRejection> {
         let source = || KeySource::RouteParam(self.name.clone());
-        let value = req
-            .path_param(&self.name)
-            .ok_or_else(|| KeyRejection::missing(source()))?;
+        let value = req.path_param(&self.name).ok_or_else(|| {
+            if req.path_params_malformed() {
+                KeyRejection::malformed(source(), "not valid UTF-8")
+            } else {
+                KeyRejection::missing(source())
+            }
+        })?;
         if value.is_empty() {
             return Err(KeyRejection::empty(source()));
         }

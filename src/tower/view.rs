@@ -13,6 +13,9 @@ pub struct HttpRequestView<'a> {
     parts: &'a Parts,
     #[cfg(feature = "axum")]
     params: Option<axum::extract::RawPathParams>,
+    /// axum matched parameters that are not UTF-8 once percent-decoded.
+    #[cfg(feature = "axum")]
+    params_malformed: bool,
 }
 
 impl std::fmt::Debug for HttpRequestView<'_> {
@@ -28,7 +31,8 @@ impl<'a> HttpRequestView<'a> {
     /// A view of `parts`. Takes `&mut` only to read axum's path parameters.
     pub fn new(parts: &'a mut Parts) -> Self {
         #[cfg(feature = "axum")]
-        let params = {
+        let (params, params_malformed) = {
+            use axum::extract::rejection::RawPathParamsRejection;
             use axum::extract::FromRequestParts;
             use futures_util::FutureExt;
             // Only routes with parameters have any: reading them copies them, and most
@@ -38,18 +42,21 @@ impl<'a> HttpRequestView<'a> {
                 .get::<axum::extract::MatchedPath>()
                 .is_some_and(|m| m.as_str().contains('{'));
             // The extractor is synchronous: it only reads an extension.
-            has_params
-                .then(|| {
-                    axum::extract::RawPathParams::from_request_parts(parts, &())
-                        .now_or_never()
-                        .and_then(Result::ok)
-                })
-                .flatten()
+            let read = has_params.then(|| {
+                axum::extract::RawPathParams::from_request_parts(parts, &()).now_or_never()
+            });
+            match read.flatten() {
+                Some(Ok(params)) => (Some(params), false),
+                Some(Err(RawPathParamsRejection::InvalidUtf8InPathParam(_))) => (None, true),
+                _ => (None, false),
+            }
         };
         Self {
             parts,
             #[cfg(feature = "axum")]
             params,
+            #[cfg(feature = "axum")]
+            params_malformed,
         }
     }
 }
@@ -83,6 +90,17 @@ impl RequestView for HttpRequestView<'_> {
 
     fn header_count(&self, name: &str) -> usize {
         self.parts.headers.get_all(name).iter().count()
+    }
+
+    fn path_params_malformed(&self) -> bool {
+        #[cfg(feature = "axum")]
+        {
+            self.params_malformed
+        }
+        #[cfg(not(feature = "axum"))]
+        {
+            false
+        }
     }
 
     fn path_param(&self, name: &str) -> Option<&str> {

@@ -27,8 +27,14 @@ pub enum RejectionKind {
 pub struct Rejection {
     kind: RejectionKind,
     retry_after: Option<Duration>,
-    key: Option<KeyRejection>,
-    error: Option<crate::Error>,
+    cause: Cause,
+}
+
+/// What a rejection comes from: a bad key (400) or a lock error (409, 503, 500).
+#[derive(Debug)]
+enum Cause {
+    Key(KeyRejection),
+    Lock(crate::Error),
 }
 
 impl Rejection {
@@ -36,8 +42,7 @@ impl Rejection {
         Self {
             kind: RejectionKind::BadKey,
             retry_after: None,
-            key: Some(key),
-            error: None,
+            cause: Cause::Key(key),
         }
     }
 
@@ -56,8 +61,7 @@ impl Rejection {
         Self {
             kind,
             retry_after,
-            key: None,
-            error: Some(error),
+            cause: Cause::Lock(error),
         }
     }
 
@@ -87,18 +91,27 @@ impl Rejection {
 
     /// The key rejection behind a `400`.
     pub fn key_rejection(&self) -> Option<&KeyRejection> {
-        self.key.as_ref()
+        match &self.cause {
+            Cause::Key(k) => Some(k),
+            Cause::Lock(_) => None,
+        }
     }
 
     /// The lock error behind a `409`, `503` or `500`.
     pub fn lock_error(&self) -> Option<&crate::Error> {
-        self.error.as_ref()
+        match &self.cause {
+            Cause::Lock(e) => Some(e),
+            Cause::Key(_) => None,
+        }
     }
 
     /// A short, human-readable summary.
     pub fn title(&self) -> &'static str {
+        if let Cause::Key(k) = &self.cause {
+            return k.title();
+        }
         match self.kind {
-            RejectionKind::BadKey => self.key.as_ref().map_or("Bad lock key", |k| k.title()),
+            RejectionKind::BadKey => "Bad lock key",
             RejectionKind::Contended => "Request in progress",
             RejectionKind::Unavailable => "Lock service unavailable",
             RejectionKind::Misconfigured => "Lock misconfigured",
@@ -107,11 +120,11 @@ impl Rejection {
 
     /// An explanation for the client. Never contains the raw key or node addresses.
     pub fn detail(&self) -> String {
+        if let Cause::Key(k) = &self.cause {
+            return k.detail();
+        }
         match self.kind {
-            RejectionKind::BadKey => self
-                .key
-                .as_ref()
-                .map_or_else(|| "the lock key is invalid".to_owned(), |k| k.detail()),
+            RejectionKind::BadKey => "the lock key is invalid".to_owned(),
             RejectionKind::Contended => format!(
                 "another request with the same key is being processed; retry after {} s",
                 self.retry_after_secs().unwrap_or(1)
@@ -126,14 +139,18 @@ impl Rejection {
     /// A stable identifier for the problem type, used as the `type` member (a relative URI
     /// reference, as RFC 9457 allows).
     pub fn type_uri(&self) -> &'static str {
+        if let Cause::Key(k) = &self.cause {
+            // Exhaustive: a new kind of key rejection must get its own type.
+            return match k.kind() {
+                KeyRejectionKind::Missing => "/problems/lock-key-missing",
+                KeyRejectionKind::Empty => "/problems/lock-key-empty",
+                KeyRejectionKind::TooLong { .. } => "/problems/lock-key-too-long",
+                KeyRejectionKind::Malformed { .. } => "/problems/lock-key-malformed",
+                KeyRejectionKind::Duplicate => "/problems/lock-key-duplicate",
+            };
+        }
         match self.kind {
-            RejectionKind::BadKey => match self.key.as_ref().map(KeyRejection::kind) {
-                Some(KeyRejectionKind::Missing) => "/problems/lock-key-missing",
-                Some(KeyRejectionKind::Empty) => "/problems/lock-key-empty",
-                Some(KeyRejectionKind::TooLong { .. }) => "/problems/lock-key-too-long",
-                Some(KeyRejectionKind::Duplicate) => "/problems/lock-key-duplicate",
-                _ => "/problems/lock-key-malformed",
-            },
+            RejectionKind::BadKey => "/problems/lock-key-malformed",
             RejectionKind::Contended => "/problems/lock-contended",
             RejectionKind::Unavailable => "/problems/lock-unavailable",
             RejectionKind::Misconfigured => "/problems/lock-misconfigured",
@@ -285,8 +302,7 @@ mod tests {
         Rejection {
             kind: RejectionKind::Contended,
             retry_after: Some(retry),
-            key: None,
-            error: None,
+            cause: Cause::Lock(crate::Error::contended(1, 0, 1, Some(retry), Vec::new())),
         }
     }
 

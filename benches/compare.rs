@@ -636,17 +636,7 @@ fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| std::env::consts::OS.into());
-    let redis = std::process::Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|v| {
-            v.split_whitespace()
-                .find_map(|w| w.strip_prefix("v="))
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
+    let redis = support::redis_server_version().unwrap_or_default();
     format!("{cpus} CPUs ({model}), Linux {kernel}, redis-server {redis}")
 }
 

@@ -1133,14 +1133,6 @@ fn main() {
 }
 
 fn redis_version() -> String {
-    Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|v| {
-            v.split_whitespace()
-                .find_map(|w| w.strip_prefix("v=").map(str::to_owned))
-        })
+    support::redis_server_version()
         .unwrap_or_else(|| "not found: install it (apt-get install -y redis-server)".into())
 }

@@ -22,6 +22,14 @@ async fn all_empty(masters: &Masters) {
     .await;
 }
 
+/// One `try_lock` of `resource` and its release: whether both worked.
+async fn lock_cycle(client: &Redlock, resource: &str, ttl: Duration) -> bool {
+    match client.try_lock(resource, ttl).await {
+        Ok(lease) => lease.release().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
 /// Runs `tasks × rounds` lock + release cycles on distinct resources; returns the slowest
 /// cycle (a slow or dead master must cost neither the acquire nor the release any time).
 async fn burst(client: &Redlock, tasks: usize, rounds: usize) -> Duration {
@@ -118,12 +126,7 @@ async fn majority_black_holed_fails_within_bound_then_heals() {
     eventually(
         "locks work again after the partition",
         Duration::from_secs(15),
-        || async {
-            match client.try_lock("healed", Duration::from_secs(5)).await {
-                Ok(lease) => lease.release().await.is_ok(),
-                Err(_) => false,
-            }
-        },
+        || lock_cycle(&client, "healed", Duration::from_secs(5)),
     )
     .await;
     all_empty(&masters).await;
@@ -164,12 +167,7 @@ async fn reset_connections_are_remade() {
     eventually(
         "locks work after the resets",
         Duration::from_secs(15),
-        || async {
-            match client.try_lock("reset", Duration::from_secs(5)).await {
-                Ok(lease) => lease.release().await.is_ok(),
-                Err(_) => false,
-            }
-        },
+        || lock_cycle(&client, "reset", Duration::from_secs(5)),
     )
     .await;
     all_empty(&masters).await;
@@ -251,16 +249,9 @@ async fn delayed_restart_protection_keeps_a_restarted_master_out() {
         err.to_string().contains("delayed-restart protection"),
         "{err}"
     );
-    eventually(
-        "the masters are old enough to vote",
-        max_ttl * 3,
-        || async {
-            match a.try_lock("old-enough", max_ttl).await {
-                Ok(lease) => lease.release().await.is_ok(),
-                Err(_) => false,
-            }
-        },
-    )
+    eventually("the masters are old enough to vote", max_ttl * 3, || {
+        lock_cycle(&a, "old-enough", max_ttl)
+    })
     .await;
     // A ttl above the protected maximum is refused up front.
     let err = a.try_lock("too-long", max_ttl * 2).await.unwrap_err();
@@ -271,11 +262,8 @@ async fn delayed_restart_protection_keeps_a_restarted_master_out() {
         "with protection, the restarted masters must not vote while the lease is valid"
     );
     // The restarted masters vote again once they have been up for max_ttl.
-    eventually("the restarted masters vote again", max_ttl * 3, || async {
-        match b.try_lock("restarted", max_ttl).await {
-            Ok(lease) => lease.release().await.is_ok(),
-            Err(_) => false,
-        }
+    eventually("the restarted masters vote again", max_ttl * 3, || {
+        lock_cycle(&b, "restarted", max_ttl)
     })
     .await;
 }
@@ -389,13 +377,7 @@ fn client_behind(proxy: &FaultProxy, masters: &Masters, suspend_after: u32) -> R
 /// One lock + release cycle on a fresh resource; whether it was granted.
 async fn cycle(client: &Redlock, counter: &AtomicU32) -> bool {
     let i = counter.fetch_add(1, SeqCst);
-    match client
-        .try_lock(&format!("suspend:{i}"), Duration::from_secs(10))
-        .await
-    {
-        Ok(lease) => lease.release().await.is_ok(),
-        Err(_) => false,
-    }
+    lock_cycle(client, &format!("suspend:{i}"), Duration::from_secs(10)).await
 }
 
 /// A black-holed master is suspended after a few timeouts: locks keep their quorum from the

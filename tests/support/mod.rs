@@ -376,6 +376,18 @@ pub fn is_token(s: &str) -> bool {
 
 // ---------------------------------------------------------------------------------------------
 
+/// The version `redis-server --version` reports (`7.0.15`), if it is on `PATH`.
+pub fn redis_server_version() -> Option<String> {
+    let out = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .map(str::to_owned)
+}
+
 fn ensure_redis_server() {
     static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     let checked = CHECKED.get_or_init(|| {

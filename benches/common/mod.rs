@@ -642,70 +642,64 @@ impl Rate {
 /// `tasks` tasks, each cycling on its own key (`{prefix}:{i}`) for `dur`; counts the cycles
 /// that finished within `dur`.
 pub async fn throughput(l: &Locker, prefix: &str, tasks: usize, dur: Duration) -> Rate {
-    let ok = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let deadline = start + dur;
-    let handles: Vec<_> = (0..tasks)
-        .map(|i| {
-            let (l, ok, failed) = (l.clone(), ok.clone(), failed.clone());
-            let key = format!("{prefix}:{i}");
-            tokio::spawn(async move {
-                while Instant::now() < deadline {
-                    match l.acquire(&key).await {
-                        Some(h) => {
-                            l.release(&key, h).await;
-                            if Instant::now() <= deadline {
-                                ok.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        None => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.await.expect("task");
-    }
-    Rate {
-        ok: ok.load(Ordering::Relaxed),
-        failed: failed.load(Ordering::Relaxed),
-        overlaps: 0,
-        secs: dur.as_secs_f64(),
-    }
+    cycles(l, |i| format!("{prefix}:{i}"), tasks, dur, false).await
 }
 
 /// `tasks` tasks competing for ONE key for `dur`, each trying again at once after a failed
 /// try. A holder marks itself in a counter while it holds the lock: finding the counter
 /// non-zero is an overlap (two holders at once), which must never happen.
 pub async fn one_key(l: &Locker, key: &str, tasks: usize, dur: Duration) -> Rate {
+    cycles(l, |_| key.to_owned(), tasks, dur, true).await
+}
+
+/// Counts the overlaps of holders: one shared by the tasks of a contended workload.
+#[derive(Default)]
+struct Holders {
+    inside: AtomicUsize,
+    overlaps: AtomicU64,
+}
+
+impl Holders {
+    /// Marks a holder in: finding another one inside is an overlap.
+    fn enter(&self) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks a holder out.
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `tasks` tasks cycling on `key_of(task)` for `dur`; with `mark_holders`, each holder is
+/// marked in [`Holders`] (and yields once while it holds the lock).
+async fn cycles(
+    l: &Locker,
+    key_of: impl Fn(usize) -> String,
+    tasks: usize,
+    dur: Duration,
+    mark_holders: bool,
+) -> Rate {
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
-    let overlaps = Arc::new(AtomicU64::new(0));
-    let inside = Arc::new(AtomicUsize::new(0));
+    let holders = Arc::new(Holders::default());
     let deadline = Instant::now() + dur;
     let handles: Vec<_> = (0..tasks)
-        .map(|_| {
-            let (l, ok, failed, overlaps, inside) = (
-                l.clone(),
-                ok.clone(),
-                failed.clone(),
-                overlaps.clone(),
-                inside.clone(),
-            );
-            let key = key.to_owned();
+        .map(|i| {
+            let (l, ok, failed, holders) = (l.clone(), ok.clone(), failed.clone(), holders.clone());
+            let key = key_of(i);
             tokio::spawn(async move {
                 while Instant::now() < deadline {
                     match l.acquire(&key).await {
                         Some(h) => {
-                            if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                                overlaps.fetch_add(1, Ordering::Relaxed);
+                            if mark_holders {
+                                // Hold for a moment, so that another holder could show up.
+                                holders.enter();
+                                tokio::task::yield_now().await;
+                                holders.leave();
                             }
-                            tokio::task::yield_now().await;
-                            inside.fetch_sub(1, Ordering::SeqCst);
                             l.release(&key, h).await;
                             if Instant::now() <= deadline {
                                 ok.fetch_add(1, Ordering::Relaxed);
@@ -725,7 +719,7 @@ pub async fn one_key(l: &Locker, key: &str, tasks: usize, dur: Duration) -> Rate
     Rate {
         ok: ok.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
-        overlaps: overlaps.load(Ordering::Relaxed),
+        overlaps: holders.overlaps.load(Ordering::Relaxed),
         secs: dur.as_secs_f64(),
     }
 }
@@ -757,59 +751,40 @@ pub fn latency_sync(m: &redlock::RedLock, key: &str, cycles: usize, budget: Dura
 
 /// [`throughput`] for redlock-rs, on `tasks` threads.
 pub fn throughput_sync(m: &redlock::RedLock, prefix: &str, tasks: usize, dur: Duration) -> Rate {
-    let ok = AtomicU64::new(0);
-    let failed = AtomicU64::new(0);
-    let deadline = Instant::now() + dur;
-    let ttl_ms = TTL.as_millis() as usize;
-    std::thread::scope(|s| {
-        for i in 0..tasks {
-            let (ok, failed) = (&ok, &failed);
-            let key = format!("{prefix}:{i}");
-            s.spawn(move || {
-                while Instant::now() < deadline {
-                    match m.lock(key.as_bytes(), ttl_ms) {
-                        Ok(Some(lock)) => {
-                            m.unlock(&lock);
-                            if Instant::now() <= deadline {
-                                ok.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        _ => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            });
-        }
-    });
-    Rate {
-        ok: ok.into_inner(),
-        failed: failed.into_inner(),
-        overlaps: 0,
-        secs: dur.as_secs_f64(),
-    }
+    cycles_sync(m, |i| format!("{prefix}:{i}"), tasks, dur, false)
 }
 
 /// [`one_key`] for redlock-rs, on `tasks` threads.
 pub fn one_key_sync(m: &redlock::RedLock, key: &str, tasks: usize, dur: Duration) -> Rate {
+    cycles_sync(m, |_| key.to_owned(), tasks, dur, true)
+}
+
+/// [`cycles`] for redlock-rs, on `tasks` threads.
+fn cycles_sync(
+    m: &redlock::RedLock,
+    key_of: impl Fn(usize) -> String,
+    tasks: usize,
+    dur: Duration,
+    mark_holders: bool,
+) -> Rate {
     let ok = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
-    let overlaps = AtomicU64::new(0);
-    let inside = AtomicUsize::new(0);
+    let holders = Holders::default();
     let deadline = Instant::now() + dur;
     let ttl_ms = TTL.as_millis() as usize;
     std::thread::scope(|s| {
-        for _ in 0..tasks {
-            let (ok, failed, overlaps, inside) = (&ok, &failed, &overlaps, &inside);
+        for i in 0..tasks {
+            let (ok, failed, holders) = (&ok, &failed, &holders);
+            let key = key_of(i);
             s.spawn(move || {
                 while Instant::now() < deadline {
                     match m.lock(key.as_bytes(), ttl_ms) {
                         Ok(Some(lock)) => {
-                            if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                                overlaps.fetch_add(1, Ordering::Relaxed);
+                            if mark_holders {
+                                holders.enter();
+                                std::thread::yield_now();
+                                holders.leave();
                             }
-                            std::thread::yield_now();
-                            inside.fetch_sub(1, Ordering::SeqCst);
                             m.unlock(&lock);
                             if Instant::now() <= deadline {
                                 ok.fetch_add(1, Ordering::Relaxed);
@@ -826,7 +801,7 @@ pub fn one_key_sync(m: &redlock::RedLock, key: &str, tasks: usize, dur: Duration
     Rate {
         ok: ok.into_inner(),
         failed: failed.into_inner(),
-        overlaps: overlaps.into_inner(),
+        overlaps: holders.overlaps.into_inner(),
         secs: dur.as_secs_f64(),
     }
 }

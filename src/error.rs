@@ -221,12 +221,6 @@ impl Error {
         e
     }
 
-    /// Records how many nodes said "held" when the quorum was unreachable.
-    pub(crate) fn with_held_by(mut self, held_by: usize) -> Self {
-        self.inner.held_by = held_by;
-        self
-    }
-
     pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {
         self.inner.attempts = attempts;
         self

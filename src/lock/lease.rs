@@ -25,15 +25,6 @@ impl Token {
     }
 }
 
-/// The nodes still finishing the SET of a granted lock; see [`LeaseState`].
-#[derive(Debug)]
-pub(crate) struct Late {
-    /// Bit `i` set: node `i`'s SET has not finished yet.
-    pub(crate) pending: u64,
-    /// The lease is being released.
-    pub(crate) released: bool,
-}
-
 /// What a lease and its handles share.
 pub(crate) struct LeaseState {
     key: Arc<str>,
@@ -42,13 +33,11 @@ pub(crate) struct LeaseState {
     ttl: Duration,
     status: Mutex<Status>,
     notify: Notify,
-    /// The nodes whose SET was still in flight when the lock was granted, shared with the
-    /// task that finishes them: whoever comes second releases such a node, so its release
-    /// always follows its SET and nobody waits for a slow node.
-    late: Option<Arc<Mutex<Late>>>,
-    /// The nodes that certainly hold no token of ours: they voted "held by another value" or
-    /// were not asked (suspended). Releases skip them.
-    not_ours: u64,
+    /// The nodes that may hold our token: those that voted for, and those whose request was
+    /// sent but not answered when the lock was granted (it may land; a release sent later on
+    /// the same connection follows it). The others — they said "held", were not asked, or
+    /// were never sent the request — hold nothing of ours, and releases skip them.
+    holders: u64,
 }
 
 struct Status {
@@ -65,8 +54,7 @@ impl LeaseState {
         token: Token,
         ttl: Duration,
         deadline: Instant,
-        late: Option<Arc<Mutex<Late>>>,
-        not_ours: u64,
+        holders: u64,
     ) -> Arc<Self> {
         Arc::new(Self {
             key,
@@ -79,8 +67,7 @@ impl LeaseState {
                 held: true,
             }),
             notify: Notify::new(),
-            late,
-            not_ours,
+            holders,
         })
     }
 
@@ -97,21 +84,9 @@ impl LeaseState {
         self.token.as_str()
     }
 
-    /// Marks the lease as being released; returns the nodes whose SET is still in flight
-    /// (the task finishing them releases them after their SET).
-    pub(crate) fn start_release(&self) -> u64 {
-        match &self.late {
-            Some(late) => {
-                let mut late = late.lock().unwrap_or_else(|p| p.into_inner());
-                late.released = true;
-                late.pending
-            }
-            None => 0,
-        }
-    }
-
-    pub(crate) fn not_ours(&self) -> u64 {
-        self.not_ours
+    /// The nodes that may hold our token (see the field).
+    pub(crate) fn holders(&self) -> u64 {
+        self.holders
     }
 
     pub(crate) fn key_arc(&self) -> Arc<str> {
@@ -303,10 +278,9 @@ impl Drop for Lease {
             Ok(rt) => {
                 let client = self.client.clone();
                 let state = self.state.clone();
+                // `release_state` logs a release that failed at warn.
                 rt.spawn(async move {
-                    if let Err(e) = client.release_state(&state).await {
-                        tracing::debug!(resource = %&state.key()[state.prefix_len..], error = %e, "background release failed; the lock expires with its ttl");
-                    }
+                    let _ = client.release_state(&state).await;
                 });
             }
             Err(_) => tracing::debug!(

@@ -40,14 +40,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::sync::Mutex;
-
-use futures_util::StreamExt;
-
 use self::health::Health;
-use self::lease::{Late, LeaseState, Token};
+use self::lease::{LeaseState, Token};
 use self::options::Config;
-use self::quorum::{Skip, Until, Vote, Voter};
+use self::quorum::{Skip, Vote, Voter};
+use self::release::Release;
 use crate::error::Error;
 use crate::node::{Acquire, AnyNode, MemoryNode, Node, RedisNode, RedisNodeOptions};
 
@@ -55,6 +52,7 @@ mod health;
 mod lease;
 mod options;
 mod quorum;
+mod release;
 pub(crate) mod scripts;
 
 pub use self::health::NodeStatus;
@@ -238,7 +236,7 @@ impl RedlockBuilder {
                 Arc::new(Voter {
                     name: node.name().into(),
                     node,
-                    health: Health::new(config.suspend_after),
+                    health: Health::new(config.suspend_after, config.node_timeout),
                 })
             })
             .collect::<Vec<_>>();
@@ -365,16 +363,14 @@ impl Redlock {
         let mut attempt = 0u32;
         loop {
             attempt = attempt.saturating_add(1);
+            // A try decided without I/O (every node suspended, in-process nodes) must still
+            // let other tasks run: a loop of tries would otherwise starve its runtime.
+            tokio::task::consume_budget().await;
             let token = Token::new();
             match self.try_once(&key, token, ttl).await {
-                Ok(Granted {
-                    deadline,
-                    late,
-                    not_ours,
-                }) => {
+                Ok(Granted { deadline, holders }) => {
                     tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
-                    let state =
-                        LeaseState::new(key, prefix.len(), token, ttl, deadline, late, not_ours);
+                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, holders);
                     return Ok(Lease::new(self.clone(), state));
                 }
                 Err(e) => {
@@ -399,10 +395,10 @@ impl Redlock {
 
     /// One try: returns the grant, or an error after releasing what it took.
     ///
-    /// The SETs still in flight at the decision finish in a spawned task, which releases each
-    /// such node right after its own SET when the lease (or the failed try) is released
-    /// first: a release sent beside a late SET could land before it and strand the key for a
-    /// whole ttl.
+    /// At the decision, the requests still unanswered are dropped: one never polled was never
+    /// sent, and one already handed to its node's connection is followed there, in order, by
+    /// any release sent later — so no SET of ours can land after our release (the `Node`
+    /// contract), and nothing is left running once the outcome is known.
     async fn try_once(
         &self,
         key: &Arc<str>,
@@ -414,7 +410,7 @@ impl Redlock {
         let timeout = inner.config.node_timeout;
         let start = Instant::now();
         // If this future is dropped from here on (a cancelled caller), the guard releases
-        // the token everywhere in the background.
+        // the token everywhere in the background — after the requests, dropped first.
         let guard = CancelGuard {
             client: Some(self.clone()),
             key: key.clone(),
@@ -431,96 +427,40 @@ impl Redlock {
                 async move { v.node.acquire(&key, token.as_str(), ttl).await }
             },
         );
-        let tally = quorum::count(
-            &mut sent,
-            n,
-            Until::Decided {
-                quorum: inner.quorum,
-            },
-            |a| match a {
-                Acquire::Acquired => Vote::For,
-                Acquire::Held { remaining } => Vote::Against(remaining),
-            },
-        )
+        let mut tally = quorum::count(&mut sent, n, inner.quorum, |a| match a {
+            Acquire::Acquired => Vote::For,
+            Acquire::Held { remaining } => Vote::Against(remaining),
+        })
         .await;
+        // The answers that came meanwhile need no release if they hold nothing of ours.
+        quorum::drain_ready(&mut sent, |(i, answer)| {
+            tally.answered |= 1 << i;
+            match answer {
+                Ok(Acquire::Acquired) => tally.for_mask |= 1 << i,
+                Ok(Acquire::Held { .. }) => tally.not_ours |= 1 << i,
+                Err(e) => tally.errors.push(e),
+            }
+        });
+        let holders = (tally.answered & !tally.not_ours) | sent.started();
+        drop(sent);
+        guard.disarm();
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
-            guard.disarm();
-            // The SETs that have answered since the decision need no task.
-            let (mut answered, mut not_ours) = (tally.answered, tally.not_ours);
-            quorum::drain_ready(&mut sent, |(i, answer)| {
-                answered |= 1 << i;
-                if holds_none_of_ours(&answer) {
-                    not_ours |= 1 << i;
-                }
-            });
-            if sent.is_empty() {
-                return Ok(Granted {
-                    deadline,
-                    late: None,
-                    not_ours,
-                });
-            }
-            // The nodes that have not answered yet still get their SET, in a task that also
-            // releases them after it if the lease is released first.
-            let late = Arc::new(Mutex::new(Late {
-                pending: quorum::all(n) & !answered,
-                released: false,
-            }));
-            let shared = late.clone();
-            let (client, key) = (self.clone(), key.clone());
-            tokio::spawn(async move {
-                while let Some((i, _)) = sent.next().await {
-                    let released = {
-                        let mut late = shared.lock().unwrap_or_else(|p| p.into_inner());
-                        late.pending &= !(1 << i);
-                        late.released
-                    };
-                    if released {
-                        client.release_after_set(i, &key, token).await;
-                    }
-                }
-            });
-            return Ok(Granted {
-                deadline,
-                late: Some(late),
-                not_ours,
-            });
+            return Ok(Granted { deadline, holders });
         }
 
-        // Failed: release on every node that may hold our token. The nodes that voted for
-        // answered quickly: wait for them, so nothing of ours outlives this try. The nodes
-        // that failed, or had not answered yet, are released in the background once their
-        // SET is done, so a slow or dead node costs this call nothing. Nodes that said
-        // "held" have no token of ours.
-        if tally.for_ > 0 {
-            let mut released =
-                quorum::send_release(&inner.nodes, tally.for_mask, timeout, key, token);
-            quorum::count(&mut released, n, Until::All, |_| Vote::For).await;
+        // Failed: release on every node that may hold our token. Wait for the nodes that
+        // voted for (they answered quickly); the others are released in the background.
+        if holders != 0 {
+            let release = Release {
+                key: key.clone(),
+                token,
+                mask: holders,
+                needed: (tally.for_mask & holders).count_ones() as usize,
+                until: deadline.max(Instant::now()),
+            };
+            let _ = self.release_token(release).await;
         }
-        // Suspended nodes were not asked: nothing of ours is there. Nor on nodes that said
-        // "held" (another value), here or among the late answers below.
-        let failed = tally.error_mask() & !tally.not_ours;
-        if failed != 0 || !sent.is_empty() {
-            let client = self.clone();
-            let key = key.clone();
-            tokio::spawn(async move {
-                let nodes = &client.inner.nodes;
-                let released = quorum::send_release(nodes, failed, timeout, &key, token);
-                let late = async {
-                    while let Some((i, answer)) = sent.next().await {
-                        // A late SET that landed, or whose fate is unknown.
-                        if !holds_none_of_ours(&answer) {
-                            client.release_after_set(i, &key, token).await;
-                        }
-                    }
-                };
-                tokio::join!(released.for_each(|_| async {}), late);
-            });
-        }
-
-        guard.disarm();
-        let held = tally.against;
         let err = if tally.for_ >= inner.quorum {
             Error::unavailable(
                 format!(
@@ -528,27 +468,25 @@ impl Redlock {
                 ),
                 tally.errors,
             )
-        } else if held > 0 && held >= tally.errors.len() {
-            Error::contended(held, tally.for_, n, tally.min_remaining, tally.errors)
+        } else if tally.against > 0 {
+            // Any "held" answer makes it contended: the rule is stated on `Error`.
+            Error::contended(
+                tally.against,
+                tally.for_,
+                n,
+                tally.min_remaining,
+                tally.errors,
+            )
         } else {
             Error::unavailable(
                 format!(
-                    "could not reach a quorum of {} of {n} nodes ({} said held)",
-                    inner.quorum, held
+                    "could not reach a quorum of {} of {n} nodes, and none said held",
+                    inner.quorum
                 ),
                 tally.errors,
             )
-            .with_held_by(held)
         };
         Err(err)
-    }
-
-    /// Releases `token` on node `i` once that node's SET has answered (or timed out), on the
-    /// same connection, bounded by the node timeout. Rare, so boxed: the task driving the
-    /// late SETs stays small.
-    async fn release_after_set(&self, i: usize, key: &str, token: Token) {
-        let release = Box::pin(self.inner.nodes[i].node.release(key, token.as_str()));
-        let _ = tokio::time::timeout(self.inner.config.node_timeout, release).await;
     }
 
     /// Extends `lease` to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).
@@ -591,14 +529,13 @@ impl Redlock {
                 async move { v.node.extend(&key, token.as_str(), ttl).await }
             },
         );
-        let tally = quorum::count(
-            &mut sent,
-            n,
-            Until::Decided {
-                quorum: inner.quorum,
-            },
-            |ok| if ok { Vote::For } else { Vote::Against(None) },
-        )
+        let tally = quorum::count(&mut sent, n, inner.quorum, |ok| {
+            if ok {
+                Vote::For
+            } else {
+                Vote::Against(None)
+            }
+        })
         .await;
         quorum::finish_in_background(sent);
         let deadline = start + ttl - inner.config.drift(ttl);
@@ -628,45 +565,22 @@ impl Redlock {
     }
 
     pub(crate) async fn release_state(&self, state: &LeaseState) -> crate::Result<()> {
-        let inner = &*self.inner;
-        let n = inner.nodes.len();
-        // Nodes still finishing their SET are released by that task, after the SET.
-        // Nodes that hold no token of ours need no release, and count as released.
-        let not_ours = state.not_ours() & quorum::all(n);
-        let asked = quorum::all(n) & !state.start_release() & !not_ours;
-        let needed = inner
-            .quorum
-            .saturating_sub(not_ours.count_ones() as usize)
-            .max(1);
-        let mut sent = quorum::send_release(
-            &inner.nodes,
-            asked,
-            inner.config.node_timeout,
-            &state.key_arc(),
-            state.token_copy(),
-        );
-        // Answer once a quorum is released; a slow or dead node gets its release in the
-        // background and costs the caller nothing.
-        let tally = quorum::count(
-            &mut sent,
-            asked.count_ones() as usize,
-            Until::Decided { quorum: needed },
-            |_| Vote::For,
-        )
-        .await;
-        quorum::finish_in_background(sent);
-        if tally.for_ >= needed {
-            Ok(())
-        } else {
-            Err(Error::unavailable(
-                format!(
-                    "only {} of {} nodes answered the release; the rest expire with the ttl",
-                    tally.for_ + not_ours.count_ones() as usize,
-                    inner.nodes.len()
-                ),
-                tally.errors,
-            ))
+        let n = self.inner.nodes.len();
+        // The nodes that hold none of our tokens need no release, and count as released: a
+        // quorum of released-or-never-ours nodes means the lock can no longer be held.
+        let holders = state.holders() & quorum::all(n);
+        if holders == 0 {
+            return Ok(());
         }
+        let not_ours = n - holders.count_ones() as usize;
+        let release = Release {
+            key: state.key_arc(),
+            token: state.token_copy(),
+            mask: holders,
+            needed: self.inner.quorum.saturating_sub(not_ours).max(1),
+            until: self.release_until(state.deadline()),
+        };
+        self.release_token(release).await
     }
 
     /// Runs `work` while holding the lock on `resource`, and always releases it: on
@@ -723,29 +637,17 @@ impl Redlock {
     }
 }
 
-/// Whether an acquire answer shows that the node holds no token of ours: it said "held"
-/// (by another value), or it was not asked (suspended).
-fn holds_none_of_ours(answer: &Result<Acquire, crate::error::NodeError>) -> bool {
-    match answer {
-        Ok(Acquire::Held { .. }) => true,
-        Ok(Acquire::Acquired) => false,
-        Err(e) => e.is_suspended(),
-    }
-}
-
 /// A successful try.
 struct Granted {
     /// The end of the validity.
     deadline: Instant,
-    /// The nodes whose SET was still in flight, shared with the task finishing them.
-    late: Option<Arc<Mutex<Late>>>,
-    /// The nodes that certainly hold no token of ours (voted "held", or were not asked).
-    not_ours: u64,
+    /// The nodes that may hold our token.
+    holders: u64,
 }
 
 /// Releases a try's token on every node when the try is cancelled mid-flight (its future
-/// dropped): requests already written to a connection are followed by the release on the
-/// same connection; requests not yet written are never sent.
+/// dropped): requests already handed to a connection are followed by the release on the
+/// same connection; requests not yet handed over are never sent.
 struct CancelGuard {
     client: Option<Redlock>,
     key: Arc<str>,
@@ -770,9 +672,14 @@ impl Drop for CancelGuard {
         rt.spawn(async move {
             let inner = &*client.inner;
             let all = quorum::all(inner.nodes.len());
-            quorum::send_release(&inner.nodes, all, inner.config.node_timeout, &key, token)
-                .for_each(|_| async {})
-                .await;
+            let release = Release {
+                key,
+                token,
+                mask: all,
+                needed: all.count_ones() as usize,
+                until: client.release_until(Instant::now() + inner.config.node_timeout),
+            };
+            let _ = client.release_token(release).await;
         });
     }
 }

@@ -1,8 +1,17 @@
 //! Parallel fan-out to every node and vote counting.
+//!
+//! Every request to a node is a [`Request`]: the node's call, bounded by the node timeout as
+//! this process experiences it. A timer that fires late means this process did not run (a
+//! blocked thread, a starved CPU, a flooded runtime): the node is not blamed for that time,
+//! and the request gets it back before it may time out (up to [`MAX_EXCUSE`] node timeouts in
+//! all). So a master that answers promptly is neither counted as failed nor suspended because
+//! its answer sat unread while this process was busy.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use futures_util::FutureExt;
@@ -34,8 +43,8 @@ pub(crate) enum Skip {
 pub(crate) enum Vote {
     /// The node did what was asked (set, extended, released).
     For,
-    /// The node refused: the key is held by another value (with its remaining ttl), or no
-    /// longer holds ours.
+    /// The node refused: the key is held by another value (with the holder's remaining ttl
+    /// when the node reported a live one), or no longer holds ours.
     Against(Option<Duration>),
 }
 
@@ -51,26 +60,24 @@ pub(crate) struct Tally {
     /// Bit `i` set: node `i` certainly holds no token of ours — it voted against (held by
     /// another value) or was not asked (suspended) — so it needs no release.
     pub(crate) not_ours: u64,
-    /// The shortest remaining ttl among the `Against` votes that reported one.
+    /// The shortest remaining ttl among the `Against` votes that reported a live holder.
     pub(crate) min_remaining: Option<Duration>,
     pub(crate) errors: Vec<NodeError>,
 }
 
 impl Tally {
+    /// Whether the quorum is reached, or can no longer be.
     fn decided(&self, nodes: usize, quorum: usize) -> bool {
         self.for_ >= quorum || nodes - self.against - self.errors.len() < quorum
     }
-}
 
-/// How long to wait for the answers.
-#[derive(Clone, Copy)]
-pub(crate) enum Until {
-    /// Stop counting as soon as the outcome is certain: `quorum` votes for, or too few nodes
-    /// left to reach it. The requests still in flight stay in the stream; the caller lets
-    /// them finish in the background (the spec sends every request to every node).
-    Decided { quorum: usize },
-    /// Wait for every node (or its timeout).
-    All,
+    /// Whether counting may stop: the quorum is reached, or it can no longer be **and** a
+    /// node said "held" — or no answer is left to wait for. A failure is never decided on
+    /// errors alone while an asked node may still say "held": a live holder is not reported
+    /// as an outage because the failures came faster.
+    fn done(&self, nodes: usize, quorum: usize) -> bool {
+        self.for_ >= quorum || (self.decided(nodes, quorum) && self.against > 0)
+    }
 }
 
 /// The most nodes a client may have (votes are kept in a `u64` bit set).
@@ -88,6 +95,93 @@ pub(crate) const fn all(n: usize) -> u64 {
 /// One node's answer: its index, and its result or why it has none.
 pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 
+/// The most time a request is given back for stalls of this process, in node timeouts.
+pub(crate) const MAX_EXCUSE: u32 = 4;
+
+/// How late a timer may fire before it counts as a stall of this process: the timer wheel's
+/// millisecond plus a tenth of the node timeout.
+fn stall_threshold(timeout: Duration) -> Duration {
+    timeout / 10 + Duration::from_millis(1)
+}
+
+pin_project_lite::pin_project! {
+    /// One request to one node, bounded by the node timeout as this process experiences it,
+    /// and reported to the node's health.
+    pub(crate) struct Request<F> {
+        #[pin]
+        call: F,
+        #[pin]
+        timer: tokio::time::Sleep,
+        voter: Arc<Voter>,
+        index: usize,
+        timeout: Duration,
+        // The time given back for stalls so far.
+        excused: Duration,
+        // Whether it was polled: a request never polled was never sent.
+        started: bool,
+        // A suspended node's probe.
+        probe: bool,
+    }
+}
+
+impl<F> Request<F> {
+    fn new(call: F, voter: Arc<Voter>, index: usize, timeout: Duration, probe: bool) -> Self {
+        Self {
+            call,
+            timer: tokio::time::sleep(timeout),
+            voter,
+            index,
+            timeout,
+            excused: Duration::ZERO,
+            started: false,
+            probe,
+        }
+    }
+}
+
+impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
+    type Output = Answer<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<T>> {
+        let mut this = self.project();
+        *this.started = true;
+        let (i, v) = (*this.index, &**this.voter);
+        if let Poll::Ready(r) = this.call.poll(cx) {
+            return Poll::Ready(match r {
+                Ok(x) => {
+                    v.health.answered();
+                    (i, Ok(x))
+                }
+                Err(e) => {
+                    if e.is_timeout() {
+                        v.health.timed_out(*this.probe);
+                    } else {
+                        v.health.answered();
+                    }
+                    (i, Err(NodeError::from_source(i, v.name.clone(), e)))
+                }
+            });
+        }
+        loop {
+            ready!(this.timer.as_mut().poll(cx));
+            let now = Instant::now();
+            let late = now.saturating_duration_since(this.timer.deadline().into_std());
+            let budget = this.timeout.saturating_mul(MAX_EXCUSE);
+            if late > stall_threshold(*this.timeout) && *this.excused < budget {
+                // This process was stalled: give the node that time back, so that its answer
+                // — likely read by now, or about to be — is not lost to our own delay.
+                let back = late.min(*this.timeout).min(budget - *this.excused);
+                *this.excused += back;
+                this.timer.as_mut().reset((now + back).into());
+                continue;
+            }
+            v.health.timed_out(*this.probe);
+            let waited = *this.timeout + *this.excused;
+            return Poll::Ready((i, Err(NodeError::timeout(i, v.name.clone(), waited))));
+        }
+    }
+}
+
 /// The requests of one fan-out: the answers known at once (in-process nodes, suspended
 /// nodes) and the requests in flight. As a stream, it yields the known answers first.
 ///
@@ -95,7 +189,7 @@ pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 /// (a Redis request's, about 1.7 KB), which an in-process node's answer need not pay.
 pub(crate) struct Sent<T, F> {
     now: Vec<Answer<T>>,
-    later: Option<FuturesUnordered<F>>,
+    later: Option<FuturesUnordered<Request<F>>>,
 }
 
 // Never pinned structurally: the answers are moved out, and `FuturesUnordered` is `Unpin`.
@@ -106,31 +200,46 @@ impl<T, F> Sent<T, F> {
     pub(crate) fn is_empty(&self) -> bool {
         self.now.is_empty() && self.later.as_ref().is_none_or(FuturesUnordered::is_empty)
     }
+
+    /// The nodes whose request is still in flight and was sent (polled at least once): it
+    /// may have reached the node. The requests never polled were never sent.
+    pub(crate) fn started(&self) -> u64 {
+        let Some(later) = &self.later else {
+            return 0;
+        };
+        Pin::new(later)
+            .iter_pin_ref()
+            .map(|r| r.get_ref())
+            .filter(|r| r.started)
+            .fold(0, |m, r| m | 1 << r.index)
+    }
 }
 
-impl<T, F: Future<Output = Answer<T>>> Stream for Sent<T, F> {
+impl<T, F: Future<Output = Result<T, NodeFailure>>> Stream for Sent<T, F> {
     type Item = Answer<T>;
 
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Answer<T>>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Answer<T>>> {
         // `Vec` and `FuturesUnordered` are `Unpin`, and so is `Sent`.
         let this = self.get_mut();
         if let Some(answer) = this.now.pop() {
-            return std::task::Poll::Ready(Some(answer));
+            return Poll::Ready(Some(answer));
         }
         match &mut this.later {
             Some(later) => later.poll_next_unpin(cx),
-            None => std::task::Poll::Ready(None),
+            None => Poll::Ready(None),
         }
     }
 }
 
+/// The key and token of a probe: a compare-and-delete of a key nobody holds, whose answer —
+/// any answer — shows that the node is back.
+const PROBE_KEY: &str = "tower-redlock:probe";
+const PROBE_TOKEN: &str = "-";
+
 /// Sends a request to every node in `mask` at once, each bounded by `timeout`: `now` answers
 /// for an in-process node at once (`None` for a remote one), `later` makes the request of a
-/// remote one. With [`Skip::Suspended`], a suspended node is not asked (it fails at once;
-/// one request per backoff goes through as its probe).
+/// remote one. With [`Skip::Suspended`], a suspended node is not asked (it fails at once);
+/// once per backoff it gets a probe of its own instead.
 ///
 /// The requests own their arguments (`'static`), so the ones still in flight when the
 /// outcome is decided can be driven to completion by a spawned task.
@@ -142,7 +251,7 @@ pub(crate) fn send<T, C, F>(
     // `dyn`: the returned futures' type must not depend on this closure, which borrows.
     now: &dyn Fn(&AnyNode) -> Option<Result<T, NodeFailure>>,
     later: C,
-) -> Sent<T, impl Future<Output = Answer<T>> + Send + 'static>
+) -> Sent<T, F>
 where
     C: Fn(Arc<Voter>) -> F,
     F: Future<Output = Result<T, NodeFailure>> + Send + 'static,
@@ -161,42 +270,35 @@ where
             sent.now.push((i, answer));
             continue;
         }
-        let admit = match skip {
-            Skip::Suspended => voter.health.admit(),
-            Skip::Never => Admit::Ask,
-        };
-        if admit == Admit::Skip {
-            let err = NodeError::suspended(i, voter.name.clone());
-            sent.now.push((i, Err(err)));
-            continue;
-        }
-        let v = voter.clone();
-        // A combinator, not an `async` block: a block awaiting the request future it
-        // captured would hold it twice (the capture and the awaited copy), doubling the
-        // allocation made for every request (3.5 KB instead of 1.7 KB, measured).
-        let request = tokio::time::timeout(timeout, later(voter.clone())).map(move |r| match r {
-            Ok(Ok(x)) => {
-                v.health.answered();
-                (i, Ok(x))
-            }
-            Ok(Err(e)) => {
-                if e.is_timeout() {
-                    v.health.timed_out(admit == Admit::Probe);
-                } else {
-                    v.health.answered();
+        if skip == Skip::Suspended {
+            match voter.health.admit() {
+                Admit::Ask => {}
+                admit => {
+                    if admit == Admit::Probe {
+                        probe(voter.clone(), i, timeout);
+                    }
+                    let err = NodeError::suspended(i, voter.name.clone());
+                    sent.now.push((i, Err(err)));
+                    continue;
                 }
-                (i, Err(NodeError::from_source(i, v.name.clone(), e)))
             }
-            Err(_) => {
-                v.health.timed_out(admit == Admit::Probe);
-                (i, Err(NodeError::timeout(i, v.name.clone(), timeout)))
-            }
-        });
+        }
+        let request = Request::new(later(voter.clone()), voter.clone(), i, timeout, false);
         sent.later
             .get_or_insert_with(FuturesUnordered::new)
             .push(request);
     }
     sent
+}
+
+/// Sends a suspended node its probe, in a task of its own: the probe's answer must not wait
+/// for (or be dropped with) the lock that happened to be due to send it.
+fn probe(voter: Arc<Voter>, i: usize, timeout: Duration) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let v = voter.clone();
+        let call = async move { v.node.release(PROBE_KEY, PROBE_TOKEN).await };
+        rt.spawn(Request::new(call, voter, i, timeout, true));
+    }
 }
 
 /// Sends the compare-and-delete of `token` at `key` to every node in `mask`.
@@ -206,7 +308,7 @@ pub(crate) fn send_release(
     timeout: Duration,
     key: &Arc<str>,
     token: Token,
-) -> Sent<bool, impl Future<Output = Answer<bool>> + Send + 'static> {
+) -> Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
     let owned = key.clone();
     send(
         nodes,
@@ -221,8 +323,11 @@ pub(crate) fn send_release(
     )
 }
 
-/// Counts the answers of `sent` (requests to `asked` nodes) until `until`.
-pub(crate) async fn count<T, S, V>(sent: &mut S, asked: usize, until: Until, vote: V) -> Tally
+/// Counts the answers of `sent` (requests to `asked` nodes) until the outcome is certain (see
+/// `Tally::done`): `quorum` votes for, or too few nodes left to reach it with a vote against
+/// among the answers — else until every node answered or timed out. The requests still in
+/// flight stay in `sent`; the caller drops them or lets them finish in the background.
+pub(crate) async fn count<T, S, V>(sent: &mut S, asked: usize, quorum: usize, vote: V) -> Tally
 where
     S: Stream<Item = Answer<T>> + Unpin,
     V: Fn(T) -> Vote,
@@ -251,10 +356,8 @@ where
                 tally.errors.push(e)
             }
         }
-        if let Until::Decided { quorum } = until {
-            if tally.decided(asked, quorum) {
-                break;
-            }
+        if tally.done(asked, quorum) {
+            break;
         }
     }
     tally
@@ -269,14 +372,14 @@ where
 pub(crate) fn finish_in_background<T, F>(mut sent: Sent<T, F>) -> Option<JoinHandle<()>>
 where
     T: Send + 'static,
-    F: Future<Output = Answer<T>> + Send + 'static,
+    F: Future<Output = Result<T, NodeFailure>> + Send + 'static,
 {
     drain_ready(&mut sent, |_| ());
     (!sent.is_empty()).then(|| tokio::spawn(sent.for_each(|_| async {})))
 }
 
 /// Takes the answers of `sent` that are ready now, without waiting, handing each to `each`.
-pub(crate) fn drain_ready<T, F: Future<Output = Answer<T>>>(
+pub(crate) fn drain_ready<T, F: Future<Output = Result<T, NodeFailure>>>(
     sent: &mut Sent<T, F>,
     mut each: impl FnMut(Answer<T>),
 ) {

@@ -30,8 +30,9 @@ pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>>
 pub enum Acquire {
     /// The key was absent and now holds our token with the requested ttl.
     Acquired,
-    /// The key is held by **another** value; `remaining` is its remaining ttl (`None` when
-    /// the key has no expiry).
+    /// The key is held by **another** value; `remaining` is the holder's remaining ttl, or
+    /// `None` when the node cannot tell (no expiry, or the key vanished before its ttl was
+    /// read): only a live holder's ttl makes a `Retry-After`.
     ///
     /// The client relies on "another": it sends no release to a node that answered `Held`.
     /// A node that retries a request internally (its first `SET` landed, the answer was
@@ -48,6 +49,13 @@ pub enum Acquire {
 /// Every method must be atomic on the node and must not re-create an absent key except in
 /// [`Node::acquire`]. Implementations need not apply timeouts: the client wraps every call
 /// in its per-node timeout.
+///
+/// **Order.** The client drops an acquire's future once the lock's outcome is decided
+/// without it, and may then release the same key and token on the node. A node must keep
+/// the two in order: a request whose future was dropped is either never carried out, or
+/// carried out before any request made to the same node afterwards. A single connection or
+/// queue per node gives this (redis-rs' multiplexed connection does: a request handed to it
+/// is written before any later one, and one not yet handed over is never sent).
 pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// A short name for errors and logs (`host:port`; never a password).
     fn name(&self) -> String;

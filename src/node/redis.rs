@@ -387,14 +387,12 @@ fn int(v: &Value) -> Result<i64, NodeFailure> {
     }
 }
 
-/// A "held" answer from the holder's `PTTL`: -1 means no expiry; -2 means the key expired
-/// between the two requests (free now, but this try did not get it).
+/// A "held" answer from the holder's `PTTL`. Only a live holder (`PTTL` ≥ 0) reports a
+/// remaining ttl: -1 (no expiry) and -2 (the key vanished between the two requests — free
+/// now, but this try did not get it) say nothing of how long to wait.
 fn held(pttl_ms: i64) -> Acquire {
     Acquire::Held {
-        remaining: match pttl_ms {
-            -1 => None,
-            ms => Some(Duration::from_millis(ms.max(0) as u64)),
-        },
+        remaining: u64::try_from(pttl_ms).ok().map(Duration::from_millis),
     }
 }
 
@@ -476,7 +474,9 @@ mod tests {
         // No expiry.
         assert_eq!(remaining(-1), None);
         // Expired between the SET and the PTTL: free now, though this try did not get it.
-        assert_eq!(remaining(-2), Some(Duration::ZERO));
+        // It must not shorten a live holder's Retry-After to zero.
+        assert_eq!(remaining(-2), None);
+        assert_eq!(remaining(0), Some(Duration::ZERO));
     }
 
     #[test]

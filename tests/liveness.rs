@@ -1,0 +1,366 @@
+//! Liveness under load, against real masters: a stall of a paused majority, a client whose
+//! runtime thread is blocked, a live holder behind suspended masters, and releases that
+//! must be retried. The lock stays safe in all of them; these tests ask that it stays *live*:
+//! no runtime starved by its retry loop, no healthy master suspended, no holder reported as
+//! an outage, no lock stranded after a release.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::{eventually, warm_up, Masters};
+use tower_redlock::{Redlock, Retry};
+
+/// A ttl no test waits out: a key still there after a test was left behind, not expiring.
+const LONG_TTL: Duration = Duration::from_secs(120);
+
+/// Every master ends empty well before any test lock could expire.
+async fn all_empty(masters: &Masters) {
+    eventually("every master is empty", Duration::from_secs(15), || async {
+        masters.dbsizes().await.iter().all(|&n| n == 0)
+    })
+    .await;
+}
+
+/// Thaws the masters it names when dropped, also when the test panics.
+struct Paused<'a>(&'a Masters, Vec<usize>);
+
+impl<'a> Paused<'a> {
+    fn freeze(masters: &'a Masters, which: &[usize]) -> Self {
+        for &i in which {
+            masters[i].freeze();
+        }
+        Self(masters, which.to_vec())
+    }
+
+    fn thaw(mut self) {
+        self.thaw_all();
+    }
+
+    fn thaw_all(&mut self) {
+        for i in self.1.drain(..) {
+            self.0[i].thaw();
+        }
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        self.thaw_all();
+    }
+}
+
+/// What the contending tasks saw.
+#[derive(Default)]
+struct Seen {
+    successes: AtomicU64,
+    overlaps: AtomicU64,
+    inside: AtomicUsize,
+    /// The first success after this instant, if any (set by the test at the resume).
+    resumed_at: Mutex<Option<Instant>>,
+    first_after_resume: Mutex<Option<Duration>>,
+}
+
+/// The issue's stall: 32 tasks contend for one key on 5 masters (try, and at once again on
+/// failure); 3 masters are paused for 300 ms, then resumed. After the resume, successes
+/// restart within 1 s; a timer task on the same runtime keeps ticking during the stall (no
+/// retry loop starves it); no two holders ever; no key left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_majority_stalls_the_lock_and_it_recovers() {
+    let masters = Masters::start(5);
+    let client = Redlock::builder();
+    let client = masters
+        .urls()
+        .iter()
+        .fold(client, |b, u| b.redis(u))
+        .retry(Retry::never())
+        .build()
+        .unwrap(); // the default node timeout and suspension
+    warm_up(&client, &masters).await;
+
+    let seen = Arc::new(Seen::default());
+    let run = Duration::from_secs(3);
+    let started = Instant::now();
+    let deadline = started + run;
+    let ticker = tokio::spawn(async move {
+        let mut worst = Duration::ZERO;
+        let mut next = Instant::now();
+        while Instant::now() < deadline {
+            next += Duration::from_millis(10);
+            tokio::time::sleep_until(next.into()).await;
+            worst = worst.max(Instant::now().saturating_duration_since(next));
+        }
+        worst
+    });
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let (client, seen) = (client.clone(), seen.clone());
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    let Ok(lease) = client.try_lock("stall", LONG_TTL).await else {
+                        continue;
+                    };
+                    if seen.inside.fetch_add(1, SeqCst) != 0 {
+                        seen.overlaps.fetch_add(1, SeqCst);
+                    }
+                    tokio::task::yield_now().await;
+                    seen.inside.fetch_sub(1, SeqCst);
+                    let _ = lease.release().await;
+                    seen.successes.fetch_add(1, SeqCst);
+                    let resumed = *seen.resumed_at.lock().unwrap();
+                    if let Some(at) = resumed {
+                        let mut first = seen.first_after_resume.lock().unwrap();
+                        first.get_or_insert_with(|| at.elapsed());
+                    }
+                }
+            })
+        })
+        .collect();
+
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = seen.successes.load(SeqCst);
+    let paused = Paused::freeze(&masters, &[0, 1, 2]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    *seen.resumed_at.lock().unwrap() = Some(Instant::now());
+    paused.thaw();
+
+    for t in tasks {
+        t.await.expect("a contending task");
+    }
+    let took = started.elapsed();
+    let worst_tick = ticker.await.expect("the ticker");
+    let first = *seen.first_after_resume.lock().unwrap();
+    let total = seen.successes.load(SeqCst);
+    eprintln!(
+        "stall: {before} successes before the pause, {total} in all; first after the resume \
+         {first:?}; worst tick lateness {worst_tick:?}; run took {took:?}"
+    );
+    assert!(before > 0, "no lock was granted before the pause");
+    assert_eq!(seen.overlaps.load(SeqCst), 0, "two holders at once");
+    let first = first.expect("no lock was granted after the resume");
+    assert!(
+        first < Duration::from_secs(1),
+        "successes restarted {first:?} after the resume"
+    );
+    // A runtime starved by a retry loop stops its timers for seconds; generous for a
+    // shared 2-core machine running other tests.
+    assert!(
+        worst_tick < Duration::from_millis(500),
+        "a timer on the same runtime was {worst_tick:?} late"
+    );
+    assert!(
+        took < run + Duration::from_secs(2),
+        "the {run:?} run took {took:?}"
+    );
+    all_empty(&masters).await;
+}
+
+/// A client whose runtime thread is blocked, again and again, for longer than the node
+/// timeout (a CPU-starved replica), while every master is healthy: the masters answered in
+/// time, so none is suspended, no free key is reported unavailable, and every lease is
+/// released.
+#[tokio::test(flavor = "current_thread")]
+async fn a_starved_client_blames_no_healthy_master() {
+    starved_client(1).await;
+}
+
+/// The same on a multi-threaded runtime whose two workers are each blocked in turn and
+/// together: timers and connections are serviced late, or by the other worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starved_multi_threaded_client_blames_no_healthy_master() {
+    starved_client(2).await;
+}
+
+/// Lock cycles on free keys while `blockers` tasks block the runtime's threads, `BLOCKS`
+/// times in all: no error, no master suspended, nothing left.
+async fn starved_client(blockers: usize) {
+    let masters = Masters::start(3);
+    let timeout = Duration::from_millis(50);
+    let client = masters.builder().node_timeout(timeout).build().unwrap();
+    warm_up(&client, &masters).await;
+
+    // Blocks the runtime `BLOCKS` times while the workers lock and release free keys.
+    const BLOCKS: u64 = 6;
+    let blocks = Arc::new(AtomicU64::new(0));
+    let blockers: Vec<_> = (0..blockers)
+        .map(|b| {
+            let blocks = blocks.clone();
+            tokio::spawn(async move {
+                while blocks.load(SeqCst) < BLOCKS {
+                    tokio::time::sleep(Duration::from_millis(20 + 7 * b as u64)).await;
+                    // The thread stops: no timer, no socket is serviced on it meanwhile.
+                    std::thread::sleep(timeout * 3);
+                    blocks.fetch_add(1, SeqCst);
+                }
+            })
+        })
+        .collect();
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let (client, blocks) = (client.clone(), blocks.clone());
+            tokio::spawn(async move {
+                let (mut errors, mut cycles) = (Vec::new(), 0);
+                // Bounded: the blocker finishes long before.
+                while blocks.load(SeqCst) < BLOCKS && cycles < 100_000 {
+                    cycles += 1;
+                    match client
+                        .try_lock(&format!("starved:{w}:{cycles}"), LONG_TTL)
+                        .await
+                    {
+                        Ok(lease) => {
+                            if let Err(e) = lease.release().await {
+                                errors.push(format!("release: {e}"));
+                            }
+                        }
+                        Err(e) => errors.push(format!("lock: {e}")),
+                    }
+                }
+                (errors, cycles)
+            })
+        })
+        .collect();
+    let (mut errors, mut cycles) = (Vec::new(), 0);
+    for w in workers {
+        let (e, c) = w.await.expect("a worker");
+        errors.extend(e);
+        cycles += c;
+    }
+    for b in blockers {
+        b.await.expect("a blocker");
+    }
+    eprintln!("starved client: {cycles} lock cycles across {BLOCKS} blocks of the runtime");
+    assert!(errors.is_empty(), "{} errors: {errors:?}", errors.len());
+    let status = client.node_status();
+    assert!(status.iter().all(|s| !s.is_suspended()), "{status:?}");
+    all_empty(&masters).await;
+}
+
+/// Five masters, another client holds the key on all of them, and two masters are paused
+/// and suspended in our client: a try fails at once on those two, but the live masters say
+/// "held" — so it is contended (409), never unavailable (503), with the holder's remaining
+/// ttl.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_holder_is_not_hidden_by_suspended_masters() {
+    let masters = Masters::start(5);
+    let ours = masters.client();
+    let theirs = masters.client();
+    warm_up(&ours, &masters).await;
+    let ttl = Duration::from_secs(30);
+    let held = theirs.try_lock("held", ttl).await.unwrap();
+
+    let paused = Paused::freeze(&masters, &[0, 1]);
+    let i = AtomicU64::new(0);
+    eventually(
+        "masters 0 and 1 are suspended",
+        Duration::from_secs(20),
+        || async {
+            // Cycles on other keys reach a quorum on masters 2-4; the paused masters' answers
+            // time out (in the background) until they are suspended.
+            let key = format!("other:{}", i.fetch_add(1, SeqCst));
+            if let Ok(lease) = ours.try_lock(&key, LONG_TTL).await {
+                let _ = lease.release().await;
+            }
+            let s = ours.node_status();
+            s[0].is_suspended() && s[1].is_suspended()
+        },
+    )
+    .await;
+    for round in 0..20 {
+        let err = ours.try_lock("held", ttl).await.unwrap_err();
+        assert!(err.is_contended(), "round {round}: {err:?}");
+        assert!(err.held_by() >= 1, "round {round}: {err:?}");
+        let after = err.retry_after().expect("a live holder's remaining ttl");
+        assert!(
+            after > Duration::from_secs(10) && after <= ttl,
+            "round {round}: retry_after {after:?} for a holder with ~{ttl:?} left"
+        );
+    }
+    paused.thaw();
+    held.release().await.unwrap();
+    all_empty(&masters).await;
+}
+
+/// A release that reaches too few masters at first is retried until it reaches a quorum:
+/// two of three masters are paused while the lease is released and resumed 300 ms later —
+/// several node timeouts, so one try per node would have failed. The release succeeds, and
+/// the key is gone everywhere as soon as it returns.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_that_misses_a_quorum_is_retried() {
+    let masters = Masters::start(3);
+    let client = masters
+        .builder()
+        .node_timeout(Duration::from_millis(50))
+        .suspend_after(0)
+        .build()
+        .unwrap();
+    warm_up(&client, &masters).await;
+    let lease = client.try_lock("retried", LONG_TTL).await.unwrap();
+    let value = lease.value().to_owned();
+    assert!(masters.everywhere("retried", &value).await);
+
+    let paused = Paused::freeze(&masters, &[0, 1]);
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        paused.thaw();
+    };
+    let (released, ()) = tokio::join!(lease.release(), resume);
+    released.expect("the release is retried until a quorum answered");
+    assert!(
+        masters.holding("retried", &value).await <= 1,
+        "a quorum still holds the released lock"
+    );
+    all_empty(&masters).await;
+}
+
+/// A try whose outcome is decided without any request (every master suspended) still
+/// yields to the scheduler: a tight loop of such tries on a single-threaded runtime lets a
+/// timer task run.
+#[tokio::test(flavor = "current_thread")]
+async fn tries_decided_without_io_still_yield() {
+    let masters = Masters::start(1);
+    let client = masters
+        .builder()
+        .node_timeout(Duration::from_millis(20))
+        .build()
+        .unwrap();
+    warm_up(&client, &masters).await;
+    let paused = Paused::freeze(&masters, &[0]);
+    eventually(
+        "the master is suspended",
+        Duration::from_secs(10),
+        || async {
+            let _ = client.try_lock("suspend-me", LONG_TTL).await;
+            client.node_status()[0].is_suspended()
+        },
+    )
+    .await;
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                ticks.fetch_add(1, SeqCst);
+            }
+        })
+    };
+    // A busy retry loop, bounded in count and time, with no await of its own but the lock.
+    let started = Instant::now();
+    let mut unavailable = 0u32;
+    while started.elapsed() < Duration::from_millis(300) && unavailable < 1_000_000 {
+        if client.try_lock("busy", LONG_TTL).await.is_err() {
+            unavailable += 1;
+        }
+    }
+    ticker.abort();
+    let ticks = ticks.load(SeqCst);
+    assert!(unavailable > 0);
+    // About 300 at 1 ms; a starving loop lets it tick only when a probe makes it wait.
+    assert!(
+        ticks >= 20,
+        "the timer task ticked {ticks} times in 300 ms while the loop tried {unavailable} times"
+    );
+    paused.thaw();
+}

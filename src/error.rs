@@ -7,8 +7,8 @@
 //! The three outcomes a caller must tell apart are kept apart:
 //!
 //! * **contended** — the resource is held by someone else ([`Error::is_contended`]);
-//! * **unavailable** — too many nodes failed or timed out to reach a quorum
-//!   ([`Error::is_unavailable`]); each node's error is in [`Error::node_errors`];
+//! * **unavailable** — too many nodes failed or timed out to reach a quorum, and none said
+//!   "held" ([`Error::is_unavailable`]); each node's error is in [`Error::node_errors`];
 //! * **invalid input** — the call or the configuration was wrong and nothing was locked
 //!   ([`Error::is_invalid_input`]); the message says what to fix.
 
@@ -140,6 +140,19 @@ impl std::error::Error for NodeError {
 
 /// The error returned by every fallible operation of this crate.
 ///
+/// # Contended or unavailable: the rule
+///
+/// A try that did not reach a quorum is **contended** when at least one node it asked
+/// answered "held" (by another value) within the node timeout — however many other nodes
+/// failed, timed out or were skipped as suspended. It is **unavailable** only when no node
+/// said "held". To keep that true, a failure is never decided on errors alone while an
+/// asked node may still answer: the try waits for it (at most its node timeout). A quorum
+/// that answered too slowly to leave any validity is unavailable too.
+///
+/// [`Error::retry_after`] is the shortest remaining ttl among the nodes that reported a
+/// live holder; a node that could not tell (the key vanished before its ttl was read, or
+/// has no expiry) never shortens it.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use std::time::Duration;
@@ -263,8 +276,8 @@ impl Error {
         self.inner.kind == ErrorKind::InvalidInput
     }
 
-    /// How many nodes said the resource is held (also for an unavailable quorum, where some
-    /// nodes may have answered "held" while others failed).
+    /// How many nodes said the resource is held (0 for an unavailable quorum: see the rule
+    /// above).
     pub fn held_by(&self) -> usize {
         self.inner.held_by
     }
@@ -276,9 +289,9 @@ impl Error {
         self.inner.won
     }
 
-    /// For a contended lock: the shortest remaining ttl the holder's nodes reported, a fair
-    /// time to wait before trying again. `None` when the holder set no expiry or the nodes
-    /// did not say.
+    /// For a contended lock: the shortest remaining ttl among the nodes that reported a
+    /// live holder, a fair time to wait before trying again. `None` when no node could tell
+    /// (the holder set no expiry, or its key vanished before its ttl was read).
     pub fn retry_after(&self) -> Option<Duration> {
         self.inner.retry_after
     }

@@ -229,20 +229,14 @@ pub(crate) enum Decision {
     Reject(RejectionResponse),
 }
 
-/// Releases a lease and logs the outcome (used by both glues).
+/// Releases a lease and logs the outcome (used by both glues). A release that reaches no
+/// quorum is logged at warn, with the (hashed) key, by the lock itself.
 pub(crate) async fn release(lease: Lease) {
     let started = Instant::now();
     let resource = tracing::enabled!(tracing::Level::DEBUG).then(|| lease.resource().to_owned());
-    let result = lease.release().await;
-    if let Some(resource) = resource {
-        match result {
-            Ok(()) => {
-                tracing::debug!(key = %resource, elapsed = ?started.elapsed(), "lock released")
-            }
-            Err(e) => {
-                tracing::debug!(key = %resource, error = %e, "release incomplete; the lock expires with its ttl")
-            }
-        }
+    let released = lease.release().await.is_ok();
+    if let Some(resource) = resource.filter(|_| released) {
+        tracing::debug!(key = %resource, elapsed = ?started.elapsed(), "lock released");
     }
 }
 

@@ -49,6 +49,8 @@ pub(crate) struct Health {
     epoch: Instant,
     /// Timeouts since the node last answered.
     timeouts: AtomicU32,
+    /// Answers so far (wrapping): whether the node answered anything since a moment.
+    answers: AtomicU64,
     /// When the first timeout of the current streak came, in ms after `epoch` (+1).
     streak_since: AtomicU64,
     /// 0: not suspended. Otherwise, in ms after `epoch` (+1), when the next probe may go.
@@ -64,6 +66,7 @@ impl Health {
             span_ms: ms(span),
             epoch: Instant::now(),
             timeouts: AtomicU32::new(0),
+            answers: AtomicU64::new(0),
             streak_since: AtomicU64::new(0),
             probe_at: AtomicU64::new(0),
             backoff_ms: AtomicU64::new(ms(FIRST_BACKOFF)),
@@ -98,7 +101,8 @@ impl Health {
 
     /// The node answered (anything but a timeout): it is reachable.
     pub(crate) fn answered(&self) {
-        // Two loads on the hot path; stores only when there is something to reset.
+        self.answers.fetch_add(1, Relaxed);
+        // Two loads; stores only when there is something to reset.
         if self.timeouts.load(Relaxed) != 0 || self.probe_at.load(Relaxed) != 0 {
             self.timeouts.store(0, Relaxed);
             self.backoff_ms.store(ms(FIRST_BACKOFF), Relaxed);
@@ -145,6 +149,12 @@ impl Health {
     fn silent_for_a_span(&self, now: u64) -> bool {
         let since = self.streak_since.load(Relaxed);
         since != 0 && now.saturating_sub(since) >= self.span_ms
+    }
+
+    /// How many answers the node gave so far (wrapping): compare two readings to learn
+    /// whether it answered in between.
+    pub(crate) fn answers(&self) -> u64 {
+        self.answers.load(Relaxed)
     }
 
     /// Whether the node is suspended now.

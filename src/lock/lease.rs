@@ -244,13 +244,15 @@ impl Lease {
         }
     }
 
-    /// Releases the lock on every node (compare-and-delete with this lease's token). Returns
-    /// once a quorum of nodes has answered — the lock can then no longer be held by this
-    /// lease — while the slower nodes' releases finish in the background, each bounded by
-    /// the per-node timeout, so a dead node costs nothing here.
+    /// Releases the lock on every node that may hold it (compare-and-delete with this
+    /// lease's token). Returns once a quorum of nodes has released it (or holds nothing of
+    /// ours) — the lock can then be taken by the next client — while the slower nodes'
+    /// releases finish in the background, so a dead minority costs nothing here.
     ///
-    /// Errors when fewer than a quorum of nodes answered; the lock then still expires after
-    /// its ttl.
+    /// Nodes that fail or do not answer in time are asked again, with a short backoff,
+    /// until a quorum is reached, the lease's validity ends, or ten node timeouts have
+    /// passed. Errors (and logs at warn) when no quorum was reached by then; the lock then
+    /// still expires after its ttl.
     pub async fn release(mut self) -> crate::Result<()> {
         self.stop_keep_alive();
         self.state.end();

@@ -146,6 +146,11 @@ impl RedlockBuilder {
 
     /// The longest a single node may take to answer one request (default 50 ms). Keep it
     /// well below your ttls: a node that does not answer in time counts as failed.
+    ///
+    /// The time is the node's, not this process's: when a request's timer fires late (a
+    /// blocked or CPU-starved runtime), the request gets that time back — up to four node
+    /// timeouts in all, a hundred while the node keeps answering other requests — before it
+    /// may time out, so an answer that sat unread meanwhile still counts.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.config.node_timeout = timeout;
         self
@@ -180,13 +185,17 @@ impl RedlockBuilder {
         self
     }
 
-    /// Suspend a node after this many timeouts in a row (default 3; 0 never suspends).
+    /// Suspend a node after this many timeouts in a row (default 3; 0 never suspends) that
+    /// span at least one node timeout without a single answer from it.
     ///
     /// A suspended node is not asked to lock or extend: it counts as a failed vote at once,
-    /// as its timeout would have, so a dead or partitioned master costs a lock no request, no
-    /// timer and no background task. One request per backoff (200 ms, doubling up to 2 s)
-    /// goes through as a probe, and the first answer restores the node. Releases are always
-    /// sent. [`Redlock::node_status`] shows which nodes are suspended.
+    /// as its timeout would have, so a dead or partitioned master costs a lock no wait. A
+    /// burst of requests that timed out together (queued behind this process's own work)
+    /// does not suspend a master that answers: its next answer ends the streak. A suspended
+    /// node gets a probe of its own (a no-op compare-and-delete) after 100 ms, then every
+    /// 200 ms; its first answer restores the node, so a master that is back votes again
+    /// within about 200 ms. Releases are always sent. [`Redlock::node_status`] shows which
+    /// nodes are suspended.
     pub fn suspend_after(mut self, timeouts: u32) -> Self {
         self.config.suspend_after = timeouts;
         self

@@ -16,6 +16,9 @@
 //! - `REDLOCK_BENCH_NODE_TIMEOUT_MS` (50): the per-node timeout of the limit and this crate.
 //! - `REDLOCK_BENCH_PEERS` (`rslock,redlock`): the peer crates to run (empty: none).
 //! - `REDLOCK_BENCH_LAYER` (1): 0 skips the HTTP layer section.
+//! - `REDLOCK_BENCH_STALL` (1): 0 skips the stall workload (3 of 5 masters paused 300 ms
+//!   under contention; the limit and this crate only, on 5 masters; see
+//!   `benches/common/stall.rs`). Skipped too when `REDLOCK_BENCH_N` is `0`.
 //! - `REDLOCK_BENCH_OUT`: also write the report (markdown) to this file.
 //!
 //! Run only by `cargo bench` (it does nothing without the `--bench` argument cargo passes),
@@ -36,6 +39,7 @@ use std::time::{Duration, Instant};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
+use common::stall::{Plan, Stall, MASTERS as STALL_MASTERS};
 use common::{fmt_dur, fmt_rate, median, percentile, Extras, Latency, Limit, Locker, Rate};
 use http_body_util::{BodyExt, Empty};
 use support::proxy::{Fault, FaultProxy};
@@ -54,6 +58,7 @@ struct Settings {
     rslock: bool,
     redlock_rs: bool,
     layer: bool,
+    stall: bool,
     out: Option<String>,
 }
 
@@ -81,6 +86,7 @@ impl Settings {
             rslock: peers.split(',').any(|p| p.trim() == "rslock"),
             redlock_rs: peers.split(',').any(|p| p.trim() == "redlock"),
             layer: var("REDLOCK_BENCH_LAYER").is_none_or(|v| v != "0"),
+            stall: var("REDLOCK_BENCH_STALL").is_none_or(|v| v != "0"),
             out: var("REDLOCK_BENCH_OUT"),
         }
     }
@@ -181,7 +187,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("proxy runtime");
-    let max_n = s.ns.iter().copied().max().unwrap_or(3).max(3);
+    let stall_on = s.stall && !s.ns.is_empty();
+    let mut max_n = s.ns.iter().copied().max().unwrap_or(3).max(3);
+    if stall_on {
+        max_n = max_n.max(STALL_MASTERS);
+    }
     eprintln!("starting {max_n} redis-server masters …");
     let masters = Masters::start(max_n);
 
@@ -212,6 +222,13 @@ fn main() {
         });
     }
 
+    let stall = if stall_on {
+        eprintln!("stall: 3 of {STALL_MASTERS} masters paused …");
+        stall(&s, &rt, &masters)
+    } else {
+        Vec::new()
+    };
+
     let layer = if s.layer {
         eprintln!("HTTP layer …");
         Some(rt.block_on(layer(&s, &masters)))
@@ -219,7 +236,7 @@ fn main() {
         None
     };
 
-    let report = report(&s, &table, layer.as_ref(), started.elapsed());
+    let report = report(&s, &table, &stall, layer.as_ref(), started.elapsed());
     println!("{report}");
     if let Some(path) = &s.out {
         std::fs::write(path, &report).expect("write REDLOCK_BENCH_OUT");
@@ -462,6 +479,33 @@ async fn keys_left(masters: &Masters, n: usize, prefix: &str) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Stall: a quorum of masters paused under contention
+
+fn stall_plan(s: &Settings) -> Plan {
+    Plan::standard(s.dur(1.0), s.dur(4.0), s.node_timeout)
+}
+
+/// The stall workload ([`common::stall`]) for the limit and this crate (no peers).
+fn stall(s: &Settings, rt: &tokio::runtime::Runtime, masters: &Masters) -> Vec<(Who, Stall)> {
+    let urls = &masters.urls()[..STALL_MASTERS];
+    let plan = stall_plan(s);
+    let mut out = Vec::new();
+    for who in [Who::Limit, Who::Ours] {
+        let l = rt.block_on(async {
+            match who {
+                Who::Ours => Locker::Ours(common::ours(urls, s.node_timeout)),
+                _ => Locker::Limit(Arc::new(
+                    Limit::connect(urls, s.node_timeout, Extras::default()).await,
+                )),
+            }
+        });
+        let prefix = format!("{}:stall", who.prefix());
+        out.push((who, common::stall::measure(rt, &l, &prefix, masters, &plan)));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
 // The HTTP layer
 
 async fn pay() -> &'static str {
@@ -678,6 +722,7 @@ fn fault_cell(l: &Latency, base: Option<Duration>, show_ratio: bool, acquire: bo
 fn report(
     s: &Settings,
     table: &BTreeMap<(usize, Who), Row>,
+    stall: &[(Who, Stall)],
     layer: Option<&Vec<(&'static str, LayerRow)>>,
     took: Duration,
 ) -> String {
@@ -690,9 +735,9 @@ fn report(
     );
     let _ = writeln!(
         o,
-        "| N | client | acquire p50 | cycle p50 | cycle p99 | 64 tasks: cycles/s | 32 tasks, 1 key: successes/s (overlaps) | 1 master +2 ms: acquire p50 | cycle p50 | 1 master black-holed: acquire p50 | cycle p50 | keys left |"
+        "| N | client | acquire p50 | cycle p50 | cycle p99 | 64 tasks: cycles/s | contended, 32 tasks on 1 key: successes/s | overlaps | 1 master +2 ms: acquire p50 | cycle p50 | 1 master black-holed: acquire p50 | cycle p50 | keys left |"
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (&(n, who), row) in table {
         let base = table.get(&(n, Who::Limit));
         let r = who != Who::Limit;
@@ -708,7 +753,7 @@ fn report(
         });
         let _ = writeln!(
             o,
-            "| {n} | {} | {} | {} | {} | {} | {} ({overlaps}) | {} | {} | {} | {} | {} |",
+            "| {n} | {} | {} | {} | {} | {} | {} | {overlaps} | {} | {} | {} | {} | {} |",
             who.name(),
             lat_cell(
                 p(&row.healthy_acquire.acquire, 50.0),
@@ -753,6 +798,11 @@ fn report(
             ),
             row.keys_left,
         );
+    }
+
+    if !stall.is_empty() {
+        let rows: Vec<_> = stall.iter().map(|(w, r)| (w.name(), r)).collect();
+        common::stall::table(&mut o, &stall_plan(s), s.node_timeout, &rows);
     }
 
     if let Some(layer) = layer {
@@ -802,6 +852,15 @@ fn report(
             "- N={n}: 64-task throughput ≥ 0.90× the limit: {t:.2}× — {}",
             mark(t >= 0.90)
         );
+        if n == 3 || n == 5 {
+            let c = median(&us.one_key.iter().map(Rate::per_sec).collect::<Vec<_>>())
+                / median(&lim.one_key.iter().map(Rate::per_sec).collect::<Vec<_>>());
+            let _ = writeln!(
+                o,
+                "- N={n}: contended (32 tasks, one key) ≥ 0.95× the limit: {c:.2}× — {}",
+                mark(c >= 0.95)
+            );
+        }
         let own = p(&us.healthy_acquire.acquire, 50.0);
         let lim_own = p(&lim.healthy_acquire.acquire, 50.0);
         for (what, l, ll) in [
@@ -816,6 +875,10 @@ fn report(
                 mark(f <= 1.2)
             );
         }
+    }
+    let stalled = |w: Who| stall.iter().find(|(x, _)| *x == w).map(|(_, r)| r);
+    if let Some(us) = stalled(Who::Ours) {
+        let _ = writeln!(o, "{}", common::stall::target(us, stalled(Who::Limit)));
     }
     if let (Some(layer), Some(us3)) = (layer, table.get(&(3, Who::Ours))) {
         if let Some(cycle) = p(&us3.healthy.cycle, 50.0) {

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod counting;
+pub mod stall;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +21,6 @@ use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
 use redis::{AsyncConnectionConfig, Cmd, Value};
-use tokio::task::JoinHandle;
 use tower_redlock::{Lease, Redlock, Retry};
 
 /// The lock ttl of every benchmark: long enough that no lock expires while it is measured.
@@ -127,52 +127,47 @@ pub struct Extras {
     /// Box every node future (`Pin<Box<dyn Future>>`, as the `Node` trait does) and clone an
     /// `Arc<str>` key into each.
     pub boxed: bool,
-    /// The release first awaits every request of the acquisition still in flight, then
-    /// releases everywhere (this crate's guard against a late `SET` landing after the
-    /// release), instead of chaining each late node's release after its own `SET`.
+    /// No effect (kept so that the ablation's variant list compiles; that variant now
+    /// measures the limit itself). It used to make the release wait for the acquisition's
+    /// `SET`s still in flight; the limit now drops them at the decision (see [`Limit`]), so
+    /// nothing of the acquisition is in flight when the release starts.
     pub wait_in_flight: bool,
-    /// After the decision, drain the answers that are already there before spawning a task
-    /// for the rest (usually nothing is left then, so nothing is spawned).
+    /// No effect (kept so that the ablation's variant list compiles): the limit always
+    /// drains the answers already there before it spawns a task for the rest of a release.
     pub drain_before_spawn: bool,
 }
 
-/// Redlock written directly on redis-rs multiplexed connections: `SET key token NX PX ttl`
-/// to every master in parallel, decided at quorum; the compare-and-delete release (`EVALSHA`)
-/// the same way. The requests still unanswered at a decision finish in a spawned task.
+/// Redlock written directly on redis-rs, the strongest fair baseline: one plain multiplexed
+/// connection per master (no reconnection logic), and per lock:
 ///
-/// No late `SET` may land after its release. A multiplexed connection does *not* keep the
-/// order of two requests from two tasks when its (bounded) queue is full: both wait for a
-/// slot, and whichever task runs first writes first. So the release of a node whose `SET`
-/// was still unanswered at the decision is chained after that `SET` (its answer or its
-/// timeout) in the task that drives it; the nodes that answered are released at once. The
-/// caller never waits for a slow node.
+/// - acquire: `SET key token NX PX ttl` to every master at once, each bounded by the node
+///   timeout; decided as soon as a quorum said `OK` or a quorum became impossible. At the
+///   decision the `SET`s still unanswered are **dropped**: nothing keeps driving them.
+/// - release (also after a failed acquire): the compare-and-delete script (`EVALSHA`) to
+///   every master at once, decided at quorum; the answers already there are drained, and
+///   only the requests still unanswered then finish in a spawned task.
+///
+/// Why dropping a late `SET` is safe (no `SET` can land after its release): a request on a
+/// multiplexed connection is either not yet handed to the connection — it waits for a slot
+/// in the connection's bounded queue — and dropping it then means it is never sent; or it is
+/// already in that queue (or written), and then it stays ordered before every request
+/// queued later on the same connection, the release included. (redis-rs even skips writing
+/// a queued request whose caller has gone.) So the release that follows the decision always
+/// reaches a master after that master's `SET`, if the `SET` reaches it at all, without a
+/// task chaining one after the other. The caller never waits for a slow master beyond the
+/// decision.
 pub struct Limit {
     conns: Arc<[Conn]>,
     quorum: usize,
     timeout: Duration,
-    release_sha: Arc<str>,
+    release_sha: String,
     acquire_sha: String,
     extras: Extras,
 }
 
-/// A lock the limit holds.
+/// A lock the limit holds: its token (nothing of the acquisition is left in flight).
 pub struct LimitLock {
     token: Token,
-    late: Option<Late>,
-}
-
-/// The nodes whose `SET` was unanswered at the decision, and the task that drives them.
-struct Late {
-    state: Arc<std::sync::Mutex<LateState>>,
-    task: JoinHandle<()>,
-}
-
-#[derive(Default)]
-struct LateState {
-    /// Bit `i`: node `i`'s `SET` has not answered (or timed out) yet.
-    pending: u64,
-    /// Set by the release: the driving task releases each pending node after its `SET`.
-    release: bool,
 }
 
 type Answer = (usize, Option<Value>);
@@ -290,23 +285,22 @@ impl Limit {
             quorum: conns.len() / 2 + 1,
             conns: conns.into(),
             timeout,
-            release_sha: release_sha.into(),
+            release_sha,
             acquire_sha,
             extras,
         }
     }
 
-    /// Counts answers until `quorum` said yes or it became impossible. Returns the yes count
-    /// and the nodes that answered.
+    /// Counts answers until `quorum` said yes or it became impossible (a timeout or an
+    /// error counts as no). Returns the yes count.
     async fn count<F: Future<Output = Answer>>(
         &self,
         sent: &mut FuturesUnordered<F>,
         asked: usize,
         yes: impl Fn(&Value) -> bool,
-    ) -> (usize, u64) {
-        let (mut for_, mut against, mut answered) = (0, 0, 0u64);
-        while let Some((i, answer)) = sent.next().await {
-            answered |= 1 << i;
+    ) -> usize {
+        let (mut for_, mut against) = (0, 0);
+        while let Some((_, answer)) = sent.next().await {
             if answer.as_ref().is_some_and(&yes) {
                 for_ += 1;
             } else {
@@ -316,57 +310,7 @@ impl Limit {
                 break;
             }
         }
-        (for_, answered)
-    }
-
-    /// Drives the `SET`s still unanswered (`pending`) in a spawned task, which releases each
-    /// of them after its answer once the lock is released.
-    fn drive_late<F>(
-        &self,
-        mut sent: FuturesUnordered<F>,
-        mut pending: u64,
-        key: &str,
-        token: Token,
-    ) -> Option<Late>
-    where
-        F: Future<Output = Answer> + Send + 'static,
-    {
-        if self.extras.drain_before_spawn {
-            while let Some(Some((i, _))) = sent.next().now_or_never() {
-                pending &= !(1 << i);
-            }
-        }
-        if sent.is_empty() {
-            return None;
-        }
-        let state = Arc::new(std::sync::Mutex::new(LateState {
-            pending,
-            release: false,
-        }));
-        let (conns, sha, timeout, extras) = (
-            self.conns.clone(),
-            self.release_sha.clone(),
-            self.timeout,
-            self.extras,
-        );
-        let key = key.to_owned();
-        let shared = state.clone();
-        let task = tokio::spawn(async move {
-            while let Some((i, _)) = sent.next().await {
-                let release = {
-                    let mut s = shared.lock().unwrap();
-                    s.pending &= !(1 << i);
-                    s.release
-                };
-                if release {
-                    let cmd = release_cmd(&sha, &key, &token);
-                    let _ = send(&conns, 1 << i, cmd, &key, timeout, extras)
-                        .next()
-                        .await;
-                }
-            }
-        });
-        Some(Late { state, task })
+        for_
     }
 
     /// Tries once to lock `key` for `ttl`.
@@ -405,7 +349,7 @@ impl Limit {
         };
         let mut sent = send(&self.conns, all(n), req, key, self.timeout, self.extras);
         let (script, pipe) = (self.extras.script_acquire, self.extras.set_pttl);
-        let (for_, answered) = self
+        let for_ = self
             .count(&mut sent, n, |v| {
                 if script {
                     matches!(v, Value::Int(-3))
@@ -416,37 +360,28 @@ impl Limit {
                 }
             })
             .await;
-        let late = self.drive_late(sent, all(n) & !answered, key, token);
+        // Decided: the `SET`s still unanswered are dropped (see [`Limit`] for why the
+        // release below, or the lock's, cannot be overtaken by one of them).
+        drop(sent);
         let drift = ttl / 100 + Duration::from_millis(2);
-        let lock = LimitLock { token, late };
+        let lock = LimitLock { token };
         if for_ >= self.quorum && start.elapsed() < ttl - drift {
             return Some(lock);
         }
-        // Failed: release what we may hold.
+        // Failed: release everywhere, as a lock is released.
         self.release(key, lock).await;
         None
     }
 
-    /// Releases `lock` (compare-and-delete), decided at quorum: at once on the nodes whose
-    /// `SET` answered, after its `SET` on the others.
+    /// Releases `lock` (compare-and-delete) on every master at once, decided at quorum; the
+    /// answers already there are drained, and the requests still unanswered (a slow or dead
+    /// master) finish in a spawned task, so the caller never waits for them.
     pub async fn release(&self, key: &str, lock: LimitLock) -> bool {
         let n = self.conns.len();
-        let mut now = all(n);
-        if let Some(late) = lock.late {
-            if self.extras.wait_in_flight {
-                let _ = tokio::time::timeout(self.timeout * 2, late.task).await;
-            } else {
-                let mut s = late.state.lock().unwrap();
-                s.release = true;
-                now &= !s.pending;
-            }
-        }
         let cmd = release_cmd(&self.release_sha, key, &lock.token);
-        let mut sent = send(&self.conns, now, cmd, key, self.timeout, self.extras);
-        let (answered, _) = self.count(&mut sent, n, |_| true).await;
-        if self.extras.drain_before_spawn {
-            while let Some(Some(_)) = sent.next().now_or_never() {}
-        }
+        let mut sent = send(&self.conns, all(n), cmd, key, self.timeout, self.extras);
+        let answered = self.count(&mut sent, n, |_| true).await;
+        while let Some(Some(_)) = sent.next().now_or_never() {}
         if !sent.is_empty() {
             tokio::spawn(sent.for_each(|_| async {}));
         }

@@ -13,13 +13,13 @@
 //!   behind this process's own work and timed out together does not suspend a master that
 //!   answers, since its next answer ends the streak.
 //!
-//! A suspended node gets one probe per backoff (100 ms, then 200 ms): a compare-and-delete of
-//! a key nobody holds, sent on its own, whose answer — any answer — restores the node. So a
-//! master that is back is used again within about 200 ms, whether or not locks are taken
-//! meanwhile. Only acquisitions and extensions skip a suspended node; releases are always
+//! A suspended node is probed by a task of its own, after 100 ms and then every 200 ms: a
+//! compare-and-delete of a key nobody holds, whose reply — any reply — restores the node. So
+//! a master that is back is used again within about 200 ms, whether or not locks are taken
+//! meanwhile. (Connection errors — refused, dropped — are no reply: they count as timeouts.) Only acquisitions and extensions skip a suspended node; releases are always
 //! sent to every node that may hold the token.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// The first delay before a suspended node gets a probe; doubled after each failed probe.
@@ -27,17 +27,6 @@ pub(crate) const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest delay between two probes of a suspended node: a master that is back is used
 /// again within about this long.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_millis(200);
-
-/// Whether to ask a node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admit {
-    /// Ask it.
-    Ask,
-    /// Ask it: it is suspended, and this request is its probe.
-    Probe,
-    /// Do not ask it: it is suspended.
-    Skip,
-}
 
 /// One node's recent timeouts, shared by every request to it (lock-free).
 #[derive(Debug)]
@@ -51,10 +40,10 @@ pub(crate) struct Health {
     timeouts: AtomicU32,
     /// Answers so far (wrapping): whether the node answered anything since a moment.
     answers: AtomicU64,
-    /// When the first timeout of the current streak came, in ms after `epoch` (+1).
+    /// When the first timeout of the current streak came, in ms after `epoch` (+1); 0 when
+    /// no streak is known.
     streak_since: AtomicU64,
-    /// 0: not suspended. Otherwise, in ms after `epoch` (+1), when the next probe may go.
-    probe_at: AtomicU64,
+    suspended: AtomicBool,
     /// The delay before the next probe, in ms.
     backoff_ms: AtomicU64,
 }
@@ -68,50 +57,38 @@ impl Health {
             timeouts: AtomicU32::new(0),
             answers: AtomicU64::new(0),
             streak_since: AtomicU64::new(0),
-            probe_at: AtomicU64::new(0),
+            suspended: AtomicBool::new(false),
             backoff_ms: AtomicU64::new(ms(FIRST_BACKOFF)),
         }
     }
 
-    /// Milliseconds since `epoch`, plus one (0 means "not suspended").
+    /// Milliseconds since `epoch`, plus one (0 means "none").
     fn now(&self) -> u64 {
         ms(self.epoch.elapsed()).saturating_add(1)
     }
 
-    /// Whether to send a request that may be skipped (an acquire or an extend). A suspended
-    /// node is not asked; once per backoff delay, the caller also sends it a probe.
-    pub(crate) fn admit(&self) -> Admit {
-        let at = self.probe_at.load(Relaxed);
-        if at == 0 {
-            return Admit::Ask;
-        }
-        let now = self.now();
-        if now < at {
-            return Admit::Skip;
-        }
-        let next = now.saturating_add(self.backoff_ms.load(Relaxed));
-        match self.probe_at.compare_exchange(at, next, Relaxed, Relaxed) {
-            Ok(_) => Admit::Probe,
-            // Restored meanwhile.
-            Err(0) => Admit::Ask,
-            // Another request is the probe.
-            Err(_) => Admit::Skip,
-        }
+    /// Whether to send a request that may be skipped (an acquire or an extend): not to a
+    /// suspended node.
+    pub(crate) fn admit(&self) -> bool {
+        !self.suspended.load(Relaxed)
     }
 
-    /// The node answered (anything but a timeout): it is reachable.
+    /// The node answered (a reply, even an error reply): it is reachable.
     pub(crate) fn answered(&self) {
         self.answers.fetch_add(1, Relaxed);
-        // Two loads; stores only when there is something to reset.
-        if self.timeouts.load(Relaxed) != 0 || self.probe_at.load(Relaxed) != 0 {
+        // Stores only when there is something to reset.
+        if self.timeouts.load(Relaxed) != 0 || self.suspended.load(Relaxed) {
             self.timeouts.store(0, Relaxed);
+            self.streak_since.store(0, Relaxed);
             self.backoff_ms.store(ms(FIRST_BACKOFF), Relaxed);
-            self.probe_at.store(0, Relaxed);
+            self.suspended.store(false, Relaxed);
         }
     }
 
-    /// A request timed out; `probe` says whether it was the suspended node's probe.
-    pub(crate) fn timed_out(&self, probe: bool) {
+    /// A request got no answer in time (or could not reach the node); `probe` says whether
+    /// it was a suspended node's probe. Returns whether this call suspended the node: the
+    /// caller then starts probing it.
+    pub(crate) fn timed_out(&self, probe: bool) -> bool {
         let n = self
             .timeouts
             .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_add(1)))
@@ -120,27 +97,30 @@ impl Health {
         let now = self.now();
         if n == 1 {
             self.streak_since.store(now, Relaxed);
+        } else {
+            // The streak's first timeout may not have stored its start yet (or an answer
+            // cleared it meanwhile): never judge by an older streak's start.
+            let _ = self.streak_since.compare_exchange(0, now, Relaxed, Relaxed);
         }
         if self.trip_after == 0 {
-            return;
+            return false;
         }
         if probe {
-            // Still unresponsive: wait longer before the next probe — unless another request
-            // got an answer meanwhile and restored the node (a stale probe must not suspend
-            // it again).
-            let at = self.probe_at.load(Relaxed);
-            if at == 0 {
-                return;
-            }
-            let backoff = self.backoff_ms.load(Relaxed);
-            let longer = backoff.saturating_mul(2).min(ms(MAX_BACKOFF));
+            // Still unresponsive: wait longer before the next probe.
+            let longer = self
+                .backoff_ms
+                .load(Relaxed)
+                .saturating_mul(2)
+                .min(ms(MAX_BACKOFF));
             self.backoff_ms.store(longer, Relaxed);
-            let next = self.now().saturating_add(longer);
-            let _ = self.probe_at.compare_exchange(at, next, Relaxed, Relaxed);
+            false
         } else if n >= self.trip_after && self.silent_for_a_span(now) {
             // Suspend, unless already suspended (requests sent before it time out too).
-            let at = now.saturating_add(self.backoff_ms.load(Relaxed));
-            let _ = self.probe_at.compare_exchange(0, at, Relaxed, Relaxed);
+            self.suspended
+                .compare_exchange(false, true, Relaxed, Relaxed)
+                .is_ok()
+        } else {
+            false
         }
     }
 
@@ -151,6 +131,11 @@ impl Health {
         since != 0 && now.saturating_sub(since) >= self.span_ms
     }
 
+    /// The delay before the next probe of a suspended node.
+    pub(crate) fn backoff(&self) -> Duration {
+        Duration::from_millis(self.backoff_ms.load(Relaxed))
+    }
+
     /// How many answers the node gave so far (wrapping): compare two readings to learn
     /// whether it answered in between.
     pub(crate) fn answers(&self) -> u64 {
@@ -159,7 +144,7 @@ impl Health {
 
     /// Whether the node is suspended now.
     pub(crate) fn is_suspended(&self) -> bool {
-        self.probe_at.load(Relaxed) != 0
+        self.suspended.load(Relaxed)
     }
 
     /// Timeouts since the node last answered.
@@ -207,16 +192,17 @@ mod tests {
     #[test]
     fn suspends_after_the_threshold_and_restores_on_an_answer() {
         let h = Health::new(3, Duration::ZERO);
-        h.timed_out(false);
-        h.timed_out(false);
-        assert_eq!(h.admit(), Admit::Ask);
-        h.timed_out(false);
+        assert!(!h.timed_out(false));
+        assert!(!h.timed_out(false));
+        assert!(h.admit());
+        assert!(h.timed_out(false), "the third timeout suspends");
         assert!(h.is_suspended());
-        assert_eq!(h.admit(), Admit::Skip);
+        assert!(!h.admit());
+        assert!(!h.timed_out(false), "already suspended");
         h.answered();
         assert!(!h.is_suspended());
         assert_eq!(h.timeouts(), 0);
-        assert_eq!(h.admit(), Admit::Ask);
+        assert!(h.admit());
     }
 
     /// A burst of timeouts that came together (requests that queued behind this process's
@@ -231,13 +217,24 @@ mod tests {
         assert_eq!(h.timeouts(), 100);
         // A node timeout later (the clock moved on), still no answer: the next one suspends.
         h.epoch = h.epoch.checked_sub(Duration::from_millis(100)).unwrap();
-        h.timed_out(false);
-        assert!(h.is_suspended());
+        assert!(h.timed_out(false));
         // An answer ends the streak; a new one starts its own span.
         h.answered();
+        for _ in 0..3 {
+            h.timed_out(false);
+        }
+        assert!(!h.is_suspended());
+    }
+
+    /// A timeout that finds no streak start (its first timeout's store not done yet, or an
+    /// answer cleared it) starts the span itself, never judging by an older streak.
+    #[test]
+    fn a_missing_streak_start_is_taken_as_now() {
+        let mut h = Health::new(2, Duration::from_millis(50));
         h.timed_out(false);
-        h.timed_out(false);
-        h.timed_out(false);
+        h.epoch = h.epoch.checked_sub(Duration::from_millis(100)).unwrap();
+        h.streak_since.store(0, Relaxed);
+        assert!(!h.timed_out(false), "the span starts now");
         assert!(!h.is_suspended());
     }
 
@@ -253,34 +250,19 @@ mod tests {
     }
 
     #[test]
-    fn one_probe_per_backoff_and_a_failed_probe_doubles_it() {
+    fn a_failed_probe_doubles_the_backoff_up_to_the_maximum() {
         let h = Health::new(1, Duration::ZERO);
-        h.timed_out(false);
-        assert_eq!(h.admit(), Admit::Skip);
-        // Due now: pretend the backoff passed.
-        h.probe_at.store(1, Relaxed);
-        assert_eq!(h.admit(), Admit::Probe);
-        assert_eq!(h.admit(), Admit::Skip, "one probe at a time");
-        h.timed_out(true);
-        assert_eq!(h.backoff_ms.load(Relaxed), 2 * ms(FIRST_BACKOFF));
+        assert!(h.timed_out(false));
+        assert_eq!(h.backoff(), FIRST_BACKOFF);
+        assert!(!h.timed_out(true));
+        assert_eq!(h.backoff(), FIRST_BACKOFF * 2);
         for _ in 0..10 {
             h.timed_out(true);
         }
-        assert_eq!(h.backoff_ms.load(Relaxed), ms(MAX_BACKOFF));
-        assert_eq!(h.admit(), Admit::Skip);
-    }
-
-    #[test]
-    fn a_stale_probe_does_not_suspend_a_restored_node() {
-        let h = Health::new(1, Duration::ZERO);
-        h.timed_out(false);
-        h.probe_at.store(1, Relaxed);
-        assert_eq!(h.admit(), Admit::Probe);
-        // Another request (a release, never skipped) gets an answer first.
+        assert_eq!(h.backoff(), MAX_BACKOFF);
+        assert!(h.is_suspended());
         h.answered();
-        h.timed_out(true);
-        assert!(!h.is_suspended());
-        assert_eq!(h.admit(), Admit::Ask);
+        assert_eq!(h.backoff(), FIRST_BACKOFF);
     }
 
     #[test]
@@ -296,10 +278,10 @@ mod tests {
     fn zero_never_suspends() {
         let h = Health::new(0, Duration::ZERO);
         for _ in 0..100 {
-            h.timed_out(false);
+            assert!(!h.timed_out(false));
         }
         assert!(!h.is_suspended());
-        assert_eq!(h.admit(), Admit::Ask);
+        assert!(h.admit());
         assert_eq!(h.timeouts(), 100);
     }
 }

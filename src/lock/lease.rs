@@ -285,8 +285,9 @@ impl Drop for Lease {
                     let _ = client.release_state(&state).await;
                 });
             }
-            Err(_) => tracing::debug!(
-                "lease dropped outside a Tokio runtime; the lock expires with its ttl"
+            Err(_) => tracing::warn!(
+                resource = %self.resource(),
+                "lease dropped outside a Tokio runtime: not released; the lock expires with its ttl"
             ),
         }
     }

@@ -420,10 +420,12 @@ impl Redlock {
         let start = Instant::now();
         // If this future is dropped from here on (a cancelled caller), the guard releases
         // the token everywhere in the background — after the requests, dropped first.
+        let deadline = start + ttl - inner.config.drift(ttl);
         let guard = CancelGuard {
             client: Some(self.clone()),
             key: key.clone(),
             token,
+            deadline,
         };
         let mut sent = quorum::send(
             &inner.nodes,
@@ -446,27 +448,29 @@ impl Redlock {
             tally.answered |= 1 << i;
             match answer {
                 Ok(Acquire::Acquired) => tally.for_mask |= 1 << i,
-                Ok(Acquire::Held { .. }) => tally.not_ours |= 1 << i,
+                Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
                 Err(e) => tally.errors.push(e),
             }
         });
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         drop(sent);
         guard.disarm();
-        let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
             return Ok(Granted { deadline, holders });
         }
 
-        // Failed: release on every node that may hold our token. Wait for the nodes that
-        // voted for (they answered quickly); the others are released in the background.
+        // Failed: release on every node that may hold our token. Wait one round for the
+        // nodes that voted for (they answered quickly), so that nothing of ours outlives this
+        // try; the others, and any retry, go on in the background while the lock could be
+        // valid — a try never waits longer than its node timeouts.
         if holders != 0 {
             let release = Release {
                 key: key.clone(),
                 token,
                 mask: holders,
                 needed: (tally.for_mask & holders).count_ones() as usize,
-                until: deadline.max(Instant::now()),
+                patience: Instant::now(),
+                until: deadline,
             };
             let _ = self.release_token(release).await;
         }
@@ -587,7 +591,8 @@ impl Redlock {
             token: state.token_copy(),
             mask: holders,
             needed: self.inner.quorum.saturating_sub(not_ours).max(1),
-            until: self.release_until(state.deadline()),
+            patience: self.patience(state.deadline()),
+            until: state.deadline(),
         };
         self.release_token(release).await
     }
@@ -661,6 +666,8 @@ struct CancelGuard {
     client: Option<Redlock>,
     key: Arc<str>,
     token: Token,
+    /// The end of the try's validity: no retry of the release after it.
+    deadline: Instant,
 }
 
 impl CancelGuard {
@@ -677,16 +684,18 @@ impl Drop for CancelGuard {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (key, token) = (self.key.clone(), self.token);
+        let (key, token, deadline) = (self.key.clone(), self.token, self.deadline);
         rt.spawn(async move {
             let inner = &*client.inner;
             let all = quorum::all(inner.nodes.len());
+            // Every node may hold it; a quorum released means it is no longer ours.
             let release = Release {
                 key,
                 token,
                 mask: all,
-                needed: all.count_ones() as usize,
-                until: client.release_until(Instant::now() + inner.config.node_timeout),
+                needed: inner.quorum,
+                patience: client.patience(deadline),
+                until: deadline,
             };
             let _ = client.release_token(release).await;
         });

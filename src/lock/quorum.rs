@@ -14,13 +14,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 
-use super::health::{Admit, Health};
+use super::health::Health;
 use super::lease::Token;
 use crate::error::NodeError;
 use crate::node::{AnyNode, NodeFailure};
@@ -69,6 +69,16 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// Counts node `i`'s vote against (held by another value, with the holder's remaining
+    /// ttl when the node reported a live one).
+    pub(crate) fn held(&mut self, i: usize, remaining: Option<Duration>) {
+        self.against += 1;
+        self.not_ours |= 1 << i;
+        if let Some(r) = remaining {
+            self.min_remaining = Some(self.min_remaining.map_or(r, |m| m.min(r)));
+        }
+    }
+
     /// Whether the quorum is reached, or can no longer be.
     fn decided(&self, nodes: usize, quorum: usize) -> bool {
         self.for_ >= quorum || nodes - self.against - self.errors.len() < quorum
@@ -102,8 +112,10 @@ pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 pub(crate) const MAX_EXCUSE: u32 = 4;
 /// ... and while the node keeps answering other requests meanwhile: a saturated replica
 /// reads answers up to seconds late (measured in `tests/flood.rs`) from masters that are
-/// fine, and a wait that long is still bounded.
+/// fine. Either way at most [`MAX_EXCUSE_TIME`] in all.
 pub(crate) const MAX_EXCUSE_ANSWERING: u32 = 100;
+/// The most time a request is given back for stalls, whatever the node timeout.
+pub(crate) const MAX_EXCUSE_TIME: Duration = Duration::from_secs(5);
 
 /// How late a timer may fire before it counts as a stall of this process: the timer wheel's
 /// millisecond plus a tenth of the node timeout.
@@ -166,9 +178,10 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
                     (i, Ok(x))
                 }
                 Err(e) => {
-                    if e.is_timeout() {
-                        v.health.timed_out(*this.probe);
+                    if e.is_timeout() || e.is_unreachable() {
+                        no_answer(this.voter, i, *this.timeout, *this.probe);
                     } else {
+                        // A reply, if an error reply: the node is there.
                         v.health.answered();
                     }
                     (i, Err(NodeError::from_source(i, v.name.clone(), e)))
@@ -177,8 +190,9 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
         }
         loop {
             ready!(this.timer.as_mut().poll(cx));
-            let now = Instant::now();
-            let late = now.saturating_duration_since(this.timer.deadline().into_std());
+            // The timer's own clock (paused in users' tests with `tokio::time::pause`).
+            let now = tokio::time::Instant::now();
+            let late = now.saturating_duration_since(this.timer.deadline());
             // While the node answers other requests, its answer to this one is likely queued
             // behind our own backlog: a longer excuse.
             let answering = v.health.answers() != *this.answers;
@@ -187,13 +201,13 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
             } else {
                 MAX_EXCUSE
             };
-            let budget = this.timeout.saturating_mul(times);
+            let budget = this.timeout.saturating_mul(times).min(MAX_EXCUSE_TIME);
             if late > stall_threshold(*this.timeout) && *this.excused < budget {
                 // This process was stalled: give the node that time back, so that its answer
                 // — likely read by now, or about to be — is not lost to our own delay.
                 let back = late.min(*this.timeout).min(budget - *this.excused);
                 *this.excused += back;
-                this.timer.as_mut().reset((now + back).into());
+                this.timer.as_mut().reset(now + back);
                 continue;
             }
             if !*this.looked {
@@ -201,14 +215,49 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
                 *this.looked = true;
                 let look = stall_threshold(*this.timeout);
                 *this.excused += look;
-                this.timer.as_mut().reset((now + look).into());
+                this.timer.as_mut().reset(now + look);
                 continue;
             }
-            v.health.timed_out(*this.probe);
+            no_answer(this.voter, i, *this.timeout, *this.probe);
             let waited = *this.timeout + *this.excused;
             return Poll::Ready((i, Err(NodeError::timeout(i, v.name.clone(), waited))));
         }
     }
+}
+
+/// A request to node `i` got no answer: counted against its health, which may suspend it —
+/// then a task probes it until it answers again.
+fn no_answer(voter: &Arc<Voter>, i: usize, timeout: Duration, probe: bool) {
+    if voter.health.timed_out(probe) {
+        tracing::warn!(node = %voter.name, "node suspended: no answer for a node timeout; probing it");
+        start_probing(voter, i, timeout);
+    }
+}
+
+/// Probes a suspended node in a task of its own, after each backoff, until it answers (its
+/// reply restores it, whoever gets it) or the client is gone. It runs whether or not locks
+/// are taken, so an idle client's `node_status` recovers too.
+fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let weak = Arc::downgrade(voter);
+    rt.spawn(async move {
+        loop {
+            let Some(backoff) = weak.upgrade().map(|v| v.health.backoff()) else {
+                return;
+            };
+            tokio::time::sleep(backoff).await;
+            let Some(v) = weak.upgrade().filter(|v| v.health.is_suspended()) else {
+                return;
+            };
+            let node = v.clone();
+            let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN).await };
+            if Request::new(call, v, i, timeout, true).await.1.is_ok() {
+                return;
+            }
+        }
+    });
 }
 
 /// The requests of one fan-out: the answers known at once (in-process nodes, suspended
@@ -267,8 +316,8 @@ const PROBE_TOKEN: &str = "-";
 
 /// Sends a request to every node in `mask` at once, each bounded by `timeout`: `now` answers
 /// for an in-process node at once (`None` for a remote one), `later` makes the request of a
-/// remote one. With [`Skip::Suspended`], a suspended node is not asked (it fails at once);
-/// once per backoff it gets a probe of its own instead.
+/// remote one. With [`Skip::Suspended`], a suspended node is not asked (it fails at once;
+/// a task of its own probes it meanwhile).
 ///
 /// The requests own their arguments (`'static`), so the ones still in flight when the
 /// outcome is decided can be driven to completion by a spawned task.
@@ -299,18 +348,10 @@ where
             sent.now.push((i, answer));
             continue;
         }
-        if skip == Skip::Suspended {
-            match voter.health.admit() {
-                Admit::Ask => {}
-                admit => {
-                    if admit == Admit::Probe {
-                        probe(voter.clone(), i, timeout);
-                    }
-                    let err = NodeError::suspended(i, voter.name.clone());
-                    sent.now.push((i, Err(err)));
-                    continue;
-                }
-            }
+        if skip == Skip::Suspended && !voter.health.admit() {
+            let err = NodeError::suspended(i, voter.name.clone());
+            sent.now.push((i, Err(err)));
+            continue;
         }
         let request = Request::new(later(voter.clone()), voter.clone(), i, timeout, false);
         sent.later
@@ -318,16 +359,6 @@ where
             .push(request);
     }
     sent
-}
-
-/// Sends a suspended node its probe, in a task of its own: the probe's answer must not wait
-/// for (or be dropped with) the lock that happened to be due to send it.
-fn probe(voter: Arc<Voter>, i: usize, timeout: Duration) {
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        let v = voter.clone();
-        let call = async move { v.node.release(PROBE_KEY, PROBE_TOKEN).await };
-        rt.spawn(Request::new(call, voter, i, timeout, true));
-    }
 }
 
 /// Sends the compare-and-delete of `token` at `key` to every node in `mask`.
@@ -370,13 +401,7 @@ where
                     tally.for_ += 1;
                     tally.for_mask |= 1 << i;
                 }
-                Vote::Against(remaining) => {
-                    tally.against += 1;
-                    tally.not_ours |= 1 << i;
-                    if let Some(r) = remaining {
-                        tally.min_remaining = Some(tally.min_remaining.map_or(r, |m| m.min(r)));
-                    }
-                }
+                Vote::Against(remaining) => tally.held(i, remaining),
             },
             Err(e) => {
                 if e.is_suspended() {

@@ -3,10 +3,10 @@
 //! A release that does not reach enough nodes leaves the lock held for the rest of its ttl —
 //! and the next request for the key is refused all that time. So a release is not one try
 //! per node: the nodes that failed (an error, or no answer within the node timeout) are asked
-//! again, with a short backoff, until enough of them have answered or the lock's validity —
-//! bounded by [`PATIENCE`] node timeouts for a caller who waits — is over (after it, the lock
-//! expires by itself). The caller waits only until enough nodes released; the others are
-//! released (and retried) in the background.
+//! again, with a short backoff, until enough of them have answered or the lock's validity is
+//! over (after it, the lock expires by itself). The caller waits until enough nodes released,
+//! or until its own patience (at most [`PATIENCE`] node timeouts) runs out; the rest is
+//! released, and retried, in the background.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,14 +34,17 @@ pub(crate) struct Release {
     pub(crate) mask: u64,
     /// How many of them must have answered before the caller goes on.
     pub(crate) needed: usize,
+    /// The caller asks again until this instant at most (then the background goes on).
+    pub(crate) patience: Instant,
     /// No retry after this instant (the lock expires by itself then).
     pub(crate) until: Instant,
 }
 
 impl Redlock {
     /// Releases `r.token` on the nodes in `r.mask`: waits until `r.needed` of them answered,
-    /// asking the failed ones again until `r.until`; the rest finish in the background.
-    /// Fails (logged at warn) when too few nodes answered in time.
+    /// asking the failed ones again until `r.patience`; the rest — and the retries after the
+    /// caller's patience, until `r.until` — go on in the background. Fails (logged at warn)
+    /// when too few nodes answered within the patience.
     pub(crate) async fn release_token(&self, r: Release) -> crate::Result<()> {
         let inner = &*self.inner;
         let timeout = inner.config.node_timeout;
@@ -73,8 +76,14 @@ impl Redlock {
             }
             // Too few: every node asked has answered (or timed out) by now.
             todo = failed;
-            if todo == 0 || Instant::now() + pause >= r.until {
-                return Err(release_failed(&r.key, released, r.needed, tally.errors));
+            if todo == 0 || Instant::now() + pause >= r.patience.min(r.until) {
+                let err = release_failed(&r.key, released, r.needed, tally.errors);
+                if todo != 0 && Instant::now() + pause < r.until {
+                    let client = self.clone();
+                    let sent = quorum::send_release(&inner.nodes, 0, timeout, &r.key, r.token);
+                    tokio::spawn(async move { client.release_rest(r, sent, todo).await });
+                }
+                return Err(err);
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_PAUSE);
@@ -116,7 +125,7 @@ impl Redlock {
     }
 
     /// The latest instant a caller waits for a release of a lock valid until `deadline`.
-    pub(crate) fn release_until(&self, deadline: Instant) -> Instant {
+    pub(crate) fn patience(&self, deadline: Instant) -> Instant {
         let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
         deadline.min(Instant::now() + patience)
     }
@@ -127,8 +136,9 @@ impl Redlock {
 fn release_failed(key: &str, released: usize, needed: usize, errors: Vec<NodeError>) -> Error {
     let err = Error::unavailable(
         format!(
-            "the release reached {released} of the {needed} nodes it needed in time; the \
-             lock expires with its ttl"
+            "the release reached {released} of the {needed} nodes it needed in time; it is \
+             retried in the background while the lock is valid, and the lock expires with \
+             its ttl"
         ),
         errors,
     );

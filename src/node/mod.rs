@@ -213,6 +213,7 @@ impl AnyNode {
 #[derive(Debug)]
 pub struct NodeFailure {
     timeout: bool,
+    unreachable: bool,
     message: String,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
@@ -222,6 +223,7 @@ impl NodeFailure {
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             timeout: false,
+            unreachable: false,
             message: message.into(),
             source: None,
         }
@@ -231,6 +233,7 @@ impl NodeFailure {
     pub fn from_error(source: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self {
             timeout: false,
+            unreachable: false,
             message: source.to_string(),
             source: Some(Box::new(source)),
         }
@@ -245,6 +248,19 @@ impl NodeFailure {
     /// Whether the node did not answer in time.
     pub fn is_timeout(&self) -> bool {
         self.timeout
+    }
+
+    /// Mark the failure as "the node could not be reached" (connection refused, dropped,
+    /// not yet made): no reply came from the node. Such failures count toward its
+    /// suspension, like timeouts; a reply — even an error reply — shows the node is there.
+    pub fn with_unreachable(mut self) -> Self {
+        self.unreachable = true;
+        self
+    }
+
+    /// Whether the node could not be reached (see [`NodeFailure::with_unreachable`]).
+    pub fn is_unreachable(&self) -> bool {
+        self.unreachable
     }
 }
 
@@ -265,8 +281,10 @@ impl std::error::Error for NodeFailure {
 impl From<::redis::RedisError> for NodeFailure {
     fn from(e: ::redis::RedisError) -> Self {
         let timeout = e.is_timeout();
+        let unreachable = e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal();
         let mut f = Self::from_error(e);
         f.timeout = timeout;
+        f.unreachable = unreachable;
         f
     }
 }

@@ -19,8 +19,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// The resource is held by someone else: enough nodes answered "held" to make a quorum
-    /// impossible.
+    /// The resource is held by someone else: no quorum, and at least one node answered
+    /// "held" (see [`Error`] for the exact rule).
     Contended,
     /// A quorum could not be reached because nodes failed, timed out, or answered too slowly
     /// to leave any validity.
@@ -149,9 +149,11 @@ impl std::error::Error for NodeError {
 /// asked node may still answer: the try waits for it (at most its node timeout). A quorum
 /// that answered too slowly to leave any validity is unavailable too.
 ///
-/// [`Error::retry_after`] is the shortest remaining ttl among the nodes that reported a
-/// live holder; a node that could not tell (the key vanished before its ttl was read, or
-/// has no expiry) never shortens it.
+/// [`Error::retry_after`] is the holder's remaining ttl: the shortest among the nodes that
+/// reported a live holder with their answer (in-process nodes, the restart-guarded script);
+/// otherwise one node that said "held" is asked for it (`PTTL`) once, when the error is
+/// returned — not on every try of a retry loop. A node that cannot tell (the key vanished
+/// meanwhile, or has no expiry) never shortens it.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -172,8 +174,13 @@ pub struct Error {
 
 struct Inner {
     kind: ErrorKind,
+    /// Empty for a contended error: its message is made from the counts when displayed (a
+    /// contended try is common and must cost no formatting).
     message: String,
     held_by: usize,
+    /// For a contended error: how many nodes were asked, and the first that said "held".
+    nodes_total: usize,
+    holder: Option<usize>,
     won: usize,
     retry_after: Option<Duration>,
     attempts: u32,
@@ -187,6 +194,8 @@ impl Error {
                 kind,
                 message: message.into(),
                 held_by: 0,
+                nodes_total: 0,
+                holder: None,
                 won: 0,
                 retry_after: None,
                 attempts: 0,
@@ -217,15 +226,32 @@ impl Error {
         retry_after: Option<Duration>,
         errors: Vec<NodeError>,
     ) -> Self {
-        let mut e = Self::new(
-            ErrorKind::Contended,
-            format!("resource is held by someone else ({held_by} of {nodes} nodes said held)"),
-        );
+        let mut e = Self::new(ErrorKind::Contended, String::new());
         e.inner.held_by = held_by;
+        e.inner.nodes_total = nodes;
         e.inner.won = won;
         e.inner.retry_after = retry_after;
         e.inner.nodes = errors;
         e
+    }
+
+    /// Records the first node that said "held": asked for the holder's remaining ttl when no
+    /// node reported one.
+    pub(crate) fn with_holder(mut self, node: usize) -> Self {
+        self.inner.holder = Some(node);
+        self
+    }
+
+    /// The node to ask for the holder's remaining ttl, when no node reported one yet.
+    pub(crate) fn holder_to_ask(&self) -> Option<usize> {
+        self.inner
+            .holder
+            .filter(|_| self.inner.retry_after.is_none())
+    }
+
+    /// Sets the holder's remaining ttl (asked after the try).
+    pub(crate) fn set_retry_after(&mut self, remaining: Duration) {
+        self.inner.retry_after = Some(remaining);
     }
 
     pub(crate) fn unavailable(message: impl Into<String>, errors: Vec<NodeError>) -> Self {
@@ -289,9 +315,9 @@ impl Error {
         self.inner.won
     }
 
-    /// For a contended lock: the shortest remaining ttl among the nodes that reported a
-    /// live holder, a fair time to wait before trying again. `None` when no node could tell
-    /// (the holder set no expiry, or its key vanished before its ttl was read).
+    /// For a contended lock: the holder's remaining ttl (see the rule above), a fair time to
+    /// wait before trying again. `None` when no node could tell (the holder set no expiry,
+    /// or its key vanished meanwhile).
     pub fn retry_after(&self) -> Option<Duration> {
         self.inner.retry_after
     }
@@ -311,7 +337,7 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Error");
         d.field("kind", &self.inner.kind)
-            .field("message", &self.inner.message);
+            .field("message", &format_args!("{:?}", Message(self)));
         if self.inner.kind == ErrorKind::Contended {
             d.field("held_by", &self.inner.held_by)
                 .field("retry_after", &self.inner.retry_after);
@@ -328,7 +354,7 @@ impl fmt::Debug for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.inner.message)?;
+        fmt::Display::fmt(&Message(self), f)?;
         if self.inner.attempts > 1 {
             write!(f, " after {} tries", self.inner.attempts)?;
         }
@@ -346,6 +372,30 @@ impl std::error::Error for Error {
             .nodes
             .first()
             .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// An error's own message, without the node errors.
+struct Message<'a>(&'a Error);
+
+impl fmt::Display for Message<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.0.inner;
+        if e.kind == ErrorKind::Contended && e.message.is_empty() {
+            write!(
+                f,
+                "resource is held by someone else ({} of {} nodes said held)",
+                e.held_by, e.nodes_total
+            )
+        } else {
+            f.write_str(&e.message)
+        }
+    }
+}
+
+impl fmt::Debug for Message<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.to_string(), f)
     }
 }
 

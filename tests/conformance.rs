@@ -130,11 +130,14 @@ mod check {
             .await
             .unwrap()
         {
+            // A node may leave the holder's ttl out (the Redis node does: the client asks
+            // one node for it when it returns a contended error); if given, it is right.
             Acquire::Held { remaining: Some(r) } => {
                 assert!(r <= LONG, "remaining {r:?} > ttl {LONG:?}");
                 assert!(r > LONG / 2, "remaining {r:?} far below the ttl {LONG:?}");
             }
-            other => panic!("expected Held with a remaining ttl, got {other:?}"),
+            Acquire::Held { remaining: None } => {}
+            other => panic!("expected Held, got {other:?}"),
         }
         // NX semantics even for the holder's own token: acquire never overwrites.
         assert!(matches!(
@@ -203,6 +206,7 @@ mod check {
             Acquire::Held { remaining: Some(r) } => {
                 assert!(r > Duration::from_secs(5) && r <= LONG, "remaining {r:?}")
             }
+            Acquire::Held { remaining: None } => {}
             other => panic!("expected Held, got {other:?}"),
         }
     }

@@ -393,6 +393,7 @@ impl Redlock {
                             self.inner.config.node_timeout.saturating_mul(2),
                         );
                     if !more {
+                        let e = self.ask_holder_ttl(&key, e).await;
                         tracing::debug!(resource, attempt, contended = e.is_contended(), error = %e, "lock not acquired");
                         return Err(e.with_attempts(attempt));
                     }
@@ -483,6 +484,7 @@ impl Redlock {
             )
         } else if tally.against > 0 {
             // Any "held" answer makes it contended: the rule is stated on `Error`.
+            let holder = tally.not_ours & !tally.error_mask();
             Error::contended(
                 tally.against,
                 tally.for_,
@@ -490,6 +492,7 @@ impl Redlock {
                 tally.min_remaining,
                 tally.errors,
             )
+            .with_holder(holder.trailing_zeros() as usize)
         } else {
             Error::unavailable(
                 format!(
@@ -500,6 +503,27 @@ impl Redlock {
             )
         };
         Err(err)
+    }
+
+    /// Completes a contended error that is about to be returned with the holder's remaining
+    /// ttl, asked from one node that said "held" (bounded by the node timeout), when no node
+    /// reported it with its answer. Asked once per returned error, not on every try.
+    async fn ask_holder_ttl(&self, key: &str, mut e: Error) -> Error {
+        let Some(i) = e.holder_to_ask() else {
+            return e;
+        };
+        let Some(voter) = self.inner.nodes.get(i) else {
+            return e;
+        };
+        let Some(ask) = voter.node.remaining_ttl(key) else {
+            return e;
+        };
+        if let Ok(Ok(Some(remaining))) =
+            tokio::time::timeout(self.inner.config.node_timeout, ask).await
+        {
+            e.set_retry_after(remaining);
+        }
+        e
     }
 
     /// Extends `lease` to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).

@@ -76,6 +76,16 @@ impl MemoryNode {
             .map(|e| e.token.clone())
     }
 
+    /// The remaining ttl of `key`, if it is held and unexpired.
+    pub(crate) fn remaining_now(&self, key: &str) -> Option<Duration> {
+        let now = Instant::now();
+        self.lock()
+            .entries
+            .get(key)
+            .filter(|e| e.expires > now)
+            .map(|e| e.expires - now)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Map> {
         // A panic while holding the lock cannot leave the map inconsistent (every update is a
         // single insert or remove), so a poisoned lock is safe to keep using.

@@ -166,6 +166,20 @@ impl AnyNode {
         }
     }
 
+    /// The holder's remaining ttl at `key`, for a node whose "held" answer did not carry it:
+    /// asked once per contended error, from one node. `None` for a custom node (it reports
+    /// the ttl in [`Acquire::Held`] if it can).
+    pub(crate) fn remaining_ttl<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> Option<impl Future<Output = Result<Option<Duration>, NodeFailure>> + Send + 'a> {
+        match self {
+            Self::Redis(n) => Some(Either::Left(n.remaining_ttl(key))),
+            Self::Memory(n) => Some(Either::Right(ready(Ok(n.remaining_now(key))))),
+            Self::Custom(_) => None,
+        }
+    }
+
     pub(crate) fn acquire<'a>(
         &'a self,
         key: &'a str,

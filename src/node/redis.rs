@@ -263,10 +263,11 @@ impl RedisNode {
         .await
     }
 
-    /// `SET key token NX PX ttl`; only when the key is held, a second request for the
-    /// holder's `PTTL` (for `Retry-After`). A plain `SET` costs a master about a fifth less
-    /// CPU than a script doing the same (`benches/profile.rs`), and the uncontended path is
-    /// the one that must be fast. With delayed-restart protection, the guarded script.
+    /// `SET key token NX PX ttl`. A plain `SET` costs a master about a fifth less CPU than a
+    /// script doing the same (`benches/profile.rs`). A held key answers without the
+    /// holder's ttl: the client asks one node for it ([`RedisNode::remaining_ttl`]) when a
+    /// contended error is returned, not every node on every try. With delayed-restart
+    /// protection, the guarded script (which returns the holder's ttl at once).
     pub(crate) async fn acquire_key(
         &self,
         key: &str,
@@ -294,14 +295,23 @@ impl RedisNode {
             .arg(ms);
         match query(&mut conn, &cmd).await? {
             Value::Okay => Ok(Acquire::Acquired),
-            Value::Nil => {
-                let mut cmd = Cmd::with_capacity(2, 4 + key.len());
-                cmd.arg("PTTL").arg(key);
-                Ok(held(int(&Box::pin(query(&mut conn, &cmd)).await?)?))
-            }
+            // The holder's ttl is asked only if the caller needs it (`remaining_ttl`), from
+            // one node: a contended try costs each master one command, as an uncontended one.
+            Value::Nil => Ok(Acquire::Held { remaining: None }),
             other => Err(NodeFailure::new(format!(
                 "unexpected reply to SET NX PX: {other:?}"
             ))),
+        }
+    }
+
+    /// The remaining ttl of `key` (`PTTL`): `None` when it has no expiry or is gone.
+    pub(crate) async fn remaining_ttl(&self, key: &str) -> Result<Option<Duration>, NodeFailure> {
+        let mut conn = self.conn.clone();
+        let mut cmd = Cmd::with_capacity(2, 4 + key.len());
+        cmd.arg("PTTL").arg(key);
+        match held(int(&query(&mut conn, &cmd).await?)?) {
+            Acquire::Held { remaining } => Ok(remaining),
+            Acquire::Acquired => Ok(None),
         }
     }
 

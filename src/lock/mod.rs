@@ -428,6 +428,9 @@ impl Redlock {
             token,
             deadline,
         };
+        // The `SET`, packed once for every Redis master.
+        let set = (inner.nodes.iter().any(|v| v.node.uses_prepared(true)))
+            .then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
         let mut sent = quorum::send(
             &inner.nodes,
             quorum::all(n),
@@ -435,8 +438,12 @@ impl Redlock {
             Skip::Suspended,
             &|node| node.acquire_now(key, token.as_str(), ttl),
             |v| {
-                let key = key.clone();
-                async move { v.node.acquire(&key, token.as_str(), ttl).await }
+                let (key, set) = (key.clone(), set.clone());
+                async move {
+                    v.node
+                        .acquire(&key, token.as_str(), ttl, set.as_deref())
+                        .await
+                }
             },
         );
         let mut tally = quorum::count(&mut sent, n, inner.quorum, |a| match a {

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use super::health::Health;
 use super::lease::Token;
 use crate::error::NodeError;
-use crate::node::{AnyNode, NodeFailure};
+use crate::node::{AnyNode, NodeFailure, RedisNode};
 
 /// One node as the client holds it: the node, its name, and its recent timeouts.
 #[derive(Debug)]
@@ -252,7 +252,7 @@ fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
                 return;
             };
             let node = v.clone();
-            let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN).await };
+            let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN, None).await };
             if Request::new(call, v, i, timeout, true).await.1.is_ok() {
                 return;
             }
@@ -370,6 +370,9 @@ pub(crate) fn send_release(
     token: Token,
 ) -> Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
     let owned = key.clone();
+    // The `EVALSHA`, packed once for every Redis master.
+    let packed = (nodes.iter().any(|v| v.node.uses_prepared(false)))
+        .then(|| Arc::new(RedisNode::release_cmd(key, token.as_str())));
     send(
         nodes,
         mask,
@@ -378,7 +381,12 @@ pub(crate) fn send_release(
         &|node| node.release_now(key, token.as_str()),
         move |v| {
             let key = owned.clone();
-            async move { v.node.release(&key, token.as_str()).await }
+            let packed = packed.clone();
+            async move {
+                v.node
+                    .release(&key, token.as_str(), packed.as_deref())
+                    .await
+            }
         },
     )
 }

@@ -180,14 +180,24 @@ impl AnyNode {
         }
     }
 
+    /// Whether this node uses the Redis command a fan-out packs once for all its masters
+    /// ([`RedisNode::set_cmd`] when `acquire`, else [`RedisNode::release_cmd`]).
+    pub(crate) fn uses_prepared(&self, acquire: bool) -> bool {
+        match self {
+            Self::Redis(n) => !acquire || n.plain_acquire(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn acquire<'a>(
         &'a self,
         key: &'a str,
         token: &'a str,
         ttl: Duration,
+        prepared: Option<&'a ::redis::Cmd>,
     ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
         match self {
-            Self::Redis(n) => Either::Left(n.acquire_key(key, token, ttl)),
+            Self::Redis(n) => Either::Left(n.acquire_key(key, token, ttl, prepared)),
             Self::Memory(n) => {
                 Either::Right(Either::Left(ready(Ok(n.acquire_now(key, token, ttl)))))
             }
@@ -199,9 +209,10 @@ impl AnyNode {
         &'a self,
         key: &'a str,
         token: &'a str,
+        prepared: Option<&'a ::redis::Cmd>,
     ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
         match self {
-            Self::Redis(n) => Either::Left(n.release_key(key, token)),
+            Self::Redis(n) => Either::Left(n.release_key(key, token, prepared)),
             Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.release_now(key, token))))),
             Self::Custom(n) => Either::Right(Either::Right(n.release(key, token))),
         }

@@ -34,7 +34,7 @@ else
 end"#;
 
 /// This crate's acquire script (`SET NX PX`, else the holder's `PTTL`), for the ablation
-/// that swaps the limit's plain `SET` for it. Copied from `src/lock/scripts.rs`.
+/// that swaps the limit's plain `SET` for it. Copied from `src/node/redis/scripts.rs`.
 pub const ACQUIRE_LUA: &str = r#"if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return -3
 end

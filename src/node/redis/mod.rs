@@ -5,8 +5,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{Client, Cmd, RedisResult, Value};
 
+use self::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{Acquire, Node, NodeFailure, NodeFuture};
-use crate::lock::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
+
+mod scripts;
 
 /// Connection settings of a [`RedisNode`].
 ///

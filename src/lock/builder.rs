@@ -1,0 +1,183 @@
+//! [`RedlockBuilder`]: a client's nodes and tunables, checked when it is built.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::health::Health;
+use super::options::{Config, MAX_RESOURCE_LEN};
+use super::quorum::{self, Voter};
+use super::{Inner, Redlock, Retry};
+use crate::error::Error;
+use crate::node::{AnyNode, Node, RedisNode, RedisNodeOptions};
+
+/// Builds a [`Redlock`] client: its nodes and tunables.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+/// use std::time::Duration;
+/// use tower_redlock::{Redlock, Retry};
+///
+/// let redlock = Redlock::builder()
+///     .redis("redis://127.0.0.1:7777")
+///     .redis("redis://127.0.0.1:7778")
+///     .redis("redis://127.0.0.1:7779")
+///     .node_timeout(Duration::from_millis(20))
+///     .retry(Retry::times(5).delay(Duration::from_millis(100)))
+///     .key_prefix("redlock:")
+///     .build()?; // connects lazily, in the background
+/// assert_eq!(redlock.quorum(), 2);
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct RedlockBuilder {
+    nodes: Vec<AnyNode>,
+    problems: Vec<String>,
+    config: Config,
+}
+
+impl std::fmt::Debug for RedlockBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBuilder")
+            .field("nodes", &self.nodes)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl RedlockBuilder {
+    /// Adds a node.
+    pub fn node(mut self, node: impl Node) -> Self {
+        self.nodes.push(AnyNode::new(node));
+        self
+    }
+
+    /// Adds a Redis master by URL (see [`RedisNode::open`]). A bad URL is reported by
+    /// [`RedlockBuilder::build`].
+    pub fn redis(self, url: &str) -> Self {
+        self.redis_with(url, &RedisNodeOptions::default())
+    }
+
+    /// Adds a Redis master by URL with explicit connection settings (see
+    /// [`RedisNode::open_with`]), e.g. delayed-restart protection.
+    pub fn redis_with(mut self, url: &str, options: &RedisNodeOptions) -> Self {
+        match RedisNode::open_with(url, options) {
+            Ok(node) => self.nodes.push(AnyNode::Redis(node)),
+            Err(e) => self.problems.push(e.to_string()),
+        }
+        self
+    }
+
+    /// The longest a single node may take to answer one request (default 50 ms). Keep it
+    /// well below your ttls: a node that does not answer in time counts as failed.
+    ///
+    /// The time is the node's, not this process's: when a request's timer fires late (a
+    /// blocked or CPU-starved runtime), the request gets that time back — up to four node
+    /// timeouts in all, a hundred while the node keeps answering other requests — before it
+    /// may time out, so an answer that sat unread meanwhile still counts.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = timeout;
+        self
+    }
+
+    /// The retry policy of [`Redlock::lock`] (default: [`Retry::default`], 3 retries of
+    /// 200 ms + up to 50 ms jitter).
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.config.retry = retry;
+        self
+    }
+
+    /// The clock drift factor (default 0.01): the validity is shortened by `ttl · factor +
+    /// 2 ms`. Must be in `0.0..1.0`.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// A prefix for every Redis key (default none: the key is the resource name, as the
+    /// Ruby, Node and Go clients do, so their locks and ours exclude each other). Set it to
+    /// interoperate with clients that prefix, e.g. `"redlock:"`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// The most times one lease may be extended (default 100), so that a runaway holder
+    /// cannot keep a lock forever.
+    pub fn max_extensions(mut self, max: u32) -> Self {
+        self.config.max_extensions = max;
+        self
+    }
+
+    /// Suspend a node after this many timeouts in a row (default 3; 0 never suspends) that
+    /// span at least one node timeout without a single answer from it.
+    ///
+    /// A suspended node is not asked to lock or extend: it counts as a failed vote at once,
+    /// as its timeout would have, so a dead or partitioned master costs a lock no wait. A
+    /// burst of requests that timed out together (queued behind this process's own work)
+    /// does not suspend a master that answers: its next answer ends the streak. A suspended
+    /// node gets a probe of its own (a no-op compare-and-delete) after 100 ms, then every
+    /// 200 ms; its first answer restores the node, so a master that is back votes again
+    /// within about 200 ms. Releases are always sent. [`Redlock::node_status`] shows which
+    /// nodes are suspended.
+    pub fn suspend_after(mut self, timeouts: u32) -> Self {
+        self.config.suspend_after = timeouts;
+        self
+    }
+
+    /// Builds the client, or says what to fix.
+    pub fn build(self) -> crate::Result<Redlock> {
+        if let Some(p) = self.problems.into_iter().next() {
+            return Err(Error::invalid(p));
+        }
+        if self.nodes.is_empty() {
+            return Err(Error::invalid(
+                "a Redlock client needs at least one node: add Redis masters with \
+                 `.redis(url)` or nodes with `.node(..)`",
+            ));
+        }
+        if self.nodes.len() > quorum::MAX_NODES {
+            return Err(Error::invalid(format!(
+                "a Redlock client supports at most {} nodes, not {}",
+                quorum::MAX_NODES,
+                self.nodes.len()
+            )));
+        }
+        let c = &self.config;
+        if c.node_timeout.is_zero() || c.node_timeout > Duration::from_secs(60) {
+            return Err(Error::invalid(
+                "the node timeout must be greater than zero and at most 60 s",
+            ));
+        }
+        if !(c.drift_factor.is_finite() && (0.0..1.0).contains(&c.drift_factor)) {
+            return Err(Error::invalid(format!(
+                "the drift factor must be in 0.0..1.0, not {}",
+                c.drift_factor
+            )));
+        }
+        if c.key_prefix.len() > MAX_RESOURCE_LEN {
+            return Err(Error::invalid(format!(
+                "the key prefix is longer than {MAX_RESOURCE_LEN} bytes"
+            )));
+        }
+        let mut config = self.config;
+        config.max_ttl = self.nodes.iter().filter_map(|n| n.max_ttl()).min();
+        let nodes = self
+            .nodes
+            .into_iter()
+            .map(|node| {
+                Arc::new(Voter {
+                    name: node.name().into(),
+                    node,
+                    health: Health::new(config.suspend_after, config.node_timeout),
+                })
+            })
+            .collect::<Vec<_>>();
+        Ok(Redlock {
+            inner: Arc::new(Inner {
+                quorum: quorum::quorum(nodes.len()),
+                nodes,
+                config,
+            }),
+        })
+    }
+}

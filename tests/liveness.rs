@@ -16,6 +16,15 @@ use tower_redlock::{Redlock, Retry};
 /// A ttl no test waits out: a key still there after a test was left behind, not expiring.
 const LONG_TTL: Duration = Duration::from_secs(120);
 
+/// A client of every master with this node timeout (ms), no retries, default suspension.
+fn client_of(masters: &Masters, timeout_ms: u64) -> Redlock {
+    masters
+        .builder()
+        .node_timeout(Duration::from_millis(timeout_ms))
+        .build()
+        .unwrap()
+}
+
 /// Every master ends empty well before any test lock could expire.
 async fn all_empty(masters: &Masters) {
     eventually("every master is empty", Duration::from_secs(15), || async {
@@ -178,7 +187,7 @@ async fn a_starved_multi_threaded_client_blames_no_healthy_master() {
 async fn starved_client(blockers: usize) {
     let masters = Masters::start(3);
     let timeout = Duration::from_millis(50);
-    let client = masters.builder().node_timeout(timeout).build().unwrap();
+    let client = client_of(&masters, 50);
     warm_up(&client, &masters).await;
 
     // Blocks the runtime `BLOCKS` times while the workers lock and release free keys.
@@ -320,11 +329,7 @@ async fn a_release_that_misses_a_quorum_is_retried() {
 #[tokio::test(flavor = "current_thread")]
 async fn tries_decided_without_io_still_yield() {
     let masters = Masters::start(1);
-    let client = masters
-        .builder()
-        .node_timeout(Duration::from_millis(20))
-        .build()
-        .unwrap();
+    let client = client_of(&masters, 20);
     warm_up(&client, &masters).await;
     let paused = Paused::freeze(&masters, &[0]);
     eventually(
@@ -386,11 +391,7 @@ async fn suspend_first(client: &Redlock) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_master_that_is_back_is_restored_without_any_lock() {
     let masters = Masters::start(3);
-    let client = masters
-        .builder()
-        .node_timeout(Duration::from_millis(50))
-        .build()
-        .unwrap();
+    let client = client_of(&masters, 50);
     warm_up(&client, &masters).await;
     let paused = Paused::freeze(&masters, &[0]);
     suspend_first(&client).await;
@@ -412,11 +413,7 @@ async fn a_master_that_is_back_is_restored_without_any_lock() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_master_is_suspended_and_restored_after_its_restart() {
     let masters = Masters::start(3);
-    let client = masters
-        .builder()
-        .node_timeout(Duration::from_millis(50))
-        .build()
-        .unwrap();
+    let client = client_of(&masters, 50);
     warm_up(&client, &masters).await;
     masters[0].stop();
     suspend_first(&client).await;

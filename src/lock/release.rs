@@ -145,3 +145,49 @@ fn release_failed(key: &str, released: usize, needed: usize, errors: Vec<NodeErr
     tracing::warn!(resource = %key, error = %err, "release failed");
     err
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::node::tests::Wrapped;
+    use crate::{MemoryNode, Redlock, Retry};
+
+    /// A node that said "held" holds nothing of ours and is not asked to release — and it
+    /// counts as released: the lease's own quorum does not need every one of its nodes then.
+    #[tokio::test]
+    async fn a_node_that_said_held_counts_as_released() {
+        let (held, free) = (MemoryNode::new(), MemoryNode::new());
+        let slow = Wrapped {
+            inner: MemoryNode::new(),
+            hang_on_release: true,
+        };
+        let other = Redlock::builder().node(held.clone()).build().unwrap();
+        let _theirs = other.try_lock("r", Duration::from_secs(60)).await.unwrap();
+        let redlock = Redlock::builder()
+            .node(held.clone())
+            .node(free.clone())
+            .node(slow.clone())
+            .node_timeout(Duration::from_millis(50))
+            .retry(Retry::never())
+            .build()
+            .unwrap();
+        let lease = redlock
+            .try_lock("r", Duration::from_secs(60))
+            .await
+            .unwrap();
+        let token = lease.value().to_owned();
+        assert_eq!(free.get("r").as_deref(), Some(token.as_str()));
+        assert_ne!(held.get("r").as_deref(), Some(token.as_str()));
+        // Released on the free node; the slow one would have made it wait and fail.
+        lease
+            .release()
+            .await
+            .expect("a quorum: the free node and the one that said held");
+        assert_eq!(free.get("r"), None);
+        assert!(
+            held.get("r").is_some(),
+            "the other holder's lock is untouched"
+        );
+    }
+}

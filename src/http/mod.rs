@@ -70,6 +70,7 @@ mod keep_alive;
 pub mod key;
 mod policy;
 mod rejection;
+mod view;
 
 #[cfg(feature = "tower")]
 pub(crate) use keep_alive::KeepAliveTimer;
@@ -85,7 +86,8 @@ pub use rejection::{
 
 pub use key::{
     key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial, KeyRejection,
-    KeyRejectionKind, KeySource, LockKey, MethodPathKey, PathKey, Prefixed, RequestView,
-    RouteParamKey, ScopedBy, ScopedByHeader, ScopedByMethod, ScopedByRoute, SimpleRequest,
-    DEFAULT_KEY_PREFIX, DEFAULT_MAX_KEY_LEN,
+    KeyRejectionKind, KeySource, LockKey, MethodPathKey, PathKey, Prefixed, RouteParamKey,
+    ScopedBy, ScopedByHeader, ScopedByMethod, ScopedByRoute, DEFAULT_KEY_PREFIX,
+    DEFAULT_MAX_KEY_LEN,
 };
+pub use view::{RequestView, SimpleRequest};

@@ -32,7 +32,7 @@ impl<'a> Scope<'a> {
         }
     }
 
-    /// Keeps the lock alive while the work runs (see [`Lease::keep_alive`]).
+    /// Keeps the lock alive while the work runs (see [`Lease::keep_alive`](super::Lease::keep_alive)).
     pub fn keep_alive(mut self) -> Self {
         self.keep_alive = true;
         self

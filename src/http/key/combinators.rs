@@ -1,0 +1,221 @@
+//! [`KeyExtractorExt`]: scoping an extractor (route, method, header, closure) and its Redis prefix.
+
+use super::*;
+
+/// Combinators for every [`KeyExtractor`]: scope a key, or change its prefix.
+///
+/// Scope goes into the key material before the one hash. A scope is only
+/// read when the inner extractor found a key: a request that passes through
+/// unlocked is never rejected for its scope.
+///
+/// ```
+/// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+///
+/// let extractor = IdempotencyKey::required().scoped_by_route();
+/// let on = |route: &str| {
+///     let req = SimpleRequest::new("POST", route)
+///         .route(route)
+///         .header("idempotency-key", "\"k1\"");
+///     extractor.extract(&req).unwrap().unwrap()
+/// };
+/// assert_ne!(on("/payments"), on("/refunds"));
+/// assert_eq!(on("/payments"), on("/payments"));
+/// ```
+pub trait KeyExtractorExt: KeyExtractor + Sized {
+    /// Scopes the key by the matched route (or, when the router does not
+    /// expose it, the path): the same key on two routes takes two locks.
+    fn scoped_by_route(self) -> ScopedByRoute<Self> {
+        ScopedByRoute { inner: self }
+    }
+
+    /// Scopes the key by the request method.
+    fn scoped_by_method(self) -> ScopedByMethod<Self> {
+        ScopedByMethod { inner: self }
+    }
+
+    /// Scopes the key by a header's value, e.g. a tenant id: each tenant has
+    /// its own key space.
+    ///
+    /// When the inner extractor finds a key, the header is required: absent
+    /// → missing; also rejected when empty, sent twice, not printable ASCII
+    /// or longer than 255 bytes (as [`HeaderKey`]).
+    fn scoped_by_header(self, name: impl Into<Cow<'static, str>>) -> ScopedByHeader<Self> {
+        ScopedByHeader {
+            inner: self,
+            header: HeaderKey::new(name),
+        }
+    }
+
+    /// Scopes the key by what `scope` returns. `None` means "no scope" and is
+    /// distinct from `Some` of an empty value.
+    ///
+    /// ```
+    /// use tower_redlock::http::{KeyExtractor, KeyExtractorExt, PathKey, SimpleRequest};
+    ///
+    /// // One key space per API version, from the first path segment.
+    /// let extractor = PathKey.scoped_by(|req| {
+    ///     req.path().split('/').nth(1).map(str::to_owned)
+    /// });
+    /// let key = extractor.extract(&SimpleRequest::new("PUT", "/v2/docs/1")).unwrap();
+    /// assert!(key.is_some());
+    /// ```
+    fn scoped_by<F, S>(self, scope: F) -> ScopedBy<Self, F>
+    where
+        F: Fn(&dyn RequestView) -> Option<S> + Send + Sync + 'static,
+        S: AsRef<[u8]>,
+    {
+        ScopedBy { inner: self, scope }
+    }
+
+    /// Replaces the key's Redis prefix (default [`DEFAULT_KEY_PREFIX`]); the
+    /// outermost `prefix` wins.
+    ///
+    /// ```
+    /// use tower_redlock::http::{KeyExtractor, KeyExtractorExt, PathKey, SimpleRequest};
+    ///
+    /// let key = PathKey.prefix("myapp:")
+    ///     .extract(&SimpleRequest::new("PUT", "/docs/1"))
+    ///     .unwrap()
+    ///     .unwrap();
+    /// assert!(key.as_str().starts_with("myapp:"));
+    /// ```
+    fn prefix(self, prefix: impl Into<Arc<str>>) -> Prefixed<Self> {
+        Prefixed {
+            inner: self,
+            prefix: prefix.into(),
+        }
+    }
+}
+
+impl<E: KeyExtractor> KeyExtractorExt for E {}
+
+/// Scopes a key by route; see [`KeyExtractorExt::scoped_by_route`].
+#[derive(Clone, Debug)]
+pub struct ScopedByRoute<E> {
+    inner: E,
+}
+
+impl<E: KeyExtractor> KeyExtractor for ScopedByRoute<E> {
+    fn extract_into(
+        &self,
+        req: &dyn RequestView,
+        material: &mut KeyMaterial,
+    ) -> Result<bool, KeyRejection> {
+        if !self.inner.extract_into(req, material)? {
+            return Ok(false);
+        }
+        let route = req.matched_route().unwrap_or_else(|| req.path());
+        material.push(TAG_SCOPE_ROUTE).push(route);
+        Ok(true)
+    }
+}
+
+/// Scopes a key by method; see [`KeyExtractorExt::scoped_by_method`].
+#[derive(Clone, Debug)]
+pub struct ScopedByMethod<E> {
+    inner: E,
+}
+
+impl<E: KeyExtractor> KeyExtractor for ScopedByMethod<E> {
+    fn extract_into(
+        &self,
+        req: &dyn RequestView,
+        material: &mut KeyMaterial,
+    ) -> Result<bool, KeyRejection> {
+        if !self.inner.extract_into(req, material)? {
+            return Ok(false);
+        }
+        material.push(TAG_SCOPE_METHOD).push(req.method());
+        Ok(true)
+    }
+}
+
+/// Scopes a key by a header; see [`KeyExtractorExt::scoped_by_header`].
+#[derive(Clone, Debug)]
+pub struct ScopedByHeader<E> {
+    inner: E,
+    header: HeaderKey,
+}
+
+impl<E: KeyExtractor> KeyExtractor for ScopedByHeader<E> {
+    fn extract_into(
+        &self,
+        req: &dyn RequestView,
+        material: &mut KeyMaterial,
+    ) -> Result<bool, KeyRejection> {
+        if !self.inner.extract_into(req, material)? {
+            return Ok(false);
+        }
+        // `header` is always required, so `None` cannot happen; treat it as
+        // missing all the same.
+        let value = self
+            .header
+            .value(req)?
+            .ok_or_else(|| KeyRejection::missing(KeySource::Header(self.header.header.clone())))?;
+        material
+            .push(TAG_SCOPE_HEADER)
+            .push(self.header.header.as_bytes())
+            .push(value);
+        Ok(true)
+    }
+}
+
+/// Scopes a key by a closure; see [`KeyExtractorExt::scoped_by`].
+#[derive(Clone)]
+pub struct ScopedBy<E, F> {
+    inner: E,
+    scope: F,
+}
+
+impl<E: fmt::Debug, F> fmt::Debug for ScopedBy<E, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedBy")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E, F, S> KeyExtractor for ScopedBy<E, F>
+where
+    E: KeyExtractor,
+    F: Fn(&dyn RequestView) -> Option<S> + Send + Sync + 'static,
+    S: AsRef<[u8]>,
+{
+    fn extract_into(
+        &self,
+        req: &dyn RequestView,
+        material: &mut KeyMaterial,
+    ) -> Result<bool, KeyRejection> {
+        if !self.inner.extract_into(req, material)? {
+            return Ok(false);
+        }
+        match (self.scope)(req) {
+            Some(scope) => {
+                material.push(TAG_SCOPE_FN_SOME).push(scope);
+            }
+            None => {
+                material.push(TAG_SCOPE_FN_NONE);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Replaces a key's prefix; see [`KeyExtractorExt::prefix`].
+#[derive(Clone, Debug)]
+pub struct Prefixed<E> {
+    inner: E,
+    prefix: Arc<str>,
+}
+
+impl<E: KeyExtractor> KeyExtractor for Prefixed<E> {
+    fn extract_into(
+        &self,
+        req: &dyn RequestView,
+        material: &mut KeyMaterial,
+    ) -> Result<bool, KeyRejection> {
+        let found = self.inner.extract_into(req, material)?;
+        material.set_prefix(Arc::clone(&self.prefix));
+        Ok(found)
+    }
+}

@@ -1,0 +1,114 @@
+//! Deriving lock keys from requests.
+//!
+//! A [`KeyExtractor`] looks at a [`RequestView`] and pushes *parts* into a
+//! [`KeyMaterial`]; the material is hashed once into a [`LockKey`]. See the
+//! [module docs of `http`](super) for the whole flow.
+//!
+//! # Built-in extractors
+//!
+//! | extractor | key material | rejects |
+//! | --- | --- | --- |
+//! | [`IdempotencyKey`] | the `Idempotency-Key` header (structured-field string or bare token) | missing (if required), empty, too long, malformed, duplicate |
+//! | [`HeaderKey`] | any header's raw value (printable ASCII) | missing (if required), empty, too long, malformed, duplicate |
+//! | [`PathKey`] | the request path | never |
+//! | [`MethodPathKey`] | method and path | never |
+//! | [`RouteParamKey`] | one route parameter | missing, empty, too long |
+//!
+//! Closures `Fn(&dyn RequestView) -> Result<Option<LockKey>, KeyRejection>`
+//! are extractors too (see [`key_fn`]).
+//!
+//! # Combinators
+//!
+//! [`KeyExtractorExt`] scopes any extractor by the route
+//! ([`scoped_by_route`](KeyExtractorExt::scoped_by_route)), the method, a
+//! tenant header or a closure, and replaces the Redis prefix
+//! ([`prefix`](KeyExtractorExt::prefix)). Scope is added to the raw material
+//! *before* hashing, so a scoped key costs one hash and one `String`.
+//!
+//! # The hash
+//!
+//! A [`LockKey`] is `prefix + hex`, where `hex` is the lowercase hex form of
+//! the first 16 bytes (128 bits) of SHA-256 over the parts, each encoded as
+//! its length (big-endian `u64`) followed by its bytes. The encoding is part
+//! of the crate's contract: the same request gives the same key in every
+//! process, on every machine and with every build, so that all instances of
+//! a service contend for the same lock.
+
+mod combinators;
+mod extractor;
+mod header;
+mod material;
+mod parse;
+#[cfg(test)]
+mod prop;
+mod rejection;
+mod route;
+#[cfg(test)]
+mod scope_tests;
+#[cfg(test)]
+mod tests;
+
+pub use self::combinators::{
+    KeyExtractorExt, Prefixed, ScopedBy, ScopedByHeader, ScopedByMethod, ScopedByRoute,
+};
+pub use self::extractor::{key_fn, KeyExtractor};
+pub use self::header::{HeaderKey, IdempotencyKey};
+pub use self::material::{KeyMaterial, LockKey};
+pub use self::rejection::{KeyRejection, KeyRejectionKind, KeySource};
+pub use self::route::{MethodPathKey, PathKey, RouteParamKey};
+pub use super::view::{RequestView, SimpleRequest};
+
+#[allow(unused_imports)]
+use self::parse::*;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+/// The Redis prefix of a [`LockKey`] when none is set with
+/// [`KeyExtractorExt::prefix`].
+pub const DEFAULT_KEY_PREFIX: &str = "tower-redlock:";
+
+/// The default bound, in bytes, on a key taken from a header or a route
+/// parameter (after unquoting).
+pub const DEFAULT_MAX_KEY_LEN: usize = 255;
+
+/// Bytes of the SHA-256 digest kept in a [`LockKey`].
+const DIGEST_BYTES: usize = 16;
+/// Lowercase hex digits.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+/// Hex characters of the digest in a [`LockKey`].
+const DIGEST_HEX_LEN: usize = DIGEST_BYTES * 2;
+
+// Domain tags: the first part each extractor or combinator pushes. Every tag
+// is followed by a fixed number of parts, so the sequence of parts can be
+// read back unambiguously: configurations that read different request data
+// never collide. `IdempotencyKey` and `HeaderKey` share `TAG_HEADER` on
+// purpose: on the same header with the same value they mean the same thing,
+// and give the same key.
+const TAG_HEADER: &[u8] = b"header";
+const TAG_PATH: &[u8] = b"path";
+const TAG_METHOD_PATH: &[u8] = b"method-path";
+const TAG_ROUTE_PARAM: &[u8] = b"route-param";
+const TAG_FN: &[u8] = b"fn";
+const TAG_SCOPE_ROUTE: &[u8] = b"scope:route";
+const TAG_SCOPE_METHOD: &[u8] = b"scope:method";
+const TAG_SCOPE_HEADER: &[u8] = b"scope:header";
+const TAG_SCOPE_FN_SOME: &[u8] = b"scope:fn";
+const TAG_SCOPE_FN_NONE: &[u8] = b"scope:fn-none";
+
+// Public types cross tasks: keep them `Send + Sync`.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<LockKey>();
+    assert_send_sync::<KeyMaterial>();
+    assert_send_sync::<KeyRejection>();
+    assert_send_sync::<SimpleRequest>();
+    assert_send_sync::<IdempotencyKey>();
+    assert_send_sync::<HeaderKey>();
+    assert_send_sync::<RouteParamKey>();
+    assert_send_sync::<Box<dyn KeyExtractor>>();
+    assert_send_sync::<Arc<dyn KeyExtractor>>();
+};

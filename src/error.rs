@@ -49,8 +49,12 @@ enum Detail {
     Timeout(Duration),
     /// Not asked: the node is suspended after repeated timeouts.
     Suspended,
-    /// The node's own failure (its message; timeout or not).
-    Failure { message: String, timeout: bool },
+    /// The node's own failure (its message; timeout or not; whether it reached the node).
+    Failure {
+        message: String,
+        timeout: bool,
+        unreachable: bool,
+    },
 }
 
 impl NodeError {
@@ -85,6 +89,7 @@ impl NodeError {
             detail: Detail::Failure {
                 message: source.to_string(),
                 timeout: source.is_timeout(),
+                unreachable: source.is_unreachable(),
             },
             source: Some(Box::new(source)),
         }
@@ -107,6 +112,21 @@ impl NodeError {
         match self.detail {
             Detail::Timeout(_) | Detail::Suspended => true,
             Detail::Failure { timeout, .. } => timeout,
+        }
+    }
+
+    /// Whether asking again may succeed: no answer came (a timeout, a connection that could
+    /// not be used). A reply that refused (an error reply) would refuse again; a suspended
+    /// node is not asked.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self.detail {
+            Detail::Timeout(_) => true,
+            Detail::Suspended => false,
+            Detail::Failure {
+                timeout,
+                unreachable,
+                ..
+            } => timeout || unreachable,
         }
     }
 

@@ -443,9 +443,18 @@ async fn an_unresponsive_master_is_suspended_then_restored() {
         }
     })
     .await;
-    // It votes again: locks land on it. (Not necessarily the very next one: a SET still
-    // queued for its connection when the other two decided is dropped, never sent late.)
-    warm_up(&client, &masters).await;
+    let lease = client
+        .try_lock("after", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let value = lease.value().to_owned();
+    eventually(
+        "every master holds the new lock",
+        Duration::from_secs(5),
+        || masters.everywhere("after", &value),
+    )
+    .await;
+    lease.release().await.unwrap();
     all_empty(&masters).await;
 }
 

@@ -401,9 +401,14 @@ async fn a_master_that_is_back_is_restored_without_any_lock() {
     })
     .await;
     eprintln!("restored {took:?} after the resume, with no lock taken");
-    // Locks land on it again. (Not necessarily the very next one: a SET still queued for its
-    // connection when the other two decided is dropped, never sent late.)
-    warm_up(&client, &masters).await;
+    let lease = client.try_lock("back", LONG_TTL).await.unwrap();
+    eventually(
+        "master 0 holds the next lock",
+        Duration::from_secs(5),
+        || masters.everywhere("back", lease.value()),
+    )
+    .await;
+    lease.release().await.unwrap();
     all_empty(&masters).await;
 }
 

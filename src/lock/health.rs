@@ -46,6 +46,10 @@ pub(crate) struct Health {
     suspended: AtomicBool,
     /// The delay before the next probe, in ms.
     backoff_ms: AtomicU64,
+    /// Whether a probe loop runs for this node (at most one does).
+    probing: AtomicBool,
+    /// When a probe loop last showed it is alive, in ms after `epoch` (+1).
+    probed_at: AtomicU64,
 }
 
 impl Health {
@@ -59,6 +63,8 @@ impl Health {
             streak_since: AtomicU64::new(0),
             suspended: AtomicBool::new(false),
             backoff_ms: AtomicU64::new(ms(FIRST_BACKOFF)),
+            probing: AtomicBool::new(false),
+            probed_at: AtomicU64::new(0),
         }
     }
 
@@ -68,9 +74,39 @@ impl Health {
     }
 
     /// Whether to send a request that may be skipped (an acquire or an extend): not to a
-    /// suspended node.
+    /// suspended node — unless its probe loop has shown no sign of life for a while (it ran on
+    /// a runtime that is gone, or none could be started): then one request goes through as an
+    /// in-band probe, so a node is never left suspended for good.
     pub(crate) fn admit(&self) -> bool {
-        !self.suspended.load(Relaxed)
+        if !self.suspended.load(Relaxed) {
+            return true;
+        }
+        let (now, last) = (self.now(), self.probed_at.load(Relaxed));
+        now.saturating_sub(last) > 2 * ms(MAX_BACKOFF)
+            && self
+                .probed_at
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+    }
+
+    /// Claims the node's probe loop: false when one already runs.
+    pub(crate) fn start_probing(&self) -> bool {
+        self.probed_at.store(self.now(), Relaxed);
+        self.probing
+            .compare_exchange(false, true, Relaxed, Relaxed)
+            .is_ok()
+    }
+
+    /// The probe loop is alive (called once per round).
+    pub(crate) fn probing_alive(&self) {
+        self.probed_at.store(self.now(), Relaxed);
+    }
+
+    /// The probe loop ends; returns whether it must go on after all (the node was suspended
+    /// again meanwhile, and the loop re-claimed it).
+    pub(crate) fn stop_probing(&self) -> bool {
+        self.probing.store(false, Relaxed);
+        self.suspended.load(Relaxed) && self.start_probing()
     }
 
     /// The node answered (a reply, even an error reply): it is reachable.
@@ -283,5 +319,24 @@ mod tests {
         assert!(!h.is_suspended());
         assert!(h.admit());
         assert_eq!(h.timeouts(), 100);
+    }
+
+    #[test]
+    fn one_probe_loop_at_a_time_and_a_stale_one_lets_a_request_through() {
+        let mut h = Health::new(1, Duration::ZERO);
+        assert!(h.timed_out(false));
+        assert!(h.start_probing(), "the first loop claims it");
+        assert!(!h.start_probing(), "a second loop does not start");
+        assert!(!h.admit(), "suspended, with a live prober");
+        // The prober showed no sign of life for longer than two backoffs (its runtime is
+        // gone): one request goes through as an in-band probe, the next does not.
+        h.epoch = h.epoch.checked_sub(MAX_BACKOFF * 3).unwrap();
+        assert!(h.admit());
+        assert!(!h.admit());
+        // A loop that ends while the node is suspended again keeps the claim.
+        assert!(h.stop_probing(), "suspended: the loop goes on");
+        h.answered();
+        assert!(!h.stop_probing(), "restored: the loop ends");
+        assert!(h.start_probing(), "free to claim again");
     }
 }

@@ -160,15 +160,30 @@ pub struct Lease {
     state: Arc<LeaseState>,
     keep_alive: Option<tokio::task::JoinHandle<()>>,
     released: bool,
+    /// The acquisition's requests still unanswered when the lock was granted, kept (not
+    /// polled) until the release: one already handed to its connection is written — redis-rs
+    /// skips a queued request whose caller is gone — so the lock lands on every master that
+    /// is up; one never handed over is never sent. Dropped with the lease.
+    _parked: Option<Parked>,
+}
+
+/// Requests kept alive, unpolled (see `Lease::_parked`).
+pub(crate) struct Parked(#[allow(dead_code)] Mutex<Box<dyn Send>>);
+
+impl Parked {
+    pub(crate) fn new(requests: impl Send + 'static) -> Self {
+        Self(Mutex::new(Box::new(requests)))
+    }
 }
 
 impl Lease {
-    pub(crate) fn new(client: Redlock, state: Arc<LeaseState>) -> Self {
+    pub(crate) fn new(client: Redlock, state: Arc<LeaseState>, parked: Option<Parked>) -> Self {
         Self {
             client,
             state,
             keep_alive: None,
             released: false,
+            _parked: parked,
         }
     }
 

@@ -40,7 +40,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::lease::{LeaseState, Token};
+use self::lease::{LeaseState, Parked, Token};
 use self::options::Config;
 use self::quorum::{Skip, Vote, Voter};
 use self::release::Release;
@@ -207,20 +207,24 @@ impl Redlock {
             tokio::task::consume_budget().await;
             let token = Token::new();
             match self.try_once(&key, token, ttl).await {
-                Ok(Granted { deadline, holders }) => {
+                Ok(Granted {
+                    deadline,
+                    holders,
+                    parked,
+                }) => {
                     tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
                     let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, holders);
-                    return Ok(Lease::new(self.clone(), state));
+                    return Ok(Lease::new(self.clone(), state, parked));
                 }
                 Err(e) => {
                     let pause = retry.next_delay();
-                    // A try takes at most two node timeouts: the requests, then the releases
-                    // of a failed try.
+                    // A try takes at most three node timeouts: the requests, the release round
+                    // of a failed try, and the holder's ttl asked for the last error.
                     let more = attempt <= retry.retry_count()
                         && Retry::fits(
                             deadline,
                             pause,
-                            self.inner.config.node_timeout.saturating_mul(2),
+                            self.inner.config.node_timeout.saturating_mul(3),
                         );
                     if !more {
                         let e = self.ask_holder_ttl(&key, e).await;
@@ -235,10 +239,12 @@ impl Redlock {
 
     /// One try: returns the grant, or an error after releasing what it took.
     ///
-    /// At the decision, the requests still unanswered are dropped: one never polled was never
-    /// sent, and one already handed to its node's connection is followed there, in order, by
-    /// any release sent later — so no SET of ours can land after our release (the `Node`
-    /// contract), and nothing is left running once the outcome is known.
+    /// At the decision, the requests still unanswered are no longer polled: nothing is left
+    /// running once the outcome is known. A granted lease keeps them (unpolled) until it is
+    /// released, so that one already handed to its node's connection is written — the lock
+    /// lands on every master that is up — and is followed there, in order, by the release; one
+    /// never handed over is never sent. A failed try drops them at once. Either way no SET of
+    /// ours can land after our release (the `Node` contract).
     async fn try_once(
         &self,
         key: &Arc<str>,
@@ -287,15 +293,27 @@ impl Redlock {
             match answer {
                 Ok(Acquire::Acquired) => tally.for_mask |= 1 << i,
                 Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
-                Err(e) => tally.errors.push(e),
+                Err(e) => {
+                    if e.is_suspended() {
+                        tally.not_ours |= 1 << i;
+                    }
+                    tally.errors.push(e)
+                }
             }
         });
         let holders = (tally.answered & !tally.not_ours) | sent.started();
-        drop(sent);
         guard.disarm();
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
-            return Ok(Granted { deadline, holders });
+            // The stragglers are kept, unpolled, with the lease (see `Lease`): what was handed
+            // to a connection is written, what was not is never sent.
+            let parked = (!sent.is_empty()).then(|| Parked::new(sent));
+            return Ok(Granted {
+                deadline,
+                holders,
+                parked,
+            });
         }
+        drop(sent);
 
         // Failed: release on every node that may hold our token. Wait one round for the
         // nodes that voted for (they answered quickly), so that nothing of ours outlives this
@@ -511,6 +529,8 @@ struct Granted {
     deadline: Instant,
     /// The nodes that may hold our token.
     holders: u64,
+    /// The requests still unanswered, kept with the lease.
+    parked: Option<Parked>,
 }
 
 /// Releases a try's token on every node when the try is cancelled mid-flight (its future

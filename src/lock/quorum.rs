@@ -239,8 +239,12 @@ fn no_answer(voter: &Arc<Voter>, i: usize, timeout: Duration, probe: bool) {
 /// are taken, so an idle client's `node_status` recovers too.
 fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        // No runtime: `Health::admit` lets an in-band probe through after a while.
         return;
     };
+    if !voter.health.start_probing() {
+        return;
+    }
     let weak = Arc::downgrade(voter);
     rt.spawn(async move {
         loop {
@@ -248,12 +252,22 @@ fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
                 return;
             };
             tokio::time::sleep(backoff).await;
-            let Some(v) = weak.upgrade().filter(|v| v.health.is_suspended()) else {
+            let Some(v) = weak.upgrade() else {
                 return;
             };
-            let node = v.clone();
-            let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN, None).await };
-            if Request::new(call, v, i, timeout, true).await.1.is_ok() {
+            v.health.probing_alive();
+            if v.health.is_suspended() {
+                let node = v.clone();
+                let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN, None).await };
+                let answered = Request::new(call, v.clone(), i, timeout, true)
+                    .await
+                    .1
+                    .is_ok();
+                if !answered {
+                    continue;
+                }
+            }
+            if !v.health.stop_probing() {
                 return;
             }
         }

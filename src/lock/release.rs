@@ -3,20 +3,22 @@
 //! A release that does not reach enough nodes leaves the lock held for the rest of its ttl —
 //! and the next request for the key is refused all that time. So a release is not one try
 //! per node: the nodes that failed (an error, or no answer within the node timeout) are asked
-//! again, with a short backoff, until enough of them have answered or the lock's validity is
-//! over (after it, the lock expires by itself). The caller waits until enough nodes released,
-//! or until its own patience (at most [`PATIENCE`] node timeouts) runs out; the rest is
-//! released, and retried, in the background.
+//! again, with a short backoff, until enough of them have answered. The caller waits until
+//! enough nodes released, or until its own patience (at most [`PATIENCE`] node timeouts, never
+//! past the lock's validity) runs out; the rest is released, and retried for at most as long
+//! again, in a background task that holds the client weakly. Only nodes that gave no answer
+//! are asked again: a refusal would refuse again, and a suspended node is being probed.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
 use super::lease::Token;
 use super::quorum::{self, Vote};
-use super::Redlock;
+use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
+use crate::node::NodeFailure;
 
 /// How long a caller waits for a release at most, in node timeouts (when the lock's
 /// validity does not end sooner).
@@ -51,8 +53,7 @@ impl Redlock {
         if r.needed == 0 {
             // Nothing to wait for: all of it in the background.
             let sent = quorum::send_release(&inner.nodes, r.mask, timeout, &r.key, r.token);
-            let client = self.clone();
-            tokio::spawn(async move { client.release_rest(r, sent, 0).await });
+            self.release_in_background(r, sent, 0);
             return Ok(());
         }
         let (mut todo, mut released, mut pause) = (r.mask, 0, FIRST_PAUSE);
@@ -61,27 +62,26 @@ impl Redlock {
             let asked = todo.count_ones() as usize;
             let tally = quorum::count(&mut sent, asked, r.needed - released, |_| Vote::For).await;
             released += tally.for_;
-            let mut failed = tally.error_mask();
+            let mut failed = transient(&tally.errors);
             if released >= r.needed {
                 quorum::drain_ready(&mut sent, |(i, answer)| {
-                    if answer.is_err() {
+                    if answer.is_err_and(|e| e.is_transient()) {
                         failed |= 1 << i;
                     }
                 });
                 if failed != 0 || !sent.is_empty() {
-                    let client = self.clone();
-                    tokio::spawn(async move { client.release_rest(r, sent, failed).await });
+                    self.release_in_background(r, sent, failed);
                 }
                 return Ok(());
             }
-            // Too few: every node asked has answered (or timed out) by now.
+            // Too few: every node asked has answered (or timed out) by now. Ask again those
+            // that gave no answer.
             todo = failed;
             if todo == 0 || Instant::now() + pause >= r.patience.min(r.until) {
                 let err = release_failed(&r.key, released, r.needed, tally.errors);
-                if todo != 0 && Instant::now() + pause < r.until {
-                    let client = self.clone();
-                    let sent = quorum::send_release(&inner.nodes, 0, timeout, &r.key, r.token);
-                    tokio::spawn(async move { client.release_rest(r, sent, todo).await });
+                if todo != 0 {
+                    let none = quorum::send_release(&inner.nodes, 0, timeout, &r.key, r.token);
+                    self.release_in_background(r, none, todo);
                 }
                 return Err(err);
             }
@@ -90,38 +90,19 @@ impl Redlock {
         }
     }
 
-    /// The background part of a release: lets the requests in flight finish, and asks the
-    /// nodes that failed again until `r.until`.
-    async fn release_rest<F>(&self, r: Release, mut sent: quorum::Sent<bool, F>, mut failed: u64)
+    /// Hands the rest of a release to a task: the requests in flight (`sent`) finish, and the
+    /// nodes that got no answer (`failed`) are asked again — not for the lock's whole ttl, but
+    /// for at most [`PATIENCE`] more node timeouts, and never a suspended node or one whose
+    /// reply refused (it would refuse again). The task holds the client weakly: dropping the
+    /// client ends it.
+    fn release_in_background<F>(&self, mut r: Release, sent: quorum::Sent<bool, F>, failed: u64)
     where
-        F: std::future::Future<Output = Result<bool, crate::node::NodeFailure>>,
+        F: std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
     {
-        let inner = &*self.inner;
-        while let Some((i, answer)) = sent.next().await {
-            if answer.is_err() {
-                failed |= 1 << i;
-            }
-        }
-        let mut pause = FIRST_PAUSE;
-        while failed != 0 && Instant::now() + pause < r.until {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(MAX_PAUSE);
-            let timeout = inner.config.node_timeout;
-            let mut sent = quorum::send_release(&inner.nodes, failed, timeout, &r.key, r.token);
-            failed = 0;
-            while let Some((i, answer)) = sent.next().await {
-                if answer.is_err() {
-                    failed |= 1 << i;
-                }
-            }
-        }
-        if failed != 0 {
-            tracing::debug!(
-                resource = %r.key,
-                nodes = failed.count_ones(),
-                "a minority of nodes did not answer the release; their keys expire with the ttl"
-            );
-        }
+        let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
+        r.until = r.until.min(Instant::now() + patience);
+        let client = Arc::downgrade(&self.inner);
+        tokio::spawn(release_rest(client, r, sent, failed));
     }
 
     /// The latest instant a caller waits for a release of a lock valid until `deadline`.
@@ -129,6 +110,60 @@ impl Redlock {
         let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
         deadline.min(Instant::now() + patience)
     }
+}
+
+/// The background part of a release (see `Redlock::release_in_background`).
+async fn release_rest<F>(
+    client: Weak<Inner>,
+    r: Release,
+    mut sent: quorum::Sent<bool, F>,
+    mut failed: u64,
+) where
+    F: std::future::Future<Output = Result<bool, NodeFailure>>,
+{
+    while let Some((i, answer)) = sent.next().await {
+        if answer.is_err_and(|e| e.is_transient()) {
+            failed |= 1 << i;
+        }
+    }
+    let mut pause = FIRST_PAUSE;
+    while failed != 0 && Instant::now() + pause < r.until {
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        let nodes = &inner.nodes;
+        // A suspended node is being probed; a release would only time out again.
+        failed &= !nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.health.is_suspended())
+            .fold(0, |m, (i, _)| m | 1 << i);
+        let timeout = inner.config.node_timeout;
+        let mut sent = quorum::send_release(nodes, failed, timeout, &r.key, r.token);
+        failed = 0;
+        while let Some((i, answer)) = sent.next().await {
+            if answer.is_err_and(|e| e.is_transient()) {
+                failed |= 1 << i;
+            }
+        }
+    }
+    if failed != 0 {
+        tracing::debug!(
+            resource = %r.key,
+            nodes = failed.count_ones(),
+            "a minority of nodes did not answer the release; their keys expire with the ttl"
+        );
+    }
+}
+
+/// The nodes whose request got no answer (asking again may help).
+fn transient(errors: &[NodeError]) -> u64 {
+    errors
+        .iter()
+        .filter(|e| e.is_transient())
+        .fold(0, |m, e| m | 1 << e.node())
 }
 
 /// The error of a release that too few nodes answered, logged at warn: the lock stays held
@@ -161,6 +196,7 @@ mod tests {
         let slow = Wrapped {
             inner: MemoryNode::new(),
             hang_on_release: true,
+            releases: Default::default(),
         };
         let other = Redlock::builder().node(held.clone()).build().unwrap();
         let _theirs = other.try_lock("r", Duration::from_secs(60)).await.unwrap();
@@ -188,6 +224,46 @@ mod tests {
         assert!(
             held.get("r").is_some(),
             "the other holder's lock is untouched"
+        );
+    }
+
+    /// The background part of a release retries a node that does not answer for a bounded
+    /// time, not for the lock's ttl, and ends when the client is dropped.
+    #[tokio::test]
+    async fn background_release_retries_are_bounded_and_end_with_the_client() {
+        let slow = Wrapped {
+            inner: MemoryNode::new(),
+            hang_on_release: true,
+            releases: Default::default(),
+        };
+        let calls = slow.releases.clone();
+        let redlock = Redlock::builder()
+            .node(MemoryNode::new())
+            .node(MemoryNode::new())
+            .node(slow)
+            .node_timeout(Duration::from_millis(20))
+            .suspend_after(0)
+            .retry(Retry::never())
+            .build()
+            .unwrap();
+        let lease = redlock
+            .try_lock("r", Duration::from_secs(3600))
+            .await
+            .unwrap();
+        lease
+            .release()
+            .await
+            .expect("a quorum: the two memory nodes");
+        drop(redlock);
+        // Retries are spaced 10 ms, doubling to 200 ms; give a dropped client time to stop.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let settled = calls.load(std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let later = calls.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(settled >= 1, "the slow node was asked");
+        assert!(
+            later <= settled + 1,
+            "the release kept retrying after the client was dropped: {settled} -> {later}"
         );
     }
 }

@@ -50,8 +50,9 @@ pub enum Acquire {
 /// [`Node::acquire`]. Implementations need not apply timeouts: the client wraps every call
 /// in its per-node timeout.
 ///
-/// **Order.** The client drops an acquire's future once the lock's outcome is decided
-/// without it, and may then release the same key and token on the node. A node must keep
+/// **Order.** The client stops polling an acquire's future once the lock's outcome is
+/// decided without it (and drops it with the failed try, or with the lease), and may then
+/// release the same key and token on the node. A node must keep
 /// the two in order: a request whose future was dropped is either never carried out, or
 /// carried out before any request made to the same node afterwards. A single connection or
 /// queue per node gives this (redis-rs' multiplexed connection does: a request handed to it
@@ -324,6 +325,8 @@ pub(crate) mod tests {
     pub(crate) struct Wrapped {
         pub(crate) inner: MemoryNode,
         pub(crate) hang_on_release: bool,
+        /// How many releases it was asked.
+        pub(crate) releases: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Node for Wrapped {
@@ -339,6 +342,8 @@ pub(crate) mod tests {
             self.inner.acquire(key, token, ttl)
         }
         fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
+            self.releases
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if self.hang_on_release {
                 return Box::pin(std::future::pending());
             }
@@ -379,6 +384,7 @@ pub(crate) mod tests {
             .node(Wrapped {
                 inner: node.clone(),
                 hang_on_release: false,
+                releases: Default::default(),
             })
             .build()
             .unwrap();

@@ -218,13 +218,14 @@ impl Redlock {
                 }
                 Err(e) => {
                     let pause = retry.next_delay();
-                    // A try takes at most three node timeouts: the requests, the release round
-                    // of a failed try, and the holder's ttl asked for the last error.
+                    // A try takes at most two node timeouts: the requests, then the release
+                    // round of a failed try (a contended one rarely has any: it won no vote),
+                    // or the holder's ttl, asked once for the last error.
                     let more = attempt <= retry.retry_count()
                         && Retry::fits(
                             deadline,
                             pause,
-                            self.inner.config.node_timeout.saturating_mul(3),
+                            self.inner.config.node_timeout.saturating_mul(2),
                         );
                     if !more {
                         let e = self.ask_holder_ttl(&key, e).await;
@@ -373,9 +374,8 @@ impl Redlock {
         let Some(ask) = voter.node.remaining_ttl(key) else {
             return e;
         };
-        if let Ok(Ok(Some(remaining))) =
-            tokio::time::timeout(self.inner.config.node_timeout, ask).await
-        {
+        let timeout = self.inner.config.node_timeout;
+        if let Ok(Ok(Some(remaining))) = tokio::time::timeout(timeout, ask).await {
             e.set_retry_after(remaining);
         }
         e

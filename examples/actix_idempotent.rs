@@ -45,8 +45,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "tower_redlock=info".into()),
+                // Every lock outcome (acquired, contended, released) is logged at debug.
+                .unwrap_or_else(|_| "tower_redlock=debug".into()),
         )
+        // No colour codes in a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
 
     let bind: SocketAddr = std::env::var("BIND_ADDR")

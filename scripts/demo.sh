@@ -89,8 +89,8 @@ start_replica() {
   replicas+=("http://127.0.0.1:$port")
 }
 
-echo "building the examples (release)..."
-cargo build -q --release --features actix \
+echo "building the examples (release; the first build compiles every dependency and takes several minutes)..."
+cargo build --release --features actix \
   --example axum_idempotent --example actix_idempotent --example burst
 
 if ensure_redis; then

@@ -155,6 +155,7 @@ impl LeaseState {
 /// lease.release().await?;
 /// # Ok(()) }
 /// ```
+#[must_use = "a Lease is the held lock: dropping it releases the lock at once (in the background)"]
 pub struct Lease {
     client: Redlock,
     state: Arc<LeaseState>,

@@ -90,6 +90,9 @@ impl RedisNodeOptions {
     /// each master keeps one marker key per `max_ttl` (`tower-redlock:restart-guard:<ms>`). A
     /// restart *with* persistence that lost recent writes (RDB, AOF `everysec`) keeps an old
     /// marker and is not covered: use AOF with `fsync always`, or restart late.
+    ///
+    /// Needs Redis ≥ 5: the script writes after reading `TIME` (effects replication; older
+    /// masters refuse such a script).
     pub fn restart_protection(mut self, max_ttl: Duration) -> Self {
         self.restart_protection = Some(max_ttl);
         self

@@ -57,7 +57,18 @@ async fn locks_extends_and_releases_over_verified_tls() {
         .extend(Duration::from_secs(20))
         .await
         .expect("extended over TLS");
-    assert!(masters.pttls("tls:1").await.iter().all(|&ms| ms > 10_000));
+    // Extended on a quorum when it returns; the last master's answer may still be on its way.
+    let extended = masters.pttls("tls:1").await;
+    assert!(
+        extended.iter().filter(|&&ms| ms > 10_000).count() >= 2,
+        "{extended:?}"
+    );
+    eventually(
+        "every master has the new ttl",
+        Duration::from_secs(5),
+        || async { masters.pttls("tls:1").await.iter().all(|&ms| ms > 10_000) },
+    )
+    .await;
     lease.release().await.expect("released over TLS");
     eventually("every master is empty", Duration::from_secs(5), || async {
         masters.dbsizes().await.iter().all(|&n| n == 0)

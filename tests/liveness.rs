@@ -307,7 +307,10 @@ async fn a_release_that_misses_a_quorum_is_retried() {
     warm_up(&client, &masters).await;
     let lease = client.try_lock("retried", LONG_TTL).await.unwrap();
     let value = lease.value().to_owned();
-    assert!(masters.everywhere("retried", &value).await);
+    eventually("every master holds it", Duration::from_secs(5), || {
+        masters.everywhere("retried", &value)
+    })
+    .await;
 
     let paused = Paused::freeze(&masters, &[0, 1]);
     let resume = async {

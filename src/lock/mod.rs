@@ -303,8 +303,8 @@ impl Redlock {
             }
         });
         let holders = (tally.answered & !tally.not_ours) | sent.started();
-        guard.disarm();
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
+            guard.disarm();
             // The stragglers are kept, unpolled, with the lease (see `Lease`): what was handed
             // to a connection is written, what was not is never sent.
             let parked = (!sent.is_empty()).then(|| Parked::new(sent));
@@ -329,8 +329,11 @@ impl Redlock {
                 patience: Instant::now(),
                 until: deadline,
             };
+            // Still guarded: if this future is dropped during the release round, the guard
+            // releases everywhere in the background.
             let _ = self.release_token(release).await;
         }
+        guard.disarm();
         let err = if tally.for_ >= inner.quorum {
             Error::unavailable(
                 format!(

@@ -386,8 +386,10 @@ impl Redlock {
 
     /// Extends `lease` to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).
     ///
-    /// Fails with [`Error::is_lost`] when the lease's validity is already over or the
-    /// nodes no longer carry its token (an expired lock is never re-created), with
+    /// Fails with [`Error::is_lost`] when the lease's validity is already over — or runs out
+    /// before a quorum extended it: the nodes that did extend are then released, so nothing
+    /// outlives what the error reports — or the nodes no longer carry its token (an expired
+    /// lock is never re-created), with
     /// [`Error::is_extension_limit`] at the extension cap, and with
     /// [`Error::is_unavailable`] when too few nodes answered — the lease then keeps its
     /// previous validity.
@@ -438,12 +440,31 @@ impl Redlock {
             state.extended(deadline);
             return Ok(());
         }
-        if n - tally.against < inner.quorum {
+        let gone = n - tally.against < inner.quorum;
+        if gone || !state.is_valid() {
+            // Lost: the token is gone from too many nodes, or the validity ran out while the
+            // extension was on its way. The nodes that did extend would keep the token past
+            // what the lease reports: release them (in the background).
             state.end();
-            return Err(Error::lost(format!(
-                "{} of {n} nodes no longer hold the lease's token",
-                tally.against
-            )));
+            if tally.for_mask != 0 {
+                let release = Release {
+                    key: key.clone(),
+                    token,
+                    mask: tally.for_mask,
+                    needed: 0,
+                    patience: Instant::now(),
+                    until: Instant::now() + ttl,
+                };
+                let _ = self.release_token(release).await;
+            }
+            return Err(Error::lost(if gone {
+                format!(
+                    "{} of {n} nodes no longer hold the lease's token",
+                    tally.against
+                )
+            } else {
+                "the lease's validity ran out before a quorum extended it".to_owned()
+            }));
         }
         Err(Error::unavailable(
             format!(

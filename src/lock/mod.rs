@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use self::lease::{LeaseState, Parked, Token};
 use self::options::Config;
 use self::quorum::{Skip, Vote, Voter};
-use self::release::Release;
+use self::release::{CancelGuard, Release};
 use crate::error::Error;
 use crate::node::{Acquire, MemoryNode, RedisNode};
 
@@ -555,47 +555,4 @@ struct Granted {
     holders: u64,
     /// The requests still unanswered, kept with the lease.
     parked: Option<Parked>,
-}
-
-/// Releases a try's token on every node when the try is cancelled mid-flight (its future
-/// dropped): requests already handed to a connection are followed by the release on the
-/// same connection; requests not yet handed over are never sent.
-struct CancelGuard {
-    client: Option<Redlock>,
-    key: Arc<str>,
-    token: Token,
-    /// The end of the try's validity: no retry of the release after it.
-    deadline: Instant,
-}
-
-impl CancelGuard {
-    fn disarm(mut self) {
-        self.client = None;
-    }
-}
-
-impl Drop for CancelGuard {
-    fn drop(&mut self) {
-        let Some(client) = self.client.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (key, token, deadline) = (self.key.clone(), self.token, self.deadline);
-        rt.spawn(async move {
-            let inner = &*client.inner;
-            let all = quorum::all(inner.nodes.len());
-            // Every node may hold it; a quorum released means it is no longer ours.
-            let release = Release {
-                key,
-                token,
-                mask: all,
-                needed: inner.quorum,
-                patience: client.patience(deadline),
-                until: deadline,
-            };
-            let _ = client.release_token(release).await;
-        });
-    }
 }

@@ -181,6 +181,49 @@ fn release_failed(key: &str, released: usize, needed: usize, errors: Vec<NodeErr
     err
 }
 
+/// Releases a try's token on every node when the try is cancelled mid-flight (its future
+/// dropped): requests already handed to a connection are followed by the release on the
+/// same connection; requests not yet handed over are never sent.
+pub(crate) struct CancelGuard {
+    pub(crate) client: Option<Redlock>,
+    pub(crate) key: Arc<str>,
+    pub(crate) token: Token,
+    /// The end of the try's validity: no retry of the release after it.
+    pub(crate) deadline: Instant,
+}
+
+impl CancelGuard {
+    pub(crate) fn disarm(mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (key, token, deadline) = (self.key.clone(), self.token, self.deadline);
+        rt.spawn(async move {
+            let inner = &*client.inner;
+            let all = quorum::all(inner.nodes.len());
+            // Every node may hold it; a quorum released means it is no longer ours.
+            let release = Release {
+                key,
+                token,
+                mask: all,
+                needed: inner.quorum,
+                patience: client.patience(deadline),
+                until: deadline,
+            };
+            let _ = client.release_token(release).await;
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -5,7 +5,7 @@ use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use pin_project::pin_project;
 
-use crate::http::BodyLease;
+use crate::http::BodyTail;
 use crate::Lease;
 
 /// The response body of [`RedlockMiddleware`](super::RedlockMiddleware): the inner body,
@@ -17,12 +17,10 @@ use crate::Lease;
 pub struct LeaseBody<B> {
     #[pin]
     body: B,
-    lease: BodyLease,
-    /// Bytes still to come of a body of known length: the server stops polling after the
-    /// last one, so the release happens before that chunk is handed over.
+    tail: BodyTail<Bytes>,
+    /// Bytes still to come of a body of known length: the last chunk is the one that
+    /// brings this to zero.
     remaining: Option<u64>,
-    /// The last chunk, held back until the release is done.
-    last: Option<Bytes>,
 }
 
 impl<B: MessageBody> LeaseBody<B> {
@@ -33,9 +31,8 @@ impl<B: MessageBody> LeaseBody<B> {
         };
         Self {
             body,
-            lease: BodyLease::new(lease),
+            tail: BodyTail::new(lease),
             remaining,
-            last: None,
         }
     }
 }
@@ -43,7 +40,7 @@ impl<B: MessageBody> LeaseBody<B> {
 impl<B> LeaseBody<B> {
     /// Whether this body still holds a lock (released at the body's end).
     pub fn holds_lock(&self) -> bool {
-        self.lease.holds()
+        self.tail.holds()
     }
 }
 
@@ -67,45 +64,41 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Self::Error>>> {
         let this = self.project();
-        if !this.lease.is_releasing() && this.last.is_none() {
+        if this.tail.wants_more() {
             match ready!(this.body.poll_next(cx)) {
                 Some(Ok(chunk)) => {
                     let is_last = this.remaining.as_mut().is_some_and(|r| {
                         *r = r.saturating_sub(chunk.len() as u64);
                         *r == 0
                     });
-                    if !(is_last && this.lease.holds()) {
+                    if let Some(chunk) = this.tail.chunk(chunk, is_last) {
                         return Poll::Ready(Some(Ok(chunk)));
                     }
-                    *this.last = Some(chunk);
                 }
                 Some(Err(e)) => {
-                    this.lease.abandon();
+                    this.tail.abandon();
                     return Poll::Ready(Some(Err(e)));
                 }
                 None => {}
             }
         }
-        ready!(this.lease.poll_end(cx));
-        Poll::Ready(this.last.take().map(Ok))
+        this.tail.poll_end(cx).map(|last| last.map(Ok))
     }
 
     fn try_into_bytes(self) -> Result<Bytes, Self> {
-        if self.lease.holds() {
+        if self.tail.holds() {
             // The lease must see the end of the body.
             return Err(self);
         }
         let Self {
             body,
-            lease,
+            tail,
             remaining,
-            last,
         } = self;
         body.try_into_bytes().map_err(|body| Self {
             body,
-            lease,
+            tail,
             remaining,
-            last,
         })
     }
 }

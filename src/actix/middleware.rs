@@ -10,7 +10,7 @@ use futures_util::future::LocalBoxFuture;
 
 use super::{ActixRequestView, LeaseBody};
 use crate::http::{
-    Decision, KeptAlive, KeyExtractor, LockPolicy, RejectionResponse, ReleaseOn, Unlocked,
+    AfterResponse, Decision, KeptAlive, KeyExtractor, LockPolicy, RejectionResponse, Unlocked,
 };
 use crate::Redlock;
 
@@ -141,15 +141,13 @@ where
             // The keep-alive starts only if the handler outlives ttl/3.
             let due = Instant::now() + lease.ttl() / 3;
             let result = KeptAlive::new(service.call(req), &mut lease, policy.keeps_alive()).await;
-            match result {
-                // An empty body is never polled by the server: release now.
-                Ok(res)
-                    if policy.release_on() == ReleaseOn::BodyEnd
-                        && !matches!(
-                            res.response().body().size(),
-                            BodySize::None | BodySize::Sized(0)
-                        ) =>
-                {
+            let body_to_send = matches!(&result, Ok(res)
+                if !matches!(res.response().body().size(), BodySize::None | BodySize::Sized(0)));
+            match (
+                AfterResponse::decide(lease, policy.release_on(), body_to_send),
+                result,
+            ) {
+                (AfterResponse::HoldToBodyEnd(mut lease), Ok(res)) => {
                     if policy.keeps_alive() {
                         // On the handler's schedule (nothing if it already started).
                         lease.keep_alive_from(due);
@@ -158,9 +156,10 @@ where
                         .map_body(|_, b| LeaseBody::new(b, Some(lease)))
                         .map_into_left_body())
                 }
-                result => {
-                    // Release before answering, so a client that retries the moment it has
-                    // the answer finds the key free.
+                (
+                    AfterResponse::ReleaseNow(lease) | AfterResponse::HoldToBodyEnd(lease),
+                    result,
+                ) => {
                     crate::http::release(lease).await;
                     Ok(result?
                         .map_body(|_, b| LeaseBody::new(b, None))

@@ -70,19 +70,23 @@ mod keep_alive;
 pub mod key;
 mod policy;
 mod rejection;
+#[cfg(any(feature = "tower", feature = "actix"))]
+mod release;
 mod view;
 
 #[cfg(feature = "tower")]
 pub(crate) use keep_alive::KeepAliveTimer;
 #[cfg(feature = "actix")]
 pub(crate) use keep_alive::KeptAlive;
-pub(crate) use policy::{release, BodyLease, Decision};
+pub(crate) use policy::Decision;
 pub use policy::{
     LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked, DEFAULT_TTL,
 };
 pub use rejection::{
     MissingLease, ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder,
 };
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) use release::{release, AfterResponse, BodyTail};
 
 pub use key::{
     key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial, KeyRejection,

@@ -229,17 +229,6 @@ pub(crate) enum Decision {
     Reject(RejectionResponse),
 }
 
-/// Releases a lease and logs the outcome (used by both glues). A release that reaches no
-/// quorum is logged at warn, with the (hashed) key, by the lock itself.
-pub(crate) async fn release(lease: Lease) {
-    let started = Instant::now();
-    let resource = tracing::enabled!(tracing::Level::DEBUG).then(|| lease.resource().to_owned());
-    let released = lease.release().await.is_ok();
-    if let Some(resource) = resource.filter(|_| released) {
-        tracing::debug!(key = %resource, elapsed = ?started.elapsed(), "lock released");
-    }
-}
-
 impl LockPolicyBuilder {
     /// The lock ttl (default 30 s). With keep-alive on, the lock is extended about every
     /// ttl/3 while the handler runs, so the ttl bounds how long a crashed replica blocks
@@ -341,48 +330,5 @@ impl LockPolicyBuilder {
         Ok(LockPolicy {
             inner: Arc::new(self.inner),
         })
-    }
-}
-
-/// The lease a response body holds until its end (release at body end), shared by the tower
-/// and actix-web bodies.
-pub(crate) struct BodyLease {
-    lease: Option<Lease>,
-    releasing: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
-}
-
-impl BodyLease {
-    pub(crate) fn new(lease: Option<Lease>) -> Self {
-        Self {
-            lease,
-            releasing: None,
-        }
-    }
-
-    /// Whether a lease is still held or being released.
-    pub(crate) fn holds(&self) -> bool {
-        self.lease.is_some() || self.releasing.is_some()
-    }
-
-    /// Whether the end of the stream is being reported (the release is under way).
-    pub(crate) fn is_releasing(&self) -> bool {
-        self.releasing.is_some()
-    }
-
-    /// The body has ended: release and wait for it; `Ready` once the end may be reported.
-    pub(crate) fn poll_end(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        if let Some(lease) = self.lease.take() {
-            self.releasing = Some(Box::pin(release(lease)));
-        }
-        if let Some(r) = self.releasing.as_mut() {
-            std::task::ready!(r.as_mut().poll(cx));
-            self.releasing = None;
-        }
-        std::task::Poll::Ready(())
-    }
-
-    /// The body failed: drop the lease, which spawns its release.
-    pub(crate) fn abandon(&mut self) {
-        self.lease.take();
     }
 }

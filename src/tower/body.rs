@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 
-use crate::http::BodyLease;
+use crate::http::BodyTail;
 use crate::Lease;
 
 /// The response body of [`RedlockService`](super::RedlockService): the inner body (holding
@@ -25,9 +25,7 @@ enum Kind<B: Body> {
     Inner {
         #[pin]
         body: B,
-        lease: BodyLease,
-        /// The last frame, held back until the release is done.
-        last: Option<Frame<B::Data>>,
+        tail: BodyTail<Frame<B::Data>>,
     },
     Rejection {
         body: Option<Bytes>,
@@ -39,8 +37,7 @@ impl<B: Body> ResponseBody<B> {
         Self {
             kind: Kind::Inner {
                 body,
-                lease: BodyLease::new(lease),
-                last: None,
+                tail: BodyTail::new(lease),
             },
         }
     }
@@ -53,7 +50,7 @@ impl<B: Body> ResponseBody<B> {
 
     /// Whether this body still holds a lock (released at the body's end).
     pub fn holds_lock(&self) -> bool {
-        matches!(&self.kind, Kind::Inner { lease, .. } if lease.holds())
+        matches!(&self.kind, Kind::Inner { tail, .. } if tail.holds())
     }
 }
 
@@ -81,28 +78,22 @@ where
             KindProj::Rejection { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
-            KindProj::Inner {
-                mut body,
-                lease,
-                last,
-            } => {
-                if !lease.is_releasing() && last.is_none() {
+            KindProj::Inner { mut body, tail } => {
+                if tail.wants_more() {
                     match ready!(body.as_mut().poll_frame(cx)) {
-                        Some(Ok(frame)) if lease.holds() && body.is_end_stream() => {
-                            // The last frame: a server may stop polling once it has it
-                            // (a body of known length), so release before handing it over.
-                            *last = Some(frame);
+                        Some(Ok(frame)) => {
+                            if let Some(frame) = tail.chunk(frame, body.is_end_stream()) {
+                                return Poll::Ready(Some(Ok(frame)));
+                            }
                         }
-                        Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
                         Some(Err(e)) => {
-                            lease.abandon();
+                            tail.abandon();
                             return Poll::Ready(Some(Err(e)));
                         }
                         None => {}
                     }
                 }
-                ready!(lease.poll_end(cx));
-                Poll::Ready(last.take().map(Ok))
+                tail.poll_end(cx).map(|last| last.map(Ok))
             }
         }
     }
@@ -111,9 +102,7 @@ where
         match &self.kind {
             Kind::Rejection { body } => body.is_none(),
             // While a lease is held, the end must be polled so that it is released.
-            Kind::Inner { body, lease, last } => {
-                !lease.holds() && last.is_none() && body.is_end_stream()
-            }
+            Kind::Inner { body, tail } => tail.is_done() && body.is_end_stream(),
         }
     }
 

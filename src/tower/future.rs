@@ -9,7 +9,9 @@ use pin_project::pin_project;
 use tower_service::Service;
 
 use super::ResponseBody;
-use crate::http::{Decision, KeepAliveTimer, RejectionResponse, Unlocked};
+use crate::http::{
+    AfterResponse, Decision, KeepAliveTimer, RejectionResponse, ReleaseOn, Unlocked,
+};
 use crate::Lease;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -39,7 +41,7 @@ where
         acquire: BoxFuture<Decision>,
         inner: Option<S>,
         req: Option<Request<ReqBody>>,
-        release_at_body_end: bool,
+        release_on: ReleaseOn,
         keep_alive: bool,
     },
     Calling {
@@ -49,7 +51,7 @@ where
         #[pin]
         timer: KeepAliveTimer,
         lease: Option<Lease>,
-        release_at_body_end: bool,
+        release_on: ReleaseOn,
     },
     Releasing {
         release: BoxFuture<()>,
@@ -92,7 +94,7 @@ where
                 fut,
                 timer: KeepAliveTimer::off(),
                 lease: None,
-                release_at_body_end: false,
+                release_on: ReleaseOn::Response,
             },
         }
     }
@@ -101,7 +103,7 @@ where
         acquire: BoxFuture<Decision>,
         inner: S,
         req: Request<ReqBody>,
-        release_at_body_end: bool,
+        release_on: ReleaseOn,
         keep_alive: bool,
     ) -> Self {
         Self {
@@ -109,7 +111,7 @@ where
                 acquire,
                 inner: Some(inner),
                 req: Some(req),
-                release_at_body_end,
+                release_on,
                 keep_alive,
             },
         }
@@ -151,7 +153,7 @@ where
                     acquire,
                     inner,
                     req,
-                    release_at_body_end,
+                    release_on,
                     keep_alive,
                 } => {
                     let decision = ready!(acquire.as_mut().poll(cx));
@@ -171,21 +173,21 @@ where
                             None
                         }
                     };
-                    let release_at_body_end = *release_at_body_end;
+                    let release_on = *release_on;
                     let timer = KeepAliveTimer::new(lease.as_ref(), *keep_alive);
                     let fut = inner.call(req);
                     this.state.set(State::Calling {
                         fut,
                         timer,
                         lease,
-                        release_at_body_end,
+                        release_on,
                     });
                 }
                 StateProj::Calling {
                     fut,
                     timer,
                     lease,
-                    release_at_body_end,
+                    release_on,
                 } => {
                     let result = match fut.poll(cx) {
                         Poll::Ready(result) => result,
@@ -194,22 +196,24 @@ where
                             return Poll::Pending;
                         }
                     };
-                    match (lease.take(), result) {
-                        (None, result) => {
-                            return Poll::Ready(
-                                result.map(|res| res.map(|b| ResponseBody::new(b, None))),
-                            );
-                        }
-                        // An empty body is never polled by the server: release now.
-                        (Some(mut lease), Ok(res))
-                            if *release_at_body_end && !res.body().is_end_stream() =>
-                        {
+                    let Some(lease) = lease.take() else {
+                        return Poll::Ready(
+                            result.map(|res| res.map(|b| ResponseBody::new(b, None))),
+                        );
+                    };
+                    let body_to_send = matches!(&result, Ok(res) if !res.body().is_end_stream());
+                    match (
+                        AfterResponse::decide(lease, *release_on, body_to_send),
+                        result,
+                    ) {
+                        (AfterResponse::HoldToBodyEnd(mut lease), Ok(res)) => {
                             timer.hand_over(&mut lease);
                             return Poll::Ready(Ok(res.map(|b| ResponseBody::new(b, Some(lease)))));
                         }
-                        (Some(lease), result) => {
-                            // Release before answering, so a client that retries the moment
-                            // it has the answer finds the key free.
+                        (
+                            AfterResponse::ReleaseNow(lease) | AfterResponse::HoldToBodyEnd(lease),
+                            result,
+                        ) => {
                             this.state.set(State::Releasing {
                                 release: Box::pin(crate::http::release(lease)),
                                 result: Some(result),

@@ -6,7 +6,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::{HttpRequestView, ResponseBody, ResponseFuture};
-use crate::http::{LockPolicy, ReleaseOn};
+use crate::http::LockPolicy;
 
 /// The middleware service of [`RedlockLayer`](super::RedlockLayer).
 #[derive(Debug, Clone)]
@@ -65,12 +65,11 @@ where
                 // call (tower's `mem::replace` idiom).
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                let release_at_body_end = self.policy.release_on() == ReleaseOn::BodyEnd;
                 ResponseFuture::acquiring(
                     Box::pin(self.policy.clone().acquire(key)),
                     inner,
                     req,
-                    release_at_body_end,
+                    self.policy.release_on(),
                     self.policy.keeps_alive(),
                 )
             }

@@ -1,0 +1,117 @@
+//! After the inner service answered: release at once, or hand the lease to the response
+//! body and release at its end, holding the body's last chunk back until the release is
+//! done. Shared by the tower and actix-web glue, which keep only their framework's types.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+
+use super::ReleaseOn;
+use crate::Lease;
+
+/// Releases a lease and logs the outcome (used by both glues). A release that reaches no
+/// quorum is logged at warn, with the (hashed) key, by the lock itself.
+pub(crate) async fn release(lease: Lease) {
+    let started = Instant::now();
+    let resource = tracing::enabled!(tracing::Level::DEBUG).then(|| lease.resource().to_owned());
+    let released = lease.release().await.is_ok();
+    if let Some(resource) = resource.filter(|_| released) {
+        tracing::debug!(key = %resource, elapsed = ?started.elapsed(), "lock released");
+    }
+}
+
+/// What the glue does with the lease once the inner service has answered.
+pub(crate) enum AfterResponse {
+    /// Give the lease to the response body, which releases it at its end.
+    HoldToBodyEnd(Lease),
+    /// Release now, *before* answering, so a client that retries the moment it has the
+    /// answer finds the key free.
+    ReleaseNow(Lease),
+}
+
+impl AfterResponse {
+    /// The decision for `lease`. `body_to_send`: the service answered with a response whose
+    /// body may still have data. An empty body is never polled by the server, so it could
+    /// never report its end: with one (or an error) the lease is released now.
+    pub(crate) fn decide(lease: Lease, release_on: ReleaseOn, body_to_send: bool) -> Self {
+        if release_on == ReleaseOn::BodyEnd && body_to_send {
+            Self::HoldToBodyEnd(lease)
+        } else {
+            Self::ReleaseNow(lease)
+        }
+    }
+}
+
+/// The end of a response body that holds a lease (release at body end): the last chunk is
+/// held back until the release is done, because a server may stop polling once it has the
+/// last chunk of a body of known length — and a client that has read the whole response
+/// must find the key free. Without a lease it passes everything through.
+///
+/// The glue polls its inner body while [`wants_more`](Self::wants_more), hands each chunk
+/// to [`chunk`](Self::chunk), and polls [`poll_end`](Self::poll_end) once a chunk was held
+/// back or the inner body ended. Dropping it early (a cancelled response) drops the lease,
+/// whose release is then spawned in the background.
+pub(crate) struct BodyTail<T> {
+    lease: Option<Lease>,
+    releasing: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The last chunk, held back until the release is done.
+    last: Option<T>,
+}
+
+impl<T> BodyTail<T> {
+    pub(crate) fn new(lease: Option<Lease>) -> Self {
+        Self {
+            lease,
+            releasing: None,
+            last: None,
+        }
+    }
+
+    /// Whether a lease is still held or being released.
+    pub(crate) fn holds(&self) -> bool {
+        self.lease.is_some() || self.releasing.is_some()
+    }
+
+    /// Whether the inner body is still to be polled (no chunk held back, no release under
+    /// way).
+    pub(crate) fn wants_more(&self) -> bool {
+        self.releasing.is_none() && self.last.is_none()
+    }
+
+    /// Whether the whole body, the release included, is done once the inner body is.
+    #[cfg(feature = "tower")]
+    pub(crate) fn is_done(&self) -> bool {
+        !self.holds() && self.last.is_none()
+    }
+
+    /// A chunk from the inner body; `is_last`: the inner body says nothing follows. Returns
+    /// the chunk to hand over now, or `None` when it was held back: then poll
+    /// [`poll_end`](Self::poll_end).
+    pub(crate) fn chunk(&mut self, chunk: T, is_last: bool) -> Option<T> {
+        if is_last && self.holds() {
+            self.last = Some(chunk);
+            None
+        } else {
+            Some(chunk)
+        }
+    }
+
+    /// The inner body failed: drop the lease, which spawns its release.
+    pub(crate) fn abandon(&mut self) {
+        self.lease.take();
+    }
+
+    /// The inner body ended or its last chunk was held back: release and wait for it, then
+    /// hand over the held-back chunk (`None`: the end of the stream).
+    pub(crate) fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        if let Some(lease) = self.lease.take() {
+            self.releasing = Some(Box::pin(release(lease)));
+        }
+        if let Some(r) = self.releasing.as_mut() {
+            ready!(r.as_mut().poll(cx));
+            self.releasing = None;
+        }
+        Poll::Ready(self.last.take())
+    }
+}

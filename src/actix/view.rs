@@ -1,8 +1,11 @@
-use std::cell::OnceCell;
+use std::any::Any;
+use std::cell::{OnceCell, Ref};
+use std::net::SocketAddr;
 
-use actix_web::dev::ServiceRequest;
+use actix_web::dev::{Extensions, ServiceRequest};
+use actix_web::HttpMessage;
 
-use crate::http::RequestView;
+use crate::http::{ExtensionType, RequestView};
 
 /// [`RequestView`] over an actix-web request (`http` 0.2 types).
 ///
@@ -11,6 +14,9 @@ use crate::http::RequestView;
 pub struct ActixRequestView<'a> {
     req: &'a ServiceRequest,
     route: OnceCell<Option<String>>,
+    /// Borrowed when an extractor first asks for an extension, for as long as the view lives
+    /// (key extraction, before the request moves on).
+    extensions: OnceCell<Ref<'a, Extensions>>,
 }
 
 impl std::fmt::Debug for ActixRequestView<'_> {
@@ -28,6 +34,7 @@ impl<'a> ActixRequestView<'a> {
         Self {
             req,
             route: OnceCell::new(),
+            extensions: OnceCell::new(),
         }
     }
 }
@@ -59,6 +66,22 @@ impl RequestView for ActixRequestView<'_> {
     fn path_param(&self, name: &str) -> Option<&str> {
         self.req.match_info().get(name)
     }
+
+    fn query(&self) -> Option<&str> {
+        self.req.uri().query()
+    }
+
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        self.req.peer_addr()
+    }
+
+    fn extension_of(&self, ty: &ExtensionType) -> Option<&dyn Any> {
+        // Nothing borrows the extensions mutably while the middleware extracts the key.
+        let extensions = self
+            .extensions
+            .get_or_init(|| HttpMessage::extensions(self.req));
+        ty.in_actix(extensions)
+    }
 }
 
 #[cfg(test)]
@@ -75,5 +98,26 @@ mod tests {
         let shown = format!("{view:?} {view:#?}");
         assert!(shown.contains("POST"), "{shown}");
         assert!(!shown.contains("zebra"), "{shown}");
+    }
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Principal(&'static str);
+
+    #[test]
+    fn sees_query_extensions_and_peer() {
+        let req = actix_web::test::TestRequest::post()
+            .uri("/orders/1?expand=all&x=1")
+            .peer_addr("127.0.0.1:4242".parse().unwrap())
+            .to_srv_request();
+        req.extensions_mut().insert(Principal("acme"));
+        let view = ActixRequestView::new(&req);
+        assert_eq!(view.query(), Some("expand=all&x=1"));
+        assert_eq!(view.peer_addr(), Some("127.0.0.1:4242".parse().unwrap()));
+        let dyn_view: &dyn RequestView = &view;
+        assert_eq!(dyn_view.extension::<Principal>(), Some(&Principal("acme")));
+        assert_eq!(dyn_view.extension::<String>(), None);
+        drop(view);
+        // The view's borrow of the extensions ended with it.
+        req.extensions_mut().insert(1_u8);
     }
 }

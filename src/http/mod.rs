@@ -15,7 +15,9 @@
 //! ```
 //!
 //! 1. The glue wraps the framework's request in a [`RequestView`]: method,
-//!    path, matched route, headers (raw bytes) and route parameters.
+//!    path, query, matched route, headers (raw bytes), route parameters, the
+//!    peer address and, typed, the request's extensions (what an
+//!    authentication layer put there).
 //! 2. A [`KeyExtractor`] reads what it needs and answers with one of:
 //!    * `Ok(Some(key))`: lock this [`LockKey`] around the handler;
 //!    * `Ok(None)`: this request has no key, pass it through without a lock;
@@ -28,6 +30,37 @@
 //!    [`KeyMaterial`], and the material is hashed once, at the end, into the
 //!    [`LockKey`] whose [`as_str`](LockKey::as_str) is the Redis resource
 //!    name. Raw keys never reach Redis, logs or `Debug` output.
+//!
+//! # Built-in extractors
+//!
+//! | extractor | key material | rejects |
+//! | --- | --- | --- |
+//! | [`IdempotencyKey`] | the `Idempotency-Key` header (structured-field string or bare token) | missing (if required), empty, too long, malformed, duplicate |
+//! | [`HeaderKey`] | any header's raw value (printable ASCII) | missing (if required), empty, too long, malformed, duplicate |
+//! | [`PathKey`] | the request path | never |
+//! | [`MethodPathKey`] | method and path | never |
+//! | [`RouteParamKey`] | one route parameter | missing, empty, too long |
+//!
+//! Closures `Fn(&dyn RequestView) -> Result<Option<LockKey>, KeyRejection>`
+//! are extractors too (see [`key_fn`]).
+//!
+//! # Combinators
+//!
+//! [`KeyExtractorExt`] scopes any extractor by the route
+//! ([`scoped_by_route`](KeyExtractorExt::scoped_by_route)), the method, a
+//! tenant header, a request extension (the authenticated principal) or a closure, and
+//! replaces the Redis prefix
+//! ([`prefix`](KeyExtractorExt::prefix)). Scope is added to the raw material
+//! *before* hashing, so a scoped key costs one hash and one `String`.
+//!
+//! # The hash
+//!
+//! A [`LockKey`] is `prefix + hex`, where `hex` is the lowercase hex form of
+//! the first 16 bytes (128 bits) of SHA-256 over the parts, each encoded as
+//! its length (big-endian `u64`) followed by its bytes. The encoding is part
+//! of the crate's contract: the same request gives the same key in every
+//! process, on every machine and with every build, so that all instances of
+//! a service contend for the same lock.
 //!
 //! # Example
 //!
@@ -67,7 +100,7 @@
 
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod keep_alive;
-pub mod key;
+mod key;
 mod policy;
 mod rejection;
 #[cfg(any(feature = "tower", feature = "actix"))]
@@ -91,7 +124,7 @@ pub(crate) use release::{release, AfterResponse, BodyTail};
 pub use key::{
     key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial, KeyRejection,
     KeyRejectionKind, KeySource, LockKey, MethodPathKey, PathKey, Prefixed, RouteParamKey,
-    ScopedBy, ScopedByHeader, ScopedByMethod, ScopedByRoute, DEFAULT_KEY_PREFIX,
+    ScopedBy, ScopedByExtension, ScopedByHeader, ScopedByMethod, ScopedByRoute, DEFAULT_KEY_PREFIX,
     DEFAULT_MAX_KEY_LEN,
 };
-pub use view::{RequestView, SimpleRequest};
+pub use view::{ExtensionType, RequestView, SimpleRequest};

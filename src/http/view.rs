@@ -1,7 +1,10 @@
 //! The framework-neutral request view that key extractors read, and [`SimpleRequest`] for
 //! tests.
 
+use std::any::{Any, TypeId};
 use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// The framework-neutral view of an HTTP request that key extractors read.
 ///
@@ -36,6 +39,109 @@ pub trait RequestView {
     fn path_params_malformed(&self) -> bool {
         false
     }
+
+    /// The query string without the `?`, e.g. `"page=2&sort=asc"`, if the request has one.
+    /// Default: `None`.
+    fn query(&self) -> Option<&str> {
+        None
+    }
+
+    /// The address of the peer that sent the request, when the framework knows it (actix-web
+    /// always; axum when served with `into_make_service_with_connect_info::<SocketAddr>()`).
+    /// Behind a proxy this is the proxy's address. Default: `None`.
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        None
+    }
+
+    /// The request extension of the type `ty` names, if there is one: what an earlier layer
+    /// (authentication, tenancy) put into the request. Read it typed with
+    /// [`extension`](trait.RequestView.html#method.extension) on `dyn RequestView`;
+    /// implement it with [`ExtensionType::type_id`] over your own map. Default: none.
+    fn extension_of(&self, ty: &ExtensionType) -> Option<&dyn Any> {
+        let _ = ty;
+        None
+    }
+}
+
+impl dyn RequestView + '_ {
+    /// The request extension of type `T`: e.g. the principal an authentication layer put
+    /// into the request, to scope keys by it (see
+    /// [`scoped_by_extension`](super::KeyExtractorExt::scoped_by_extension)).
+    ///
+    /// ```
+    /// use tower_redlock::http::{RequestView, SimpleRequest};
+    ///
+    /// #[derive(Clone)]
+    /// struct Tenant(String);
+    ///
+    /// let req = SimpleRequest::new("POST", "/payments").extension(Tenant("acme".into()));
+    /// let view: &dyn RequestView = &req;
+    /// assert_eq!(view.extension::<Tenant>().map(|t| t.0.as_str()), Some("acme"));
+    /// assert!(view.extension::<u32>().is_none());
+    /// ```
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extension_of(&ExtensionType::of::<T>())?.downcast_ref()
+    }
+}
+
+/// Names a type to look up in a request's extensions, for [`RequestView::extension_of`].
+///
+/// It carries the type's [`TypeId`] (for views over your own map) and the lookups into the
+/// extension maps of the frameworks this crate supports, which are typed: so the glue can
+/// answer through the object-safe [`RequestView`].
+#[derive(Clone, Copy)]
+pub struct ExtensionType {
+    id: TypeId,
+    name: &'static str,
+    #[cfg(feature = "tower")]
+    http: for<'x> fn(&'x http::Extensions) -> Option<&'x dyn Any>,
+    #[cfg(feature = "actix")]
+    actix: for<'x> fn(&'x actix_web::dev::Extensions) -> Option<&'x dyn Any>,
+}
+
+impl ExtensionType {
+    /// The extension type `T`.
+    pub fn of<T: Send + Sync + 'static>() -> Self {
+        Self {
+            id: TypeId::of::<T>(),
+            name: std::any::type_name::<T>(),
+            #[cfg(feature = "tower")]
+            http: |e| e.get::<T>().map(|t| t as &dyn Any),
+            #[cfg(feature = "actix")]
+            actix: |e| e.get::<T>().map(|t| t as &dyn Any),
+        }
+    }
+
+    /// The type's id: the key to your own extension map.
+    pub fn type_id(&self) -> TypeId {
+        self.id
+    }
+
+    /// The type's name, for diagnostics.
+    pub fn type_name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The extension in an `http` 1.x request's extensions.
+    #[cfg(feature = "tower")]
+    pub(crate) fn in_http<'x>(&self, extensions: &'x http::Extensions) -> Option<&'x dyn Any> {
+        (self.http)(extensions)
+    }
+
+    /// The extension in an actix-web request's extensions.
+    #[cfg(feature = "actix")]
+    pub(crate) fn in_actix<'x>(
+        &self,
+        extensions: &'x actix_web::dev::Extensions,
+    ) -> Option<&'x dyn Any> {
+        (self.actix)(extensions)
+    }
+}
+
+impl fmt::Debug for ExtensionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ExtensionType").field(&self.name).finish()
+    }
 }
 
 impl<T: RequestView + ?Sized> RequestView for &T {
@@ -60,6 +166,15 @@ impl<T: RequestView + ?Sized> RequestView for &T {
     fn path_params_malformed(&self) -> bool {
         (**self).path_params_malformed()
     }
+    fn query(&self) -> Option<&str> {
+        (**self).query()
+    }
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        (**self).peer_addr()
+    }
+    fn extension_of(&self, ty: &ExtensionType) -> Option<&dyn Any> {
+        (**self).extension_of(ty)
+    }
 }
 
 // ===== SimpleRequest =====
@@ -79,9 +194,11 @@ impl<T: RequestView + ?Sized> RequestView for &T {
 /// let req = SimpleRequest::new("POST", "/payments/42?expand=all")
 ///     .route("/payments/{id}")
 ///     .param("id", "42")
-///     .header("Idempotency-Key", "\"abc\"");
+///     .header("Idempotency-Key", "\"abc\"")
+///     .peer("127.0.0.1:40000".parse().unwrap());
 ///
-/// assert_eq!(req.path(), "/payments/42"); // the query is dropped
+/// assert_eq!(req.path(), "/payments/42"); // the query is split off
+/// assert_eq!(req.query(), Some("expand=all"));
 /// assert_eq!(req.matched_route(), Some("/payments/{id}"));
 /// assert_eq!(req.path_param("id"), Some("42"));
 /// assert_eq!(RequestView::header(&req, "idempotency-key"), Some(&b"\"abc\""[..]));
@@ -94,21 +211,44 @@ pub struct SimpleRequest {
     route: Option<String>,
     headers: Vec<(String, Vec<u8>)>,
     params: Vec<(String, String)>,
+    query: Option<String>,
+    peer: Option<SocketAddr>,
+    extensions: Vec<(TypeId, Arc<dyn Any + Send + Sync>)>,
 }
 
 impl SimpleRequest {
-    /// A request with this method and path; anything from `?` on in `path`
-    /// is dropped, as [`RequestView::path`] has no query.
+    /// A request with this method and path; anything after a `?` in `path` is the
+    /// [query](RequestView::query), as [`RequestView::path`] has none.
     pub fn new(method: impl Into<String>, path: impl Into<String>) -> Self {
         let mut path = path.into();
-        if let Some(query) = path.find('?') {
-            path.truncate(query);
-        }
+        let query = path.find('?').map(|at| {
+            let query = path[at + 1..].to_owned();
+            path.truncate(at);
+            query
+        });
         Self {
             method: method.into(),
             path,
+            query,
             ..Self::default()
         }
+    }
+
+    /// Sets the peer address.
+    #[must_use]
+    pub fn peer(mut self, addr: SocketAddr) -> Self {
+        self.peer = Some(addr);
+        self
+    }
+
+    /// Adds a request extension (replacing one of the same type), as an authentication
+    /// layer would.
+    #[must_use]
+    pub fn extension<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        let id = TypeId::of::<T>();
+        self.extensions.retain(|(t, _)| *t != id);
+        self.extensions.push((id, Arc::new(value)));
+        self
     }
 
     /// Adds a header value (the name is stored lowercase). Calling it twice
@@ -163,6 +303,18 @@ impl RequestView for SimpleRequest {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
+    fn query(&self) -> Option<&str> {
+        self.query.as_deref()
+    }
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+    fn extension_of(&self, ty: &ExtensionType) -> Option<&dyn Any> {
+        self.extensions
+            .iter()
+            .find(|(t, _)| *t == ty.type_id())
+            .map(|(_, v)| &**v as &dyn Any)
+    }
 }
 
 impl fmt::Debug for SimpleRequest {
@@ -181,6 +333,7 @@ impl fmt::Debug for SimpleRequest {
             .field("route", &self.route)
             .field("headers", &Names(&self.headers))
             .field("params", &Names(&self.params))
-            .finish()
+            .field("extensions", &self.extensions.len())
+            .finish_non_exhaustive()
     }
 }

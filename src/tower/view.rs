@@ -1,11 +1,16 @@
+use std::any::Any;
+use std::net::SocketAddr;
+
 use http::request::Parts;
 
-use crate::http::RequestView;
+use crate::http::{ExtensionType, RequestView};
 
 /// [`RequestView`] over an `http` 1.x request (axum, hyper, tonic).
 ///
 /// With the `axum` feature it also sees axum's matched route (`MatchedPath`) and path
-/// parameters, when the layer runs after routing (`Router::layer` / `route_layer`).
+/// parameters, when the layer runs after routing (`Router::layer` / `route_layer`), and the
+/// peer address when the app is served with
+/// `into_make_service_with_connect_info::<SocketAddr>()`.
 ///
 /// Its `Debug` shows the method and the matched route pattern only: the path, a header or a
 /// path parameter may carry the raw key.
@@ -103,6 +108,28 @@ impl RequestView for HttpRequestView<'_> {
         }
     }
 
+    fn query(&self) -> Option<&str> {
+        self.parts.uri.query()
+    }
+
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "axum")]
+        {
+            self.parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .map(|c| c.0)
+        }
+        #[cfg(not(feature = "axum"))]
+        {
+            None
+        }
+    }
+
+    fn extension_of(&self, ty: &ExtensionType) -> Option<&dyn Any> {
+        ty.in_http(&self.parts.extensions)
+    }
+
     fn path_param(&self, name: &str) -> Option<&str> {
         #[cfg(feature = "axum")]
         {
@@ -133,5 +160,32 @@ mod tests {
         let shown = format!("{view:?} {view:#?}");
         assert!(shown.contains("POST"), "{shown}");
         assert!(!shown.contains("zebra"), "{shown}");
+    }
+
+    #[derive(Clone, Debug, PartialEq)]
+    struct Principal(&'static str);
+
+    #[test]
+    fn sees_query_extensions_and_peer() {
+        let mut req = http::Request::post("/orders/1?expand=all&x=1")
+            .body(())
+            .unwrap();
+        req.extensions_mut().insert(Principal("acme"));
+        #[cfg(feature = "axum")]
+        req.extensions_mut().insert(axum::extract::ConnectInfo(
+            "127.0.0.1:4242".parse::<SocketAddr>().unwrap(),
+        ));
+        let (mut parts, ()) = req.into_parts();
+        let view = HttpRequestView::new(&mut parts);
+        assert_eq!(view.query(), Some("expand=all&x=1"));
+        let dyn_view: &dyn RequestView = &view;
+        assert_eq!(dyn_view.extension::<Principal>(), Some(&Principal("acme")));
+        assert_eq!(dyn_view.extension::<String>(), None);
+        #[cfg(feature = "axum")]
+        assert_eq!(view.peer_addr(), Some("127.0.0.1:4242".parse().unwrap()));
+
+        let (mut parts, ()) = http::Request::post("/orders").body(()).unwrap().into_parts();
+        let view = HttpRequestView::new(&mut parts);
+        assert_eq!((view.query(), view.peer_addr()), (None, None));
     }
 }

@@ -1,5 +1,7 @@
 //! [`KeyExtractorExt`]: scoping an extractor (route, method, header, closure) and its Redis prefix.
 
+use std::marker::PhantomData;
+
 use super::*;
 
 /// Combinators for every [`KeyExtractor`]: scope a key, or change its prefix.
@@ -43,6 +45,49 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
         ScopedByHeader {
             inner: self,
             header: HeaderKey::new(name),
+        }
+    }
+
+    /// Scopes the key by a request extension an earlier layer put into the request —
+    /// typically the authenticated principal or its tenant — through `scope`: each
+    /// principal has its own key space, so one tenant's key can never meet (or, with
+    /// replay, read) another tenant's. Add the authentication layer *outside* the lock
+    /// middleware so it runs first.
+    ///
+    /// When the inner extractor finds a key, the extension is required: a request without
+    /// it is rejected as missing (`400`): the route is not behind the authentication
+    /// layer, or the request was not authenticated. Its type name is logged at debug, never
+    /// sent to the client.
+    ///
+    /// ```
+    /// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+    ///
+    /// #[derive(Clone)]
+    /// struct Principal { tenant: String }
+    ///
+    /// let extractor = IdempotencyKey::required()
+    ///     .scoped_by_extension(|p: &Principal| p.tenant.clone());
+    /// let as_tenant = |tenant: &str| {
+    ///     SimpleRequest::new("POST", "/payments")
+    ///         .header("idempotency-key", "\"k1\"")
+    ///         .extension(Principal { tenant: tenant.into() })
+    /// };
+    /// let acme = extractor.extract(&as_tenant("acme")).unwrap().unwrap();
+    /// assert_ne!(acme, extractor.extract(&as_tenant("globex")).unwrap().unwrap());
+    ///
+    /// let anonymous = SimpleRequest::new("POST", "/payments").header("idempotency-key", "\"k1\"");
+    /// assert!(extractor.extract(&anonymous).unwrap_err().is_missing());
+    /// ```
+    fn scoped_by_extension<T, F, S>(self, scope: F) -> ScopedByExtension<Self, T, F>
+    where
+        T: Send + Sync + 'static,
+        F: Fn(&T) -> S + Send + Sync + 'static,
+        S: AsRef<[u8]>,
+    {
+        ScopedByExtension {
+            inner: self,
+            scope,
+            _type: PhantomData,
         }
     }
 
@@ -156,6 +201,61 @@ impl<E: KeyExtractor> KeyExtractor for ScopedByHeader<E> {
             .push(TAG_SCOPE_HEADER)
             .push(self.header.header.as_bytes())
             .push(value);
+        Ok(true)
+    }
+}
+
+/// Scopes a key by a request extension; see [`KeyExtractorExt::scoped_by_extension`].
+pub struct ScopedByExtension<E, T, F> {
+    inner: E,
+    scope: F,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<E: Clone, T, F: Clone> Clone for ScopedByExtension<E, T, F> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            scope: self.scope.clone(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<E: fmt::Debug, T, F> fmt::Debug for ScopedByExtension<E, T, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedByExtension")
+            .field("inner", &self.inner)
+            .field("extension", &std::any::type_name::<T>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E, T, F, S> KeyExtractor for ScopedByExtension<E, T, F>
+where
+    E: KeyExtractor,
+    T: Send + Sync + 'static,
+    F: Fn(&T) -> S + Send + Sync + 'static,
+    S: AsRef<[u8]>,
+{
+    fn extract_into(
+        &self,
+        req: &dyn RequestView,
+        material: &mut KeyMaterial,
+    ) -> Result<bool, KeyRejection> {
+        if !self.inner.extract_into(req, material)? {
+            return Ok(false);
+        }
+        let Some(value) = req.extension::<T>() else {
+            tracing::debug!(
+                extension = std::any::type_name::<T>(),
+                "lock key scope missing: no such request extension"
+            );
+            return Err(KeyRejection::missing(KeySource::other(
+                "authenticated scope (set by the server's authentication)",
+            )));
+        };
+        material.push(TAG_SCOPE_EXTENSION).push((self.scope)(value));
         Ok(true)
     }
 }

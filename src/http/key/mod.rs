@@ -1,55 +1,20 @@
-//! Deriving lock keys from requests.
-//!
-//! A [`KeyExtractor`] looks at a [`RequestView`] and pushes *parts* into a
-//! [`KeyMaterial`]; the material is hashed once into a [`LockKey`]. See the
-//! [module docs of `http`](super) for the whole flow.
-//!
-//! # Built-in extractors
-//!
-//! | extractor | key material | rejects |
-//! | --- | --- | --- |
-//! | [`IdempotencyKey`] | the `Idempotency-Key` header (structured-field string or bare token) | missing (if required), empty, too long, malformed, duplicate |
-//! | [`HeaderKey`] | any header's raw value (printable ASCII) | missing (if required), empty, too long, malformed, duplicate |
-//! | [`PathKey`] | the request path | never |
-//! | [`MethodPathKey`] | method and path | never |
-//! | [`RouteParamKey`] | one route parameter | missing, empty, too long |
-//!
-//! Closures `Fn(&dyn RequestView) -> Result<Option<LockKey>, KeyRejection>`
-//! are extractors too (see [`key_fn`]).
-//!
-//! # Combinators
-//!
-//! [`KeyExtractorExt`] scopes any extractor by the route
-//! ([`scoped_by_route`](KeyExtractorExt::scoped_by_route)), the method, a
-//! tenant header or a closure, and replaces the Redis prefix
-//! ([`prefix`](KeyExtractorExt::prefix)). Scope is added to the raw material
-//! *before* hashing, so a scoped key costs one hash and one `String`.
-//!
-//! # The hash
-//!
-//! A [`LockKey`] is `prefix + hex`, where `hex` is the lowercase hex form of
-//! the first 16 bytes (128 bits) of SHA-256 over the parts, each encoded as
-//! its length (big-endian `u64`) followed by its bytes. The encoding is part
-//! of the crate's contract: the same request gives the same key in every
-//! process, on every machine and with every build, so that all instances of
-//! a service contend for the same lock.
+//! Deriving lock keys from requests: the extractors, their combinators, the key material
+//! and its hash, and the rejections. Documented in the [`http`](super) module, which
+//! re-exports every public item.
 
 mod combinators;
 mod extractor;
 mod header;
 mod material;
 mod parse;
-#[cfg(test)]
-mod prop;
 mod rejection;
 mod route;
-#[cfg(test)]
-mod scope_tests;
 #[cfg(test)]
 mod tests;
 
 pub use self::combinators::{
-    KeyExtractorExt, Prefixed, ScopedBy, ScopedByHeader, ScopedByMethod, ScopedByRoute,
+    KeyExtractorExt, Prefixed, ScopedBy, ScopedByExtension, ScopedByHeader, ScopedByMethod,
+    ScopedByRoute,
 };
 pub use self::extractor::{key_fn, KeyExtractor};
 pub use self::header::{HeaderKey, IdempotencyKey};
@@ -98,6 +63,7 @@ const TAG_SCOPE_METHOD: &[u8] = b"scope:method";
 const TAG_SCOPE_HEADER: &[u8] = b"scope:header";
 const TAG_SCOPE_FN_SOME: &[u8] = b"scope:fn";
 const TAG_SCOPE_FN_NONE: &[u8] = b"scope:fn-none";
+const TAG_SCOPE_EXTENSION: &[u8] = b"scope:extension";
 
 // Public types cross tasks: keep them `Send + Sync`.
 const _: () = {

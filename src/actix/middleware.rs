@@ -75,13 +75,17 @@ pub struct RedlockMiddlewareService<S> {
 
 /// Turns a neutral rejection into an actix-web response.
 pub(crate) fn rejection_response(r: RejectionResponse) -> HttpResponse<BoxBody> {
-    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut res = HttpResponse::build(status);
-    res.insert_header((header::CONTENT_TYPE, r.content_type));
-    if let Some(secs) = r.retry_after {
+    // Checked when the rejection was built: none of these conversions fails.
+    res.insert_header((header::CONTENT_TYPE, r.content_type()));
+    if let Some(secs) = r.retry_after() {
         res.insert_header((header::RETRY_AFTER, secs));
     }
-    res.body(r.body)
+    for (name, value) in r.headers() {
+        res.append_header((name, value));
+    }
+    res.body(r.into_body())
 }
 
 impl<S, B> Service<ServiceRequest> for RedlockMiddlewareService<S>

@@ -113,7 +113,8 @@ pub(crate) use keep_alive::KeepAliveTimer;
 pub(crate) use keep_alive::KeptAlive;
 pub(crate) use policy::Decision;
 pub use policy::{
-    LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked, DEFAULT_TTL,
+    LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn, Unlocked,
+    DEFAULT_LOCKED_METHODS, DEFAULT_TTL,
 };
 pub use rejection::{
     MissingLease, ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder,

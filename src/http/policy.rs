@@ -11,6 +11,7 @@ use crate::{Lease, Redlock, Retry};
 
 /// What to do when another request holds the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnContention {
     /// Answer `409 Conflict` at once, with `Retry-After` (the default). When the votes were
     /// split between concurrent requests (no one held a quorum), one quick retry after a
@@ -29,6 +30,7 @@ pub enum OnContention {
 
 /// What to do when the lock quorum is unreachable (nodes down or timing out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnUnavailable {
     /// Answer `503 Service Unavailable` with `Retry-After` (the default): never run
     /// unprotected.
@@ -41,6 +43,7 @@ pub enum OnUnavailable {
 
 /// When the lock is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReleaseOn {
     /// When the handler has produced the response (head and body value), before the
     /// response is returned (the default).
@@ -87,6 +90,8 @@ struct PolicyInner {
     unavailable_retry_after: Duration,
     release: ReleaseOn,
     keep_alive: bool,
+    /// The methods whose requests are locked; `None`: every method.
+    methods: Option<Vec<Box<str>>>,
     responder: Box<dyn Responder>,
 }
 
@@ -100,6 +105,7 @@ impl fmt::Debug for LockPolicy {
             .field("unavailable", &p.unavailable)
             .field("release", &p.release)
             .field("keep_alive", &p.keep_alive)
+            .field("methods", &p.methods)
             .finish_non_exhaustive()
     }
 }
@@ -120,12 +126,17 @@ impl fmt::Debug for LockPolicyBuilder {
 /// The default lock ttl of the middleware.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
+/// The methods the middleware locks by default: the unsafe, state-changing ones
+/// (RFC 9110 §9.2.1). `GET`, `HEAD`, `OPTIONS` and `TRACE` pass through without a key.
+pub const DEFAULT_LOCKED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+
 impl LockPolicy {
     /// Starts a policy that locks the key `extractor` derives, on `redlock`'s nodes.
     ///
-    /// Defaults: ttl 30 s, kept alive while the handler runs; `409` at once on contention;
-    /// `503` when the quorum is unreachable (`Retry-After: 1`); release when the response
-    /// is produced; problem+json rejections.
+    /// Defaults: only [`DEFAULT_LOCKED_METHODS`] are locked (other requests pass through
+    /// untouched); ttl 30 s, kept alive while the handler runs; `409` at once on
+    /// contention; `503` when the quorum is unreachable (`Retry-After: 1`); release when
+    /// the response is produced; problem+json rejections.
     pub fn builder(redlock: Redlock, extractor: impl KeyExtractor) -> LockPolicyBuilder {
         LockPolicyBuilder {
             inner: PolicyInner {
@@ -137,6 +148,7 @@ impl LockPolicy {
                 unavailable_retry_after: Duration::from_secs(1),
                 release: ReleaseOn::Response,
                 keep_alive: true,
+                methods: Some(DEFAULT_LOCKED_METHODS.iter().map(|&m| m.into()).collect()),
                 responder: Box::new(ProblemJson),
             },
         }
@@ -162,8 +174,20 @@ impl LockPolicy {
         &self.inner.redlock
     }
 
-    /// Step 1, synchronous: the request's key, or the answer for a bad key.
+    /// Whether requests with this method are locked (see [`LockPolicyBuilder::methods`]).
+    pub fn locks_method(&self, method: &str) -> bool {
+        self.inner
+            .methods
+            .as_ref()
+            .is_none_or(|methods| methods.iter().any(|m| **m == *method))
+    }
+
+    /// Step 1, synchronous: the request's key (`None`: pass through unlocked, also for a
+    /// method the policy does not lock), or the answer for a bad key.
     pub(crate) fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, RejectionResponse> {
+        if !self.locks_method(req.method()) {
+            return Ok(None);
+        }
         self.inner.extractor.extract(req).map_err(|k| {
             tracing::debug!(rejection = %k, "lock key rejected");
             self.inner.responder.respond(&Rejection::bad_key(k))
@@ -297,6 +321,42 @@ impl LockPolicyBuilder {
         self
     }
 
+    /// Lock only requests with these methods (default [`DEFAULT_LOCKED_METHODS`]); the
+    /// others pass through untouched: no key is read, nothing is locked, nothing rejected.
+    /// Names are matched exactly after ASCII upper-casing (`"post"` means `POST`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::http::{IdempotencyKey, LockPolicy};
+    /// use tower_redlock::Redlock;
+    ///
+    /// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
+    ///     .methods(["POST"])
+    ///     .build()?;
+    /// assert!(policy.locks_method("POST"));
+    /// assert!(!policy.locks_method("PUT") && !policy.locks_method("GET"));
+    /// # Ok(()) }
+    /// ```
+    pub fn methods<I>(mut self, methods: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.inner.methods = Some(
+            methods
+                .into_iter()
+                .map(|m| m.as_ref().to_ascii_uppercase().into_boxed_str())
+                .collect(),
+        );
+        self
+    }
+
+    /// Lock requests of every method, `GET` included.
+    pub fn any_method(mut self) -> Self {
+        self.inner.methods = None;
+        self
+    }
+
     /// Replace the problem+json rejections with your own responses.
     pub fn responder(mut self, responder: impl Responder) -> Self {
         self.inner.responder = Box::new(responder);
@@ -315,6 +375,18 @@ impl LockPolicyBuilder {
         let p = &self.inner;
         // The same check a lock call makes, up front.
         p.redlock.check_ttl(p.ttl)?;
+        if let Some(methods) = &p.methods {
+            if methods.is_empty() {
+                return Err(crate::Error::invalid(
+                    "no method would be locked: name at least one, or use any_method()",
+                ));
+            }
+            if let Some(bad) = methods.iter().find(|m| !super::rejection::is_token(m)) {
+                return Err(crate::Error::invalid(format!(
+                    "{bad:?} is not an HTTP method name (a token: letters, digits, !#$%&'*+-.^_`|~)"
+                )));
+            }
+        }
         if let OnContention::Wait { max_wait, delay } = p.contention {
             if max_wait.is_zero() {
                 return Err(crate::Error::invalid(
@@ -330,5 +402,54 @@ impl LockPolicyBuilder {
         Ok(LockPolicy {
             inner: Arc::new(self.inner),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::{IdempotencyKey, SimpleRequest};
+
+    fn policy(b: impl FnOnce(LockPolicyBuilder) -> LockPolicyBuilder) -> crate::Result<LockPolicy> {
+        b(LockPolicy::builder(
+            Redlock::in_memory(),
+            IdempotencyKey::required(),
+        ))
+        .build()
+    }
+
+    #[test]
+    fn only_unsafe_methods_are_locked_by_default() {
+        let p = policy(|b| b).unwrap();
+        for m in DEFAULT_LOCKED_METHODS {
+            assert!(p.locks_method(m), "{m}");
+            // A keyless request of a locked method is a 400.
+            assert!(p.key(&SimpleRequest::new(m, "/x")).is_err(), "{m}");
+        }
+        for m in ["GET", "HEAD", "OPTIONS", "TRACE", "post"] {
+            assert!(!p.locks_method(m), "{m}");
+            // Passes through: no key read, no 400.
+            assert!(
+                matches!(p.key(&SimpleRequest::new(m, "/x")), Ok(None)),
+                "{m}"
+            );
+        }
+        let keyed = SimpleRequest::new("GET", "/x").header("idempotency-key", "\"k\"");
+        assert!(matches!(p.key(&keyed), Ok(None)));
+    }
+
+    #[test]
+    fn the_method_filter_is_configurable_and_checked() {
+        let p = policy(|b| b.methods(["post", "PUT"])).unwrap();
+        assert!(p.locks_method("POST") && p.locks_method("PUT"));
+        assert!(!p.locks_method("DELETE"));
+        let p = policy(|b| b.any_method()).unwrap();
+        assert!(p.locks_method("GET") && p.locks_method("BREW"));
+        assert!(p.key(&SimpleRequest::new("GET", "/x")).is_err());
+
+        let empty = policy(|b| b.methods(Vec::<String>::new())).unwrap_err();
+        assert!(empty.is_invalid_input(), "{empty}");
+        let bad = policy(|b| b.methods(["PO ST"])).unwrap_err();
+        assert!(bad.to_string().contains("not an HTTP method"), "{bad}");
     }
 }

@@ -1,12 +1,16 @@
 //! The answers the middleware gives for itself: `400`, `409`, `503`, as
 //! `application/problem+json` (RFC 9457) bodies that the user can replace.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use super::key::{KeyRejection, KeyRejectionKind};
+
+/// The media type of the default rejections (RFC 9457).
+const PROBLEM_JSON: &str = "application/problem+json";
 
 /// Why the middleware answered instead of the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,11 +179,10 @@ impl Rejection {
             body.push_str(&secs.to_string());
         }
         body.push('}');
-        RejectionResponse {
-            status: self.status(),
-            content_type: "application/problem+json",
-            retry_after: self.retry_after_secs(),
-            body: Bytes::from(body),
+        let res = RejectionResponse::new(self.status(), PROBLEM_JSON, body);
+        match self.retry_after_secs() {
+            Some(secs) => res.with_retry_after(secs),
+            None => res,
         }
     }
 }
@@ -208,16 +211,119 @@ fn json_string(out: &mut String, s: &str) {
 }
 
 /// A framework-neutral response: what the glue turns into an axum or actix-web response.
+///
+/// Built with [`new`](Self::new) and the `with_*` methods, so it can grow without breaking
+/// responders.
+///
+/// ```
+/// use tower_redlock::http::RejectionResponse;
+///
+/// let res = RejectionResponse::new(409, "text/plain; charset=utf-8", "busy, retry")
+///     .with_retry_after(3)
+///     .with_header("x-request-state", "in-progress")
+///     .with_header("bad name", "dropped"); // not a valid header name: dropped, logged
+/// assert_eq!(res.status(), 409);
+/// assert_eq!(res.retry_after(), Some(3));
+/// assert_eq!(res.headers().collect::<Vec<_>>(), [("x-request-state", "in-progress")]);
+/// assert_eq!(&res.body()[..], b"busy, retry");
+/// ```
 #[derive(Debug, Clone)]
 pub struct RejectionResponse {
+    status: u16,
+    content_type: Cow<'static, str>,
+    retry_after: Option<u64>,
+    headers: Vec<(Cow<'static, str>, String)>,
+    body: Bytes,
+}
+
+impl RejectionResponse {
+    /// A response with this status (a status outside 100–999 is answered as `500`),
+    /// `Content-Type` and body.
+    pub fn new(
+        status: u16,
+        content_type: impl Into<Cow<'static, str>>,
+        body: impl Into<Bytes>,
+    ) -> Self {
+        let mut content_type = content_type.into();
+        if !is_header_value(&content_type) {
+            tracing::error!("invalid Content-Type of a rejection replaced by text/plain");
+            content_type = Cow::Borrowed("text/plain; charset=utf-8");
+        }
+        Self {
+            status,
+            content_type,
+            retry_after: None,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// Adds a `Retry-After` header, in seconds.
+    #[must_use]
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// Adds a header. A name that is not an HTTP token, or a value with control characters
+    /// (CR, LF, ...), is dropped and logged at error: a rejection must always be sendable.
+    #[must_use]
+    pub fn with_header(
+        mut self,
+        name: impl Into<Cow<'static, str>>,
+        value: impl Into<String>,
+    ) -> Self {
+        let (name, value) = (name.into(), value.into());
+        if is_token(&name) && is_header_value(&value) {
+            self.headers.push((name, value));
+        } else {
+            tracing::error!(header = %name.escape_debug(), "invalid header of a rejection dropped");
+        }
+        self
+    }
+
     /// The HTTP status code.
-    pub status: u16,
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
     /// The `Content-Type` header.
-    pub content_type: &'static str,
+    pub fn content_type(&self) -> &str {
+        &self.content_type
+    }
+
     /// The `Retry-After` header, in seconds.
-    pub retry_after: Option<u64>,
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
+    }
+
+    /// The extra headers, in the order they were added.
+    pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.headers.iter().map(|(n, v)| (&**n, v.as_str()))
+    }
+
     /// The body.
-    pub body: Bytes,
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// The body, taken out (for the glue).
+    #[cfg(any(feature = "tower", feature = "actix"))]
+    pub(crate) fn into_body(self) -> Bytes {
+        self.body
+    }
+}
+
+/// Whether `s` is an HTTP token (RFC 9110 §5.6.2): header and method names.
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Whether `s` can be a header value: visible ASCII, spaces and tabs.
+fn is_header_value(s: &str) -> bool {
+    s.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
 /// Turns a [`Rejection`] into a response. The default is [`ProblemJson`]; closures
@@ -226,11 +332,12 @@ pub struct RejectionResponse {
 /// ```
 /// use tower_redlock::http::{Rejection, RejectionResponse, Responder};
 ///
-/// let plain = |r: &Rejection| RejectionResponse {
-///     status: r.status(),
-///     content_type: "text/plain; charset=utf-8",
-///     retry_after: r.retry_after_secs(),
-///     body: r.detail().into(),
+/// let plain = |r: &Rejection| {
+///     let res = RejectionResponse::new(r.status(), "text/plain; charset=utf-8", r.detail());
+///     match r.retry_after_secs() {
+///         Some(secs) => res.with_retry_after(secs),
+///         None => res,
+///     }
 /// };
 /// fn is_responder(_: &impl Responder) {}
 /// is_responder(&plain);
@@ -273,12 +380,7 @@ impl MissingLease {
         );
         json_string(&mut body, &self.to_string());
         body.push('}');
-        RejectionResponse {
-            status: 500,
-            content_type: "application/problem+json",
-            retry_after: None,
-            body: Bytes::from(body),
-        }
+        RejectionResponse::new(500, PROBLEM_JSON, body)
     }
 }
 
@@ -331,18 +433,29 @@ mod tests {
     fn problem_json_is_valid_json_with_the_fields() {
         let r = Rejection::bad_key(KeyRejection::missing(KeySource::header("idempotency-key")));
         let p = r.to_problem_json();
-        assert_eq!(p.status, 400);
-        assert_eq!(p.content_type, "application/problem+json");
-        assert_eq!(p.retry_after, None);
-        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
+        assert_eq!(p.status(), 400);
+        assert_eq!(p.content_type(), "application/problem+json");
+        assert_eq!(p.retry_after(), None);
+        let v: serde_json::Value = serde_json::from_slice(p.body()).unwrap();
         assert_eq!(v["status"], 400);
         assert_eq!(v["type"], "/problems/lock-key-missing");
         assert!(v["detail"].as_str().unwrap().contains("idempotency-key"));
 
         let p = contended(Duration::from_millis(2500)).to_problem_json();
-        let v: serde_json::Value = serde_json::from_slice(&p.body).unwrap();
-        assert_eq!((p.status, p.retry_after), (409, Some(3)));
+        let v: serde_json::Value = serde_json::from_slice(p.body()).unwrap();
+        assert_eq!((p.status(), p.retry_after()), (409, Some(3)));
         assert_eq!(v["retry_after"], 3);
+    }
+
+    #[test]
+    fn invalid_headers_are_dropped_never_sent() {
+        let r = RejectionResponse::new(409, "text/plain\r\nx-evil: 1", "b")
+            .with_header("x-ok", "fine\tvalue")
+            .with_header("x bad", "v")
+            .with_header("x-bad-value", "a\r\nx-evil: 1")
+            .with_header("", "v");
+        assert_eq!(r.content_type(), "text/plain; charset=utf-8");
+        assert_eq!(r.headers().collect::<Vec<_>>(), [("x-ok", "fine\tvalue")]);
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>>
 
 /// A node's answer to "set this key if it is absent".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Acquire {
     /// The key was absent and now holds our token with the requested ttl.
     Acquired,

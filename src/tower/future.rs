@@ -120,16 +120,26 @@ where
 
 /// Turns a neutral rejection into an `http` 1.x response.
 pub(crate) fn rejection_response<B: Body>(r: RejectionResponse) -> Response<ResponseBody<B>> {
-    let mut res = Response::new(ResponseBody::rejection(r.body));
-    *res.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = res.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static(r.content_type),
-    );
-    if let Some(secs) = r.retry_after {
+    let status = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut headers = http::HeaderMap::new();
+    // Checked when the rejection was built: none of these conversions fails.
+    if let Ok(v) = HeaderValue::from_str(r.content_type()) {
+        headers.insert(http::header::CONTENT_TYPE, v);
+    }
+    if let Some(secs) = r.retry_after() {
         headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
     }
+    for (name, value) in r.headers() {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    let mut res = Response::new(ResponseBody::rejection(r.into_body()));
+    *res.status_mut() = status;
+    *res.headers_mut() = headers;
     res
 }
 

@@ -1,7 +1,33 @@
 //! # tower-redlock
 //!
 //! A distributed lock that actually holds: the [Redlock] algorithm over N independent
-//! Redis masters, as a framework-free client ([`Redlock`]).
+//! Redis masters, as a framework-free client ([`Redlock`]), and as middleware that puts the
+//! lock in front of your handlers — [`RedlockLayer`] for tower/axum, [`RedlockMiddleware`]
+//! for actix-web — so that two replicas never run the same request at the same time.
+//!
+//! ## The middleware, in a few lines
+//!
+//! ```
+//! # #[cfg(feature = "axum")]
+//! # async fn demo() -> Result<(), tower_redlock::Error> {
+//! use axum::{routing::post, Router};
+//! use tower_redlock::http::IdempotencyKey;
+//! use tower_redlock::{Redlock, RedlockLayer};
+//!
+//! let redlock = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+//! let app: Router = Router::new()
+//!     .route("/payments", post(|| async { "charged once" }))
+//!     // A duplicate Idempotency-Key in flight: 409 + Retry-After. Quorum down: 503.
+//!     // A bad key: 400. Only POST/PUT/PATCH/DELETE are locked.
+//!     .route_layer(RedlockLayer::new(redlock, IdempotencyKey::required())?);
+//! # let _ = app; Ok(()) }
+//! ```
+//!
+//! [`LockPolicy`](http::LockPolicy) configures the rest: ttl and keep-alive, waiting instead
+//! of `409`, fail-open, release at body end, key scopes (route, tenant header, the
+//! authenticated principal), the rejection bodies.
+//!
+//! ## The client
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
@@ -30,25 +56,65 @@
 //! | `lock!(resource, ttl) { … }` raising `LockError` | [`Redlock::with_lock`] + `?` |
 //! | `extend: info` | [`Lease::extend`], [`Lease::keep_alive`] |
 //!
+//! ## How a lock is taken
+//!
+//! 1. A fresh token (128 random bits) is sent to **all** nodes **in parallel** as
+//!    `SET key token NX PX ttl`, each request bounded by the per-node timeout.
+//! 2. Votes are counted as they arrive; the outcome is decided as soon as it is certain
+//!    (a quorum of `N/2 + 1` said yes, or too few nodes are left to reach it).
+//! 3. The validity is `ttl − elapsed − drift`, with `drift = ttl · 0.01 + 2 ms` and the
+//!    elapsed time on the monotonic clock. The lock counts only with a quorum **and** a
+//!    validity above zero.
+//! 4. Otherwise whatever was taken is released on every node that may hold it, and — for
+//!    [`Redlock::lock`] — the client waits a random delay and tries again, a bounded number
+//!    of times.
+//!
+//! Release and extension are compare-and-delete and compare-and-`PEXPIRE` scripts: only the
+//! token's owner can release or extend, and an expired lock is never re-created. A voter is
+//! a [`node::Node`]: a Redis master ([`node::RedisNode`]), the in-process
+//! [`node::MemoryNode`], or your own.
+//!
+//! ## Features
+//!
+//! None is on by default: the lock client alone needs none, and each framework user turns
+//! on theirs.
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `tower` | [`RedlockLayer`] for any service on `http` 1.x (hyper, tonic) |
+//! | `axum` | `tower`, plus axum's matched route, path parameters and peer address as key material, and the lease as an axum extractor |
+//! | `actix` | [`RedlockMiddleware`] for actix-web 4, and the lease as an actix extractor |
+//! | `tls` | `rediss://` masters, via rustls |
+//!
 //! Read the crate README's *Safety* section before relying on Redlock for correctness.
 //!
 //! [Redlock]: https://redis.io/docs/latest/develop/use/patterns/distributed-locks/
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 #[cfg(feature = "actix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
 pub mod actix;
 mod error;
 pub mod http;
-pub mod lock;
+mod lock;
 pub mod node;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
+#[cfg(feature = "actix")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
+pub use crate::actix::middleware::RedlockMiddleware;
 pub use crate::error::{Error, ErrorKind, NodeError, Result};
-pub use crate::lock::{Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope};
-pub use crate::node::{MemoryNode, Node, RedisNode, RedisNodeOptions};
+pub use crate::lock::{
+    Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope, MAX_RESOURCE_LEN,
+};
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub use crate::tower::layer::RedlockLayer;
 
 #[cfg(test)]
 mod assertions {
@@ -60,8 +126,8 @@ mod assertions {
         send_sync::<crate::Lease>();
         send_sync::<crate::LeaseHandle>();
         send_sync::<crate::Error>();
-        send_sync::<crate::RedisNode>();
-        send_sync::<crate::MemoryNode>();
+        send_sync::<crate::node::RedisNode>();
+        send_sync::<crate::node::MemoryNode>();
     }
 }
 

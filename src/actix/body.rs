@@ -8,7 +8,7 @@ use pin_project::pin_project;
 use crate::http::BodyTail;
 use crate::Lease;
 
-/// The response body of [`RedlockMiddleware`](super::RedlockMiddleware): the inner body,
+/// The response body of [`RedlockMiddleware`](crate::RedlockMiddleware): the inner body,
 /// holding the lease until its end when the policy releases at body end.
 ///
 /// The end of the stream is reported only once the release has completed. Dropping the body

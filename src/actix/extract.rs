@@ -6,7 +6,7 @@ use crate::http::MissingLease;
 use crate::LeaseHandle;
 
 /// `LeaseHandle` is an actix-web extractor: the lock
-/// [`RedlockMiddleware`](super::RedlockMiddleware) holds for this request. Use
+/// [`RedlockMiddleware`](crate::RedlockMiddleware) holds for this request. Use
 /// `Option<LeaseHandle>` where the request may run without a lock.
 impl FromRequest for LeaseHandle {
     type Error = MissingLease;

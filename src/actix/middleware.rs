@@ -24,13 +24,19 @@ pub struct RedlockMiddleware {
 impl RedlockMiddleware {
     /// A middleware locking the key `extractor` derives, on `redlock`'s nodes, with the
     /// default [`LockPolicy`].
-    pub fn new(redlock: Redlock, extractor: impl KeyExtractor) -> Self {
-        Self {
-            policy: LockPolicy::builder(redlock, extractor).build_default(),
-        }
+    ///
+    /// # Errors
+    ///
+    /// When the defaults do not fit `redlock` (e.g. its nodes' `restart_protection` is
+    /// shorter than the default ttl of 30 s): a misconfiguration is reported here, never
+    /// per request. Use [`LockPolicy::builder`] to choose a ttl that fits.
+    pub fn new(redlock: Redlock, extractor: impl KeyExtractor) -> crate::Result<Self> {
+        Ok(Self {
+            policy: LockPolicy::builder(redlock, extractor).build()?,
+        })
     }
 
-    /// A middleware with a configured policy.
+    /// A middleware with a configured policy (checked when it was built).
     pub fn with_policy(policy: LockPolicy) -> Self {
         Self { policy }
     }

@@ -1,6 +1,7 @@
-//! [`RedlockMiddleware`]: the actix-web 4 middleware (feature `actix`).
+//! The actix-web 4 middleware [`RedlockMiddleware`](crate::RedlockMiddleware) (feature
+//! `actix`) and the types it is made of.
 //!
-//! The same keys, policies and answers as [`RedlockLayer`](crate::tower::RedlockLayer) —
+//! The same keys, policies and answers as [`RedlockLayer`](crate::RedlockLayer) —
 //! both are built on [`LockPolicy`](crate::http::LockPolicy) and differ only in framework
 //! glue: `409` + `Retry-After` on contention (or a bounded wait), `503` or fail-open when the
 //! quorum is unreachable, `400` for a bad key, problem+json bodies. The handler gets the lease
@@ -13,30 +14,31 @@
 //!
 //! ```
 //! use actix_web::{web, App, HttpResponse};
-//! use tower_redlock::actix::RedlockMiddleware;
 //! use tower_redlock::http::IdempotencyKey;
-//! use tower_redlock::{LeaseHandle, Redlock};
+//! use tower_redlock::{LeaseHandle, Redlock, RedlockMiddleware};
 //!
 //! async fn pay(lease: LeaseHandle) -> HttpResponse {
 //!     HttpResponse::Ok().body(format!("charged under lock {}", lease.resource()))
 //! }
 //!
-//! # #[actix_web::main] async fn main() {
+//! # #[actix_web::main] async fn main() -> Result<(), tower_redlock::Error> {
 //! let redlock = Redlock::in_memory(); // Redlock::new([url1, url2, url3])? in production
+//! // Wrap the resource, not the app: only matched routes take the lock, so an unknown
+//! // path answers 404 and a wrong method 405, never 400 or 409.
 //! let app = App::new().service(
-//!     web::scope("/payments")
-//!         .wrap(RedlockMiddleware::new(redlock, IdempotencyKey::required()))
-//!         .route("", web::post().to(pay)),
+//!     web::resource("/payments")
+//!         .wrap(RedlockMiddleware::new(redlock, IdempotencyKey::required())?)
+//!         .route(web::post().to(pay)),
 //! );
 //! # let _ = app;
-//! # }
+//! # Ok(()) }
 //! ```
 
 mod body;
 mod extract;
-mod middleware;
+pub(crate) mod middleware;
 mod view;
 
 pub use self::body::LeaseBody;
-pub use self::middleware::{RedlockMiddleware, RedlockMiddlewareService};
+pub use self::middleware::RedlockMiddlewareService;
 pub use self::view::ActixRequestView;

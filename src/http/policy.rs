@@ -58,7 +58,7 @@ pub enum ReleaseOn {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unlocked;
 
-/// The complete middleware configuration, shared by [`RedlockLayer`](crate::tower::RedlockLayer)
+/// The complete middleware configuration, shared by [`RedlockLayer`](crate::RedlockLayer)
 /// and the actix-web middleware. Cheap to clone.
 ///
 /// ```
@@ -361,13 +361,6 @@ impl LockPolicyBuilder {
     pub fn responder(mut self, responder: impl Responder) -> Self {
         self.inner.responder = Box::new(responder);
         self
-    }
-
-    /// The policy without checks: for the defaults, which are valid.
-    pub(crate) fn build_default(self) -> LockPolicy {
-        LockPolicy {
-            inner: Arc::new(self.inner),
-        }
     }
 
     /// Builds the policy, or says what to fix.

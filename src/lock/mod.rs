@@ -1,40 +1,6 @@
-//! The Redlock algorithm: quorum locks over N independent nodes.
-//!
-//! [`Redlock`] is the client. It knows nothing of HTTP: the middleware in this crate is
-//! built on it, and it is as useful on its own (cron jobs, queue consumers, migrations).
-//!
-//! # How a lock is taken
-//!
-//! 1. A fresh token (128 random bits) is sent to **all** nodes **in parallel** as
-//!    `SET key token NX PX ttl`, each request bounded by the per-node timeout.
-//! 2. Votes are counted as they arrive; the outcome is decided as soon as it is certain
-//!    (a quorum of `N/2 + 1` said yes, or too few nodes are left to reach it).
-//! 3. The validity is `ttl − elapsed − drift`, with `drift = ttl · 0.01 + 2 ms` and the
-//!    elapsed time on the monotonic clock. The lock counts only with a quorum **and** a
-//!    validity above zero.
-//! 4. Otherwise whatever was taken is released on every node that may hold it, and — for
-//!    [`Redlock::lock`] — the client waits a random delay and tries again, a bounded number
-//!    of times.
-//!
-//! Release and extension are compare-and-delete and compare-and-`PEXPIRE` scripts: only the
-//! token's owner can release or extend, and an expired lock is never re-created.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
-//! use std::time::Duration;
-//! use tower_redlock::Redlock;
-//!
-//! let redlock = Redlock::in_memory(); // or Redlock::new(["redis://127.0.0.1:7777", …])?
-//! let total = redlock
-//!     .with_lock("ledger:42", Duration::from_secs(5), |lease| async move {
-//!         // only one holder of "ledger:42" runs this at a time
-//!         assert!(!lease.is_lost());
-//!         40 + 2
-//!     })
-//!     .await?;
-//! assert_eq!(total, 42);
-//! # Ok(()) }
-//! ```
+//! The Redlock algorithm: quorum locks over N independent nodes. The client,
+//! [`Redlock`], knows nothing of HTTP; its public items are re-exported at the crate root,
+//! whose documentation describes how a lock is taken.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -64,7 +30,7 @@ pub use self::scope::Scope;
 /// A Redlock client: locks resources on a quorum of independent nodes.
 ///
 /// Cheap to clone (an `Arc` inside) and `Send + Sync`: build one at start-up and share it
-/// with every task. See the [module docs](crate::lock) for the algorithm.
+/// with every task. See the [crate docs](crate#how-a-lock-is-taken) for the algorithm.
 #[derive(Clone)]
 pub struct Redlock {
     inner: Arc<Inner>,

@@ -17,7 +17,7 @@ use super::{Acquire, Node, NodeFuture};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// use std::time::Duration;
-/// use tower_redlock::{MemoryNode, Redlock};
+/// use tower_redlock::{node::MemoryNode, Redlock};
 ///
 /// let node = MemoryNode::new();
 /// let a = Redlock::builder().node(node.clone()).build().unwrap();

@@ -9,7 +9,7 @@ use http::request::Parts;
 use crate::http::MissingLease;
 use crate::LeaseHandle;
 
-/// `LeaseHandle` is an axum extractor: the lock [`RedlockLayer`](super::RedlockLayer) holds
+/// `LeaseHandle` is an axum extractor: the lock [`RedlockLayer`](crate::RedlockLayer) holds
 /// for this request. Use `Option<LeaseHandle>` where the request may run without a lock
 /// (an optional key, or fail-open).
 ///

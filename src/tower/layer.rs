@@ -11,11 +11,12 @@ use crate::Redlock;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
 /// use std::time::Duration;
 /// use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
-/// use tower_redlock::{tower::RedlockLayer, Redlock};
+/// use tower_redlock::{Redlock, RedlockLayer};
 ///
 /// let redlock = Redlock::in_memory();
-/// // Defaults: ttl 30 s kept alive, 409 at once, 503 when Redis is down.
-/// let simple = RedlockLayer::new(redlock.clone(), IdempotencyKey::required());
+/// // Defaults: POST/PUT/PATCH/DELETE locked, ttl 30 s kept alive, 409 at once, 503 when
+/// // Redis is down.
+/// let simple = RedlockLayer::new(redlock.clone(), IdempotencyKey::required())?;
 /// // Or a full policy:
 /// let waiting = RedlockLayer::with_policy(
 ///     LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
@@ -33,13 +34,19 @@ pub struct RedlockLayer {
 impl RedlockLayer {
     /// A layer locking the key `extractor` derives, on `redlock`'s nodes, with the default
     /// [`LockPolicy`].
-    pub fn new(redlock: Redlock, extractor: impl KeyExtractor) -> Self {
-        Self {
-            policy: LockPolicy::builder(redlock, extractor).build_default(),
-        }
+    ///
+    /// # Errors
+    ///
+    /// When the defaults do not fit `redlock` (e.g. its nodes' `restart_protection` is
+    /// shorter than the default ttl of 30 s): a misconfiguration is reported here, never
+    /// per request. Use [`LockPolicy::builder`] to choose a ttl that fits.
+    pub fn new(redlock: Redlock, extractor: impl KeyExtractor) -> crate::Result<Self> {
+        Ok(Self {
+            policy: LockPolicy::builder(redlock, extractor).build()?,
+        })
     }
 
-    /// A layer with a configured policy.
+    /// A layer with a configured policy (checked when it was built).
     pub fn with_policy(policy: LockPolicy) -> Self {
         Self { policy }
     }

@@ -1,4 +1,5 @@
-//! [`RedlockLayer`]: the tower middleware (axum, hyper, tonic — anything on `http` 1.x).
+//! The tower middleware [`RedlockLayer`](crate::RedlockLayer) (axum, hyper, tonic —
+//! anything on `http` 1.x) and the types it is made of.
 //!
 //! For each request the layer derives a lock key with the policy's
 //! [`KeyExtractor`](crate::http::KeyExtractor), takes the quorum lock before the inner
@@ -21,41 +22,42 @@
 //! background.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
 //! use axum::{routing::post, Json, Router};
 //! use tower_redlock::http::IdempotencyKey;
-//! use tower_redlock::tower::RedlockLayer;
-//! use tower_redlock::{LeaseHandle, Redlock};
+//! use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 //!
 //! async fn pay(lease: LeaseHandle) -> Json<String> {
 //!     Json(format!("charged under lock {}", lease.resource()))
 //! }
 //!
 //! let redlock = Redlock::in_memory(); // Redlock::new([url1, url2, url3])? in production
+//! // `route_layer`: only matched routes take the lock, so an unknown path answers 404
+//! // and a wrong method 405, never 400 or 409.
 //! let app: Router = Router::new()
 //!     .route("/payments", post(pay))
-//!     .layer(RedlockLayer::new(redlock, IdempotencyKey::required()));
+//!     .route_layer(RedlockLayer::new(redlock, IdempotencyKey::required())?);
 //! # let _ = app;
-//! # }
+//! # Ok(()) }
 //! ```
 
 mod body;
 #[cfg(feature = "axum")]
 mod extract;
 mod future;
-mod layer;
+pub(crate) mod layer;
 mod service;
 mod view;
 
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
-pub use self::layer::RedlockLayer;
 pub use self::service::RedlockService;
 pub use self::view::HttpRequestView;
 
 #[cfg(test)]
 mod assertions {
     use super::*;
+    use crate::RedlockLayer;
 
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}

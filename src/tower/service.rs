@@ -8,7 +8,7 @@ use tower_service::Service;
 use super::{HttpRequestView, ResponseBody, ResponseFuture};
 use crate::http::LockPolicy;
 
-/// The middleware service of [`RedlockLayer`](super::RedlockLayer).
+/// The middleware service of [`RedlockLayer`](crate::RedlockLayer).
 #[derive(Debug, Clone)]
 pub struct RedlockService<S> {
     inner: S,

@@ -184,7 +184,10 @@ mod tests {
         #[cfg(feature = "axum")]
         assert_eq!(view.peer_addr(), Some("127.0.0.1:4242".parse().unwrap()));
 
-        let (mut parts, ()) = http::Request::post("/orders").body(()).unwrap().into_parts();
+        let (mut parts, ()) = http::Request::post("/orders")
+            .body(())
+            .unwrap()
+            .into_parts();
         let view = HttpRequestView::new(&mut parts);
         assert_eq!((view.query(), view.peer_addr()), (None, None));
     }

@@ -127,7 +127,7 @@ enum Conn {
 ///
 /// ```no_run
 /// # fn main() -> Result<(), tower_redlock::Error> {
-/// use tower_redlock::{Redlock, RedisNode};
+/// use tower_redlock::{node::RedisNode, Redlock};
 ///
 /// let redlock = Redlock::builder()
 ///     .node(RedisNode::open("redis://127.0.0.1:7777")?)
@@ -181,7 +181,7 @@ impl RedisNode {
     /// ```no_run
     /// # #[cfg(feature = "tls")]
     /// # fn f() -> Result<(), Box<dyn std::error::Error>> {
-    /// use tower_redlock::{RedisNode, RedisNodeOptions};
+    /// use tower_redlock::node::{RedisNode, RedisNodeOptions};
     ///
     /// let client = redis::Client::build_with_tls(
     ///     "rediss://redis-a.internal:6380",

@@ -26,8 +26,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/mod.rs"]
-mod support;
+use tower_redlock_testkit as support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -15,8 +15,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/mod.rs"]
-mod support;
+use tower_redlock_testkit as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

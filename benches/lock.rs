@@ -12,8 +12,7 @@
 
 #[path = "common/mod.rs"]
 mod common;
-#[path = "../tests/support/mod.rs"]
-mod support;
+use tower_redlock_testkit as support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! No sleep synchronizes anything: handlers block on a gate the test opens once it has seen
 //! what it needs, and every wait is bounded.
 
-mod support;
+use tower_redlock_testkit as support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

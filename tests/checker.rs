@@ -1,21 +1,19 @@
 //! Safety under faults: mutual exclusion across OS processes while a minority of the masters
 //! is frozen, partitioned, slowed, reset and restarted.
 //!
-//! The checker itself lives in `examples/soak.rs` (also a long-running example binary); this
-//! test runs it at CI size. The workers are this test binary, re-run with `--exact
-//! worker_entry` and [`soak::WORKER_ENV`] set.
+//! The checker itself lives in the testkit (`tower_redlock_testkit::checker`, also behind its
+//! long-running `soak` binary); this test runs it at CI size. The workers are this test
+//! binary, re-run with `--exact worker_entry` and [`soak::WORKER_ENV`] set.
 //!
 //! Size: `CHECKER_ACQUISITIONS` (default 10,000), `CHECKER_PROCESSES` (default 3), and the
-//! other `CHECKER_*` variables described in `examples/soak.rs`.
+//! other `CHECKER_*` variables described in `testkit/src/checker.rs`.
 
 #![cfg(all(
     any(target_os = "linux", target_os = "macos"),
     target_pointer_width = "64"
 ))]
 
-#[path = "../examples/soak.rs"]
-#[allow(dead_code)]
-mod soak;
+use tower_redlock_testkit::checker as soak;
 
 use std::process::Command;
 

@@ -5,7 +5,7 @@
 //! value stored at a key, bypassing the node). The Redlock-level flow runs the same quorum
 //! and contention scenario over three nodes of each backend.
 
-mod support;
+use tower_redlock_testkit as support;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,7 +1,7 @@
 //! Safety under faults, against real masters: paused, black-holed, restarted-empty masters,
 //! and the races of extension and release with expiry.
 
-mod support;
+use tower_redlock_testkit as support;
 
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::{Duration, Instant};

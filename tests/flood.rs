@@ -19,7 +19,7 @@
 //!
 //! No sleep synchronizes anything; the flood is bounded by a count and by a deadline.
 
-mod support;
+use tower_redlock_testkit as support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

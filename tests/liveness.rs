@@ -4,7 +4,7 @@
 //! no runtime starved by its retry loop, no healthy master suspended, no holder reported as
 //! an outage, no lock stranded after a release.
 
-mod support;
+use tower_redlock_testkit as support;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};

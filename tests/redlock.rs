@@ -2,7 +2,7 @@
 //! pre-held masters, faults (stopped masters, flushed script caches), extension and
 //! auto-extension, scoped locks and their release paths, bad input, and a contention run.
 
-mod support;
+use tower_redlock_testkit as support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,10 +1,10 @@
 //! TLS (`rediss://`, feature `tls`) against real redis-server masters that serve TLS with the
-//! test certificate in `tests/support/tls` (issued to 127.0.0.1 by a test CA): the masters'
+//! test certificate in `testkit/tls` (issued to 127.0.0.1 by a test CA): the masters'
 //! certificates are verified, and a certificate the client cannot verify is refused.
 
 #![cfg(feature = "tls")]
 
-mod support;
+use tower_redlock_testkit as support;
 
 use std::time::Duration;
 
@@ -13,11 +13,7 @@ use tower_redlock::{RedisNode, RedisNodeOptions, Redlock, Retry};
 
 /// A node for `server`'s TLS port that trusts the test CA (and nothing else).
 fn trusting_node(server: &RedisServer) -> RedisNode {
-    let ca = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/support/tls/ca.pem"
-    ))
-    .expect("the test CA");
+    let ca = std::fs::read(support::tls_file("ca.pem")).expect("the test CA");
     let client = redis::Client::build_with_tls(
         server.tls_url(),
         redis::TlsCertificates {

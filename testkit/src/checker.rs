@@ -2,12 +2,12 @@
 //! Redlock while a minority of the masters is frozen, partitioned, slowed, reset and
 //! restarted; then every critical section of every process is checked against every other.
 //!
-//! This file is both an example binary (a long local soak run) and the checker behind
-//! `tests/checker.rs`, which includes it with `#[path]` and runs a CI-sized run.
+//! `tests/checker.rs` (in the root crate) runs it at CI size; the `soak` binary of this crate
+//! runs it long:
 //!
 //! ```text
-//! cargo run --release --example soak                          # 100,000 acquisitions
-//! cargo run --release --example soak -- --acquisitions 1000000 --processes 4
+//! cargo run --release -p tower-redlock-testkit --bin soak                  # 100,000 acquisitions
+//! cargo run --release -p tower-redlock-testkit --bin soak -- --acquisitions 1000000 --processes 4
 //! ```
 //!
 //! Settings, as flags or `CHECKER_*` environment variables (flags win):
@@ -40,11 +40,6 @@
 //! is sent, and the next holder's entry after its lock was granted, which needs that release
 //! (or the expiry) on a quorum first.
 
-#![allow(clippy::print_stdout, clippy::print_stderr)]
-
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read as _, Write as _};
@@ -55,9 +50,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use support::proxy::{Fault, FaultProxy};
-use support::Masters;
-use tower_redlock::{RedisNodeOptions, Redlock, Retry};
+use crate::proxy::{Fault, FaultProxy};
+use crate::Masters;
+use tower_redlock::node::RedisNodeOptions;
+use tower_redlock::{Redlock, Retry};
 
 /// Set (to anything) in a worker process's environment.
 pub const WORKER_ENV: &str = "CHECKER_WORKER";
@@ -179,40 +175,17 @@ impl Settings {
 // --- the shared clock --------------------------------------------------------------------------
 
 /// `CLOCK_MONOTONIC` as raw nanoseconds: one clock for every process of the machine
-/// (`std::time::Instant` reads it too, but keeps the value opaque). `clock_gettime` is in the
-/// C library std already links; declaring it here avoids a dependency for one call.
+/// (`std::time::Instant` reads it too, but keeps the value opaque), read through rustix's
+/// safe `clock_gettime`.
 #[cfg(all(
     any(target_os = "linux", target_os = "macos"),
     target_pointer_width = "64"
 ))]
 mod clock {
-    use std::ffi::c_int;
-
-    /// `struct timespec` where `time_t` and `long` are both 64 bits.
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-
-    #[cfg(target_os = "linux")]
-    const CLOCK_MONOTONIC: c_int = 1;
-    #[cfg(target_os = "macos")]
-    const CLOCK_MONOTONIC: c_int = 6;
-
-    unsafe extern "C" {
-        fn clock_gettime(clock: c_int, tp: *mut Timespec) -> c_int;
-    }
+    use rustix::time::{clock_gettime, ClockId};
 
     pub fn now_ns() -> i64 {
-        let mut ts = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable `struct timespec` for this target; the call
-        // writes only into it.
-        let rc = unsafe { clock_gettime(CLOCK_MONOTONIC, &mut ts) };
-        assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
+        let ts = clock_gettime(ClockId::Monotonic);
         ts.tv_sec * 1_000_000_000 + ts.tv_nsec
     }
 }
@@ -1096,43 +1069,4 @@ fn fault_schedule(
         }
     }
     counts
-}
-
-// --- the example binary ------------------------------------------------------------------------
-
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--worker") {
-        worker_main();
-        return;
-    }
-    let settings = Settings::soak().with_overrides(&args);
-    let exe = std::env::current_exe().expect("the path of this binary");
-    println!(
-        "soak: {} acquisitions over {} processes (redis-server {}), time limit {:?}",
-        settings.acquisitions,
-        settings.processes,
-        redis_version(),
-        settings.time_limit
-    );
-    let report = run(&settings, || {
-        let mut c = Command::new(&exe);
-        c.arg("--worker");
-        c
-    });
-    print!("{}", report.summary());
-    let problems = report.problems();
-    if !problems.is_empty() {
-        for p in &problems {
-            eprintln!("FAIL: {p}");
-        }
-        eprintln!("logs kept in {:?}", report.dir);
-        std::process::exit(1);
-    }
-    println!("OK: mutual exclusion held");
-}
-
-fn redis_version() -> String {
-    support::redis_server_version()
-        .unwrap_or_else(|| "not found: install it (apt-get install -y redis-server)".into())
 }

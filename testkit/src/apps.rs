@@ -1,8 +1,6 @@
 //! The shared side of the axum and actix-web tests: the apps' client settings, requests with
 //! an `Idempotency-Key`, problem+json checks, and what the masters must show.
 
-#![allow(dead_code)]
-
 use std::future::Future;
 use std::time::{Duration, Instant};
 

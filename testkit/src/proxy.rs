@@ -7,8 +7,6 @@
 //! bytes mid-stream is something TCP never does; it would desynchronize any pipelined
 //! protocol, which is not the fault under test.)
 
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -1,11 +1,15 @@
-//! Test support: real `redis-server` masters on free loopback ports, and polling helpers.
+//! The test kit of `tower-redlock` (a workspace member, never published): real
+//! `redis-server` masters on free loopback ports, polling helpers, the fault proxy
+//! ([`proxy`]), the TLS fixtures ([`tls_file`]), the HTTP helpers ([`http`], [`apps`]) and the
+//! multi-process mutual-exclusion checker ([`checker`], and the `soak` binary for long runs).
 //!
 //! Every test starts its own masters (never a fixed port), so tests run in parallel. A
 //! server is killed by its own child pid when it is dropped, also when a test panics.
-
-#![allow(dead_code)]
+//!
+//! The integration tests of the root crate use it as `use tower_redlock_testkit as support;`.
 
 pub mod apps;
+pub mod checker;
 pub mod http;
 pub mod proxy;
 
@@ -51,8 +55,8 @@ impl RedisServer {
     }
 
     /// Starts a master that also serves TLS, on a second free port, with the test
-    /// certificate of `tests/support/tls` (issued to `127.0.0.1` by the test CA `ca.pem`; no
-    /// client certificates). The plain port stays for the assertions.
+    /// certificate of `testkit/tls` (see [`tls_file`]: issued to `127.0.0.1` by the test CA
+    /// `ca.pem`; no client certificates). The plain port stays for the assertions.
     pub fn start_tls() -> Self {
         Self::start_with(true)
     }
@@ -261,6 +265,10 @@ impl Masters {
         self.servers.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
     pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
         self.servers.iter()
     }
@@ -376,6 +384,12 @@ pub fn is_token(s: &str) -> bool {
 
 // ---------------------------------------------------------------------------------------------
 
+/// A TLS fixture in `testkit/tls`, by file name: `ca.pem` (the test CA), `server.pem` and
+/// `server-key.pem` (the masters' certificate, issued to `127.0.0.1` by that CA).
+pub fn tls_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tls").join(name)
+}
+
 /// The version `redis-server --version` reports (`7.0.15`), if it is on `PATH`.
 pub fn redis_server_version() -> Option<String> {
     let out = Command::new("redis-server")
@@ -429,13 +443,7 @@ fn spawn_and_wait(port: u16, tls_port: Option<u16>, log: &PathBuf) -> Result<Chi
     let log_file = std::fs::File::create(log).map_err(|e| format!("create {log:?}: {e}"))?;
     let mut command = Command::new("redis-server");
     if let Some(tls_port) = tls_port {
-        let file = |name: &str| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/support/tls")
-                .join(name)
-                .to_string_lossy()
-                .into_owned()
-        };
+        let file = |name: &str| tls_file(name).to_string_lossy().into_owned();
         command
             .args(["--tls-port", &tls_port.to_string()])
             .args(["--tls-cert-file", &file("server.pem")])

@@ -1,8 +1,6 @@
 //! The client's side of the HTTP tests (axum and actix-web): a reqwest client, deadline-bounded
 //! waits, and a response read to its end.
 
-#![allow(dead_code)]
-
 use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! A global allocator that counts allocations (and bytes) while switched on, for the benches
 //! that report allocations per operation. Install it in a bench with
-//! `#[global_allocator] static ALLOCATOR: common::counting::Counting = common::counting::Counting;`.
+//! `#[global_allocator] static ALLOCATOR: Counting = Counting;` (with
+//! `use tower_redlock_bench::counting::Counting;`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

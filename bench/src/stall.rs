@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{fmt_dur, fmt_rate, Holders, Locker};
-use crate::support::{Masters, RedisServer};
+use tower_redlock_testkit::{Masters, RedisServer};
+
+use crate::{fmt_dur, fmt_rate, Holders, Locker};
 
 /// The masters of the comparison runner's stall workload.
 pub const MASTERS: usize = 5;

@@ -3,15 +3,14 @@
 //! own CPU cost, with no network at all).
 //!
 //! ```text
-//! cargo bench --bench lock
-//! cargo bench --bench lock -- 'cycle/N=3'      # a subset
+//! cargo bench -p tower-redlock-bench --bench lock
+//! cargo bench -p tower-redlock-bench --bench lock -- 'cycle/N=3'      # a subset
 //! ```
 //!
 //! Starts its own `redis-server` masters (see `tests/support`). For the side-by-side table
-//! with ratios, the fault cases and the peers' throughput, see `benches/compare.rs`.
+//! with ratios, the fault cases and the peers' throughput, see `bench/benches/compare.rs`.
 
-#[path = "common/mod.rs"]
-mod common;
+use tower_redlock_bench as common;
 use tower_redlock_testkit as support;
 
 use std::sync::Arc;

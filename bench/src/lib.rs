@@ -1,9 +1,8 @@
 //! Shared by the benchmarks: the raw limit (Redlock written directly on redis-rs), adapters
 //! for this crate and the peer crates, the workloads, and the statistics.
 //!
-//! Everything here is measurement code: none of it is part of the crate.
-
-#![allow(dead_code)]
+//! Everything here is measurement code: none of it is part of the crate. The benches of this
+//! workspace member (`bench/benches/`) use it as `use tower_redlock_bench as common;`.
 
 pub mod counting;
 pub mod stall;
@@ -103,7 +102,7 @@ impl Conn {
 }
 
 /// What the limit does beyond the minimum, one switch per suspected cost of this crate's
-/// client (used by the ablation in `benches/profile.rs`; all off = the limit).
+/// client (used by the ablation in `bench/benches/profile.rs`; all off = the limit).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Extras {
     /// Use redis-rs' `ConnectionManager` (this crate's reconnect settings) instead of a

@@ -4,17 +4,16 @@
 //! fresh `Idempotency-Key`, so every request takes and releases a lock.
 //!
 //! ```text
-//! cargo bench --bench layer
+//! cargo bench -p tower-redlock-bench --bench layer
 //! ```
 //!
-//! For requests over loopback HTTP at 64 connections, see `benches/compare.rs`.
+//! For requests over loopback HTTP at 64 connections, see `bench/benches/compare.rs`.
 //!
 //! Before the timings it prints the heap allocations per request of each app (counted by a
 //! wrapper around the system allocator, switched on only while counting), and of a bare
 //! memory-node lock cycle: the layer's own share is the difference.
 
-#[path = "common/mod.rs"]
-mod common;
+use tower_redlock_bench as common;
 use tower_redlock_testkit as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,8 +26,7 @@ use http_body_util::BodyExt;
 use support::Masters;
 use tower::ServiceExt;
 use tower_redlock::http::{IdempotencyKey, LockPolicy};
-use tower_redlock::tower::RedlockLayer;
-use tower_redlock::Redlock;
+use tower_redlock::{Redlock, RedlockLayer};
 
 #[global_allocator]
 static ALLOCATOR: common::counting::Counting = common::counting::Counting;
@@ -79,10 +77,10 @@ fn layer(c: &mut Criterion) {
             ("bare handler", route()),
             (
                 "RedlockLayer, memory node",
-                route().layer(RedlockLayer::new(
-                    Redlock::in_memory(),
-                    IdempotencyKey::required(),
-                )),
+                route().layer(
+                    RedlockLayer::new(Redlock::in_memory(), IdempotencyKey::required())
+                        .expect("the layer"),
+                ),
             ),
             (
                 "RedlockLayer, memory node, no keep-alive",
@@ -90,10 +88,13 @@ fn layer(c: &mut Criterion) {
             ),
             (
                 "RedlockLayer, 3 Redis masters",
-                route().layer(RedlockLayer::new(
-                    common::ours(&masters.urls(), Duration::from_millis(50)),
-                    IdempotencyKey::required(),
-                )),
+                route().layer(
+                    RedlockLayer::new(
+                        common::ours(&masters.urls(), Duration::from_millis(50)),
+                        IdempotencyKey::required(),
+                    )
+                    .expect("the layer"),
+                ),
             ),
         ]
     });

@@ -1,6 +1,6 @@
 //! Where this crate's client loses against the limit: an ablation.
 //!
-//! The limit (Redlock written directly on redis-rs, `benches/common`) is run with one extra
+//! The limit (Redlock written directly on redis-rs, `bench/src/lib.rs`) is run with one extra
 //! cost of this crate's client switched on at a time — the `ConnectionManager`, the Lua
 //! acquire script, waiting for the in-flight `SET`s before a release, boxed node futures —
 //! then with all of them, and next to this crate's client itself. For each: the single-task
@@ -10,8 +10,8 @@
 //! counting).
 //!
 //! ```text
-//! cargo bench --bench profile
-//! REDLOCK_BENCH_N=5 REDLOCK_BENCH_ROUNDS=5 cargo bench --bench profile
+//! cargo bench -p tower-redlock-bench --bench profile
+//! REDLOCK_BENCH_N=5 REDLOCK_BENCH_ROUNDS=5 cargo bench -p tower-redlock-bench --bench profile
 //! ```
 //!
 //! Settings: `REDLOCK_BENCH_SCALE` (1.0), `REDLOCK_BENCH_ROUNDS` (3), `REDLOCK_BENCH_N` (3),
@@ -20,8 +20,7 @@
 //! variant names: run only those, each paired with the limit), `REDLOCK_PROFILE_ONLY` (a variant name: run
 //! only it, with 64 tasks, for a long time — for `perf record -g -p <pid>`).
 
-#[path = "common/mod.rs"]
-mod common;
+use tower_redlock_bench as common;
 use tower_redlock_testkit as support;
 
 use std::sync::Arc;
@@ -186,7 +185,9 @@ async fn build(v: Variant, urls: &[String], timeout: Duration) -> Locker {
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
-        eprintln!("the profile runs only under `cargo bench --bench profile`");
+        eprintln!(
+            "the profile runs only under `cargo bench -p tower-redlock-bench --bench profile`"
+        );
         return;
     }
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());

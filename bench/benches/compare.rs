@@ -3,8 +3,8 @@
 //! clients, the HTTP layer) with ratios, and the issue's targets as met / not met.
 //!
 //! ```text
-//! cargo bench --bench compare
-//! REDLOCK_BENCH_SCALE=3 REDLOCK_BENCH_ROUNDS=5 cargo bench --bench compare   # longer, steadier
+//! cargo bench -p tower-redlock-bench --bench compare
+//! REDLOCK_BENCH_SCALE=3 REDLOCK_BENCH_ROUNDS=5 cargo bench -p tower-redlock-bench --bench compare   # longer, steadier
 //! ```
 //!
 //! Settings (environment):
@@ -18,14 +18,13 @@
 //! - `REDLOCK_BENCH_LAYER` (1): 0 skips the HTTP layer section.
 //! - `REDLOCK_BENCH_STALL` (1): 0 skips the stall workload (3 of 5 masters paused 300 ms
 //!   under contention; the limit and this crate only, on 5 masters; see
-//!   `benches/common/stall.rs`). Skipped too when `REDLOCK_BENCH_N` is `0`.
+//!   `bench/src/stall.rs`). Skipped too when `REDLOCK_BENCH_N` is `0`.
 //! - `REDLOCK_BENCH_OUT`: also write the report (markdown) to this file.
 //!
 //! Run only by `cargo bench` (it does nothing without the `--bench` argument cargo passes),
 //! never as a test.
 
-#[path = "common/mod.rs"]
-mod common;
+use tower_redlock_bench as common;
 use tower_redlock_testkit as support;
 
 use std::collections::BTreeMap;
@@ -45,8 +44,7 @@ use support::proxy::{Fault, FaultProxy};
 use support::{HttpApp, Masters};
 use tower::ServiceExt;
 use tower_redlock::http::IdempotencyKey;
-use tower_redlock::tower::RedlockLayer;
-use tower_redlock::Redlock;
+use tower_redlock::{Redlock, RedlockLayer};
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -158,7 +156,7 @@ struct LayerRow {
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
-        eprintln!("the comparison runner runs only under `cargo bench --bench compare`");
+        eprintln!("the comparison runner runs only under `cargo bench -p tower-redlock-bench --bench compare`");
         return;
     }
     if std::process::Command::new("redis-server")
@@ -169,7 +167,7 @@ fn main() {
         eprintln!(
             "the comparison needs `redis-server` (7.x) on PATH; install it with \
              `apt-get update && apt-get install -y redis-server` (Debian/Ubuntu) or \
-             `brew install redis` (macOS), then run `cargo bench --bench compare` again"
+             `brew install redis` (macOS), then run `cargo bench -p tower-redlock-bench --bench compare` again"
         );
         std::process::exit(1);
     }
@@ -519,18 +517,16 @@ fn next_key() -> String {
 
 async fn layer(s: &Settings, masters: &Masters) -> Vec<(&'static str, LayerRow)> {
     let bare = Router::new().route("/pay", post(pay));
-    let mem = Router::new()
-        .route("/pay", post(pay))
-        .layer(RedlockLayer::new(
-            Redlock::in_memory(),
-            IdempotencyKey::required(),
-        ));
-    let redis = Router::new()
-        .route("/pay", post(pay))
-        .layer(RedlockLayer::new(
+    let mem = Router::new().route("/pay", post(pay)).layer(
+        RedlockLayer::new(Redlock::in_memory(), IdempotencyKey::required()).expect("the layer"),
+    );
+    let redis = Router::new().route("/pay", post(pay)).layer(
+        RedlockLayer::new(
             common::ours(&masters.urls()[..3], s.node_timeout),
             IdempotencyKey::required(),
-        ));
+        )
+        .expect("the layer"),
+    );
     let apps = [
         ("bare handler", bare),
         ("+ RedlockLayer, memory node", mem),

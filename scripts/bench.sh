@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmarks: installs redis-server when it is missing (as scripts/test.sh does), then
-# runs `cargo bench` with the given arguments — by default the side-by-side comparison runner
-# of BENCHMARKS.md (`--bench compare`, about 2 minutes; it starts its own masters).
+# runs `cargo bench -p tower-redlock-bench` (the workspace member bench/) with the given
+# arguments — by default the side-by-side comparison runner of BENCHMARKS.md (`--bench
+# compare`, about 2 minutes; it starts its own masters).
 #
 #   scripts/bench.sh                   # the comparison table
 #   scripts/bench.sh --bench profile   # the ablation
@@ -13,4 +14,4 @@ ensure_redis
 if [ "$#" -eq 0 ]; then
   set -- --bench compare
 fi
-exec cargo bench --locked "$@"
+exec cargo bench --locked -p tower-redlock-bench "$@"

@@ -1,0 +1,14 @@
+//! The key extractors through the public API (`tower_redlock::http`): the hash
+//! and `LockKey`, the built-in extractors and their rejections, the scoping and
+//! prefix combinators, closures and trait objects, the request view, and
+//! property tests. No Redis needed.
+//!
+//! Tests that pin the private domain tags (`TAG_*`) or read a crate-private
+//! field stay as unit tests in `src/http/key/tests.rs`.
+
+mod extractors;
+mod hash;
+mod helpers;
+mod prop;
+mod rejections;
+mod scope;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde_json::json;
-use tower_redlock::actix::RedlockMiddleware;
 use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+use tower_redlock::RedlockMiddleware;
 use tower_redlock::{LeaseHandle, Redlock};
 
 #[derive(Clone, Copy)]
@@ -46,7 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 // Every lock outcome (acquired, contended, released) is logged at debug.
-                .unwrap_or_else(|_| "tower_redlock=debug".into()),
+                .unwrap_or_else(|_| "info,tower_redlock=debug".into()),
         )
         // No colour codes in a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
@@ -92,6 +92,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         App::new()
             .app_data(web::Data::new(config))
             .route("/health", web::get().to(|| async { "ok" }))
+            // The lock wraps the resource that needs it: /health is never locked, an
+            // unknown path answers 404 and `GET /payments` 405, not 400 or 409.
             .service(
                 web::resource("/payments")
                     .wrap(RedlockMiddleware::with_policy(policy.clone()))

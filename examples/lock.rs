@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use tower_redlock::{MemoryNode, Redlock, Retry};
+use tower_redlock::node::MemoryNode;
+use tower_redlock::{Redlock, Retry};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -90,7 +90,7 @@ start_replica() {
 }
 
 echo "building the examples (release; the first build compiles every dependency and takes several minutes)..."
-cargo build --release --features actix \
+cargo build --release --features axum,actix \
   --example axum_idempotent --example actix_idempotent --example burst
 
 if ensure_redis; then

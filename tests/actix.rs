@@ -26,12 +26,12 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use support::apps::*;
 use support::http::{http_client, send, within, Reply, DEADLINE};
 use support::{eventually, is_token, warm_up, HttpApp, Masters};
-use tower_redlock::actix::RedlockMiddleware;
 use tower_redlock::http::{
     IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, LockPolicyBuilder, SimpleRequest,
     Unlocked, DEFAULT_TTL,
 };
-use tower_redlock::tower::RedlockLayer;
+use tower_redlock::RedlockLayer;
+use tower_redlock::RedlockMiddleware;
 use tower_redlock::{LeaseHandle, Redlock};
 
 // --- the handlers' side ------------------------------------------------------------------------

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use support::{eventually, Masters, NODE_TIMEOUT};
 use tower_redlock::node::Acquire;
-use tower_redlock::{MemoryNode, Node, RedisNode, Redlock, Retry};
+use tower_redlock::node::{MemoryNode, Node, RedisNode};
+use tower_redlock::{Redlock, Retry};
 
 /// A future returned by [`Peek::peek`].
 type PeekFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;

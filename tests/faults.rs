@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use support::proxy::{Fault, FaultProxy};
 use support::{eventually, warm_up, Masters, NODE_TIMEOUT};
-use tower_redlock::{RedisNodeOptions, Redlock, Retry};
+use tower_redlock::node::RedisNodeOptions;
+use tower_redlock::{Redlock, Retry};
 
 /// Generous slack for a shared 2-core machine: outcomes and bounds, never tight timings.
 const SLACK: Duration = Duration::from_millis(800);

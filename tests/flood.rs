@@ -35,9 +35,9 @@ use tokio::sync::oneshot;
 use support::apps::{post_with, IDEMPOTENCY_KEY, PATH};
 use support::http::{http_client, send, within};
 use support::{eventually, warm_up, Masters};
-use tower_redlock::actix::RedlockMiddleware;
 use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
-use tower_redlock::tower::RedlockLayer;
+use tower_redlock::RedlockLayer;
+use tower_redlock::RedlockMiddleware;
 use tower_redlock::{LeaseHandle, NodeStatus, Redlock};
 
 /// How many requests, each with a key of its own (enough that 0.1 % is a few answers, not a
@@ -136,7 +136,7 @@ impl AxumReplica {
                     let warm = redlock.clone();
                     let payments = axum::Router::new()
                         .route(PATH, axum::routing::post(axum_pay))
-                        .layer(RedlockLayer::new(redlock, extractor()));
+                        .layer(RedlockLayer::new(redlock, extractor()).unwrap());
                     let app = axum::Router::new()
                         .route(
                             WARM_UP,
@@ -220,7 +220,7 @@ impl ActixReplica {
                 )
                 .service(
                     web::resource(PATH)
-                        .wrap(RedlockMiddleware::new(redlock, extractor()))
+                        .wrap(RedlockMiddleware::new(redlock, extractor()).unwrap())
                         .route(web::post().to(actix_pay)),
                 )
         })

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{eventually, is_token, warm_up, Masters};
-use tower_redlock::{Node, RedisNode, Redlock, Retry};
+use tower_redlock::node::{Node, RedisNode};
+use tower_redlock::{Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 const SECOND: Duration = Duration::from_secs(1);
@@ -1086,7 +1087,7 @@ async fn bad_input_is_rejected_and_locks_nothing() {
         assert!(e.is_invalid_input(), "{e:?}");
         assert_eq!(e.attempts(), 0, "nothing was tried");
     }
-    let long = "x".repeat(tower_redlock::lock::MAX_RESOURCE_LEN + 1);
+    let long = "x".repeat(tower_redlock::MAX_RESOURCE_LEN + 1);
     assert!(c.try_lock(&long, TTL).await.unwrap_err().is_invalid_input());
     let ran = AtomicBool::new(false);
     let e = c

@@ -9,7 +9,8 @@ use tower_redlock_testkit as support;
 use std::time::Duration;
 
 use support::{eventually, warm_up, Masters, RedisServer, NODE_TIMEOUT};
-use tower_redlock::{RedisNode, RedisNodeOptions, Redlock, Retry};
+use tower_redlock::node::{RedisNode, RedisNodeOptions};
+use tower_redlock::{Redlock, Retry};
 
 /// A node for `server`'s TLS port that trusts the test CA (and nothing else).
 fn trusting_node(server: &RedisServer) -> RedisNode {

@@ -35,7 +35,7 @@ use support::{eventually, is_token, warm_up, HttpApp, Masters};
 use tower_redlock::http::{
     IdempotencyKey, KeyExtractor, LockPolicy, RouteParamKey, SimpleRequest, Unlocked, DEFAULT_TTL,
 };
-use tower_redlock::tower::RedlockLayer;
+use tower_redlock::RedlockLayer;
 use tower_redlock::{LeaseHandle, Redlock};
 
 // --- the handlers' side ------------------------------------------------------------------------
@@ -236,7 +236,7 @@ async fn one_key_across_two_instances_runs_exactly_once() {
     for _ in 0..2 {
         // Each instance has its own client, as two processes would.
         let redlock = client_of(&m).await;
-        let layer = RedlockLayer::new(redlock, IdempotencyKey::required());
+        let layer = RedlockLayer::new(redlock, IdempotencyKey::required()).unwrap();
         apps.push(HttpApp::serve(gated_app(layer, &probe)).await);
     }
     let urls = [apps[0].url(PATH), apps[1].url(PATH)];
@@ -285,7 +285,7 @@ async fn different_keys_run_concurrently() {
     let (m, redlock) = masters_and_client().await;
     let probe = Probe::new();
     let app = HttpApp::serve(gated_app(
-        RedlockLayer::new(redlock, IdempotencyKey::required()),
+        RedlockLayer::new(redlock, IdempotencyKey::required()).unwrap(),
         &probe,
     ))
     .await;
@@ -398,7 +398,7 @@ async fn majority_down_fails_closed_or_runs_unlocked() {
         .route(
             "/closed",
             gated_route(&closed, Duration::ZERO)
-                .layer(RedlockLayer::new(redlock, IdempotencyKey::required())),
+                .layer(RedlockLayer::new(redlock, IdempotencyKey::required()).unwrap()),
         )
         .route(
             "/open",
@@ -435,7 +435,7 @@ async fn bad_keys_are_rejected_before_locking() {
     let (m, redlock) = masters_and_client().await;
     let probe = Probe::open_gate();
     let app = HttpApp::serve(gated_app(
-        RedlockLayer::new(redlock, IdempotencyKey::required()),
+        RedlockLayer::new(redlock, IdempotencyKey::required()).unwrap(),
         &probe,
     ))
     .await;
@@ -490,10 +490,7 @@ async fn bad_keys_are_rejected_before_locking() {
 async fn a_route_param_that_is_not_utf8_is_malformed() {
     let app = Router::new()
         .route("/accounts/{id}", post(|| async { "ok" }))
-        .layer(RedlockLayer::new(
-            Redlock::in_memory(),
-            RouteParamKey::new("id"),
-        ));
+        .layer(RedlockLayer::new(Redlock::in_memory(), RouteParamKey::new("id")).unwrap());
     let call = |path: &'static str| {
         let app = app.clone();
         async move {
@@ -585,7 +582,7 @@ async fn release_on_response_frees_the_key_while_the_body_streams() {
     const KEY: &str = "report-1";
     let (m, redlock) = masters_and_client().await;
     let (bodies_tx, mut bodies) = mpsc::unbounded_channel();
-    let layer = RedlockLayer::new(redlock, IdempotencyKey::required());
+    let layer = RedlockLayer::new(redlock, IdempotencyKey::required()).unwrap();
     let app = HttpApp::serve(streaming_app(layer, bodies_tx)).await;
     let (http, url, key) = (http_client(), app.url(PATH), redis_key(KEY));
 
@@ -612,7 +609,7 @@ async fn cancelled_request_releases_in_the_background() {
     let (m, redlock) = masters_and_client().await;
     let probe = Probe::new();
     let app = HttpApp::serve(gated_app(
-        RedlockLayer::new(redlock, IdempotencyKey::required()),
+        RedlockLayer::new(redlock, IdempotencyKey::required()).unwrap(),
         &probe,
     ))
     .await;
@@ -888,7 +885,7 @@ async fn handler_sees_the_lease_of_the_hashed_key() {
     let (m, redlock) = masters_and_client().await;
     let probe = Probe::new();
     let app = HttpApp::serve(gated_app(
-        RedlockLayer::new(redlock, IdempotencyKey::required()),
+        RedlockLayer::new(redlock, IdempotencyKey::required()).unwrap(),
         &probe,
     ))
     .await;
@@ -1016,10 +1013,7 @@ async fn quick_handlers_spawn_no_keep_alive_task() {
                 Json(json!({ "alive": alive, "lost": lease.is_lost() }))
             }),
         )
-        .layer(RedlockLayer::new(
-            Redlock::in_memory(),
-            IdempotencyKey::required(),
-        ));
+        .layer(RedlockLayer::new(Redlock::in_memory(), IdempotencyKey::required()).unwrap());
     for i in 0..3 {
         let response = within(
             "the response",

@@ -229,7 +229,8 @@ mod tests {
     use std::time::Duration;
 
     use crate::node::tests::Wrapped;
-    use crate::{MemoryNode, Redlock, Retry};
+    use crate::node::MemoryNode;
+    use crate::{Redlock, Retry};
 
     /// A node that said "held" holds nothing of ours and is not asked to release — and it
     /// counts as released: the lease's own quorum does not need every one of its nodes then.

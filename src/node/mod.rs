@@ -86,7 +86,7 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
 }
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
-/// one costs no boxed future (measured in `benches/profile.rs`: a box per request cost about
+/// one costs no boxed future (measured in `bench/benches/profile.rs`: a box per request cost about
 /// a tenth of the throughput); other nodes go through the [`Node`] trait.
 #[derive(Debug)]
 pub(crate) enum AnyNode {

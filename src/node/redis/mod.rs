@@ -17,7 +17,7 @@ mod scripts;
 /// connection's own: the client's per-node timeout
 /// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout), 50 ms by
 /// default) already bounds every request, and a second timer per request measurably costs
-/// throughput (`benches/profile.rs`). Set one with [`RedisNodeOptions::response_timeout`]
+/// throughput (`bench/benches/profile.rs`). Set one with [`RedisNodeOptions::response_timeout`]
 /// when the node is also used outside a [`Redlock`](crate::Redlock) client.
 #[derive(Debug, Clone)]
 pub struct RedisNodeOptions {
@@ -278,13 +278,13 @@ impl RedisNode {
     }
 
     /// `SET key token NX PX ttl`. A plain `SET` costs a master about a fifth less CPU than a
-    /// script doing the same (`benches/profile.rs`). A held key answers without the
+    /// script doing the same (`bench/benches/profile.rs`). A held key answers without the
     /// holder's ttl: the client asks one node for it ([`RedisNode::remaining_ttl`]) when a
     /// contended error is returned, not every node on every try. With delayed-restart
     /// protection, the guarded script (which returns the holder's ttl at once).
     ///
     /// With `prepared` ([`RedisNode::set_cmd`]), the `SET` packed once for every master of a
-    /// fan-out (measured in `benches/profile.rs`: a command per node cost about a tenth of the
+    /// fan-out (measured in `bench/benches/profile.rs`: a command per node cost about a tenth of the
     /// throughput at five masters).
     pub(crate) async fn acquire_key(
         &self,
@@ -432,7 +432,7 @@ struct RestartGuard {
 
 async fn query(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
     // The inherent methods: the `ConnectionLike` trait's boxes its future on every call
-    // (measured in benches/profile.rs: 0.79x -> 0.90x of the limit's throughput).
+    // (measured in bench/benches/profile.rs: 0.79x -> 0.90x of the limit's throughput).
     let v = match conn {
         Conn::Manager(c) => c.send_packed_command(cmd).await?,
         Conn::Multiplexed(c) => c.send_packed_command(cmd).await?,

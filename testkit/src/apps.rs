@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use reqwest::header::HeaderValue;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tower_redlock::Redlock;
@@ -24,8 +25,82 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// `POST url` with these `Idempotency-Key` values (none, one, or several header lines).
 pub fn post_with(http: &reqwest::Client, url: &str, keys: &[&str]) -> reqwest::RequestBuilder {
+    with_keys(http.post(url), keys)
+}
+
+/// `request` with these `Idempotency-Key` values (none, one, or several header lines).
+pub fn with_keys(request: reqwest::RequestBuilder, keys: &[&str]) -> reqwest::RequestBuilder {
     keys.iter()
-        .fold(http.post(url), |r, key| r.header(IDEMPOTENCY_KEY, *key))
+        .fold(request, |r, key| r.header(IDEMPOTENCY_KEY, *key))
+}
+
+/// `POST url` with these raw `Idempotency-Key` header values (any bytes a header may carry).
+pub fn post_values(
+    http: &reqwest::Client,
+    url: &str,
+    values: &[HeaderValue],
+) -> reqwest::RequestBuilder {
+    values
+        .iter()
+        .fold(http.post(url), |r, v| r.header(IDEMPOTENCY_KEY, v.clone()))
+}
+
+/// The `Idempotency-Key`s every framework must reject with `400`: (what, the header lines,
+/// problem type). Every raw value carries "zebra", so that a check can find an echo of it.
+pub fn bad_keys() -> Vec<(&'static str, Vec<HeaderValue>, &'static str)> {
+    let value = |v: &[u8]| HeaderValue::from_bytes(v).expect("a valid header value");
+    // 256 and 260 bytes: over the bound of 255.
+    let (z256, long) = (format!("zebra{}", "z".repeat(251)), "zebra".repeat(52));
+    vec![
+        ("missing", vec![], "/problems/lock-key-missing"),
+        ("bare empty", vec![value(b"")], "/problems/lock-key-empty"),
+        (
+            "quoted empty",
+            vec![value(b"\"\"")],
+            "/problems/lock-key-empty",
+        ),
+        ("blank", vec![value(b"   ")], "/problems/lock-key-empty"),
+        (
+            "256 bytes",
+            vec![value(z256.as_bytes())],
+            "/problems/lock-key-too-long",
+        ),
+        (
+            "256 bytes, quoted",
+            vec![value(format!("\"{z256}\"").as_bytes())],
+            "/problems/lock-key-too-long",
+        ),
+        (
+            "260 bytes, quoted",
+            vec![value(format!("\"{long}\"").as_bytes())],
+            "/problems/lock-key-too-long",
+        ),
+        (
+            "unterminated quote",
+            vec![value(b"\"zebra")],
+            "/problems/lock-key-malformed",
+        ),
+        (
+            "bare with a space",
+            vec![value(b"zebra 1")],
+            "/problems/lock-key-malformed",
+        ),
+        (
+            "non-ASCII",
+            vec![value(b"zebra-\xff\xfe")],
+            "/problems/lock-key-malformed",
+        ),
+        (
+            "after the quote",
+            vec![value(b"\"zebra\" x")],
+            "/problems/lock-key-malformed",
+        ),
+        (
+            "twice",
+            vec![value(b"zebra-1"), value(b"zebra-2")],
+            "/problems/lock-key-duplicate",
+        ),
+    ]
 }
 
 /// `POST url` with `Idempotency-Key: key`, read to the end. The future owns what it needs, so

@@ -35,6 +35,12 @@ pub async fn send(request: reqwest::RequestBuilder) -> reqwest::Response {
         .expect("the request is answered")
 }
 
+/// Sends a request and reads its response to the end. The future owns what it needs, so it
+/// can be spawned.
+pub async fn reply(request: reqwest::RequestBuilder) -> Reply {
+    Reply::read(send(request).await).await
+}
+
 /// A response read to its end.
 #[derive(Debug)]
 pub struct Reply {

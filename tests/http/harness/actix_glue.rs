@@ -1,0 +1,159 @@
+//! [`Actix`]: an [`App`] as an actix-web app — each route a `web::resource` wrapped in the
+//! `RedlockMiddleware` (so only a matched route takes the lock: an unknown path answers 404;
+//! or each of its routes wrapped, with [`App::wrap_routes`]), with a route per method, the authentication middleware app-wide (it runs before the lock)
+//! — served by an `HttpServer` with one worker on `127.0.0.1:0`.
+
+use std::net::SocketAddr;
+
+use actix_web::dev::{ServerHandle, Service};
+use actix_web::http::Method as ActixMethod;
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use tower_redlock::http::Unlocked;
+use tower_redlock::{LeaseHandle, RedlockMiddleware};
+
+use super::app::{chunks, Answer, App, Method, Principal, Seen, USER_HEADER};
+use super::{Framework, Served};
+use crate::support::http::within;
+
+/// The actix-web glue: `RedlockMiddleware` in an actix-web 4 app.
+pub struct Actix;
+
+impl Framework for Actix {
+    const NAME: &'static str = "actix-web";
+
+    async fn serve(app: &App) -> Served {
+        Served::actix(ActixServer::serve(app.clone()))
+    }
+}
+
+/// The app's routes, as resources.
+pub fn configure(app: &App, cfg: &mut web::ServiceConfig) {
+    for route in &app.routes {
+        let mut resource = web::resource(route.path);
+        for (method, handler) in &route.handlers {
+            let handler = handler.clone();
+            // The lease through the `Option<LeaseHandle>` extractor, the rest from the
+            // request's extensions.
+            let handle = move |lease: Option<LeaseHandle>, req: HttpRequest| {
+                let handler = handler.clone();
+                async move { respond(handler.answer(seen(lease, &req)).await) }
+            };
+            let mut one = web::method(method_of(*method)).to(handle);
+            if let Some(policy) = route.policy.as_ref().filter(|_| app.wrap_routes) {
+                one = one.wrap(RedlockMiddleware::with_policy(policy.clone()));
+            }
+            resource = resource.route(one);
+        }
+        match route.policy.as_ref().filter(|_| !app.wrap_routes) {
+            Some(policy) => {
+                cfg.service(resource.wrap(RedlockMiddleware::with_policy(policy.clone())))
+            }
+            None => cfg.service(resource),
+        };
+    }
+}
+
+fn method_of(method: Method) -> ActixMethod {
+    match method {
+        Method::Get => ActixMethod::GET,
+        Method::Post => ActixMethod::POST,
+        Method::Put => ActixMethod::PUT,
+        Method::Patch => ActixMethod::PATCH,
+        Method::Delete => ActixMethod::DELETE,
+    }
+}
+
+fn seen(lease: Option<LeaseHandle>, req: &HttpRequest) -> Seen {
+    let extensions = req.extensions();
+    Seen {
+        method: req.method().to_string(),
+        lease,
+        unlocked: extensions.get::<Unlocked>().is_some(),
+        principal: extensions.get::<Principal>().cloned(),
+    }
+}
+
+fn respond(answer: Answer) -> HttpResponse {
+    match answer {
+        Answer::Json(v) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(v.to_string()),
+        Answer::Text(text) => HttpResponse::Ok().body(text),
+        Answer::Stream(body) => HttpResponse::Ok().streaming(chunks(body)),
+    }
+}
+
+/// An actix-web server with one worker on `127.0.0.1:0`, run on the test's Tokio runtime
+/// (its worker gets a thread and a runtime of its own). Stopped by [`ActixServer::stop`], or
+/// at once when dropped (a failed test).
+pub struct ActixServer {
+    addr: SocketAddr,
+    handle: ServerHandle,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl ActixServer {
+    /// Serves `app`, with the authentication middleware app-wide: registered on the `App`, it
+    /// runs before the resources' lock middleware.
+    pub fn serve(app: App) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        // `h1_allow_half_closed` (default `true`): a client that closes its side of the
+        // connection does not cancel the request in progress.
+        let half_closed = !app.cancel_on_close;
+        let server = HttpServer::new(move || {
+            let app = app.clone();
+            actix_web::App::new()
+                .wrap_fn(|req, srv| {
+                    let tenant = req
+                        .headers()
+                        .get(USER_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    if let Some(tenant) = tenant {
+                        req.extensions_mut().insert(Principal { tenant });
+                    }
+                    srv.call(req)
+                })
+                .configure(move |cfg| configure(&app, cfg))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(5)
+        .h1_allow_half_closed(half_closed)
+        .listen(listener)
+        .expect("listen on the bound socket")
+        .run();
+        let handle = server.handle();
+        Self {
+            addr,
+            handle,
+            server: Some(tokio::spawn(server)),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the server gracefully and waits until it has stopped.
+    pub async fn stop(mut self) {
+        self.handle.stop(true).await;
+        if let Some(server) = self.server.take() {
+            within("the actix-web server to stop", server)
+                .await
+                .expect("the server task")
+                .expect("the server");
+        }
+    }
+}
+
+impl Drop for ActixServer {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.take() {
+            // Sends the command at once; the server task carries it out.
+            drop(self.handle.stop(false));
+            drop(server);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! One description of an app, served alike by either framework: routes, each behind its own
+//! lock policy (or none), with handlers per method, and an authentication layer outside the
+//! lock that turns an `x-user` header into a [`Principal`] request extension.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tower_redlock::http::LockPolicy;
+use tower_redlock::LeaseHandle;
+
+use super::probe::{Probe, Streams, NOT_STREAMED};
+
+/// The header the authentication layer reads the principal's tenant from.
+pub const USER_HEADER: &str = "x-user";
+
+/// The authenticated principal: what the authentication layer puts into the request's
+/// extensions when it has an [`USER_HEADER`].
+#[derive(Clone, Debug)]
+pub struct Principal {
+    pub tenant: String,
+}
+
+/// An app: its routes, and how its server treats a client that goes away.
+#[derive(Clone, Default)]
+pub struct App {
+    pub routes: Vec<Route>,
+    /// Whether the server drops the handler of a request whose client closed the connection.
+    pub cancel_on_close: bool,
+    /// actix-web: the lock middleware on each route (`Route::wrap`) instead of the resource.
+    pub wrap_routes: bool,
+}
+
+impl App {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The app of most scenarios: `POST path` → [`Handler::Gated`] by `probe`, behind `policy`.
+    pub fn gated(path: &'static str, policy: LockPolicy, probe: &Arc<Probe>) -> Self {
+        Self::new().route(Route::locked(path, policy).post(Handler::gated(probe)))
+    }
+
+    pub fn route(mut self, route: Route) -> Self {
+        self.routes.push(route);
+        self
+    }
+
+    /// Makes the server drop the handler of a request whose client closed its connection:
+    /// axum does it always; actix-web only with `h1_allow_half_closed(false)`, which this
+    /// sets (its default keeps running the handler).
+    pub fn cancel_on_close(mut self) -> Self {
+        self.cancel_on_close = true;
+        self
+    }
+
+    /// actix-web: puts the lock middleware on each route (`web::post().to(h).wrap(mw)`)
+    /// rather than on the resource (`web::resource(p).wrap(mw)`, the default), so that it
+    /// wraps only the handlers, not the resource's 405. axum locks per method router with
+    /// `route_layer` either way.
+    pub fn wrap_routes(mut self) -> Self {
+        self.wrap_routes = true;
+        self
+    }
+}
+
+/// The methods the apps serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+/// One route pattern (`/orders/{id}`, in both frameworks' syntax), its lock policy, and a
+/// handler per method. A method without a handler answers 405.
+#[derive(Clone)]
+pub struct Route {
+    pub path: &'static str,
+    /// The lock middleware around the route's handlers (axum: `route_layer` on the method
+    /// router; actix-web: `Resource::wrap`, or `Route::wrap` with [`App::wrap_routes`]), or
+    /// none.
+    pub policy: Option<LockPolicy>,
+    pub handlers: Vec<(Method, Handler)>,
+}
+
+impl Route {
+    /// A route behind the lock middleware with `policy`.
+    pub fn locked(path: &'static str, policy: LockPolicy) -> Self {
+        Self {
+            path,
+            policy: Some(policy),
+            handlers: Vec::new(),
+        }
+    }
+
+    pub fn on(mut self, method: Method, handler: Handler) -> Self {
+        self.handlers.push((method, handler));
+        self
+    }
+
+    pub fn post(self, handler: Handler) -> Self {
+        self.on(Method::Post, handler)
+    }
+
+    pub fn get(self, handler: Handler) -> Self {
+        self.on(Method::Get, handler)
+    }
+
+    pub fn put(self, handler: Handler) -> Self {
+        self.on(Method::Put, handler)
+    }
+}
+
+/// What a handler does.
+#[derive(Clone)]
+pub enum Handler {
+    /// Passes the probe's gate, then answers with what it saw ([`Seen::report`]).
+    Gated(Arc<Probe>),
+    /// Answers at once with what it saw.
+    Report,
+    /// Streams the body the test writes through [`Streams::next`], or answers
+    /// [`NOT_STREAMED`].
+    Streaming(Arc<Streams>),
+}
+
+impl Handler {
+    pub fn gated(probe: &Arc<Probe>) -> Self {
+        Self::Gated(probe.clone())
+    }
+
+    pub fn streaming(streams: &Arc<Streams>) -> Self {
+        Self::Streaming(streams.clone())
+    }
+
+    /// Runs the handler on what the framework glue saw of the request.
+    pub async fn answer(&self, seen: Seen) -> Answer {
+        match self {
+            Self::Gated(probe) => {
+                probe.pass().await;
+                Answer::Json(seen.report())
+            }
+            Self::Report => Answer::Json(seen.report()),
+            Self::Streaming(streams) => match streams.take() {
+                Some(body) => Answer::Stream(body),
+                None => Answer::Text(NOT_STREAMED),
+            },
+        }
+    }
+}
+
+/// What a handler saw of its request, through each framework's own extractors.
+pub struct Seen {
+    pub method: String,
+    /// The `LeaseHandle` extractor, as `Option<LeaseHandle>`.
+    pub lease: Option<LeaseHandle>,
+    /// Whether the `Unlocked` (fail-open) marker is in the request's extensions.
+    pub unlocked: bool,
+    pub principal: Option<Principal>,
+}
+
+impl Seen {
+    /// What the handler saw, as JSON.
+    pub fn report(&self) -> Value {
+        let lease = self.lease.as_ref();
+        json!({
+            "method": self.method,
+            "locked": lease.is_some(),
+            "unlocked": self.unlocked,
+            "resource": lease.map(|l| l.resource().to_owned()),
+            "validity_ms": lease.map(|l| l.validity().as_millis() as u64),
+            "lost": lease.map(LeaseHandle::is_lost),
+            "extensions": lease.map(LeaseHandle::extensions),
+            "tenant": self.principal.as_ref().map(|p| p.tenant.clone()),
+        })
+    }
+}
+
+/// A handler's answer, which the glue turns into its framework's response: `200` with a JSON
+/// body, a text body, or a body streamed from the channel (ended when the test drops the
+/// sender).
+pub enum Answer {
+    Json(Value),
+    Text(&'static str),
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+/// The chunks of a streamed answer, for either framework's streaming body.
+pub fn chunks(
+    body: mpsc::Receiver<Bytes>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures_util::stream::unfold(body, |mut rx| async move {
+        let chunk = rx.recv().await?;
+        Some((Ok(chunk), rx))
+    })
+}

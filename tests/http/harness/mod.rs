@@ -1,0 +1,67 @@
+//! The harness that runs one scenario against both frameworks: an app described once
+//! ([`app`]), served by either glue through [`Framework`] ([`axum_glue`], [`actix_glue`]),
+//! the handlers' probes ([`probe`]) and the lock keys the apps take ([`keys`]).
+
+pub mod actix_glue;
+pub mod app;
+pub mod axum_glue;
+pub mod keys;
+pub mod probe;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+pub use actix_glue::Actix;
+pub use app::App;
+pub use axum_glue::Axum;
+
+/// A web framework the lock middleware supports: what a scenario needs to run on it.
+pub trait Framework {
+    /// Its name, for messages.
+    const NAME: &'static str;
+
+    /// Serves `app` on `127.0.0.1:0`, in a server of its own.
+    fn serve(app: &App) -> impl Future<Output = Served>;
+}
+
+/// A served app: its address, and the guard that stops its server (at once when dropped, as
+/// in a failed test; gracefully through [`Served::stop`]).
+pub struct Served {
+    addr: SocketAddr,
+    server: Server,
+}
+
+enum Server {
+    Axum(crate::support::HttpApp),
+    Actix(actix_glue::ActixServer),
+}
+
+impl Served {
+    fn axum(app: crate::support::HttpApp) -> Self {
+        Self {
+            addr: app.addr(),
+            server: Server::Axum(app),
+        }
+    }
+
+    fn actix(server: actix_glue::ActixServer) -> Self {
+        Self {
+            addr: server.addr(),
+            server: Server::Actix(server),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Stops the server: actix-web's gracefully, waiting until it has stopped; axum's accept
+    /// loop is aborted.
+    pub async fn stop(self) {
+        match self.server {
+            Server::Axum(app) => drop(app),
+            Server::Actix(server) => server.stop().await,
+        }
+    }
+}

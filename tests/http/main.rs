@@ -1,0 +1,93 @@
+#![cfg(all(feature = "axum", feature = "actix"))]
+//! The lock middleware over HTTP, one scenario suite for both frameworks: every scenario is an
+//! `async fn <scenario><F: Framework>()`, written once, and [`on_both!`] runs it as
+//! `axum::<scenario>` (`RedlockLayer` in an axum router) and `actix::<scenario>`
+//! (`RedlockMiddleware` in an actix-web app). Real servers on loopback ports, real Redis
+//! masters (each test starts its own, on free ports), a reqwest client.
+//!
+//! - [`harness`]: the app described once, served by either framework;
+//! - the scenarios: [`exclusion`], [`waiting`], [`unavailable`], [`keys`], [`methods`],
+//!   [`release`], [`keep_alive`];
+//! - [`mixed`]: axum and actix-web side by side, on the same masters;
+//! - [`axum_only`], [`actix_only`]: what only one framework has (the tower service in
+//!   process; actix-web's half-closed connections).
+//!
+//! No sleep synchronizes anything: handlers block on a gate the test opens once it has seen
+//! what it needs, and every wait is bounded.
+
+use tower_redlock_testkit as support;
+
+mod actix_only;
+mod axum_only;
+mod exclusion;
+mod harness;
+mod keep_alive;
+mod keys;
+mod methods;
+mod mixed;
+mod release;
+mod unavailable;
+mod waiting;
+
+/// `on_both! { module::scenario, ... }`: for each scenario, the test `axum::scenario` and the
+/// test `actix::scenario`. Both run on a multi-thread Tokio runtime: the test drives the
+/// client and the masters, and each framework's server runs on threads of its own (axum's
+/// tasks on the test's runtime; actix-web's worker with an actix runtime of its own, as
+/// `HttpServer` always does), so neither needs `#[actix_web::test]`. A scenario that is not
+/// listed here is dead code, which the lints refuse.
+///
+/// A known difference is marked, never dropped: `scenario { actix: #[ignore = "why"] }` keeps
+/// the actix-web test (run it with `--ignored`).
+macro_rules! on_both {
+    ($($module:ident :: $scenario:ident $({ actix: #[$actix:meta] })?),* $(,)?) => {
+        /// Every scenario on axum 0.8, through `RedlockLayer`.
+        mod axum {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $scenario() {
+                    crate::$module::$scenario::<crate::harness::Axum>().await;
+                }
+            )*
+        }
+
+        /// Every scenario on actix-web 4, through `RedlockMiddleware`.
+        mod actix {
+            $(
+                $(#[$actix])?
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $scenario() {
+                    crate::$module::$scenario::<crate::harness::Actix>().await;
+                }
+            )*
+        }
+    };
+}
+
+on_both! {
+    exclusion::one_key_across_two_instances_runs_exactly_once,
+    exclusion::different_keys_run_concurrently,
+    waiting::waiting_requests_take_turns,
+    waiting::waiting_gives_up_at_its_deadline,
+    unavailable::majority_down_fails_closed_or_runs_unlocked,
+    keys::bad_keys_are_rejected_before_locking,
+    keys::a_route_param_that_is_not_utf8_is_malformed {
+        // actix-web decodes `%FF` lossily to U+FFFD and `ActixRequestView` does not implement
+        // `path_params_malformed`: the request locks the key "\u{FFFD}" (200), which every
+        // undecodable parameter shares. A library bug (src/actix/view.rs), reported.
+        actix: #[ignore = "actix-web: an undecodable route parameter locks U+FFFD instead of a 400 (reported)"]
+    },
+    keys::the_handler_sees_its_lease,
+    methods::unlocked_methods_pass_through_a_held_key,
+    methods::the_method_filter_is_configurable,
+    methods::a_method_the_route_does_not_serve_answers_405 {
+        // `Resource::wrap` wraps the resource's default service (its 405) too: a method the
+        // policy locks but no route serves is locked first (409 / 400). `Route::wrap` does not
+        // (see `actix_only`). Contradicts the docs of src/actix/mod.rs; reported.
+        actix: #[ignore = "actix-web: Resource::wrap locks before the 405 of an unserved method (reported)"]
+    },
+    release::release_on_body_end_holds_the_key_while_the_body_streams,
+    release::release_on_response_frees_the_key_while_the_body_streams,
+    release::cancelled_request_releases_in_the_background,
+    keep_alive::keep_alive_holds_the_key_past_its_ttl,
+    keep_alive::keep_alive_holds_the_key_while_a_long_body_streams,
+}

@@ -6,8 +6,8 @@
 //! masters (each test starts its own, on free ports), a reqwest client.
 //!
 //! - [`harness`]: the app described once, served by either framework;
-//! - the scenarios: [`exclusion`], [`waiting`], [`unavailable`], [`keys`], [`methods`],
-//!   [`release`], [`keep_alive`];
+//! - the scenarios: [`exclusion`], [`waiting`], [`unavailable`], [`keys`], [`scope`],
+//!   [`methods`], [`responder`], [`release`], [`keep_alive`];
 //! - [`mixed`]: axum and actix-web side by side, on the same masters;
 //! - [`axum_only`], [`actix_only`]: what only one framework has (the tower service in
 //!   process; actix-web's half-closed connections).
@@ -26,6 +26,8 @@ mod keys;
 mod methods;
 mod mixed;
 mod release;
+mod responder;
+mod scope;
 mod unavailable;
 mod waiting;
 
@@ -69,6 +71,7 @@ on_both! {
     waiting::waiting_requests_take_turns,
     waiting::waiting_gives_up_at_its_deadline,
     unavailable::majority_down_fails_closed_or_runs_unlocked,
+    unavailable::checked_new_refuses_a_ttl_above_restart_protection,
     keys::bad_keys_are_rejected_before_locking,
     keys::a_route_param_that_is_not_utf8_is_malformed {
         // actix-web decodes `%FF` lossily to U+FFFD and `ActixRequestView` does not implement
@@ -77,6 +80,8 @@ on_both! {
         actix: #[ignore = "actix-web: an undecodable route parameter locks U+FFFD instead of a 400 (reported)"]
     },
     keys::the_handler_sees_its_lease,
+    scope::keys_are_scoped_by_the_principal,
+    scope::keys_are_scoped_by_the_query,
     methods::unlocked_methods_pass_through_a_held_key,
     methods::the_method_filter_is_configurable,
     methods::a_method_the_route_does_not_serve_answers_405 {
@@ -85,6 +90,7 @@ on_both! {
         // (see `actix_only`). Contradicts the docs of src/actix/mod.rs; reported.
         actix: #[ignore = "actix-web: Resource::wrap locks before the 405 of an unserved method (reported)"]
     },
+    responder::a_custom_responder_adds_a_header,
     release::release_on_body_end_holds_the_key_while_the_body_streams,
     release::release_on_response_frees_the_key_while_the_body_streams,
     release::cancelled_request_releases_in_the_background,

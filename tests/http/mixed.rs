@@ -5,9 +5,10 @@ use tower_redlock::http::DEFAULT_TTL;
 
 use crate::exclusion::burst_until_one_holds;
 use crate::harness::app::{App, Handler, Route};
-use crate::harness::keys::{default_policy, redis_key};
+use crate::harness::keys::{default_policy, policy_of, redis_key};
 use crate::harness::probe::Probe;
 use crate::harness::{Actix, Axum, Framework};
+use crate::responder::with_lock_state;
 use crate::support::apps::*;
 use crate::support::http::{http_client, send, Reply};
 use crate::support::Masters;
@@ -83,11 +84,11 @@ async fn both(
     (axum, actix)
 }
 
-/// Same status, `Content-Type` and `Retry-After`, and byte-identical bodies.
+/// Same status, `Content-Type`, `Retry-After` and `x-lock-state`, and byte-identical bodies.
 #[track_caller]
 fn assert_same_answer(what: &str, axum: &Reply, actix: &Reply) {
     assert_eq!(axum.status, actix.status, "{what}");
-    for header in ["content-type", "retry-after"] {
+    for header in ["content-type", "retry-after", "x-lock-state"] {
         assert_eq!(
             axum.header(header),
             actix.header(header),
@@ -104,24 +105,31 @@ fn assert_same_answer(what: &str, axum: &Reply, actix: &Reply) {
 /// The actix-web middleware and the axum layer answer the same situations alike: the same
 /// status, `Content-Type`, `Retry-After` and byte-identical problem+json bodies for every bad
 /// key (400) and an unreachable quorum (503); for a held key (409) the same body up to the
-/// `Retry-After` seconds, which follow the holder's remaining ttl.
+/// `Retry-After` seconds, which follow the holder's remaining ttl — also with a custom
+/// responder that adds a header.
 #[tokio::test(flavor = "multi_thread")]
 async fn axum_and_actix_answer_alike() {
     const KEY: &str = "order-5";
+    const CUSTOM: &str = "/custom";
     let (m, redlock) = masters_and_client().await;
     let dead = Masters::start(1);
     let unreachable = client_of(&dead).await;
     dead[0].stop();
+    let custom = policy_of(&redlock)
+        .responder(with_lock_state)
+        .build()
+        .expect("a valid policy");
     let probe = Probe::open_gate();
     let app = App::new()
         .route(Route::locked(PATH, default_policy(&redlock)).post(Handler::gated(&probe)))
-        .route(Route::locked("/down", default_policy(&unreachable)).post(Handler::gated(&probe)));
+        .route(Route::locked("/down", default_policy(&unreachable)).post(Handler::gated(&probe)))
+        .route(Route::locked(CUSTOM, custom).post(Handler::gated(&probe)));
     let axum_app = Axum::serve(&app).await;
     let actix_app = Actix::serve(&app).await;
     let http = http_client();
     let key = |k: &str| reqwest::header::HeaderValue::from_str(k).expect("a header value");
 
-    for route in [PATH] {
+    for route in [PATH, CUSTOM] {
         for (what, keys, problem) in bad_keys() {
             let (axum, actix) =
                 both(&http, &axum_app.url(route), &actix_app.url(route), &keys).await;
@@ -142,7 +150,7 @@ async fn axum_and_actix_answer_alike() {
 
     // Another process holds the keys both apps derive.
     let mut holders = Vec::new();
-    for route in [PATH] {
+    for route in [PATH, CUSTOM] {
         let holder = redlock
             .try_lock(&redis_key(route, route, KEY), DEFAULT_TTL)
             .await
@@ -171,6 +179,13 @@ async fn axum_and_actix_answer_alike() {
                 .replace(&format!("\"retry_after\":{after}"), "\"retry_after\":N")
         };
         assert_eq!(same_after(&axum, a), same_after(&actix, b), "{route}");
+        assert_eq!(
+            axum.header("x-lock-state"),
+            actix.header("x-lock-state"),
+            "{route}"
+        );
+        let state = (route == CUSTOM).then_some("held");
+        assert_eq!(axum.header("x-lock-state"), state, "{route}");
         assert_eq!(
             axum.header("content-type"),
             actix.header("content-type"),

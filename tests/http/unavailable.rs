@@ -1,12 +1,18 @@
-//! An unreachable quorum: fail closed, or run unlocked.
+//! An unreachable quorum (fail closed or run unlocked), and a policy that does not fit the
+//! client's nodes (refused when the middleware is built, never per request).
+
+use std::time::{Duration, Instant};
+
+use tower_redlock::node::RedisNodeOptions;
+use tower_redlock::{Redlock, Retry};
 
 use crate::harness::app::{App, Handler, Route};
-use crate::harness::keys::{default_policy, policy_of};
+use crate::harness::keys::{default_policy, extractor, policy_of};
 use crate::harness::probe::Probe;
 use crate::harness::Framework;
 use crate::support::apps::*;
-use crate::support::eventually;
-use crate::support::http::http_client;
+use crate::support::http::{http_client, DEADLINE};
+use crate::support::{eventually, Masters};
 
 /// With two of three masters down: a fail-closed route answers 503 with `Retry-After` and never
 /// runs the handler; a fail-open route runs it without a lock, marked `Unlocked`, and the
@@ -47,6 +53,75 @@ pub async fn majority_down_fails_closed_or_runs_unlocked<F: Framework>() {
         m[0].dbsize().await == 0
     })
     .await;
+    drop(http);
+    app.stop().await;
+}
+
+/// The delayed-restart protection of the nodes of [`protected_client_of`].
+const PROTECTION: Duration = Duration::from_secs(10);
+
+/// A client of `masters` whose nodes vote only once their dataset is [`PROTECTION`] old, and
+/// refuse longer ttls. Not warmed up: fresh masters do not vote yet.
+fn protected_client_of(masters: &Masters) -> Redlock {
+    let options = RedisNodeOptions::new().restart_protection(PROTECTION);
+    masters
+        .urls()
+        .iter()
+        .fold(Redlock::builder(), |b, url| b.redis_with(url, &options))
+        .node_timeout(HTTP_NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .expect("a valid client")
+}
+
+/// The middleware's checked constructor refuses a default policy whose ttl (30 s) the nodes'
+/// restart protection (10 s) does not allow — up front, as an invalid input — and a policy
+/// with a ttl that fits (5 s) is built and serves requests: `503` while the fresh masters are
+/// too young to vote, then the lock, with the 5 s ttl.
+pub async fn checked_new_refuses_a_ttl_above_restart_protection<F: Framework>() {
+    const TTL: Duration = Duration::from_secs(5);
+    let m = Masters::start(3);
+    let protected = protected_client_of(&m);
+
+    let e = F::checked_new(protected.clone(), extractor()).expect_err("30 s > 10 s");
+    assert!(e.is_invalid_input(), "{}: {e:?}", F::NAME);
+    assert!(e.to_string().contains("restart_protection"), "{e}");
+    let e = policy_of(&protected).build().expect_err("30 s > 10 s");
+    assert!(e.is_invalid_input(), "{e:?}");
+    assert_eq!(m.dbsizes().await, vec![0; 3], "nothing was sent to Redis");
+
+    let policy = policy_of(&protected)
+        .ttl(TTL)
+        .build()
+        .expect("a ttl the protection allows");
+    let app = App::new().route(Route::locked(PATH, policy).post(Handler::Report));
+    let app = F::serve(&app).await;
+    let http = http_client();
+
+    // Fresh masters are as new as restarted ones: no vote until they are 10 s old.
+    let young = post_key(&http, &app.url(PATH), "order-young").await;
+    assert_problem(&young, 503, "/problems/lock-unavailable");
+    let started = Instant::now();
+    let v = loop {
+        let reply = post_key(&http, &app.url(PATH), "order-old").await;
+        if reply.status == 200 {
+            break reply.json();
+        }
+        assert_problem(&reply, 503, "/problems/lock-unavailable");
+        assert!(
+            started.elapsed() < PROTECTION + DEADLINE,
+            "the masters never voted"
+        );
+        // Polling for the masters' age: the passing of time is what is awaited here.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(v["locked"], true, "{v}");
+    let validity = v["validity_ms"].as_u64().expect("a validity");
+    assert!(validity > 0 && validity <= TTL.as_millis() as u64, "{v}");
+    eprintln!(
+        "the masters voted {:?} after the first try",
+        started.elapsed()
+    );
     drop(http);
     app.stop().await;
 }

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use actix_web::dev::{ServerHandle, Service};
 use actix_web::http::Method as ActixMethod;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, HttpServer};
-use tower_redlock::http::Unlocked;
-use tower_redlock::{LeaseHandle, RedlockMiddleware};
+use tower_redlock::http::{KeyExtractor, LockPolicy, Unlocked};
+use tower_redlock::{LeaseHandle, Redlock, RedlockMiddleware};
 
 use super::app::{chunks, Answer, App, Method, Principal, Seen, USER_HEADER};
 use super::{Framework, Served};
@@ -23,6 +23,13 @@ impl Framework for Actix {
 
     async fn serve(app: &App) -> Served {
         Served::actix(ActixServer::serve(app.clone()))
+    }
+
+    fn checked_new(
+        redlock: Redlock,
+        extractor: impl KeyExtractor,
+    ) -> tower_redlock::Result<LockPolicy> {
+        RedlockMiddleware::new(redlock, extractor).map(|mw| mw.policy().clone())
     }
 }
 

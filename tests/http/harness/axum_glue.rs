@@ -8,8 +8,8 @@ use axum::middleware::{from_fn, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter};
 use axum::{Json, Router};
-use tower_redlock::http::Unlocked;
-use tower_redlock::{LeaseHandle, RedlockLayer};
+use tower_redlock::http::{KeyExtractor, LockPolicy, Unlocked};
+use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
 use super::app::{chunks, Answer, App, Method, Principal, Seen, USER_HEADER};
 use super::{Framework, Served};
@@ -23,6 +23,13 @@ impl Framework for Axum {
 
     async fn serve(app: &App) -> Served {
         Served::axum(HttpApp::serve(router(app)).await)
+    }
+
+    fn checked_new(
+        redlock: Redlock,
+        extractor: impl KeyExtractor,
+    ) -> tower_redlock::Result<LockPolicy> {
+        RedlockLayer::new(redlock, extractor).map(|layer| layer.policy().clone())
     }
 }
 

@@ -11,6 +11,9 @@ pub mod probe;
 use std::future::Future;
 use std::net::SocketAddr;
 
+use tower_redlock::http::{KeyExtractor, LockPolicy};
+use tower_redlock::Redlock;
+
 pub use actix_glue::Actix;
 pub use app::App;
 pub use axum_glue::Axum;
@@ -22,6 +25,13 @@ pub trait Framework {
 
     /// Serves `app` on `127.0.0.1:0`, in a server of its own.
     fn serve(app: &App) -> impl Future<Output = Served>;
+
+    /// The middleware's checked constructor with the default policy (`RedlockLayer::new`,
+    /// `RedlockMiddleware::new`); the policy of the middleware it built.
+    fn checked_new(
+        redlock: Redlock,
+        extractor: impl KeyExtractor,
+    ) -> tower_redlock::Result<LockPolicy>;
 }
 
 /// A served app: its address, and the guard that stops its server (at once when dropped, as

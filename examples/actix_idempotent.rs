@@ -92,12 +92,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         App::new()
             .app_data(web::Data::new(config))
             .route("/health", web::get().to(|| async { "ok" }))
-            // The lock wraps the resource that needs it: /health is never locked, an
-            // unknown path answers 404 and `GET /payments` 405, not 400 or 409.
+            // The lock wraps the route that needs it (after `.to`): /health is never
+            // locked, an unknown path answers 404 and `GET /payments` 405, not 400 or 409
+            // (a resource's `wrap` would wrap its 405 too).
             .service(
-                web::resource("/payments")
-                    .wrap(RedlockMiddleware::with_policy(policy.clone()))
-                    .route(web::post().to(pay)),
+                web::resource("/payments").route(
+                    web::post()
+                        .to(pay)
+                        .wrap(RedlockMiddleware::with_policy(policy.clone())),
+                ),
             )
     })
     .workers(2)

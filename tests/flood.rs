@@ -219,9 +219,11 @@ impl ActixReplica {
                     web::get().to(move || warm_up_here(warm.0.clone(), warm.1.clone())),
                 )
                 .service(
-                    web::resource(PATH)
-                        .wrap(RedlockMiddleware::new(redlock, extractor()).unwrap())
-                        .route(web::post().to(actix_pay)),
+                    web::resource(PATH).route(
+                        web::post()
+                            .to(actix_pay)
+                            .wrap(RedlockMiddleware::new(redlock, extractor()).unwrap()),
+                    ),
                 )
         })
         .workers(1)

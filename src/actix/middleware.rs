@@ -14,8 +14,11 @@ use crate::http::{
 };
 use crate::Redlock;
 
-/// The actix-web middleware: lock a key per request. Use with `App::wrap`, `Scope::wrap`
-/// or `Resource::wrap`. See the [module docs](crate::actix).
+/// The actix-web middleware: lock a key per request. Attach it to the routes that need it
+/// with `Route::wrap` (`web::post().to(handler).wrap(mw)`), so an unknown path stays 404 and
+/// an unserved method 405; `Resource::wrap`, `Scope::wrap` and `App::wrap` work too, but
+/// also wrap those answers (a method the policy locks is then locked before its 405). See
+/// the [module docs](crate::actix).
 #[derive(Debug, Clone)]
 pub struct RedlockMiddleware {
     policy: LockPolicy,

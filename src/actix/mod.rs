@@ -23,12 +23,12 @@
 //!
 //! # #[actix_web::main] async fn main() -> Result<(), tower_redlock::Error> {
 //! let redlock = Redlock::in_memory(); // Redlock::new([url1, url2, url3])? in production
-//! // Wrap the resource, not the app: only matched routes take the lock, so an unknown
-//! // path answers 404 and a wrong method 405, never 400 or 409.
+//! // Wrap the route (`Route::wrap`, after `.to`), not the app or the resource: only a served
+//! // route takes the lock, so an unknown path answers 404 and a wrong method 405, never 400
+//! // or 409 (a resource's `wrap` also wraps its 405).
+//! let lock = RedlockMiddleware::new(redlock, IdempotencyKey::required())?;
 //! let app = App::new().service(
-//!     web::resource("/payments")
-//!         .wrap(RedlockMiddleware::new(redlock, IdempotencyKey::required())?)
-//!         .route(web::post().to(pay)),
+//!     web::resource("/payments").route(web::post().to(pay).wrap(lock)),
 //! );
 //! # let _ = app;
 //! # Ok(()) }

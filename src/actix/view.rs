@@ -64,7 +64,24 @@ impl RequestView for ActixRequestView<'_> {
     }
 
     fn path_param(&self, name: &str) -> Option<&str> {
-        self.req.match_info().get(name)
+        let value = self.req.match_info().get(name)?;
+        // A lossily decoded value is no value (as axum reports it): the extractor then sees
+        // `path_params_malformed` and rejects the request as malformed.
+        if value.contains('\u{FFFD}') && self.path_params_malformed() {
+            return None;
+        }
+        Some(value)
+    }
+
+    fn path_params_malformed(&self) -> bool {
+        // actix-web decodes parameters lossily: bytes that are not UTF-8 become U+FFFD, so
+        // every undecodable parameter would share one key. A U+FFFD that the client really
+        // sent is percent-encoded UTF-8, so the raw path decodes cleanly; a lossy one does not.
+        self.req
+            .match_info()
+            .iter()
+            .any(|(_, value)| value.contains('\u{FFFD}'))
+            && !percent_decodes_to_utf8(self.req.uri().path())
     }
 
     fn query(&self) -> Option<&str> {
@@ -82,6 +99,29 @@ impl RequestView for ActixRequestView<'_> {
             .get_or_init(|| HttpMessage::extensions(self.req));
         ty.in_actix(extensions)
     }
+}
+
+/// Whether `path`, percent-decoded, is UTF-8 (a `%` not followed by two hex digits stays as
+/// it is, as actix-web leaves it).
+fn percent_decodes_to_utf8(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
+                decoded.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
 }
 
 #[cfg(test)]
@@ -119,5 +159,13 @@ mod tests {
         drop(view);
         // The view's borrow of the extensions ended with it.
         req.extensions_mut().insert(1_u8);
+    }
+
+    #[test]
+    fn lossy_route_params_are_malformed_real_replacement_characters_are_not() {
+        assert!(percent_decodes_to_utf8("/a/%E2%82%AC/%zz/%"));
+        assert!(percent_decodes_to_utf8("/a/%EF%BF%BD"));
+        assert!(!percent_decodes_to_utf8("/a/%FF"));
+        assert!(!percent_decodes_to_utf8("/a/%C3"));
     }
 }

@@ -34,8 +34,9 @@ pub trait RequestView {
     fn path_param(&self, name: &str) -> Option<&str>;
 
     /// Whether the router matched path parameters it could not decode (not
-    /// UTF-8 once percent-decoded): a route parameter key then rejects the
-    /// request as malformed, not as missing. Default: `false`.
+    /// UTF-8 once percent-decoded; [`path_param`](Self::path_param) then has
+    /// no value for them): a route parameter key then rejects the request as
+    /// malformed, not as missing. Default: `false`.
     fn path_params_malformed(&self) -> bool {
         false
     }

@@ -1,5 +1,5 @@
-//! actix-web only: what its server does by default with a client that goes away, and the
-//! middleware on each route rather than on the resource.
+//! actix-web only: what its server does by default with a client that goes away, and a
+//! policy locking every method on a route (`Route::wrap`).
 
 use tower_redlock::http::DEFAULT_TTL;
 
@@ -54,12 +54,12 @@ async fn a_client_that_goes_away_does_not_cancel_by_default() {
     app.stop().await;
 }
 
-/// With the middleware on each route (`web::post().to(h).wrap(mw)`, `Route::wrap`) instead of
-/// on the resource, a method no route serves is actix-web's 405 again — what
-/// `a_method_the_route_does_not_serve_answers_405` asks, which `Resource::wrap` fails — and
-/// the served methods are locked as before, under the same route-scoped key.
+/// With the middleware on each route (`web::post().to(h).wrap(mw)`, `Route::wrap`, as the docs
+/// recommend) even a policy that locks every method leaves a method no route serves to
+/// actix-web's 405, without a lock — `Resource::wrap` would lock it first, since it wraps the
+/// resource's 405 too — and the served methods are locked under the route-scoped key.
 #[tokio::test(flavor = "multi_thread")]
-async fn route_wrap_answers_405_for_a_method_no_route_serves() {
+async fn any_method_still_answers_405_for_a_method_no_route_serves() {
     const KEY: &str = "order-route-wrap";
     let (m, redlock) = masters_and_client().await;
     let any = policy_of(&redlock)
@@ -67,9 +67,7 @@ async fn route_wrap_answers_405_for_a_method_no_route_serves() {
         .build()
         .expect("a valid policy");
     let probe = Probe::new();
-    let app = App::new()
-        .route(Route::locked("/any", any).post(Handler::gated(&probe)))
-        .wrap_routes();
+    let app = App::new().route(Route::locked("/any", any).post(Handler::gated(&probe)));
     let app = Actix::serve(&app).await;
     let http = http_client();
 

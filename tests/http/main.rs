@@ -73,23 +73,13 @@ on_both! {
     unavailable::majority_down_fails_closed_or_runs_unlocked,
     unavailable::checked_new_refuses_a_ttl_above_restart_protection,
     keys::bad_keys_are_rejected_before_locking,
-    keys::a_route_param_that_is_not_utf8_is_malformed {
-        // actix-web decodes `%FF` lossily to U+FFFD and `ActixRequestView` does not implement
-        // `path_params_malformed`: the request locks the key "\u{FFFD}" (200), which every
-        // undecodable parameter shares. A library bug (src/actix/view.rs), reported.
-        actix: #[ignore = "actix-web: an undecodable route parameter locks U+FFFD instead of a 400 (reported)"]
-    },
+    keys::a_route_param_that_is_not_utf8_is_malformed,
     keys::the_handler_sees_its_lease,
     scope::keys_are_scoped_by_the_principal,
     scope::keys_are_scoped_by_the_query,
     methods::unlocked_methods_pass_through_a_held_key,
     methods::the_method_filter_is_configurable,
-    methods::a_method_the_route_does_not_serve_answers_405 {
-        // `Resource::wrap` wraps the resource's default service (its 405) too: a method the
-        // policy locks but no route serves is locked first (409 / 400). `Route::wrap` does not
-        // (see `actix_only`). Contradicts the docs of src/actix/mod.rs; reported.
-        actix: #[ignore = "actix-web: Resource::wrap locks before the 405 of an unserved method (reported)"]
-    },
+    methods::a_method_the_route_does_not_serve_answers_405,
     responder::a_custom_responder_adds_a_header,
     release::release_on_body_end_holds_the_key_while_the_body_streams,
     release::release_on_response_frees_the_key_while_the_body_streams,

@@ -1,7 +1,9 @@
-//! [`Actix`]: an [`App`] as an actix-web app — each route a `web::resource` wrapped in the
-//! `RedlockMiddleware` (so only a matched route takes the lock: an unknown path answers 404;
-//! or each of its routes wrapped, with [`App::wrap_routes`]), with a route per method, the authentication middleware app-wide (it runs before the lock)
-//! — served by an `HttpServer` with one worker on `127.0.0.1:0`.
+//! [`Actix`]: an [`App`] as an actix-web app — each route pattern a `web::resource` with a
+//! route per method, each route wrapped in the `RedlockMiddleware` (`Route::wrap`: only a
+//! served route takes the lock, so an unknown path answers 404 and an unserved method 405 — a resource wrap would
+//! wrap its 405 too), the authentication middleware
+//! app-wide (it runs before the lock) — served by an `HttpServer` with one worker on
+//! `127.0.0.1:0`.
 
 use std::net::SocketAddr;
 
@@ -46,17 +48,12 @@ pub fn configure(app: &App, cfg: &mut web::ServiceConfig) {
                 async move { respond(handler.answer(seen(lease, &req)).await) }
             };
             let mut one = web::method(method_of(*method)).to(handle);
-            if let Some(policy) = route.policy.as_ref().filter(|_| app.wrap_routes) {
+            if let Some(policy) = &route.policy {
                 one = one.wrap(RedlockMiddleware::with_policy(policy.clone()));
             }
             resource = resource.route(one);
         }
-        match route.policy.as_ref().filter(|_| !app.wrap_routes) {
-            Some(policy) => {
-                cfg.service(resource.wrap(RedlockMiddleware::with_policy(policy.clone())))
-            }
-            None => cfg.service(resource),
-        };
+        cfg.service(resource);
     }
 }
 

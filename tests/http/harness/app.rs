@@ -28,8 +28,6 @@ pub struct App {
     pub routes: Vec<Route>,
     /// Whether the server drops the handler of a request whose client closed the connection.
     pub cancel_on_close: bool,
-    /// actix-web: the lock middleware on each route (`Route::wrap`) instead of the resource.
-    pub wrap_routes: bool,
 }
 
 impl App {
@@ -54,15 +52,6 @@ impl App {
         self.cancel_on_close = true;
         self
     }
-
-    /// actix-web: puts the lock middleware on each route (`web::post().to(h).wrap(mw)`)
-    /// rather than on the resource (`web::resource(p).wrap(mw)`, the default), so that it
-    /// wraps only the handlers, not the resource's 405. axum locks per method router with
-    /// `route_layer` either way.
-    pub fn wrap_routes(mut self) -> Self {
-        self.wrap_routes = true;
-        self
-    }
 }
 
 /// The methods the apps serve.
@@ -81,7 +70,7 @@ pub enum Method {
 pub struct Route {
     pub path: &'static str,
     /// The lock middleware around the route's handlers (axum: `route_layer` on the method
-    /// router; actix-web: `Resource::wrap`, or `Route::wrap` with [`App::wrap_routes`]), or
+    /// router; actix-web: `Route::wrap`), or
     /// none.
     pub policy: Option<LockPolicy>,
     pub handlers: Vec<(Method, Handler)>,

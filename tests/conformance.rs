@@ -274,6 +274,75 @@ mod check {
         assert!(took < Duration::from_secs(3));
         assert_eq!(peek.peek(0, "ex").await.as_deref(), Some(T2));
     }
+
+    // --- completion records (idempotent work) ---
+
+    const REC: &str = "rec:record";
+    const BLOB: &[u8] = b"status 200\x00\xff\r\n binary body";
+
+    async fn completed(node: &dyn Node, key: &str, token: &str) -> Option<Vec<u8>> {
+        match node
+            .acquire_unless_completed(key, REC, token, LONG)
+            .await
+            .unwrap()
+        {
+            Acquire::Completed { record } => Some(record.to_vec()),
+            _ => None,
+        }
+    }
+
+    pub async fn records_replay_instead_of_locking(node: &dyn Node, peek: &dyn Peek) {
+        let got = node.acquire_unless_completed("rec", REC, T1, LONG).await;
+        assert_eq!(got.unwrap(), Acquire::Acquired);
+        assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T1));
+        // Another request meanwhile: held, no record yet.
+        assert!(matches!(
+            node.acquire_unless_completed("rec", REC, T2, LONG)
+                .await
+                .unwrap(),
+            Acquire::Held { .. }
+        ));
+        assert!(node.complete("rec", REC, T1, BLOB, LONG).await.unwrap());
+        // The record ended the lock, and answers every later request, byte for byte,
+        // without locking anything.
+        assert_eq!(peek.peek(0, "rec").await, None);
+        assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
+        assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
+        assert_eq!(peek.peek(0, "rec").await, None);
+    }
+
+    pub async fn records_are_fenced_by_the_token(node: &dyn Node, peek: &dyn Peek) {
+        node.acquire("rec", T1, LONG).await.unwrap();
+        // Not the holder: nothing stored, the holder's lock untouched.
+        assert!(!node.complete("rec", REC, T2, BLOB, LONG).await.unwrap());
+        assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T1));
+        assert_eq!(completed(node, "rec", T2).await, None);
+        // A lease that expired before it stored: nothing stored, and the key is free.
+        node.acquire("gone", T1, Duration::from_millis(30))
+            .await
+            .unwrap();
+        eventually("the lock expires", LONG, || async {
+            peek.peek(0, "gone").await.is_none()
+        })
+        .await;
+        assert!(!node.complete("gone", REC, T1, BLOB, LONG).await.unwrap());
+        assert_eq!(completed(node, "gone", T2).await, None);
+    }
+
+    pub async fn records_expire(node: &dyn Node, peek: &dyn Peek) {
+        node.acquire("rec", T1, LONG).await.unwrap();
+        let retention = Duration::from_millis(50);
+        assert!(node
+            .complete("rec", REC, T1, BLOB, retention)
+            .await
+            .unwrap());
+        // Gone: the first request that finds no record locks (and would run) again.
+        eventually("the record expires", LONG, || async {
+            completed(node, "rec", T2).await.is_none()
+        })
+        .await;
+        assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
+    }
 }
 
 // --- the Redlock-level flow over three nodes -------------------------------------------------
@@ -495,6 +564,9 @@ conformance!(memory => Memory:
     extend_absent_key,
     extend_expired_key,
     expiry,
+    records_replay_instead_of_locking,
+    records_are_fenced_by_the_token,
+    records_expire,
 );
 
 conformance!(redis => Redis:
@@ -509,6 +581,9 @@ conformance!(redis => Redis:
     extend_absent_key,
     extend_expired_key,
     expiry,
+    records_replay_instead_of_locking,
+    records_are_fenced_by_the_token,
+    records_expire,
 );
 
 #[tokio::test]
@@ -517,4 +592,44 @@ async fn redis_node_name_is_host_and_port() {
     let node = RedisNode::open(&masters[0].url()).unwrap();
     assert_eq!(node.name(), masters[0].addr());
     assert_eq!(MemoryNode::new().name(), "memory");
+}
+
+/// The replay acquire keeps delayed-restart protection: a dataset too young to be trusted
+/// cannot say "no record" (it abstains), and votes once it is old enough.
+#[tokio::test]
+async fn redis_replay_acquire_keeps_restart_protection() {
+    use tower_redlock::node::RedisNodeOptions;
+    let masters = Masters::start(1);
+    let opts = RedisNodeOptions::new().restart_protection(Duration::from_millis(300));
+    let node = RedisNode::open_with(&masters[0].url(), &opts).unwrap();
+    let ttl = Duration::from_millis(200);
+    let young = node
+        .acquire_unless_completed("k", "k:record", T1, ttl)
+        .await;
+    assert!(young.is_err(), "{young:?}");
+    assert_eq!(masters[0].get("k").await, None);
+    eventually(
+        "the dataset is old enough to vote",
+        Duration::from_secs(10),
+        || async {
+            node.acquire_unless_completed("k", "k:record", T1, ttl)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    assert_eq!(masters[0].get("k").await.as_deref(), Some(T1));
+    assert!(node
+        .complete("k", "k:record", T1, b"done", ttl)
+        .await
+        .unwrap());
+    let replay = node
+        .acquire_unless_completed("k", "k:record", T1, ttl)
+        .await;
+    assert_eq!(
+        replay.unwrap(),
+        Acquire::Completed {
+            record: b"done"[..].into()
+        }
+    );
 }

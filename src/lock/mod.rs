@@ -252,6 +252,8 @@ impl Redlock {
         let mut tally = quorum::count(&mut sent, n, inner.quorum, |a| match a {
             Acquire::Acquired => Vote::For,
             Acquire::Held { remaining } => Vote::Against(remaining),
+            // Only the replay acquire answers it; from a plain one it locked nothing.
+            Acquire::Completed { .. } => Vote::Against(None),
         })
         .await;
         // The answers that came meanwhile need no release if they hold nothing of ours.
@@ -260,6 +262,7 @@ impl Redlock {
             match answer {
                 Ok(Acquire::Acquired) => tally.for_mask |= 1 << i,
                 Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
+                Ok(Acquire::Completed { .. }) => tally.held(i, None),
                 Err(e) => {
                     if e.is_suspended() {
                         tally.not_ours |= 1 << i;

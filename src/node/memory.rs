@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use super::{Acquire, Node, NodeFuture};
 
 /// An in-process lock node: a map of keys to (token, expiry), with the same semantics as a
@@ -36,6 +38,8 @@ pub struct MemoryNode {
 #[derive(Debug, Default)]
 struct Map {
     entries: HashMap<String, Entry>,
+    /// Completion records (see [`Node::complete`]): the record and its expiry.
+    records: HashMap<String, (Bytes, Instant)>,
     writes_since_sweep: usize,
 }
 
@@ -93,12 +97,68 @@ impl MemoryNode {
     }
 
     pub(crate) fn acquire_now(&self, key: &str, token: &str, ttl: Duration) -> Acquire {
+        Self::acquire_in(&mut self.lock(), Instant::now(), key, token, ttl)
+    }
+
+    /// The completion record stored at `record_key`, if it is there and unexpired.
+    pub fn record(&self, record_key: &str) -> Option<Bytes> {
+        let now = Instant::now();
+        self.lock()
+            .records
+            .get(record_key)
+            .filter(|(_, expires)| *expires > now)
+            .map(|(record, _)| record.clone())
+    }
+
+    pub(crate) fn acquire_unless_completed_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Acquire {
         let now = Instant::now();
         let mut map = self.lock();
+        match map.records.get(record_key) {
+            Some((record, expires)) if *expires > now => Acquire::Completed {
+                record: record.clone(),
+            },
+            _ => Self::acquire_in(&mut map, now, key, token, ttl),
+        }
+    }
+
+    pub(crate) fn complete_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        record: &[u8],
+        retention: Duration,
+    ) -> bool {
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.entries.get(key) {
+            Some(e) if e.token == token && e.expires > now => {
+                map.entries.remove(key);
+                let expires = now
+                    .checked_add(retention)
+                    .unwrap_or(now + Duration::from_secs(86_400 * 365));
+                map.records.insert(
+                    record_key.to_owned(),
+                    (Bytes::copy_from_slice(record), expires),
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn acquire_in(map: &mut Map, now: Instant, key: &str, token: &str, ttl: Duration) -> Acquire {
         map.writes_since_sweep += 1;
         if map.writes_since_sweep >= 1024 {
             map.writes_since_sweep = 0;
             map.entries.retain(|_, e| e.expires > now);
+            map.records.retain(|_, (_, expires)| *expires > now);
         }
         match map.entries.get_mut(key) {
             Some(e) if e.expires > now => Acquire::Held {
@@ -169,5 +229,26 @@ impl Node for MemoryNode {
 
     fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
         Box::pin(async move { Ok(self.extend_now(key, token, ttl)) })
+    }
+
+    fn acquire_unless_completed<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        Box::pin(async move { Ok(self.acquire_unless_completed_now(key, record_key, token, ttl)) })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+    ) -> NodeFuture<'a, bool> {
+        Box::pin(async move { Ok(self.complete_now(key, record_key, token, record, retention)) })
     }
 }

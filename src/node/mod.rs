@@ -14,6 +14,7 @@ use std::future::{ready, Future};
 use std::pin::Pin;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::future::Either;
 
 mod memory;
@@ -26,7 +27,7 @@ pub use self::redis::{RedisNode, RedisNodeOptions};
 pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>> + Send + 'a>>;
 
 /// A node's answer to "set this key if it is absent".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Acquire {
     /// The key was absent and now holds our token with the requested ttl.
@@ -42,6 +43,12 @@ pub enum Acquire {
     Held {
         /// The holder's remaining time to live, when it has one.
         remaining: Option<Duration>,
+    },
+    /// Only from [`Node::acquire_unless_completed`]: the work this key guards is done, and
+    /// `record` is what [`Node::complete`] stored for it. Nothing was locked.
+    Completed {
+        /// The stored completion record.
+        record: Bytes,
     },
 }
 
@@ -83,6 +90,48 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// Set the time to live of `key` to `ttl`, only if it holds `token`. Returns whether it
     /// was extended. An absent (expired) key is never re-created.
     fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool>;
+
+    /// For idempotent work: answer [`Acquire::Completed`] with the record stored at
+    /// `record_key` if there is one (locking nothing); otherwise do what
+    /// [`acquire`](Self::acquire) does. Both in one atomic step, so that no completion can
+    /// slip between the look and the lock.
+    ///
+    /// The default answers an error: a node that does not store records never votes
+    /// "not completed".
+    fn acquire_unless_completed<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        let _ = (key, record_key, token, ttl);
+        Box::pin(ready(Err(NodeFailure::new(format!(
+            "{} does not store completion records",
+            self.name()
+        )))))
+    }
+
+    /// For idempotent work, fenced by the lock: only if `key` holds `token`, store `record` at
+    /// `record_key` with a time to live of `retention` and delete `key`, atomically. Returns
+    /// whether it did: `false` when `key` no longer holds `token` (the lease expired or was
+    /// lost), so a stale answer is never stored.
+    ///
+    /// The default answers an error (see [`acquire_unless_completed`](Self::acquire_unless_completed)).
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+    ) -> NodeFuture<'a, bool> {
+        let _ = (key, record_key, token, record, retention);
+        Box::pin(ready(Err(NodeFailure::new(format!(
+            "{} does not store completion records",
+            self.name()
+        )))))
+    }
 }
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to

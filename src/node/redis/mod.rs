@@ -8,6 +8,7 @@ use redis::{Client, Cmd, RedisResult, Value};
 use self::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{Acquire, Node, NodeFailure, NodeFuture};
 
+mod records;
 mod scripts;
 
 /// Connection settings of a [`RedisNode`].
@@ -330,7 +331,7 @@ impl RedisNode {
         cmd.arg("PTTL").arg(key);
         match held(int(&query(&mut conn, &cmd).await?)?) {
             Acquire::Held { remaining } => Ok(remaining),
-            Acquire::Acquired => Ok(None),
+            Acquire::Acquired | Acquire::Completed { .. } => Ok(None),
         }
     }
 
@@ -523,6 +524,27 @@ impl Node for RedisNode {
     fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
         Box::pin(self.extend_key(key, token, ttl))
     }
+
+    fn acquire_unless_completed<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        Box::pin(self.acquire_unless_completed_key(key, record_key, token, ttl))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+    ) -> NodeFuture<'a, bool> {
+        Box::pin(self.complete_key(key, record_key, token, record, retention))
+    }
 }
 
 #[cfg(test)]
@@ -535,7 +557,7 @@ mod tests {
         use std::time::Duration;
         let remaining = |ms| match held(ms) {
             Acquire::Held { remaining } => remaining,
-            Acquire::Acquired => panic!("a PTTL answer is never a grant"),
+            other => panic!("a PTTL answer is always \"held\", not {other:?}"),
         };
         assert_eq!(remaining(1500), Some(Duration::from_millis(1500)));
         // No expiry.

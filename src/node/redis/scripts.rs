@@ -63,13 +63,64 @@ return 0
     sha1: "7a2d59e59d451095bd1eeb526d6f765e0fd9b022",
 };
 
+/// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
+/// (nothing is locked: the work is done), else `SET KEYS[1] token NX PX ttl` → `{1}`, or
+/// `{0, PTTL}` when held. With a third key, behind delayed-restart protection (as
+/// [`ACQUIRE_GUARDED`]): a dataset younger than `ARGV[3]` ms answers `{3}` and sets nothing —
+/// after it has shown any record it has (a record is only ever written by a holder, so one
+/// that survived is an answer; only "no record" needs a dataset old enough to trust).
+pub(crate) static ACQUIRE_UNLESS_COMPLETED: Script = Script {
+    source: r#"local record = redis.call('get', KEYS[2])
+if record then
+  return {2, record}
+end
+if #KEYS == 3 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local since = redis.call('get', KEYS[3])
+  if not since then
+    redis.call('set', KEYS[3], now)
+    return {3}
+  end
+  if now - tonumber(since) < tonumber(ARGV[3]) then
+    return {3}
+  end
+end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1}
+end
+return {0, redis.call('pttl', KEYS[1])}
+"#,
+    sha1: "e5ef2f49195b781b44e8fb15c3fd395152eacf4b",
+};
+
+/// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, stores
+/// the record `ARGV[3]` at `KEYS[2]` for `ARGV[2]` ms and deletes the lock, atomically;
+/// answers 1, else 0 (an expired or lost lease never stores a stale answer).
+pub(crate) static COMPLETE: Script = Script {
+    source: r#"if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[2])
+  redis.call('del', KEYS[1])
+  return 1
+end
+return 0
+"#,
+    sha1: "abf655ca49d108baeb47431e88b265ba681aa123",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn hashes_match_sources() {
-        for s in [&ACQUIRE_GUARDED, &RELEASE, &EXTEND] {
+        for s in [
+            &ACQUIRE_GUARDED,
+            &RELEASE,
+            &EXTEND,
+            &ACQUIRE_UNLESS_COMPLETED,
+            &COMPLETE,
+        ] {
             assert_eq!(redis::Script::new(s.source()).get_hash(), s.sha1());
         }
     }

@@ -1,0 +1,101 @@
+//! Completion records on a Redis master: the replay acquire (a stored record answers instead
+//! of a lock) and the fenced write that stores a record and ends the lock, each one script.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::{Cmd, Value};
+
+use super::scripts::{Script, ACQUIRE_UNLESS_COMPLETED, COMPLETE};
+use super::{held, int, query, ttl_ms, RedisNode};
+use crate::node::{Acquire, NodeFailure};
+
+impl RedisNode {
+    /// The replay acquire (see [`Node::acquire_unless_completed`](crate::node::Node)).
+    pub(crate) async fn acquire_unless_completed_key(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Acquire, NodeFailure> {
+        let ttl_arg = ttl_ms(ttl).to_string();
+        let mut keys = vec![key, record_key];
+        let mut args = vec![token.as_bytes(), ttl_arg.as_bytes()];
+        let max_arg;
+        if let Some(guard) = &self.guard {
+            if ttl > guard.max_ttl {
+                return Err(NodeFailure::new(format!(
+                    "the ttl {ttl:?} exceeds the {:?} of delayed-restart protection; raise it",
+                    guard.max_ttl
+                )));
+            }
+            max_arg = ttl_ms(guard.max_ttl).to_string();
+            keys.push(guard.key.as_str());
+            args.push(max_arg.as_bytes());
+        }
+        let reply = self
+            .run_binary(&ACQUIRE_UNLESS_COMPLETED, &keys, &args)
+            .await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected(&reply));
+        };
+        match (items.first().map(int).transpose()?, items.get(1)) {
+            (Some(1), None) => Ok(Acquire::Acquired),
+            (Some(0), Some(pttl)) => Ok(held(int(pttl)?)),
+            (Some(2), Some(Value::BulkString(record))) => Ok(Acquire::Completed {
+                record: Bytes::copy_from_slice(record),
+            }),
+            (Some(3), None) => Err(NodeFailure::new(
+                "dataset too young to say there is no record: abstains (delayed-restart \
+                 protection)",
+            )),
+            _ => Err(unexpected(&Value::Array(items))),
+        }
+    }
+
+    /// The fenced completion (see [`Node::complete`](crate::node::Node)).
+    pub(crate) async fn complete_key(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        record: &[u8],
+        retention: Duration,
+    ) -> Result<bool, NodeFailure> {
+        let retention = ttl_ms(retention).to_string();
+        let args = [token.as_bytes(), retention.as_bytes(), record];
+        let reply = self
+            .run_binary(&COMPLETE, &[key, record_key], &args)
+            .await?;
+        Ok(int(&reply)? == 1)
+    }
+
+    /// `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`, with binary arguments.
+    async fn run_binary(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<Value, NodeFailure> {
+        let cmd = |verb: &str, body: &str| {
+            let mut cmd = Cmd::new();
+            cmd.arg(verb).arg(body).arg(keys.len()).arg(keys);
+            for a in args {
+                cmd.arg(*a);
+            }
+            cmd
+        };
+        let mut conn = self.conn.clone();
+        match query(&mut conn, &cmd("EVALSHA", script.sha1())).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                Ok(query(&mut conn, &cmd("EVAL", script.source())).await?)
+            }
+            r => Ok(r?),
+        }
+    }
+}
+
+fn unexpected(v: &Value) -> NodeFailure {
+    NodeFailure::new(format!("unexpected reply from the record script: {v:?}"))
+}

@@ -110,7 +110,8 @@ pub mod tower;
 pub use crate::actix::middleware::RedlockMiddleware;
 pub use crate::error::{Error, ErrorKind, NodeError, Result};
 pub use crate::lock::{
-    Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope, MAX_RESOURCE_LEN,
+    Claim, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope, MAX_RECORD_LEN,
+    MAX_RESOURCE_LEN,
 };
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]

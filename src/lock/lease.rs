@@ -278,6 +278,56 @@ impl Lease {
         result
     }
 
+    /// Completes the work this lease guarded (see [`Redlock::lock_unless_completed`]):
+    /// stores `record` as the resource's completion record for `retention`, on every node
+    /// where the lease still holds, and ends the lock there — one atomic step per node.
+    /// From then on [`Redlock::lock_unless_completed`] answers
+    /// [`Claim::Completed`](crate::Claim::Completed) with `record`.
+    ///
+    /// A record over [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN) or a zero retention is
+    /// refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
+    /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
+    /// expired or was lost (nothing stale is stored where it no longer holds),
+    /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
+    /// released early: it stays until its ttl, so duplicates are refused rather than run a
+    /// second time. The same holds if this future is dropped midway.
+    ///
+    /// [`Error::is_lost`]: crate::Error::is_lost
+    /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
+    /// [`Error::is_unavailable`]: crate::Error::is_unavailable
+    pub async fn complete(
+        mut self,
+        record: impl Into<bytes::Bytes>,
+        retention: std::time::Duration,
+    ) -> crate::Result<()> {
+        let record = record.into();
+        let invalid = if record.len() > crate::MAX_RECORD_LEN {
+            Some(format!(
+                "the completion record is {} bytes; the maximum is {}",
+                record.len(),
+                crate::MAX_RECORD_LEN
+            ))
+        } else if retention < std::time::Duration::from_millis(1) {
+            Some("the retention of a completion record must be at least 1 ms".to_owned())
+        } else {
+            None
+        };
+        if let Some(why) = invalid {
+            // Refused before anything was stored: the work may run again, so release.
+            let _ = self.release().await;
+            return Err(crate::Error::invalid(why));
+        }
+        self.stop_keep_alive();
+        // From here the lock is never released early, not even if this future is dropped.
+        self.released = true;
+        let result = self
+            .client
+            .complete_state(&self.state, record, retention)
+            .await;
+        self.state.end();
+        result
+    }
+
     fn stop_keep_alive(&mut self) {
         if let Some(task) = self.keep_alive.take() {
             task.abort();

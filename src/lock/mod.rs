@@ -6,6 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+
 use self::lease::{LeaseState, Parked, Token};
 use self::options::Config;
 use self::quorum::{Skip, Vote, Voter};
@@ -18,6 +20,7 @@ mod health;
 mod lease;
 mod options;
 mod quorum;
+mod records;
 mod release;
 mod scope;
 
@@ -25,6 +28,7 @@ pub use self::builder::RedlockBuilder;
 pub use self::health::NodeStatus;
 pub use self::lease::{Lease, LeaseHandle};
 pub use self::options::{Retry, MAX_RESOURCE_LEN};
+pub use self::records::{Claim, MAX_RECORD_LEN};
 pub use self::scope::Scope;
 
 /// A Redlock client: locks resources on a quorum of independent nodes.
@@ -154,6 +158,22 @@ impl Redlock {
         ttl: Duration,
         retry: Retry,
     ) -> crate::Result<Lease> {
+        match self.lock_inner(resource, ttl, retry, false).await? {
+            Claim::Locked(lease) => Ok(lease),
+            // A plain acquire counts a record as "held" (see `try_once`): never here.
+            Claim::Completed(_) => Err(Error::invalid("a plain lock answered with a record")),
+        }
+    }
+
+    /// The lock loop; with `replay`, a node's completion record ends it (see
+    /// [`Redlock::lock_unless_completed`]).
+    pub(crate) async fn lock_inner(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        retry: Retry,
+        replay: bool,
+    ) -> crate::Result<Claim> {
         options::check_resource(resource)?;
         let ttl = self.inner.config.check_ttl(ttl)?;
         let prefix = &self.inner.config.key_prefix;
@@ -162,6 +182,7 @@ impl Redlock {
         } else {
             format!("{prefix}{resource}").into()
         };
+        let record_key = replay.then(|| records::record_key(&key));
 
         let started = Instant::now();
         let deadline = retry.max_wait().and_then(|w| started.checked_add(w));
@@ -172,15 +193,19 @@ impl Redlock {
             // let other tasks run: a loop of tries would otherwise starve its runtime.
             tokio::task::consume_budget().await;
             let token = Token::new();
-            match self.try_once(&key, token, ttl).await {
-                Ok(Granted {
+            match self.try_once(&key, record_key.as_ref(), token, ttl).await {
+                Ok(Try::Granted(Granted {
                     deadline,
                     holders,
                     parked,
-                }) => {
+                })) => {
                     tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
                     let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, holders);
-                    return Ok(Lease::new(self.clone(), state, parked));
+                    return Ok(Claim::Locked(Lease::new(self.clone(), state, parked)));
+                }
+                Ok(Try::Completed(record)) => {
+                    tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "work already completed");
+                    return Ok(Claim::Completed(record));
                 }
                 Err(e) => {
                     let pause = retry.next_delay();
@@ -212,12 +237,16 @@ impl Redlock {
     /// lands on every master that is up — and is followed there, in order, by the release; one
     /// never handed over is never sent. A failed try drops them at once. Either way no SET of
     /// ours can land after our release (the `Node` contract).
+    ///
+    /// With `record_key` (replay), each node is asked the replay acquire: any completion
+    /// record ends the try with it, and what the try locked meanwhile is released.
     async fn try_once(
         &self,
         key: &Arc<str>,
+        record_key: Option<&Arc<str>>,
         token: Token,
         ttl: Duration,
-    ) -> crate::Result<Granted> {
+    ) -> crate::Result<Try> {
         let inner = &*self.inner;
         let n = inner.nodes.len();
         let timeout = inner.config.node_timeout;
@@ -232,27 +261,41 @@ impl Redlock {
             deadline,
         };
         // The `SET`, packed once for every Redis master.
-        let set = (inner.nodes.iter().any(|v| v.node.uses_prepared(true)))
+        let set = (record_key.is_none() && inner.nodes.iter().any(|v| v.node.uses_prepared(true)))
             .then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
         let mut sent = quorum::send(
             &inner.nodes,
             quorum::all(n),
             timeout,
             Skip::Suspended,
-            &|node| node.acquire_now(key, token.as_str(), ttl),
+            &|node| match record_key {
+                None => node.acquire_now(key, token.as_str(), ttl),
+                Some(r) => node.acquire_unless_completed_now(key, r, token.as_str(), ttl),
+            },
             |v| {
-                let (key, set) = (key.clone(), set.clone());
+                let (key, set, record_key) = (key.clone(), set.clone(), record_key.cloned());
                 async move {
-                    v.node
-                        .acquire(&key, token.as_str(), ttl, set.as_deref())
-                        .await
+                    match record_key {
+                        None => {
+                            v.node
+                                .acquire(&key, token.as_str(), ttl, set.as_deref())
+                                .await
+                        }
+                        Some(r) => {
+                            v.node
+                                .acquire_unless_completed(&key, &r, token.as_str(), ttl)
+                                .await
+                        }
+                    }
                 }
             },
         );
+        let replay = record_key.is_some();
         let mut tally = quorum::count(&mut sent, n, inner.quorum, |a| match a {
             Acquire::Acquired => Vote::For,
             Acquire::Held { remaining } => Vote::Against(remaining),
-            // Only the replay acquire answers it; from a plain one it locked nothing.
+            Acquire::Completed { record } if replay => Vote::Completed(record),
+            // From a plain acquire (a node must not answer it): it locked nothing.
             Acquire::Completed { .. } => Vote::Against(None),
         })
         .await;
@@ -262,6 +305,7 @@ impl Redlock {
             match answer {
                 Ok(Acquire::Acquired) => tally.for_mask |= 1 << i,
                 Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
+                Ok(Acquire::Completed { record }) if replay => tally.completed(i, record),
                 Ok(Acquire::Completed { .. }) => tally.held(i, None),
                 Err(e) => {
                     if e.is_suspended() {
@@ -271,17 +315,35 @@ impl Redlock {
                 }
             }
         });
+        // Replay: no conclusion before every asked node has answered (or timed out), unless
+        // with a record: a record that survives on a single master is the answer, over locks
+        // and "held" alike.
+        while replay && tally.record.is_none() {
+            let Some((i, answer)) = sent.next().await else {
+                break;
+            };
+            tally.answered |= 1 << i;
+            match answer {
+                Ok(Acquire::Acquired) => {
+                    tally.for_ += 1;
+                    tally.for_mask |= 1 << i;
+                }
+                Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
+                Ok(Acquire::Completed { record }) => tally.completed(i, record),
+                Err(e) => tally.errors.push(e),
+            }
+        }
         let holders = (tally.answered & !tally.not_ours) | sent.started();
-        if tally.for_ >= inner.quorum && Instant::now() < deadline {
+        if tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline {
             guard.disarm();
             // The stragglers are kept, unpolled, with the lease (see `Lease`): what was handed
             // to a connection is written, what was not is never sent.
             let parked = (!sent.is_empty()).then(|| Parked::new(sent));
-            return Ok(Granted {
+            return Ok(Try::Granted(Granted {
                 deadline,
                 holders,
                 parked,
-            });
+            }));
         }
         drop(sent);
 
@@ -303,6 +365,9 @@ impl Redlock {
             let _ = self.release_token(release).await;
         }
         guard.disarm();
+        if let Some(record) = tally.record {
+            return Ok(Try::Completed(record));
+        }
         let err = if tally.for_ >= inner.quorum {
             Error::unavailable(
                 format!(
@@ -517,6 +582,13 @@ impl Redlock {
 }
 
 /// A successful try.
+/// The outcome of a try that did not fail.
+enum Try {
+    Granted(Granted),
+    /// A node had the completion record (replay acquire).
+    Completed(bytes::Bytes),
+}
+
 struct Granted {
     /// The end of the validity.
     deadline: Instant,

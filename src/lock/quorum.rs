@@ -49,6 +49,9 @@ pub(crate) enum Vote {
     /// The node refused: the key is held by another value (with the holder's remaining ttl
     /// when the node reported a live one), or no longer holds ours.
     Against(Option<Duration>),
+    /// The node has the completion record of the work (replay acquire): nothing was locked,
+    /// and counting stops — any stored record is the answer.
+    Completed(bytes::Bytes),
 }
 
 /// The votes counted so far.
@@ -66,6 +69,8 @@ pub(crate) struct Tally {
     /// The shortest remaining ttl among the `Against` votes that reported a live holder.
     pub(crate) min_remaining: Option<Duration>,
     pub(crate) errors: Vec<NodeError>,
+    /// A completion record a node answered with (replay acquire).
+    pub(crate) record: Option<bytes::Bytes>,
 }
 
 impl Tally {
@@ -89,7 +94,15 @@ impl Tally {
     /// errors alone while an asked node may still say "held": a live holder is not reported
     /// as an outage because the failures came faster.
     fn done(&self, nodes: usize, quorum: usize) -> bool {
-        self.for_ >= quorum || (self.decided(nodes, quorum) && self.against > 0)
+        self.record.is_some()
+            || self.for_ >= quorum
+            || (self.decided(nodes, quorum) && self.against > 0)
+    }
+
+    /// Counts node `i`'s completion record: it locked nothing.
+    pub(crate) fn completed(&mut self, i: usize, record: bytes::Bytes) {
+        self.not_ours |= 1 << i;
+        self.record.get_or_insert(record);
     }
 }
 
@@ -424,6 +437,7 @@ where
                     tally.for_mask |= 1 << i;
                 }
                 Vote::Against(remaining) => tally.held(i, remaining),
+                Vote::Completed(record) => tally.completed(i, record),
             },
             Err(e) => {
                 if e.is_suspended() {

@@ -269,6 +269,72 @@ impl AnyNode {
         }
     }
 
+    /// An in-process node's answer to [`Node::acquire_unless_completed`], at once.
+    pub(crate) fn acquire_unless_completed_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Option<Result<Acquire, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(
+                n.acquire_unless_completed_now(key, record_key, token, ttl)
+            )),
+            _ => None,
+        }
+    }
+
+    /// See [`Node::acquire_unless_completed`].
+    pub(crate) fn acquire_unless_completed<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        match self {
+            Self::Redis(n) => Box::pin(n.acquire_unless_completed_key(key, record_key, token, ttl)),
+            Self::Memory(n) => Box::pin(ready(Ok(
+                n.acquire_unless_completed_now(key, record_key, token, ttl)
+            ))),
+            Self::Custom(n) => n.acquire_unless_completed(key, record_key, token, ttl),
+        }
+    }
+
+    /// An in-process node's answer to [`Node::complete`], at once.
+    pub(crate) fn complete_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        record: &[u8],
+        retention: Duration,
+    ) -> Option<Result<bool, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.complete_now(key, record_key, token, record, retention))),
+            _ => None,
+        }
+    }
+
+    /// See [`Node::complete`].
+    pub(crate) fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+    ) -> NodeFuture<'a, bool> {
+        match self {
+            Self::Redis(n) => Box::pin(n.complete_key(key, record_key, token, record, retention)),
+            Self::Memory(n) => Box::pin(ready(Ok(
+                n.complete_now(key, record_key, token, record, retention)
+            ))),
+            Self::Custom(n) => n.complete(key, record_key, token, record, retention),
+        }
+    }
+
     pub(crate) fn extend<'a>(
         &'a self,
         key: &'a str,

@@ -1,0 +1,138 @@
+//! Idempotent work on the quorum: [`Redlock::lock_unless_completed`] answers with the
+//! completion record when the work is done, or with a lease to do it; [`Lease::complete`]
+//! stores the record where the lease still holds, ending the lock there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::lease::LeaseState;
+use super::quorum::{self, Skip, Vote};
+use super::{Redlock, Retry};
+use crate::error::Error;
+use crate::Lease;
+
+/// The largest completion record [`Lease::complete`] stores (1 MiB): records live in the
+/// masters' memory, beside the locks.
+pub const MAX_RECORD_LEN: usize = 1 << 20;
+
+/// The Redis key of `key`'s completion record: beside the lock, with a distinct suffix.
+pub(crate) fn record_key(key: &str) -> Arc<str> {
+    format!("{key}:record").into()
+}
+
+/// The answer of [`Redlock::lock_unless_completed`].
+#[derive(Debug)]
+#[must_use = "a Claim may hold the lock: dropping it releases the lock at once"]
+pub enum Claim {
+    /// No node has a completion record, and the lock is ours: do the work, then
+    /// [`Lease::complete`] it.
+    Locked(Lease),
+    /// The work is done: the record its holder stored with [`Lease::complete`]. Nothing was
+    /// locked.
+    Completed(Bytes),
+}
+
+impl Redlock {
+    /// Locks `resource` for work that must run **once**, unless it already ran: each node is
+    /// asked, in one atomic step, for the resource's completion record, and locks only if it
+    /// has none. Any record found is the answer ([`Claim::Completed`]: only a holder ever
+    /// stores one); "not done yet" is concluded only from a quorum of locks
+    /// ([`Claim::Locked`]). Contended and unavailable as [`Redlock::lock_with`]; a node
+    /// that stores no records (a custom [`Node`](crate::node::Node) without them) counts as
+    /// failed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+    /// use std::time::Duration;
+    /// use tower_redlock::{Claim, Redlock, Retry};
+    ///
+    /// let redlock = Redlock::in_memory();
+    /// let ttl = Duration::from_secs(10);
+    /// let day = Duration::from_secs(86_400);
+    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
+    ///     Claim::Locked(lease) => lease.complete("charged: pay_1", day).await?,
+    ///     Claim::Completed(_) => unreachable!("first time"),
+    /// }
+    /// // A retry of the same work gets the stored answer; nothing runs twice.
+    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
+    ///     Claim::Completed(record) => assert_eq!(&record[..], b"charged: pay_1"),
+    ///     Claim::Locked(_) => unreachable!("already done"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_unless_completed(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        retry: Retry,
+    ) -> crate::Result<Claim> {
+        self.lock_inner(resource, ttl, retry, true).await
+    }
+
+    /// Stores `record` for `state`'s resource on every node where its token still holds.
+    pub(crate) async fn complete_state(
+        &self,
+        state: &LeaseState,
+        record: Bytes,
+        retention: Duration,
+    ) -> crate::Result<()> {
+        let inner = &*self.inner;
+        if !state.is_valid() {
+            return Err(Error::lost(
+                "the lease expired or was lost before its work was completed: nothing stored",
+            ));
+        }
+        let n = inner.nodes.len();
+        let (key, token) = (state.key_arc(), state.token_copy());
+        let record_key = record_key(&key);
+        let mut sent = quorum::send(
+            &inner.nodes,
+            quorum::all(n),
+            inner.config.node_timeout,
+            Skip::Suspended,
+            &|node| node.complete_now(&key, &record_key, token.as_str(), &record, retention),
+            |v| {
+                let (key, record_key, record) = (key.clone(), record_key.clone(), record.clone());
+                async move {
+                    v.node
+                        .complete(&key, &record_key, token.as_str(), &record, retention)
+                        .await
+                }
+            },
+        );
+        let tally = quorum::count(&mut sent, n, inner.quorum, |stored| {
+            if stored {
+                Vote::For
+            } else {
+                Vote::Against(None)
+            }
+        })
+        .await;
+        // The slower nodes store it too, in the background.
+        quorum::finish_in_background(sent);
+        if tally.for_ >= inner.quorum {
+            return Ok(());
+        }
+        tracing::warn!(
+            key = %key,
+            stored_on = tally.for_,
+            "completion record not stored on a quorum: the lock stays until its ttl, so \
+             duplicates are refused rather than run again"
+        );
+        if n - tally.against < inner.quorum {
+            Err(Error::lost(
+                "the lease no longer held on a quorum: the record was not stored there",
+            ))
+        } else {
+            Err(Error::unavailable(
+                format!(
+                    "the completion record reached {} of the {} nodes a quorum needs",
+                    tally.for_, inner.quorum
+                ),
+                tally.errors,
+            ))
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Idempotent work on real masters: `Redlock::lock_unless_completed` and `Lease::complete`.
+//! A completed resource answers with its record and locks nothing; a record is only stored
+//! where the lease still holds; any stored record is the answer, "not done" only a quorum's.
+
+use tower_redlock_testkit as support;
+
+use std::time::Duration;
+
+use support::{eventually, Masters};
+use tower_redlock::{Claim, Redlock, Retry};
+
+const TTL: Duration = Duration::from_secs(10);
+const DAY: Duration = Duration::from_secs(86_400);
+const WITHIN: Duration = Duration::from_secs(10);
+
+async fn claim(client: &Redlock, resource: &str) -> tower_redlock::Result<Claim> {
+    client
+        .lock_unless_completed(resource, TTL, Retry::never())
+        .await
+}
+
+fn locked(c: tower_redlock::Result<Claim>) -> tower_redlock::Lease {
+    match c {
+        Ok(Claim::Locked(lease)) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+fn completed(c: tower_redlock::Result<Claim>) -> Vec<u8> {
+    match c {
+        Ok(Claim::Completed(record)) => record.to_vec(),
+        other => panic!("expected a completion record, got {other:?}"),
+    }
+}
+
+/// Nothing but the record is left: no lock key on any master.
+async fn no_lock_left(m: &Masters, resource: &str) {
+    eventually("no lock is left", WITHIN, || async {
+        m.absent_everywhere(resource).await
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_completed_resource_replays_its_record_and_locks_nothing() {
+    let m = Masters::start(3);
+    let (a, b) = (m.client(), m.client());
+    let lease = locked(claim(&a, "pay:1").await);
+    // In flight: a duplicate is refused, not run.
+    let busy = claim(&b, "pay:1").await.unwrap_err();
+    assert!(busy.is_contended(), "{busy}");
+    lease.complete("charged pay_1", DAY).await.unwrap();
+    // The record ended the lock on every master (the write was the release).
+    no_lock_left(&m, "pay:1").await;
+    for _ in 0..3 {
+        assert_eq!(completed(claim(&b, "pay:1").await), b"charged pay_1");
+    }
+    // `complete` returns at a quorum; the last master stores it in the background.
+    eventually("every master has the record", WITHIN, || async {
+        m.values("pay:1:record").await == vec![Some("charged pay_1".to_owned()); 3]
+    })
+    .await;
+    no_lock_left(&m, "pay:1").await;
+    // A plain lock of the resource is another matter: it is free.
+    a.try_lock("pay:1", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_record_on_a_minority_is_still_the_answer() {
+    let m = Masters::start(3);
+    let client = m.client();
+    locked(claim(&client, "pay:2").await)
+        .complete("charged pay_2", DAY)
+        .await
+        .unwrap();
+    eventually("every master has the record", WITHIN, || async {
+        m.values("pay:2:record").await.iter().all(Option::is_some)
+    })
+    .await;
+    // A minority loses the record (a restart without persistence, an eviction).
+    m.del_on("pay:2:record", &[0]).await;
+    assert_eq!(completed(claim(&client, "pay:2").await), b"charged pay_2");
+    // What the try locked on the masters without the record is released.
+    no_lock_left(&m, "pay:2").await;
+}
+
+#[tokio::test]
+async fn a_master_down_during_the_write_leaves_the_record_on_a_quorum() {
+    let m = Masters::start(3);
+    let client = m.client();
+    let lease = locked(claim(&client, "pay:3").await);
+    m[2].freeze();
+    lease.complete("charged pay_3", DAY).await.unwrap();
+    m[2].thaw();
+    assert_eq!(completed(claim(&client, "pay:3").await), b"charged pay_3");
+    let stored = m.values("pay:3:record").await;
+    assert!(
+        stored.iter().filter(|v| v.is_some()).count() >= 2,
+        "{stored:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_lease_stores_no_stale_answer() {
+    let m = Masters::start(3);
+    let client = m.client();
+    let lease = match client
+        .lock_unless_completed("pay:4", Duration::from_millis(100), Retry::never())
+        .await
+    {
+        Ok(Claim::Locked(lease)) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    };
+    eventually("the lease expires", WITHIN, || async { !lease.is_valid() }).await;
+    let e = lease.complete("too late", DAY).await.unwrap_err();
+    assert!(e.is_lost(), "{e}");
+    assert_eq!(m.values("pay:4:record").await, vec![None; 3]);
+    // (The validity ends a drift allowance before the masters expire the key.)
+    no_lock_left(&m, "pay:4").await;
+    // The next request is not served a stale answer: it runs.
+    locked(claim(&client, "pay:4").await)
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_write_that_misses_its_quorum_keeps_duplicates_out() {
+    let m = Masters::start(3);
+    let client = m.client();
+    let lease = locked(claim(&client, "pay:5").await);
+    m[1].freeze();
+    m[2].freeze();
+    let e = lease.complete("charged pay_5", DAY).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    m[1].thaw();
+    m[2].thaw();
+    // The lease was not released: where the record did not land in time the lock stays
+    // (until its ttl, or until the late write lands); where it landed, the record answers.
+    // Either way nothing runs twice.
+    assert_eq!(
+        m[0].get("pay:5:record").await.as_deref(),
+        Some("charged pay_5")
+    );
+    assert_eq!(completed(claim(&client, "pay:5").await), b"charged pay_5");
+}
+
+#[tokio::test]
+async fn records_are_bounded_and_checked() {
+    let client = Redlock::in_memory();
+    let lease = locked(claim(&client, "pay:6").await);
+    let big = vec![0u8; tower_redlock::MAX_RECORD_LEN + 1];
+    let e = lease.complete(big, DAY).await.unwrap_err();
+    assert!(e.is_invalid_input(), "{e}");
+    // Refused up front: the lease was released, nothing stored, the work may run.
+    locked(claim(&client, "pay:6").await)
+        .complete("ok", DAY)
+        .await
+        .unwrap();
+    assert_eq!(completed(claim(&client, "pay:6").await), b"ok");
+}

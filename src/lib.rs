@@ -56,6 +56,11 @@
 //! | `lock!(resource, ttl) { … }` raising `LockError` | [`Redlock::with_lock`] + `?` |
 //! | `extend: info` | [`Lease::extend`], [`Lease::keep_alive`] |
 //!
+//! Work that must run **once**, not only one at a time: [`Redlock::lock_unless_completed`]
+//! answers with the resource's completion record when the work is done
+//! ([`Claim::Completed`]), or with a lease to do it, which [`Lease::complete`] ends by
+//! storing the record where the lock still holds.
+//!
 //! ## How a lock is taken
 //!
 //! 1. A fresh token (128 random bits) is sent to **all** nodes **in parallel** as

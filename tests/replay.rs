@@ -164,3 +164,61 @@ async fn records_are_bounded_and_checked() {
         .unwrap();
     assert_eq!(completed(claim(&client, "pay:6").await), b"ok");
 }
+
+/// A node of one's own that stores no records (only the required `Node` methods): the
+/// replay acquire never takes its silence for "not done" — it fails as unavailable — while
+/// plain locks work as before.
+#[tokio::test]
+async fn a_node_without_records_never_votes_not_done() {
+    use tower_redlock::node::{Acquire, MemoryNode, Node, NodeFuture};
+
+    #[derive(Debug, Clone, Default)]
+    struct LocksOnly(MemoryNode);
+
+    impl Node for LocksOnly {
+        fn name(&self) -> String {
+            "locks-only".to_owned()
+        }
+        fn acquire<'a>(
+            &'a self,
+            key: &'a str,
+            token: &'a str,
+            ttl: Duration,
+        ) -> NodeFuture<'a, Acquire> {
+            self.0.acquire(key, token, ttl)
+        }
+        fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
+            self.0.release(key, token)
+        }
+        fn extend<'a>(
+            &'a self,
+            key: &'a str,
+            token: &'a str,
+            ttl: Duration,
+        ) -> NodeFuture<'a, bool> {
+            self.0.extend(key, token, ttl)
+        }
+    }
+
+    let nodes: Vec<LocksOnly> = (0..3).map(|_| LocksOnly::default()).collect();
+    let client = nodes
+        .iter()
+        .fold(Redlock::builder(), |b, n| b.node(n.clone()))
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    let e = claim(&client, "job").await.unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    assert!(e.to_string().contains("quorum"), "{e}");
+    assert!(
+        nodes.iter().all(|n| n.0.is_empty()),
+        "the failed claim locked something"
+    );
+    client
+        .try_lock("job", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}

@@ -6,8 +6,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-
 use self::lease::{LeaseState, Parked, Token};
 use self::options::Config;
 use self::quorum::{Skip, Vote, Voter};
@@ -315,23 +313,8 @@ impl Redlock {
                 }
             }
         });
-        // Replay: no conclusion before every asked node has answered (or timed out), unless
-        // with a record: a record that survives on a single master is the answer, over locks
-        // and "held" alike.
-        while replay && tally.record.is_none() {
-            let Some((i, answer)) = sent.next().await else {
-                break;
-            };
-            tally.answered |= 1 << i;
-            match answer {
-                Ok(Acquire::Acquired) => {
-                    tally.for_ += 1;
-                    tally.for_mask |= 1 << i;
-                }
-                Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
-                Ok(Acquire::Completed { record }) => tally.completed(i, record),
-                Err(e) => tally.errors.push(e),
-            }
+        if replay {
+            records::await_every_answer(&mut sent, &mut tally).await;
         }
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         if tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline {

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
 
 use super::lease::LeaseState;
-use super::quorum::{self, Skip, Vote};
+use super::quorum::{self, Answer, Skip, Tally, Vote};
 use super::{Redlock, Retry};
 use crate::error::Error;
+use crate::node::Acquire;
 use crate::Lease;
 
 /// The largest completion record [`Lease::complete`] stores (1 MiB): records live in the
@@ -20,6 +22,36 @@ pub const MAX_RECORD_LEN: usize = 1 << 20;
 /// The Redis key of `key`'s completion record: beside the lock, with a distinct suffix.
 pub(crate) fn record_key(key: &str) -> Arc<str> {
     format!("{key}:record").into()
+}
+
+/// The replay acquire draws no conclusion before every asked node has answered (each
+/// request is bounded by the node timeout; suspended nodes were not asked), unless with a
+/// record: a record that survives on a single master is the answer, over locks and "held"
+/// alike.
+pub(super) async fn await_every_answer<S>(sent: &mut S, tally: &mut Tally)
+where
+    S: Stream<Item = Answer<Acquire>> + Unpin,
+{
+    while tally.record.is_none() {
+        let Some((i, answer)) = sent.next().await else {
+            break;
+        };
+        tally.answered |= 1 << i;
+        match answer {
+            Ok(Acquire::Acquired) => {
+                tally.for_ += 1;
+                tally.for_mask |= 1 << i;
+            }
+            Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
+            Ok(Acquire::Completed { record }) => tally.completed(i, record),
+            Err(e) => {
+                if e.is_suspended() {
+                    tally.not_ours |= 1 << i;
+                }
+                tally.errors.push(e)
+            }
+        }
+    }
 }
 
 /// The answer of [`Redlock::lock_unless_completed`].

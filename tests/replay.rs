@@ -222,3 +222,40 @@ async fn a_node_without_records_never_votes_not_done() {
         .await
         .unwrap();
 }
+
+/// The replay acquire waits for every master that is asked: a frozen one costs each claim
+/// its node timeout only until it is suspended (three timeouts in a row spanning a node
+/// timeout); from then on it is not asked, and every claim and completion still succeeds on
+/// the quorum that is up.
+#[tokio::test]
+async fn a_frozen_master_is_suspended_and_costs_the_replay_acquire_nothing_after() {
+    let m = Masters::start(3);
+    let client = m
+        .builder()
+        .node_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    support::warm_up(&client, &m).await;
+    m[2].freeze();
+    let mut cycles = 0;
+    eventually("the frozen master is suspended", WITHIN, || {
+        cycles += 1;
+        let (client, resource) = (client.clone(), format!("job:{cycles}"));
+        async move {
+            let lease = locked(claim(&client, &resource).await);
+            lease.complete("done", DAY).await.unwrap();
+            assert_eq!(completed(claim(&client, &resource).await), b"done");
+            client.node_status()[2].is_suspended()
+        }
+    })
+    .await;
+    // Suspended: claims no longer wait for it, and still succeed.
+    for i in 0..20 {
+        let resource = format!("after:{i}");
+        let lease = locked(claim(&client, &resource).await);
+        lease.complete("done", DAY).await.unwrap();
+        assert_eq!(completed(claim(&client, &resource).await), b"done");
+        assert!(client.node_status()[2].is_suspended());
+    }
+    m[2].thaw();
+}

@@ -116,7 +116,7 @@ pub use crate::actix::middleware::RedlockMiddleware;
 pub use crate::error::{Error, ErrorKind, NodeError, Result};
 pub use crate::lock::{
     Claim, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope, MAX_RECORD_LEN,
-    MAX_RESOURCE_LEN,
+    MAX_RECORD_RETENTION, MAX_RESOURCE_LEN,
 };
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]

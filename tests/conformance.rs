@@ -329,6 +329,34 @@ mod check {
         assert_eq!(completed(node, "gone", T2).await, None);
     }
 
+    pub async fn records_never_take_a_lock_for_one(node: &dyn Node, peek: &dyn Peek) {
+        // Someone locks a resource that happens to be named like a record key.
+        node.acquire(REC, T1, LONG).await.unwrap();
+        let got = node.acquire_unless_completed("rec", REC, T2, LONG).await;
+        assert_eq!(got.unwrap(), Acquire::Acquired, "a lock taken for a record");
+        // And the completion does not overwrite it: nothing stored, the lock kept.
+        assert!(!node.complete("rec", REC, T2, BLOB, LONG).await.unwrap());
+        assert_eq!(peek.peek(0, REC).await.as_deref(), Some(T1));
+        assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
+    }
+
+    pub async fn a_first_record_is_never_overwritten(node: &dyn Node, _: &dyn Peek) {
+        node.acquire_unless_completed("rec", REC, T1, LONG)
+            .await
+            .unwrap();
+        assert!(node.complete("rec", REC, T1, b"first", LONG).await.unwrap());
+        // A plain lock of the same resource (not the replay acquire) and a second record.
+        node.acquire("rec", T2, LONG).await.unwrap();
+        assert!(!node
+            .complete("rec", REC, T2, b"second", LONG)
+            .await
+            .unwrap());
+        assert_eq!(
+            completed(node, "rec", T1).await.as_deref(),
+            Some(&b"first"[..])
+        );
+    }
+
     pub async fn records_expire(node: &dyn Node, peek: &dyn Peek) {
         node.acquire("rec", T1, LONG).await.unwrap();
         let retention = Duration::from_millis(50);
@@ -567,6 +595,8 @@ conformance!(memory => Memory:
     records_replay_instead_of_locking,
     records_are_fenced_by_the_token,
     records_expire,
+    records_never_take_a_lock_for_one,
+    a_first_record_is_never_overwritten,
 );
 
 conformance!(redis => Redis:
@@ -584,6 +614,8 @@ conformance!(redis => Redis:
     records_replay_instead_of_locking,
     records_are_fenced_by_the_token,
     records_expire,
+    records_never_take_a_lock_for_one,
+    a_first_record_is_never_overwritten,
 );
 
 #[tokio::test]

@@ -12,6 +12,10 @@ use tower_redlock::{Claim, Redlock, Retry};
 const TTL: Duration = Duration::from_secs(10);
 const DAY: Duration = Duration::from_secs(86_400);
 const WITHIN: Duration = Duration::from_secs(10);
+/// A record as a master stores it: behind the format tag (version 1).
+fn stored(record: &str) -> Option<String> {
+    Some(format!("TRR1\n{record}"))
+}
 
 async fn claim(client: &Redlock, resource: &str) -> tower_redlock::Result<Claim> {
     client
@@ -57,7 +61,7 @@ async fn a_completed_resource_replays_its_record_and_locks_nothing() {
     }
     // `complete` returns at a quorum; the last master stores it in the background.
     eventually("every master has the record", WITHIN, || async {
-        m.values("pay:1:record").await == vec![Some("charged pay_1".to_owned()); 3]
+        m.values("pay:1:record").await == vec![stored("charged pay_1"); 3]
     })
     .await;
     no_lock_left(&m, "pay:1").await;
@@ -134,19 +138,19 @@ async fn a_write_that_misses_its_quorum_keeps_duplicates_out() {
     let m = Masters::start(3);
     let client = m.client();
     let lease = locked(claim(&client, "pay:5").await);
+    let handle = lease.handle();
     m[1].freeze();
     m[2].freeze();
     let e = lease.complete("charged pay_5", DAY).await.unwrap_err();
     assert!(e.is_unavailable(), "{e}");
+    // The work is over: whoever watches the lease sees it ended.
+    assert!(handle.is_lost());
     m[1].thaw();
     m[2].thaw();
     // The lease was not released: where the record did not land in time the lock stays
     // (until its ttl, or until the late write lands); where it landed, the record answers.
     // Either way nothing runs twice.
-    assert_eq!(
-        m[0].get("pay:5:record").await.as_deref(),
-        Some("charged pay_5")
-    );
+    assert_eq!(m[0].get("pay:5:record").await, stored("charged pay_5"));
     assert_eq!(completed(claim(&client, "pay:5").await), b"charged pay_5");
 }
 
@@ -156,6 +160,15 @@ async fn records_are_bounded_and_checked() {
     let lease = locked(claim(&client, "pay:6").await);
     let big = vec![0u8; tower_redlock::MAX_RECORD_LEN + 1];
     let e = lease.complete(big, DAY).await.unwrap_err();
+    assert!(e.is_invalid_input(), "{e}");
+    let lease = locked(claim(&client, "pay:6").await);
+    let forever = tower_redlock::MAX_RECORD_RETENTION + Duration::from_secs(1);
+    let e = lease.complete("ok", forever).await.unwrap_err();
+    assert!(e.is_invalid_input(), "{e}");
+    let e = locked(claim(&client, "pay:6").await)
+        .complete("ok", Duration::ZERO)
+        .await
+        .unwrap_err();
     assert!(e.is_invalid_input(), "{e}");
     // Refused up front: the lease was released, nothing stored, the work may run.
     locked(claim(&client, "pay:6").await)

@@ -265,8 +265,10 @@ impl RejectionResponse {
         self
     }
 
-    /// Adds a header. A name that is not an HTTP token, or a value with control characters
-    /// (CR, LF, ...), is dropped and logged at error: a rejection must always be sendable.
+    /// Adds a header. A name that is not an HTTP token, a value with control characters
+    /// (CR, LF, ...), or one of `Content-Type`, `Content-Length`, `Transfer-Encoding` and
+    /// `Retry-After` (set from the constructor and [`with_retry_after`](Self::with_retry_after))
+    /// is dropped and logged at error: a rejection must always be sendable.
     #[must_use]
     pub fn with_header(
         mut self,
@@ -274,7 +276,16 @@ impl RejectionResponse {
         value: impl Into<String>,
     ) -> Self {
         let (name, value) = (name.into(), value.into());
-        if is_token(&name) && is_header_value(&value) {
+        // The framing and the headers set from the fields are the rejection's own.
+        let reserved = [
+            "content-type",
+            "content-length",
+            "transfer-encoding",
+            "retry-after",
+        ]
+        .iter()
+        .any(|r| name.eq_ignore_ascii_case(r));
+        if !reserved && is_token(&name) && is_header_value(&value) {
             self.headers.push((name, value));
         } else {
             tracing::error!(header = %name.escape_debug(), "invalid header of a rejection dropped");
@@ -453,7 +464,8 @@ mod tests {
             .with_header("x-ok", "fine\tvalue")
             .with_header("x bad", "v")
             .with_header("x-bad-value", "a\r\nx-evil: 1")
-            .with_header("", "v");
+            .with_header("", "v")
+            .with_header("Content-Length", "1");
         assert_eq!(r.content_type(), "text/plain; charset=utf-8");
         assert_eq!(r.headers().collect::<Vec<_>>(), [("x-ok", "fine\tvalue")]);
     }

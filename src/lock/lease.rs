@@ -284,8 +284,8 @@ impl Lease {
     /// From then on [`Redlock::lock_unless_completed`] answers
     /// [`Claim::Completed`](crate::Claim::Completed) with `record`.
     ///
-    /// A record over [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN) or a zero retention is
-    /// refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
+    /// A record over [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN), or a retention of zero or
+    /// over [`MAX_RECORD_RETENTION`](crate::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
     /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
     /// expired or was lost (nothing stale is stored where it no longer holds),
     /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
@@ -307,8 +307,13 @@ impl Lease {
                 record.len(),
                 crate::MAX_RECORD_LEN
             ))
-        } else if retention < std::time::Duration::from_millis(1) {
-            Some("the retention of a completion record must be at least 1 ms".to_owned())
+        } else if retention < std::time::Duration::from_millis(1)
+            || retention > crate::MAX_RECORD_RETENTION
+        {
+            Some(format!(
+                "the retention of a completion record must be between 1 ms and {:?}",
+                crate::MAX_RECORD_RETENTION
+            ))
         } else {
             None
         };

@@ -26,7 +26,7 @@ pub use self::builder::RedlockBuilder;
 pub use self::health::NodeStatus;
 pub use self::lease::{Lease, LeaseHandle};
 pub use self::options::{Retry, MAX_RESOURCE_LEN};
-pub use self::records::{Claim, MAX_RECORD_LEN};
+pub use self::records::{Claim, MAX_RECORD_LEN, MAX_RECORD_RETENTION};
 pub use self::scope::Scope;
 
 /// A Redlock client: locks resources on a quorum of independent nodes.
@@ -301,7 +301,11 @@ impl Redlock {
         quorum::drain_ready(&mut sent, |(i, answer)| {
             tally.answered |= 1 << i;
             match answer {
-                Ok(Acquire::Acquired) => tally.for_mask |= 1 << i,
+                Ok(Acquire::Acquired) => {
+                    tally.for_mask |= 1 << i;
+                    // Replay counts on (see `records::await_every_answer`).
+                    tally.for_ += usize::from(replay);
+                }
                 Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
                 Ok(Acquire::Completed { record }) if replay => tally.completed(i, record),
                 Ok(Acquire::Completed { .. }) => tally.held(i, None),
@@ -314,7 +318,8 @@ impl Redlock {
             }
         });
         if replay {
-            records::await_every_answer(&mut sent, &mut tally).await;
+            let until = deadline.min(start + timeout);
+            records::await_every_answer(&mut sent, &mut tally, until).await;
         }
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         if tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline {

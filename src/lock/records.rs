@@ -3,7 +3,7 @@
 //! stores the record where the lease still holds, ending the lock there.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -19,6 +19,9 @@ use crate::Lease;
 /// masters' memory, beside the locks.
 pub const MAX_RECORD_LEN: usize = 1 << 20;
 
+/// The longest a completion record is kept (one year).
+pub const MAX_RECORD_RETENTION: Duration = Duration::from_secs(365 * 86_400);
+
 /// The Redis key of `key`'s completion record: beside the lock, with a distinct suffix.
 pub(crate) fn record_key(key: &str) -> Arc<str> {
     format!("{key}:record").into()
@@ -28,12 +31,15 @@ pub(crate) fn record_key(key: &str) -> Arc<str> {
 /// request is bounded by the node timeout; suspended nodes were not asked), unless with a
 /// record: a record that survives on a single master is the answer, over locks and "held"
 /// alike.
-pub(super) async fn await_every_answer<S>(sent: &mut S, tally: &mut Tally)
+///
+/// Bounded by `until` too (the try's first node timeout, and the lock's validity): a node
+/// whose request is given time back for this process' stalls is not waited for beyond it.
+pub(super) async fn await_every_answer<S>(sent: &mut S, tally: &mut Tally, until: Instant)
 where
     S: Stream<Item = Answer<Acquire>> + Unpin,
 {
     while tally.record.is_none() {
-        let Some((i, answer)) = sent.next().await else {
+        let Ok(Some((i, answer))) = tokio::time::timeout_at(until.into(), sent.next()).await else {
             break;
         };
         tally.answered |= 1 << i;
@@ -116,6 +122,9 @@ impl Redlock {
                 "the lease expired or was lost before its work was completed: nothing stored",
             ));
         }
+        // The work is over: from here the lease reports itself ended (a holder watching its
+        // handle stops), even if this future is dropped midway. Nothing is released.
+        state.end();
         let n = inner.nodes.len();
         let (key, token) = (state.key_arc(), state.token_copy());
         let record_key = record_key(&key);

@@ -100,16 +100,6 @@ impl MemoryNode {
         Self::acquire_in(&mut self.lock(), Instant::now(), key, token, ttl)
     }
 
-    /// The completion record stored at `record_key`, if it is there and unexpired.
-    pub fn record(&self, record_key: &str) -> Option<Bytes> {
-        let now = Instant::now();
-        self.lock()
-            .records
-            .get(record_key)
-            .filter(|(_, expires)| *expires > now)
-            .map(|(record, _)| record.clone())
-    }
-
     pub(crate) fn acquire_unless_completed_now(
         &self,
         key: &str,
@@ -137,9 +127,14 @@ impl MemoryNode {
     ) -> bool {
         let now = Instant::now();
         let mut map = self.lock();
+        // A first record is never overwritten, nor a lock someone holds at that name (as
+        // on Redis, where both live in one keyspace).
+        let taken = map.records.get(record_key).is_some_and(|(_, e)| *e > now)
+            || map.entries.get(record_key).is_some_and(|e| e.expires > now);
         match map.entries.get(key) {
-            Some(e) if e.token == token && e.expires > now => {
+            Some(e) if !taken && e.token == token && e.expires > now => {
                 map.entries.remove(key);
+                // The client bounds the retention (`MAX_RECORD_RETENTION`).
                 let expires = now
                     .checked_add(retention)
                     .unwrap_or(now + Duration::from_secs(86_400 * 365));

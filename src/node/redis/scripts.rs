@@ -64,15 +64,17 @@ return 0
 };
 
 /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
-/// (nothing is locked: the work is done), else `SET KEYS[1] token NX PX ttl` → `{1}`, or
+/// (nothing is locked: the work is done). A record is stored behind the format tag
+/// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
+/// that happens to be named `…:record`) is never taken for one. Otherwise else `SET KEYS[1] token NX PX ttl` → `{1}`, or
 /// `{0, PTTL}` when held. With a third key, behind delayed-restart protection (as
 /// [`ACQUIRE_GUARDED`]): a dataset younger than `ARGV[3]` ms answers `{3}` and sets nothing —
 /// after it has shown any record it has (a record is only ever written by a holder, so one
 /// that survived is an answer; only "no record" needs a dataset old enough to trust).
 pub(crate) static ACQUIRE_UNLESS_COMPLETED: Script = Script {
     source: r#"local record = redis.call('get', KEYS[2])
-if record then
-  return {2, record}
+if record and string.sub(record, 1, 5) == 'TRR1\n' then
+  return {2, string.sub(record, 6)}
 end
 if #KEYS == 3 then
   local t = redis.call('TIME')
@@ -91,21 +93,26 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 return {0, redis.call('pttl', KEYS[1])}
 "#,
-    sha1: "e5ef2f49195b781b44e8fb15c3fd395152eacf4b",
+    sha1: "39c51cfd127d7c9a7d3a53d36f0ab199238ac96e",
 };
 
-/// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, stores
-/// the record `ARGV[3]` at `KEYS[2]` for `ARGV[2]` ms and deletes the lock, atomically;
-/// answers 1, else 0 (an expired or lost lease never stores a stale answer).
+/// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
+/// nothing is at `KEYS[2]` yet (a first record is never overwritten; nor is another
+/// client's key), stores the tagged record `ARGV[3]` at `KEYS[2]` for `ARGV[2]` ms and
+/// deletes the lock, atomically; answers 1, else 0 (an expired or lost lease never stores
+/// a stale answer).
 pub(crate) static COMPLETE: Script = Script {
-    source: r#"if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[2])
+    source: r#"if redis.call('exists', KEYS[2]) == 1 then
+  return 0
+end
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   redis.call('del', KEYS[1])
   return 1
 end
 return 0
 "#,
-    sha1: "abf655ca49d108baeb47431e88b265ba681aa123",
+    sha1: "465311df18bdf01b301983738e1f6b548cd73864",
 };
 
 #[cfg(test)]

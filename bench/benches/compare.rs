@@ -19,6 +19,9 @@
 //! - `REDLOCK_BENCH_STALL` (1): 0 skips the stall workload (3 of 5 masters paused 300 ms
 //!   under contention; the limit and this crate only, on 5 masters; see
 //!   `bench/src/stall.rs`). Skipped too when `REDLOCK_BENCH_N` is `0`.
+//! - `REDLOCK_BENCH_REPLAY` (1): 0 skips the replay workload (idempotent work, one task at a
+//!   time, on each N: this crate's lock cycle, a replay hit with `lock_unless_completed`, a
+//!   first execution with `lock_unless_completed` + `Lease::complete`; see [`replay`]).
 //! - `REDLOCK_BENCH_OUT`: also write the report (markdown) to this file.
 //!
 //! Run only by `cargo bench` (it does nothing without the `--bench` argument cargo passes),
@@ -44,7 +47,7 @@ use support::proxy::{Fault, FaultProxy};
 use support::{HttpApp, Masters};
 use tower::ServiceExt;
 use tower_redlock::http::IdempotencyKey;
-use tower_redlock::{Redlock, RedlockLayer};
+use tower_redlock::{Claim, Redlock, RedlockLayer, Retry};
 
 #[derive(Debug, Clone)]
 struct Settings {
@@ -56,6 +59,7 @@ struct Settings {
     redlock_rs: bool,
     layer: bool,
     stall: bool,
+    replay: bool,
     out: Option<String>,
 }
 
@@ -84,6 +88,7 @@ impl Settings {
             redlock_rs: peers.split(',').any(|p| p.trim() == "redlock"),
             layer: var("REDLOCK_BENCH_LAYER").is_none_or(|v| v != "0"),
             stall: var("REDLOCK_BENCH_STALL").is_none_or(|v| v != "0"),
+            replay: var("REDLOCK_BENCH_REPLAY").is_none_or(|v| v != "0"),
             out: var("REDLOCK_BENCH_OUT"),
         }
     }
@@ -219,6 +224,19 @@ fn main() {
         });
     }
 
+    let mut replays = Vec::new();
+    if s.replay {
+        for &n in &s.ns {
+            eprintln!("N = {n}: replay (idempotent work, one task) …");
+            replays.push((n, rt.block_on(replay(&s, &masters, n))));
+            rt.block_on(async {
+                for m in masters.iter() {
+                    let _: () = m.query(&redis::cmd("FLUSHALL")).await;
+                }
+            });
+        }
+    }
+
     let stall = if stall_on {
         eprintln!("stall: 3 of {STALL_MASTERS} masters paused …");
         stall(&s, &rt, &masters)
@@ -233,7 +251,14 @@ fn main() {
         None
     };
 
-    let report = report(&s, &table, &stall, layer.as_ref(), started.elapsed());
+    let report = report(
+        &s,
+        &table,
+        &replays,
+        &stall,
+        layer.as_ref(),
+        started.elapsed(),
+    );
     println!("{report}");
     if let Some(path) = &s.out {
         std::fs::write(path, &report).expect("write REDLOCK_BENCH_OUT");
@@ -473,6 +498,243 @@ async fn keys_left(masters: &Masters, n: usize, prefix: &str) -> u64 {
         total += keys.len() as u64;
     }
     total
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay: idempotent work (`lock_unless_completed`, then `Lease::complete`), one task
+
+/// The completion record of the replay workload: a small answer, as an idempotent API keeps.
+const RECORD_LEN: usize = 200;
+
+/// How long the replay workload's records are kept: longer than the run.
+const RETENTION: Duration = Duration::from_secs(600);
+
+/// The replay workload at one N: sequential single-task latencies, all on the same masters
+/// in the same rounds (see [`replay`]).
+#[derive(Debug, Default)]
+struct ReplayRow {
+    /// The limit's lock + release cycle.
+    limit: Latency,
+    /// This crate's lock cycle, `try_lock` + `Lease::release`; its `acquire` is one write
+    /// round on the quorum (`SET NX PX` to every master, decided at quorum).
+    cycle: Latency,
+    /// `lock_unless_completed` answering `Completed` (a resource completed beforehand).
+    hit: Latency,
+    /// A first execution on a fresh resource: `lock_unless_completed` answering `Locked`
+    /// (`acquire`), then `Lease::complete` with the record (`cycle`: the whole).
+    first: Latency,
+    /// One `SET` of the record on one master: a write round trip without a quorum.
+    write: Latency,
+    /// Lock keys (not completion records) left under the workload's prefix once everything
+    /// settled: `complete` ends the lock, so 0 is expected.
+    locks_left: u64,
+}
+
+/// Up to `count` runs of `one(i)`, one at a time, stopping early after `budget`, or when one
+/// run takes longer than `cap`. A run gives its two times (`acquire`, `cycle` of
+/// [`Latency`]), or `None` for a wrong answer or an error (a failure).
+async fn sequential<F, Fut>(count: usize, budget: Duration, cap: Duration, mut one: F) -> Latency
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Option<(Duration, Duration)>>,
+{
+    let mut out = Latency::default();
+    let started = Instant::now();
+    for i in 0..count {
+        if started.elapsed() > budget {
+            break;
+        }
+        match tokio::time::timeout(cap, one(i)).await {
+            Ok(Some((a, c))) => {
+                out.acquire.push(a);
+                out.cycle.push(c);
+            }
+            Ok(None) => out.failures += 1,
+            Err(_) => {
+                out.hung = true;
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Replay hits: `lock_unless_completed` on `resource`, completed beforehand, answering
+/// `Completed` with the record.
+async fn replay_hits(
+    r: &Redlock,
+    resource: &str,
+    count: usize,
+    budget: Duration,
+    cap: Duration,
+) -> Latency {
+    sequential(count, budget, cap, |_| async move {
+        let t0 = Instant::now();
+        match r
+            .lock_unless_completed(resource, common::TTL, Retry::never())
+            .await
+        {
+            Ok(Claim::Completed(record)) if record.len() == RECORD_LEN => {
+                let d = t0.elapsed();
+                Some((d, d))
+            }
+            Ok(Claim::Locked(lease)) => {
+                // Not completed after all (a bug): counted as a failure, the lock released.
+                let _ = lease.release().await;
+                None
+            }
+            _ => None,
+        }
+    })
+    .await
+}
+
+/// First executions: `lock_unless_completed` on a fresh resource (`{prefix}:{i}`) answering
+/// `Locked`, then `Lease::complete` with `record`.
+async fn first_executions(
+    r: &Redlock,
+    prefix: &str,
+    record: &Bytes,
+    count: usize,
+    budget: Duration,
+    cap: Duration,
+) -> Latency {
+    sequential(count, budget, cap, |i| {
+        let resource = format!("{prefix}:{i}");
+        let record = record.clone();
+        async move {
+            let t0 = Instant::now();
+            match r
+                .lock_unless_completed(&resource, common::TTL, Retry::never())
+                .await
+            {
+                Ok(Claim::Locked(lease)) => {
+                    let claimed = t0.elapsed();
+                    lease.complete(record, RETENTION).await.ok()?;
+                    Some((claimed, t0.elapsed()))
+                }
+                _ => None,
+            }
+        }
+    })
+    .await
+}
+
+/// One `SET key record` on one master's multiplexed connection, a round trip each.
+async fn single_writes(
+    conn: &redis::aio::MultiplexedConnection,
+    key: &str,
+    record: &Bytes,
+    count: usize,
+    budget: Duration,
+    cap: Duration,
+) -> Latency {
+    sequential(count, budget, cap, |_| {
+        let mut conn = conn.clone();
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key).arg(&record[..]);
+        async move {
+            let t0 = Instant::now();
+            let ok: redis::RedisResult<()> = cmd.query_async(&mut conn).await;
+            let d = t0.elapsed();
+            ok.ok().map(|()| (d, d))
+        }
+    })
+    .await
+}
+
+/// The replay workload on the first `n` masters: in each round, in a rotated order, the
+/// limit's lock cycle, this crate's lock cycle (`try_lock` + `release`), replay hits on one
+/// resource completed beforehand, first executions on fresh resources
+/// (`lock_unless_completed` + `complete` of a [`RECORD_LEN`]-byte record), and one master's
+/// `SET` of that record. One task, one operation at a time; latencies are pooled.
+async fn replay(s: &Settings, masters: &Masters, n: usize) -> ReplayRow {
+    const PREFIX: &str = "bench:replay";
+    let urls = &masters.urls()[..n];
+    let limit = Locker::Limit(Arc::new(
+        Limit::connect(urls, s.node_timeout, Extras::default()).await,
+    ));
+    let redlock = common::ours(urls, s.node_timeout);
+    let ours = Locker::Ours(redlock.clone());
+    let one = redis::Client::open(urls[0].as_str())
+        .expect("valid url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let record = Bytes::from(vec![b'r'; RECORD_LEN]);
+    let (write_key, done) = ("bench:rtt:write", format!("{PREFIX}:done"));
+    let claim = redlock
+        .lock_unless_completed(&done, common::TTL, Retry::never())
+        .await
+        .expect("the replay resource's claim");
+    match claim {
+        Claim::Locked(lease) => lease
+            .complete(record.clone(), RETENTION)
+            .await
+            .expect("the replay resource completed"),
+        Claim::Completed(_) => panic!("{done} was completed before the run"),
+    }
+
+    // Warm-up: connections, script caches.
+    let warm = Duration::from_secs(5);
+    let w = [
+        common::latency(&limit, &format!("{PREFIX}:warm:limit"), 50, warm, warm).await,
+        common::latency(&ours, &format!("{PREFIX}:warm:cycle"), 50, warm, warm).await,
+        replay_hits(&redlock, &done, 50, warm, warm).await,
+        first_executions(
+            &redlock,
+            &format!("{PREFIX}:warm:first"),
+            &record,
+            50,
+            warm,
+            warm,
+        )
+        .await,
+        single_writes(&one, write_key, &record, 50, warm, warm).await,
+    ];
+    for w in &w {
+        assert!(w.failures == 0 && !w.hung, "replay warm-up failed: {w:?}");
+    }
+
+    let mut row = ReplayRow::default();
+    let (count, budget, cap) = (s.count(600), s.dur(10.0), Duration::from_secs(5));
+    const K: usize = 5;
+    for round in 0..s.rounds {
+        for j in 0..K {
+            match (j + round) % K {
+                0 => row.limit.merge(
+                    common::latency(&limit, &format!("{PREFIX}:limit"), count, budget, cap).await,
+                ),
+                1 => row.cycle.merge(
+                    common::latency(&ours, &format!("{PREFIX}:cycle"), count, budget, cap).await,
+                ),
+                2 => row
+                    .hit
+                    .merge(replay_hits(&redlock, &done, count, budget, cap).await),
+                3 => {
+                    let prefix = format!("{PREFIX}:first:{round}");
+                    row.first.merge(
+                        first_executions(&redlock, &prefix, &record, count, budget, cap).await,
+                    )
+                }
+                _ => row
+                    .write
+                    .merge(single_writes(&one, write_key, &record, count, budget, cap).await),
+            }
+        }
+    }
+
+    // The slower masters' completions (in the background) settle, then count the lock keys.
+    tokio::time::sleep(s.node_timeout * 4 + Duration::from_millis(300)).await;
+    for m in masters.iter().take(n) {
+        let keys: Vec<String> = m.query(redis::cmd("KEYS").arg(format!("{PREFIX}:*"))).await;
+        let locks: Vec<_> = keys.iter().filter(|k| !k.ends_with(":record")).collect();
+        if !locks.is_empty() && std::env::var_os("REDLOCK_BENCH_DEBUG").is_some() {
+            eprintln!("replay: locks left on {}: {locks:?}", m.addr());
+        }
+        row.locks_left += locks.len() as u64;
+    }
+    row
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -717,6 +979,7 @@ fn fault_cell(l: &Latency, base: Option<Duration>, show_ratio: bool, acquire: bo
 fn report(
     s: &Settings,
     table: &BTreeMap<(usize, Who), Row>,
+    replays: &[(usize, ReplayRow)],
     stall: &[(Who, Stall)],
     layer: Option<&Vec<(&'static str, LayerRow)>>,
     took: Duration,
@@ -793,6 +1056,10 @@ fn report(
             ),
             row.keys_left,
         );
+    }
+
+    if !replays.is_empty() {
+        replay_table(&mut o, s, replays);
     }
 
     if !stall.is_empty() {
@@ -899,6 +1166,9 @@ fn report(
             }
         }
     }
+    for (n, row) in replays {
+        replay_targets(&mut o, *n, row);
+    }
     let _ = writeln!(
         o,
         "\n{}; scale {}, {} rounds; took {:.0} s.",
@@ -908,4 +1178,132 @@ fn report(
         took.as_secs_f64()
     );
     o
+}
+
+/// The replay table: each workload's p50 and p99, and their ratios to this crate's lock
+/// cycle (`try_lock` + `release`) measured in the same rounds.
+fn replay_table(o: &mut String, s: &Settings, replays: &[(usize, ReplayRow)]) {
+    let _ = writeln!(
+        o,
+        "\n### Idempotent work (replay): one task, one operation at a time, record {RECORD_LEN} B, ttl {:?}, node timeout {:?}\n",
+        common::TTL,
+        s.node_timeout
+    );
+    let _ = writeln!(
+        o,
+        "| N | workload | p50 | p99 | p50 / lock cycle p50 | p99 / lock cycle p99 | failures |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+    for (n, row) in replays {
+        let base50 = p(&row.cycle.cycle, 50.0);
+        let base99 = p(&row.cycle.cycle, 99.0);
+        let lines: [(&str, &Latency, &[Duration]); 7] = [
+            ("limit: lock + release", &row.limit, &row.limit.cycle),
+            (
+                "(a) tower-redlock lock cycle: `try_lock` + `release`",
+                &row.cycle,
+                &row.cycle.cycle,
+            ),
+            (
+                "… of which `try_lock` (one write round on the quorum)",
+                &row.cycle,
+                &row.cycle.acquire,
+            ),
+            (
+                "(b) replay hit: `lock_unless_completed` → `Completed`",
+                &row.hit,
+                &row.hit.cycle,
+            ),
+            (
+                "(c) first execution: `lock_unless_completed` → `Locked`, then `complete`",
+                &row.first,
+                &row.first.cycle,
+            ),
+            (
+                "… of which `lock_unless_completed` → `Locked`",
+                &row.first,
+                &row.first.acquire,
+            ),
+            (
+                "one master: `SET` of the record (one round trip)",
+                &row.write,
+                &row.write.cycle,
+            ),
+        ];
+        for (what, l, v) in lines {
+            let failures = if l.hung {
+                format!("{}, then hangs", l.failures)
+            } else {
+                l.failures.to_string()
+            };
+            let ratio = |q: f64, base: Option<Duration>| match (p(v, q), base) {
+                (Some(v), Some(b)) if !b.is_zero() => {
+                    format!("{:.2}×", v.as_secs_f64() / b.as_secs_f64())
+                }
+                _ => "—".into(),
+            };
+            let _ = writeln!(
+                o,
+                "| {n} | {what} | {} | {} | {} | {} | {failures} |",
+                lat_cell(p(v, 50.0), None, false),
+                lat_cell(p(v, 99.0), None, false),
+                ratio(50.0, base50),
+                ratio(99.0, base99),
+            );
+        }
+    }
+    let left: Vec<String> = replays
+        .iter()
+        .map(|(n, r)| format!("N={n}: {}", r.locks_left))
+        .collect();
+    let _ = writeln!(
+        o,
+        "\nLock keys left under the replay prefix once settled (completion records aside): {}.",
+        left.join(", ")
+    );
+}
+
+/// The targets for idempotent work, at one N: a replay hit p50 ≤ 1.2× the lock
+/// cycle p50; a first execution p50 ≤ the lock cycle p50 + one write round trip, taken as
+/// `try_lock`'s p50 (one write round on the quorum), and shown too against one master's
+/// `SET` round trip (the stricter reading).
+fn replay_targets(o: &mut String, n: usize, row: &ReplayRow) {
+    let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+    let (Some(cycle), Some(hit), Some(first), Some(quorum_write), Some(one_write)) = (
+        p(&row.cycle.cycle, 50.0),
+        p(&row.hit.cycle, 50.0),
+        p(&row.first.cycle, 50.0),
+        p(&row.cycle.acquire, 50.0),
+        p(&row.write.cycle, 50.0),
+    ) else {
+        let _ = writeln!(o, "- N={n}: replay: nothing measured");
+        return;
+    };
+    let r = |a: Duration| a.as_secs_f64() / cycle.as_secs_f64();
+    let _ = writeln!(
+        o,
+        "- N={n}: replay hit p50 ≤ 1.2× the lock cycle p50: {} / {} = {:.2}× — {}",
+        fmt_dur(hit),
+        fmt_dur(cycle),
+        r(hit),
+        mark(r(hit) <= 1.2)
+    );
+    let budget = cycle + quorum_write;
+    let strict = cycle + one_write;
+    let _ = writeln!(
+        o,
+        "- N={n}: first execution p50 ≤ lock cycle p50 + one write round trip (a quorum write, `try_lock` p50): {} ({:.2}× the cycle) ≤ {} + {} = {} ({:.2}×) — {} (against one master's `SET` round trip instead: {} + {} = {} ({:.2}×) — {})",
+        fmt_dur(first),
+        r(first),
+        fmt_dur(cycle),
+        fmt_dur(quorum_write),
+        fmt_dur(budget),
+        r(budget),
+        mark(first <= budget),
+        fmt_dur(cycle),
+        fmt_dur(one_write),
+        fmt_dur(strict),
+        r(strict),
+        mark(first <= strict)
+    );
 }

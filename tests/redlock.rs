@@ -18,6 +18,15 @@ const SECOND: Duration = Duration::from_secs(1);
 
 /// Asserts that `key` is gone from every master: at once from a quorum (a release returns
 /// once a quorum answered), and soon after from the rest (released in the background).
+/// Every master ends empty (a release returns at a quorum; the rest follows in the
+/// background).
+async fn all_empty(m: &Masters) {
+    eventually("every master is empty", Duration::from_secs(5), || async {
+        m.dbsizes().await.iter().all(|&n| n == 0)
+    })
+    .await;
+}
+
 async fn gone_everywhere(m: &Masters, key: &str) {
     let held = m.values(key).await.iter().filter(|v| v.is_some()).count();
     assert!(
@@ -147,7 +156,8 @@ async fn ruby_style_flow() {
     .await;
     assert!(bang.unwrap_err().is_contended());
     holder.release().await.unwrap();
-    assert_eq!(m.dbsizes().await, [0, 0, 0]);
+    // A release returns at a quorum; the last master's finishes in the background.
+    all_empty(&m).await;
 }
 
 #[tokio::test]
@@ -213,7 +223,8 @@ async fn two_clients_contend_and_tokens_are_unique() {
         lease.release().await.unwrap();
     }
     assert_eq!(seen.len(), 100);
-    assert_eq!(m.dbsizes().await, [0, 0, 0]);
+    // A release returns at a quorum; the last master's finishes in the background.
+    all_empty(&m).await;
 }
 
 // --- quorum ------------------------------------------------------------------------------------
@@ -588,6 +599,8 @@ async fn noscript_recovery_after_script_flush() {
     assert_ne!(again.value(), value);
     assert!(m.holding("noscript", again.value()).await >= 2);
     again.release().await.unwrap();
+    // A release returns at a quorum; the last master's finishes in the background.
+    gone_everywhere(&m, "noscript").await;
     assert_eq!(m.dbsizes().await, [0, 0, 0]);
 }
 
@@ -1059,7 +1072,8 @@ async fn with_lock_always_releases() {
         .release()
         .await
         .unwrap();
-    assert_eq!(m.dbsizes().await, [0, 0, 0]);
+    // A release returns at a quorum; the last master's finishes in the background.
+    all_empty(&m).await;
 }
 
 // --- bad input ---------------------------------------------------------------------------------

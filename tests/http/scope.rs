@@ -90,7 +90,13 @@ pub async fn keys_are_scoped_by_the_query<F: Framework>() {
     let requests = queries.map(|q| tokio::spawn(reply(http.post(url(q)))));
     probe.until_started(queries.len()).await;
     assert_eq!(probe.inside(), queries.len(), "different queries, one lock");
-    assert_eq!(m.dbsizes().await, vec![queries.len() as u64; 3]);
+    // Three locks, each on a quorum now (the last master's SET may still be on its way).
+    let sizes = m.dbsizes().await;
+    assert!(
+        sizes.iter().all(|&n| n <= queries.len() as u64)
+            && sizes.iter().sum::<u64>() >= 2 * queries.len() as u64,
+        "{sizes:?}"
+    );
 
     assert_conflict(&reply(http.post(url("?week=1"))).await, DEFAULT_TTL);
     assert_eq!(probe.started(), queries.len(), "the refused request ran");

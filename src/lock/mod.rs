@@ -298,25 +298,7 @@ impl Redlock {
         })
         .await;
         // The answers that came meanwhile need no release if they hold nothing of ours.
-        quorum::drain_ready(&mut sent, |(i, answer)| {
-            tally.answered |= 1 << i;
-            match answer {
-                Ok(Acquire::Acquired) => {
-                    tally.for_mask |= 1 << i;
-                    // Replay counts on (see `records::await_every_answer`).
-                    tally.for_ += usize::from(replay);
-                }
-                Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
-                Ok(Acquire::Completed { record }) if replay => tally.completed(i, record),
-                Ok(Acquire::Completed { .. }) => tally.held(i, None),
-                Err(e) => {
-                    if e.is_suspended() {
-                        tally.not_ours |= 1 << i;
-                    }
-                    tally.errors.push(e)
-                }
-            }
-        });
+        quorum::drain_ready(&mut sent, |answer| tally.late_acquire(answer, replay));
         if replay {
             let until = deadline.min(start + timeout);
             records::await_every_answer(&mut sent, &mut tally, until).await;

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use super::health::Health;
 use super::lease::Token;
 use crate::error::NodeError;
-use crate::node::{AnyNode, NodeFailure, RedisNode};
+use crate::node::{Acquire, AnyNode, NodeFailure, RedisNode};
 
 /// One node as the client holds it: the node, its name, and its recent timeouts.
 #[derive(Debug)]
@@ -97,6 +97,28 @@ impl Tally {
         self.record.is_some()
             || self.for_ >= quorum
             || (self.decided(nodes, quorum) && self.against > 0)
+    }
+
+    /// Counts an acquire's answer that came after the decision (or, in replay, while every
+    /// answer is awaited): it says whether the node holds our token (a release is owed).
+    /// Only replay keeps counting votes for, and takes a completion record for one.
+    pub(crate) fn late_acquire(&mut self, (i, answer): Answer<Acquire>, replay: bool) {
+        self.answered |= 1 << i;
+        match answer {
+            Ok(Acquire::Acquired) => {
+                self.for_mask |= 1 << i;
+                self.for_ += usize::from(replay);
+            }
+            Ok(Acquire::Held { remaining }) => self.held(i, remaining),
+            Ok(Acquire::Completed { record }) if replay => self.completed(i, record),
+            Ok(Acquire::Completed { .. }) => self.held(i, None),
+            Err(e) => {
+                if e.is_suspended() {
+                    self.not_ours |= 1 << i;
+                }
+                self.errors.push(e)
+            }
+        }
     }
 
     /// Counts node `i`'s completion record: it locked nothing.

@@ -39,24 +39,10 @@ where
     S: Stream<Item = Answer<Acquire>> + Unpin,
 {
     while tally.record.is_none() {
-        let Ok(Some((i, answer))) = tokio::time::timeout_at(until.into(), sent.next()).await else {
+        let Ok(Some(answer)) = tokio::time::timeout_at(until.into(), sent.next()).await else {
             break;
         };
-        tally.answered |= 1 << i;
-        match answer {
-            Ok(Acquire::Acquired) => {
-                tally.for_ += 1;
-                tally.for_mask |= 1 << i;
-            }
-            Ok(Acquire::Held { remaining }) => tally.held(i, remaining),
-            Ok(Acquire::Completed { record }) => tally.completed(i, record),
-            Err(e) => {
-                if e.is_suspended() {
-                    tally.not_ours |= 1 << i;
-                }
-                tally.errors.push(e)
-            }
-        }
+        tally.late_acquire(answer, true);
     }
 }
 

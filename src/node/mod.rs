@@ -106,10 +106,7 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         ttl: Duration,
     ) -> NodeFuture<'a, Acquire> {
         let _ = (key, record_key, token, ttl);
-        Box::pin(ready(Err(NodeFailure::new(format!(
-            "{} does not store completion records",
-            self.name()
-        )))))
+        Box::pin(ready(Err(NodeFailure::no_records(&self.name()))))
     }
 
     /// For idempotent work, fenced by the lock: only if `key` holds `token`, store `record` at
@@ -127,10 +124,7 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         retention: Duration,
     ) -> NodeFuture<'a, bool> {
         let _ = (key, record_key, token, record, retention);
-        Box::pin(ready(Err(NodeFailure::new(format!(
-            "{} does not store completion records",
-            self.name()
-        )))))
+        Box::pin(ready(Err(NodeFailure::no_records(&self.name()))))
     }
 }
 
@@ -379,6 +373,12 @@ impl NodeFailure {
             message: source.to_string(),
             source: Some(Box::new(source)),
         }
+    }
+
+    /// A node without completion records (the defaults of [`Node::complete`] and
+    /// [`Node::acquire_unless_completed`]).
+    fn no_records(name: &str) -> Self {
+        Self::new(format!("{name} does not store completion records"))
     }
 
     /// Mark the failure as a timeout.

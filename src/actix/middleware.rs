@@ -39,6 +39,18 @@ impl RedlockMiddleware {
         })
     }
 
+    /// An idempotent endpoint with the defaults: the `Idempotency-Key` header (required,
+    /// scoped by route) locks the first request, whose response is stored and replayed to
+    /// every later request with that key for 24 h (a reused key with another request:
+    /// `422`). See [`LockPolicy::idempotent`] and [`replay`](crate::http::replay).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn idempotent(redlock: Redlock) -> crate::Result<Self> {
+        Ok(Self::with_policy(LockPolicy::idempotent(redlock).build()?))
+    }
+
     /// A middleware with a configured policy (checked when it was built).
     pub fn with_policy(policy: LockPolicy) -> Self {
         Self { policy }
@@ -109,7 +121,15 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        let key = self.policy.key(&ActixRequestView::new(&req));
+        let (key, fingerprint) = {
+            let view = ActixRequestView::new(&req);
+            let key = self.policy.key(&view);
+            let fingerprint = match key {
+                Ok(Some(_)) => self.policy.fingerprint(&view),
+                _ => None,
+            };
+            (key, fingerprint)
+        };
         let key = match key {
             Err(r) => {
                 let res = req
@@ -130,14 +150,20 @@ where
         };
         let service = Rc::clone(&self.service);
         let policy = self.policy.clone();
+        if let Some((fingerprint, body_limit)) = fingerprint {
+            return Box::pin(async move {
+                super::replay::call(&*service, policy, key, fingerprint, body_limit, req).await
+            });
+        }
         Box::pin(async move {
-            let mut lease = match policy.clone().acquire(key).await {
+            let mut lease = match policy.clone().acquire(key, None).await {
                 Decision::Reject(r) => {
                     return Ok(req
                         .into_response(rejection_response(r))
                         .map_into_right_body())
                 }
-                Decision::Locked(lease) => {
+                Decision::Replay(_) => unreachable!("only a replay policy replays"),
+                Decision::Locked(lease, _) => {
                     req.extensions_mut().insert(lease.handle());
                     lease
                 }

@@ -37,6 +37,7 @@
 mod body;
 mod extract;
 pub(crate) mod middleware;
+mod replay;
 mod view;
 
 pub use self::body::LeaseBody;

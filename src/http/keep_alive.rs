@@ -8,9 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Context;
-#[cfg(feature = "actix")]
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use pin_project::pin_project;
@@ -79,7 +77,6 @@ impl KeepAliveTimer {
 }
 
 /// `fut`, with `lease` kept alive while it runs when it outlives ttl/3.
-#[cfg(feature = "actix")]
 #[pin_project]
 pub(crate) struct KeptAlive<'a, F> {
     #[pin]
@@ -89,7 +86,6 @@ pub(crate) struct KeptAlive<'a, F> {
     lease: &'a mut Lease,
 }
 
-#[cfg(feature = "actix")]
 impl<'a, F: Future> KeptAlive<'a, F> {
     pub(crate) fn new(fut: F, lease: &'a mut Lease, on: bool) -> Self {
         Self {
@@ -100,7 +96,6 @@ impl<'a, F: Future> KeptAlive<'a, F> {
     }
 }
 
-#[cfg(feature = "actix")]
 impl<F: Future> Future for KeptAlive<'_, F> {
     type Output = F::Output;
 

@@ -105,11 +105,12 @@ mod policy;
 mod rejection;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod release;
+pub mod replay;
 mod view;
 
 #[cfg(feature = "tower")]
 pub(crate) use keep_alive::KeepAliveTimer;
-#[cfg(feature = "actix")]
+#[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use keep_alive::KeptAlive;
 pub(crate) use policy::Decision;
 pub use policy::{
@@ -128,4 +129,7 @@ pub use key::{
     ScopedBy, ScopedByExtension, ScopedByHeader, ScopedByMethod, ScopedByRoute, DEFAULT_KEY_PREFIX,
     DEFAULT_MAX_KEY_LEN,
 };
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) use replay::{Collector, Plan, StoredResponse};
+pub use replay::{Replay, REPLAYED_HEADER};
 pub use view::{ExtensionType, RequestView, SimpleRequest};

@@ -5,9 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::key::{KeyExtractor, LockKey, RequestView};
-use super::rejection::{ProblemJson, Rejection, RejectionResponse, Responder};
-use crate::{Lease, Redlock, Retry};
+use super::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
+use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
+use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
+use crate::{Claim, Lease, Redlock, Retry};
 
 /// What to do when another request holds the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +94,7 @@ struct PolicyInner {
     /// The methods whose requests are locked; `None`: every method.
     methods: Option<Vec<Box<str>>>,
     responder: Box<dyn Responder>,
+    replay: Option<Arc<Replay>>,
 }
 
 impl fmt::Debug for LockPolicy {
@@ -106,6 +108,7 @@ impl fmt::Debug for LockPolicy {
             .field("release", &p.release)
             .field("keep_alive", &p.keep_alive)
             .field("methods", &p.methods)
+            .field("replay", &p.replay)
             .finish_non_exhaustive()
     }
 }
@@ -150,8 +153,52 @@ impl LockPolicy {
                 keep_alive: true,
                 methods: Some(DEFAULT_LOCKED_METHODS.iter().map(|&m| m.into()).collect()),
                 responder: Box::new(ProblemJson),
+                replay: None,
             },
         }
+    }
+
+    /// The common idempotent endpoint: the `Idempotency-Key` header (required, scoped by
+    /// route) locks the first request and stores its response, which every later request
+    /// with the key gets replayed ([`Replay::new`]'s defaults: 24 h, body fingerprinted).
+    /// See [`replay`](super::replay).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::http::LockPolicy;
+    /// use tower_redlock::Redlock;
+    ///
+    /// let policy = LockPolicy::idempotent(Redlock::in_memory()).build()?;
+    /// assert!(policy.replays());
+    /// # Ok(()) }
+    /// ```
+    pub fn idempotent(redlock: Redlock) -> LockPolicyBuilder {
+        Self::builder(redlock, IdempotencyKey::required().scoped_by_route()).replay(Replay::new())
+    }
+
+    /// Whether completed requests are replayed (see [`LockPolicyBuilder::replay`]).
+    pub fn replays(&self) -> bool {
+        self.inner.replay.is_some()
+    }
+
+    /// The replay settings, if replay is on.
+    pub fn replay_settings(&self) -> Option<&Replay> {
+        self.inner.replay.as_deref()
+    }
+
+    /// With replay on: the fingerprint of everything but the body, and the body limit
+    /// (`None`: the body is not fingerprinted).
+    pub(crate) fn fingerprint(
+        &self,
+        req: &dyn RequestView,
+    ) -> Option<(FingerprintBuilder, Option<usize>)> {
+        let replay = self.inner.replay.as_deref()?;
+        Some((FingerprintBuilder::new(replay, req), replay.body_limit))
+    }
+
+    /// The answer for a replay step's rejection (`413`, `400` for an unreadable body).
+    pub(crate) fn reject(&self, kind: RejectionKind) -> RejectionResponse {
+        self.inner.responder.respond(&Rejection::replay(kind))
     }
 
     /// The lock ttl.
@@ -194,8 +241,24 @@ impl LockPolicy {
         })
     }
 
-    /// Step 2: take the lock for `key` according to the policy.
-    pub(crate) async fn acquire(self, key: LockKey) -> Decision {
+    /// One claim of `key`: with a fingerprint (replay on), a record found is the answer.
+    async fn claim(&self, key: &LockKey, retry: Retry, replay: bool) -> crate::Result<Claim> {
+        let p = &*self.inner;
+        if replay {
+            p.redlock
+                .lock_unless_completed(key.as_str(), p.ttl, retry)
+                .await
+        } else {
+            p.redlock
+                .lock_with(key.as_str(), p.ttl, retry)
+                .await
+                .map(Claim::Locked)
+        }
+    }
+
+    /// Step 2: take the lock for `key` according to the policy; with replay on
+    /// (`fingerprint`), a completed request's response is the answer instead.
+    pub(crate) async fn acquire(self, key: LockKey, fingerprint: Option<Fingerprint>) -> Decision {
         let p = &*self.inner;
         let retry = match p.contention {
             OnContention::Reject => Retry::never(),
@@ -204,20 +267,37 @@ impl LockPolicy {
             }
         };
         let started = Instant::now();
-        let mut result = p.redlock.lock_with(key.as_str(), p.ttl, retry).await;
+        let replay = p.replay.as_ref().zip(fingerprint);
+        let mut result = self.claim(&key, retry, replay.is_some()).await;
         if let Err(e) = &result {
             if e.is_contended() && e.votes_won() > 0 && p.contention == OnContention::Reject {
                 // A split vote between concurrent requests, not a holder: everyone backed
                 // off, so one quick retry after a random pause usually settles it.
                 tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=20_000))).await;
-                result = p.redlock.try_lock(key.as_str(), p.ttl).await;
+                result = self.claim(&key, Retry::never(), replay.is_some()).await;
             }
         }
         match result {
-            Ok(lease) => {
+            Ok(Claim::Locked(lease)) => {
                 // The keep-alive (`p.keep_alive`) is the glue's: see `keep_alive.rs`.
                 tracing::debug!(key = %key, elapsed = ?started.elapsed(), "lock acquired");
-                Decision::Locked(lease)
+                let recorder = replay.map(|(r, fp)| Recorder::new(Arc::clone(r), fp));
+                Decision::Locked(lease, recorder)
+            }
+            Ok(Claim::Completed(record)) => {
+                let fingerprint = replay
+                    .map(|(_, fp)| fp)
+                    .expect("only a replay claim completes");
+                match super::replay::answer(&record, &fingerprint) {
+                    Ok(response) => {
+                        tracing::debug!(key = %key, elapsed = ?started.elapsed(), "replayed");
+                        Decision::Replay(response)
+                    }
+                    Err(kind) => {
+                        tracing::debug!(key = %key, ?kind, "completed request not replayed");
+                        Decision::Reject(self.reject(kind))
+                    }
+                }
             }
             // Fail open only when no node said "held": a live holder is never run over.
             Err(e)
@@ -245,8 +325,10 @@ impl LockPolicy {
 
 /// The outcome of [`LockPolicy::acquire`].
 pub(crate) enum Decision {
-    /// Run the handler holding this lease.
-    Locked(Lease),
+    /// Run the handler holding this lease; with replay on, record its response.
+    Locked(Lease, Option<Recorder>),
+    /// Answer with this stored response (replay), the handler does not run.
+    Replay(StoredResponse),
     /// Run the handler without a lock (fail-open).
     Unlocked,
     /// Answer with this instead of running the handler.
@@ -357,6 +439,14 @@ impl LockPolicyBuilder {
         self
     }
 
+    /// Replay completed requests: the first request with a key runs and its response is
+    /// stored on the quorum; later ones get it replayed, a reused key with another request
+    /// `422`. See [`replay`](super::replay).
+    pub fn replay(mut self, replay: Replay) -> Self {
+        self.inner.replay = Some(Arc::new(replay));
+        self
+    }
+
     /// Replace the problem+json rejections with your own responses.
     pub fn responder(mut self, responder: impl Responder) -> Self {
         self.inner.responder = Box::new(responder);
@@ -379,6 +469,9 @@ impl LockPolicyBuilder {
                     "{bad:?} is not an HTTP method name (a token: letters, digits, !#$%&'*+-.^_`|~)"
                 )));
             }
+        }
+        if let Some(replay) = &p.replay {
+            replay.check()?;
         }
         if let OnContention::Wait { max_wait, delay } = p.contention {
             if max_wait.is_zero() {

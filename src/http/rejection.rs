@@ -1,4 +1,4 @@
-//! The answers the middleware gives for itself: `400`, `409`, `503`, as
+//! The answers the middleware gives for itself: `400`, `409`, `413`, `422`, `503`, as
 //! `application/problem+json` (RFC 9457) bodies that the user can replace.
 
 use std::borrow::Cow;
@@ -24,6 +24,19 @@ pub enum RejectionKind {
     Unavailable,
     /// The lock call was rejected as invalid (a misconfigured ttl): `500`.
     Misconfigured,
+    /// Replay: the key was used before with a different request (method, path, query,
+    /// configured headers or body): `422`.
+    Mismatch,
+    /// Replay: the request body is larger than the fingerprint's body limit: `413`.
+    BodyTooLarge,
+    /// Replay: the request body could not be read (the client went away or sent a broken
+    /// body): `400`.
+    BodyUnreadable,
+    /// Replay: a request with this key completed, but its response was not stored (a
+    /// streamed body, or larger than the response limit), so it cannot be replayed: `409`
+    /// without `Retry-After` — a retry gets the same answer, and the handler never runs
+    /// twice.
+    CompletedNotStored,
 }
 
 /// A rejection: what went wrong, with the details a responder may use.
@@ -34,11 +47,13 @@ pub struct Rejection {
     cause: Cause,
 }
 
-/// What a rejection comes from: a bad key (400) or a lock error (409, 503, 500).
+/// What a rejection comes from: a bad key (400), a lock error (409, 503, 500) or replay
+/// (413, 422, 409).
 #[derive(Debug)]
 enum Cause {
     Key(KeyRejection),
     Lock(crate::Error),
+    Replay,
 }
 
 impl Rejection {
@@ -69,16 +84,28 @@ impl Rejection {
         }
     }
 
+    /// A rejection of the replay step (`Mismatch`, `BodyTooLarge`, `BodyUnreadable`,
+    /// `CompletedNotStored`).
+    pub(crate) fn replay(kind: RejectionKind) -> Self {
+        Self {
+            kind,
+            retry_after: None,
+            cause: Cause::Replay,
+        }
+    }
+
     /// What went wrong.
     pub fn kind(&self) -> RejectionKind {
         self.kind
     }
 
-    /// The HTTP status: 400, 409, 503 or 500.
+    /// The HTTP status: 400, 409, 413, 422, 503 or 500.
     pub fn status(&self) -> u16 {
         match self.kind {
-            RejectionKind::BadKey => 400,
-            RejectionKind::Contended => 409,
+            RejectionKind::BadKey | RejectionKind::BodyUnreadable => 400,
+            RejectionKind::Contended | RejectionKind::CompletedNotStored => 409,
+            RejectionKind::BodyTooLarge => 413,
+            RejectionKind::Mismatch => 422,
             RejectionKind::Unavailable => 503,
             RejectionKind::Misconfigured => 500,
         }
@@ -97,7 +124,7 @@ impl Rejection {
     pub fn key_rejection(&self) -> Option<&KeyRejection> {
         match &self.cause {
             Cause::Key(k) => Some(k),
-            Cause::Lock(_) => None,
+            Cause::Lock(_) | Cause::Replay => None,
         }
     }
 
@@ -105,7 +132,7 @@ impl Rejection {
     pub fn lock_error(&self) -> Option<&crate::Error> {
         match &self.cause {
             Cause::Lock(e) => Some(e),
-            Cause::Key(_) => None,
+            Cause::Key(_) | Cause::Replay => None,
         }
     }
 
@@ -119,6 +146,10 @@ impl Rejection {
             RejectionKind::Contended => "Request in progress",
             RejectionKind::Unavailable => "Lock service unavailable",
             RejectionKind::Misconfigured => "Lock misconfigured",
+            RejectionKind::Mismatch => "Idempotency key reused",
+            RejectionKind::BodyTooLarge => "Request body too large",
+            RejectionKind::BodyUnreadable => "Request body unreadable",
+            RejectionKind::CompletedNotStored => "Request already completed",
         }
     }
 
@@ -137,6 +168,16 @@ impl Rejection {
                 "the lock service could not reach a quorum; retry later".to_owned()
             }
             RejectionKind::Misconfigured => "the server's lock configuration is invalid".to_owned(),
+            RejectionKind::Mismatch => "this key was already used with a different request \
+                 (method, path, query, headers or body); use a new key for a new request"
+                .to_owned(),
+            RejectionKind::BodyTooLarge => {
+                "the request body is larger than this endpoint accepts".to_owned()
+            }
+            RejectionKind::BodyUnreadable => "the request body could not be read".to_owned(),
+            RejectionKind::CompletedNotStored => "a request with this key already completed; \
+                 its response was not stored and cannot be replayed, and it is not run again"
+                .to_owned(),
         }
     }
 
@@ -158,6 +199,10 @@ impl Rejection {
             RejectionKind::Contended => "/problems/lock-contended",
             RejectionKind::Unavailable => "/problems/lock-unavailable",
             RejectionKind::Misconfigured => "/problems/lock-misconfigured",
+            RejectionKind::Mismatch => "/problems/idempotency-key-reused",
+            RejectionKind::BodyTooLarge => "/problems/request-body-too-large",
+            RejectionKind::BodyUnreadable => "/problems/request-body-unreadable",
+            RejectionKind::CompletedNotStored => "/problems/idempotency-completed-not-stored",
         }
     }
 

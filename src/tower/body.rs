@@ -9,7 +9,8 @@ use crate::http::BodyTail;
 use crate::Lease;
 
 /// The response body of [`RedlockService`](super::RedlockService): the inner body (holding
-/// the lease until its end when the policy releases at body end), or a rejection's body.
+/// the lease until its end when the policy releases at body end), or a body the middleware
+/// made (a rejection, a replayed or a stored response).
 ///
 /// With release at body end, the end of the stream is reported only once the release has
 /// completed, so a client that has read the whole response finds the key free. Dropping the
@@ -27,9 +28,8 @@ enum Kind<B: Body> {
         body: B,
         tail: BodyTail<Frame<B::Data>>,
     },
-    Rejection {
-        body: Option<Bytes>,
-    },
+    /// A body the middleware made: a rejection, a replayed or a stored response.
+    Full { body: Option<Bytes> },
 }
 
 impl<B: Body> ResponseBody<B> {
@@ -42,9 +42,11 @@ impl<B: Body> ResponseBody<B> {
         }
     }
 
-    pub(crate) fn rejection(body: Bytes) -> Self {
+    pub(crate) fn full(body: Bytes) -> Self {
         Self {
-            kind: Kind::Rejection { body: Some(body) },
+            kind: Kind::Full {
+                body: Some(body).filter(|b| !b.is_empty()),
+            },
         }
     }
 
@@ -75,7 +77,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Rejection { body } => {
+            KindProj::Full { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
             KindProj::Inner { mut body, tail } => {
@@ -100,7 +102,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Rejection { body } => body.is_none(),
+            Kind::Full { body } => body.is_none(),
             // While a lease is held, the end must be polled so that it is released.
             Kind::Inner { body, tail } => tail.is_done() && body.is_end_stream(),
         }
@@ -108,7 +110,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Rejection { body } => {
+            Kind::Full { body } => {
                 SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }
             Kind::Inner { body, .. } => body.size_hint(),

@@ -8,7 +8,8 @@ use http_body::Body;
 use pin_project::pin_project;
 use tower_service::Service;
 
-use super::ResponseBody;
+use super::replay::Replayed;
+use super::{RequestBody, ResponseBody};
 use crate::http::{
     AfterResponse, Decision, KeepAliveTimer, RejectionResponse, ReleaseOn, Unlocked,
 };
@@ -23,7 +24,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 #[pin_project]
 pub struct ResponseFuture<S, ReqBody>
 where
-    S: Service<Request<ReqBody>>,
+    S: Service<Request<RequestBody<ReqBody>>>,
 {
     #[pin]
     state: State<S, ReqBody>,
@@ -32,7 +33,7 @@ where
 #[pin_project(project = StateProj)]
 enum State<S, ReqBody>
 where
-    S: Service<Request<ReqBody>>,
+    S: Service<Request<RequestBody<ReqBody>>>,
 {
     Rejected {
         response: Option<RejectionResponse>,
@@ -40,9 +41,13 @@ where
     Acquiring {
         acquire: BoxFuture<Decision>,
         inner: Option<S>,
-        req: Option<Request<ReqBody>>,
+        req: Option<Request<RequestBody<ReqBody>>>,
         release_on: ReleaseOn,
         keep_alive: bool,
+    },
+    /// A replay policy's whole flow (see `replay.rs`).
+    Replaying {
+        flow: BoxFuture<Result<Replayed<S::Response>, S::Error>>,
     },
     Calling {
         #[pin]
@@ -61,7 +66,7 @@ where
 
 impl<S, ReqBody> std::fmt::Debug for ResponseFuture<S, ReqBody>
 where
-    S: Service<Request<ReqBody>>,
+    S: Service<Request<RequestBody<ReqBody>>>,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
@@ -69,6 +74,7 @@ where
             State::Acquiring { .. } => "acquiring",
             State::Calling { .. } => "calling",
             State::Releasing { .. } => "releasing",
+            State::Replaying { .. } => "replaying",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
@@ -78,7 +84,7 @@ where
 
 impl<S, ReqBody> ResponseFuture<S, ReqBody>
 where
-    S: Service<Request<ReqBody>>,
+    S: Service<Request<RequestBody<ReqBody>>>,
 {
     pub(crate) fn rejected(response: RejectionResponse) -> Self {
         Self {
@@ -102,7 +108,7 @@ where
     pub(crate) fn acquiring(
         acquire: BoxFuture<Decision>,
         inner: S,
-        req: Request<ReqBody>,
+        req: Request<RequestBody<ReqBody>>,
         release_on: ReleaseOn,
         keep_alive: bool,
     ) -> Self {
@@ -118,8 +124,25 @@ where
     }
 }
 
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<RequestBody<ReqBody>>>,
+{
+    pub(crate) fn replaying(flow: BoxFuture<Result<Replayed<S::Response>, S::Error>>) -> Self {
+        Self {
+            state: State::Replaying { flow },
+        }
+    }
+}
+
 /// Turns a neutral rejection into an `http` 1.x response.
 pub(crate) fn rejection_response<B: Body>(r: RejectionResponse) -> Response<ResponseBody<B>> {
+    let (head, body) = rejection_head(r);
+    Response::from_parts(head, ResponseBody::full(body))
+}
+
+/// A neutral rejection as an `http` 1.x response head and body.
+pub(crate) fn rejection_head(r: RejectionResponse) -> (http::response::Parts, Bytes) {
     let status = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut headers = http::HeaderMap::new();
     // Checked when the rejection was built: none of these conversions fails.
@@ -137,15 +160,15 @@ pub(crate) fn rejection_response<B: Body>(r: RejectionResponse) -> Response<Resp
             headers.append(n, v);
         }
     }
-    let mut res = Response::new(ResponseBody::rejection(r.into_body()));
+    let mut res = Response::new(());
     *res.status_mut() = status;
     *res.headers_mut() = headers;
-    res
+    (res.into_parts().0, r.into_body())
 }
 
 impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
 {
@@ -174,7 +197,8 @@ where
                             this.state.set(State::Rejected { response: Some(r) });
                             continue;
                         }
-                        Decision::Locked(lease) => {
+                        Decision::Replay(_) => unreachable!("only a replay policy replays"),
+                        Decision::Locked(lease, _) => {
                             req.extensions_mut().insert(lease.handle());
                             Some(lease)
                         }
@@ -230,6 +254,18 @@ where
                             });
                         }
                     }
+                }
+                StateProj::Replaying { flow } => {
+                    let res = match ready!(flow.as_mut().poll(cx))? {
+                        Replayed::Inner(res) => res.map(|b| ResponseBody::new(b, None)),
+                        Replayed::Held(res, lease) => {
+                            res.map(|b| ResponseBody::new(b, Some(lease)))
+                        }
+                        Replayed::Full(head, body) => {
+                            Response::from_parts(head, ResponseBody::full(body))
+                        }
+                    };
+                    return Poll::Ready(Ok(res));
                 }
                 StateProj::Releasing { release, result } => {
                     ready!(release.as_mut().poll(cx));

@@ -46,6 +46,18 @@ impl RedlockLayer {
         })
     }
 
+    /// An idempotent endpoint with the defaults: the `Idempotency-Key` header (required,
+    /// scoped by route) locks the first request, whose response is stored and replayed to
+    /// every later request with that key for 24 h (a reused key with another request:
+    /// `422`). See [`LockPolicy::idempotent`] and [`replay`](crate::http::replay).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn idempotent(redlock: Redlock) -> crate::Result<Self> {
+        Ok(Self::with_policy(LockPolicy::idempotent(redlock).build()?))
+    }
+
     /// A layer with a configured policy (checked when it was built).
     pub fn with_policy(policy: LockPolicy) -> Self {
         Self { policy }

@@ -46,11 +46,14 @@ mod body;
 mod extract;
 mod future;
 pub(crate) mod layer;
+mod replay;
+mod request;
 mod service;
 mod view;
 
 pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
+pub use self::request::RequestBody;
 pub use self::service::RedlockService;
 pub use self::view::HttpRequestView;
 
@@ -65,7 +68,7 @@ mod assertions {
     #[test]
     fn middleware_types_are_send_and_sync() {
         type Inner = tower::util::BoxCloneSyncService<
-            http::Request<String>,
+            http::Request<RequestBody<String>>,
             http::Response<String>,
             std::convert::Infallible,
         >;

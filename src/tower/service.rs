@@ -5,7 +5,7 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::{HttpRequestView, ResponseBody, ResponseFuture};
+use super::{HttpRequestView, RequestBody, ResponseBody, ResponseFuture};
 use crate::http::LockPolicy;
 
 /// The middleware service of [`RedlockLayer`](crate::RedlockLayer).
@@ -39,11 +39,18 @@ impl<S> RedlockService<S> {
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RedlockService<S>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send,
-    ReqBody: Send + 'static,
-    ResBody: Body,
-    ResBody::Data: From<Bytes>,
+    S::Error: Send,
+    ReqBody: Body + Send + 'static,
+    ReqBody::Data: Send,
+    ReqBody::Error: Send,
+    ResBody: Body + Send + 'static,
+    ResBody::Data: From<Bytes> + Send,
+    ResBody::Error: Send,
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
@@ -55,18 +62,41 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
-        let key = self.policy.key(&HttpRequestView::new(&mut parts));
-        let req = Request::from_parts(parts, body);
+        let (key, fingerprint) = {
+            let view = HttpRequestView::new(&mut parts);
+            let key = self.policy.key(&view);
+            let fingerprint = match key {
+                Ok(Some(_)) => self.policy.fingerprint(&view),
+                _ => None,
+            };
+            (key, fingerprint)
+        };
         match key {
             Err(rejection) => ResponseFuture::rejected(rejection),
-            Ok(None) => ResponseFuture::pass(self.inner.call(req)),
+            Ok(None) => {
+                let req = Request::from_parts(parts, RequestBody::new(body));
+                ResponseFuture::pass(self.inner.call(req))
+            }
             Ok(Some(key)) => {
                 // The ready service goes into the future; a fresh clone stays for the next
                 // call (tower's `mem::replace` idiom).
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
+                if let Some((fingerprint, body_limit)) = fingerprint {
+                    let req = Request::from_parts(parts, body);
+                    let policy = self.policy.clone();
+                    return ResponseFuture::replaying(Box::pin(super::replay::call(
+                        policy,
+                        key,
+                        fingerprint,
+                        body_limit,
+                        inner,
+                        req,
+                    )));
+                }
+                let req = Request::from_parts(parts, RequestBody::new(body));
                 ResponseFuture::acquiring(
-                    Box::pin(self.policy.clone().acquire(key)),
+                    Box::pin(self.policy.clone().acquire(key, None)),
                     inner,
                     req,
                     self.policy.release_on(),

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
 use tower_redlock::http::{IdempotencyKey, KeyExtractor, LockPolicy, SimpleRequest};
+use tower_redlock::tower::RequestBody;
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
 use crate::harness::probe::Probe;
@@ -53,21 +54,24 @@ fn redis_key(key: &str) -> String {
         .to_owned()
 }
 
-type InnerService = BoxCloneService<Request<Empty<Bytes>>, Response<TestBody>, Infallible>;
+type InnerService =
+    BoxCloneService<Request<RequestBody<Empty<Bytes>>>, Response<TestBody>, Infallible>;
 
 /// An inner service that passes the probe's gate, then answers with a [`test_body`] whose
 /// writing end it hands to the test.
 fn body_service(probe: &Arc<Probe>, bodies: Bodies) -> InnerService {
     let probe = probe.clone();
-    BoxCloneService::new(tower::service_fn(move |_req: Request<Empty<Bytes>>| {
-        let (probe, bodies) = (probe.clone(), bodies.clone());
-        async move {
-            probe.pass().await;
-            let (tx, body) = test_body();
-            bodies.send(tx).expect("the test is listening");
-            Ok(Response::new(body))
-        }
-    }))
+    BoxCloneService::new(tower::service_fn(
+        move |_req: Request<RequestBody<Empty<Bytes>>>| {
+            let (probe, bodies) = (probe.clone(), bodies.clone());
+            async move {
+                probe.pass().await;
+                let (tx, body) = test_body();
+                bodies.send(tx).expect("the test is listening");
+                Ok(Response::new(body))
+            }
+        },
+    ))
 }
 
 fn request(key: &str) -> Request<Empty<Bytes>> {
@@ -333,7 +337,7 @@ async fn lifecycle_with_release_on_body_end_and_sized_bodies() {
     let key = redis_key(KEY);
 
     let sized = RedlockLayer::with_policy(policy.clone()).layer(tower::service_fn(
-        |_req: Request<Empty<Bytes>>| async {
+        |_req: Request<RequestBody<Empty<Bytes>>>| async {
             Ok::<_, Infallible>(Response::new(http_body_util::Full::new(
                 Bytes::from_static(b"done"),
             )))
@@ -359,7 +363,7 @@ async fn lifecycle_with_release_on_body_end_and_sized_bodies() {
     );
 
     let empty = RedlockLayer::with_policy(policy).layer(tower::service_fn(
-        |_req: Request<Empty<Bytes>>| async {
+        |_req: Request<RequestBody<Empty<Bytes>>>| async {
             Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
         },
     ));

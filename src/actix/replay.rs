@@ -1,0 +1,211 @@
+//! The actix-web glue of a [replay](crate::http::replay) policy: buffer and fingerprint the
+//! request body, claim the key, replay or run, then store the response. The decisions are
+//! shared with tower (`http::replay`); only the body reading and actix-web's types are here.
+
+use std::future::poll_fn;
+use std::pin::pin;
+use std::time::Instant;
+
+use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
+use actix_web::dev::{Payload, Service, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue, CONTENT_LENGTH};
+use actix_web::http::StatusCode;
+use actix_web::{HttpMessage, HttpResponse};
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use super::middleware::rejection_response;
+use super::LeaseBody;
+use crate::http::replay::FingerprintBuilder;
+use crate::http::{
+    AfterResponse, Collector, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
+    StoredResponse, Unlocked, REPLAYED_HEADER,
+};
+
+type Answer<B> = ServiceResponse<EitherBody<LeaseBody<B>>>;
+
+/// Reads the request body whole, up to `limit` bytes.
+async fn collect_request(req: &mut ServiceRequest, limit: usize) -> Result<Bytes, RejectionKind> {
+    let mut payload = req.take_payload();
+    let mut collector = Collector::new(limit);
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|_| RejectionKind::BodyUnreadable)?;
+        collector
+            .push(chunk)
+            .map_err(|_| RejectionKind::BodyTooLarge)?;
+    }
+    Ok(collector.finish())
+}
+
+/// Reads a response body whole, up to `limit` bytes.
+async fn collect_response<B: MessageBody>(body: B, limit: usize) -> Option<Bytes> {
+    let mut body = pin!(body);
+    let mut collector = Collector::new(limit);
+    while let Some(chunk) = poll_fn(|cx| body.as_mut().poll_next(cx)).await {
+        collector.push(chunk.ok()?).ok()?;
+    }
+    Some(collector.finish())
+}
+
+/// The replayed response: status, stored headers, `Idempotency-Replayed: true`, body.
+fn replay_response(stored: StoredResponse) -> HttpResponse<BoxBody> {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut res = HttpResponse::build(status);
+    for (name, value) in stored.headers {
+        // Stored from a valid response: a name or value that does not convert was damaged.
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_maybe_shared(value),
+        ) {
+            res.append_header((n, v));
+        }
+    }
+    res.insert_header((
+        HeaderName::from_static(REPLAYED_HEADER),
+        HeaderValue::from_static("true"),
+    ));
+    res.body(stored.body)
+}
+
+/// The whole replay flow for one keyed request.
+pub(crate) async fn call<S, B>(
+    service: &S,
+    policy: LockPolicy,
+    key: LockKey,
+    fingerprint: FingerprintBuilder,
+    body_limit: Option<usize>,
+    mut req: ServiceRequest,
+) -> Result<Answer<B>, actix_web::Error>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody + 'static,
+{
+    let reject = |req: ServiceRequest, kind| {
+        Ok(req
+            .into_response(rejection_response(policy.reject(kind)))
+            .map_into_right_body())
+    };
+    let fingerprint = match body_limit {
+        None => fingerprint.finish(None),
+        Some(limit) => {
+            let declared = req
+                .headers()
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            if declared.is_some_and(|len| len > limit as u64) {
+                return reject(req, RejectionKind::BodyTooLarge);
+            }
+            match collect_request(&mut req, limit).await {
+                Ok(bytes) => {
+                    let fingerprint = fingerprint.finish(Some(&bytes));
+                    req.set_payload(Payload::from(bytes));
+                    fingerprint
+                }
+                Err(kind) => return reject(req, kind),
+            }
+        }
+    };
+    let (mut lease, recorder) = match policy.clone().acquire(key, Some(fingerprint)).await {
+        Decision::Reject(r) => {
+            return Ok(req
+                .into_response(rejection_response(r))
+                .map_into_right_body())
+        }
+        Decision::Replay(stored) => {
+            return Ok(req
+                .into_response(replay_response(stored))
+                .map_into_right_body())
+        }
+        Decision::Unlocked => {
+            req.extensions_mut().insert(Unlocked);
+            let res = service.call(req).await?;
+            return Ok(res
+                .map_body(|_, b| LeaseBody::new(b, None))
+                .map_into_left_body());
+        }
+        Decision::Locked(lease, recorder) => {
+            req.extensions_mut().insert(lease.handle());
+            (lease, recorder)
+        }
+    };
+    let due = Instant::now() + lease.ttl() / 3;
+    let result = KeptAlive::new(service.call(req), &mut lease, policy.keeps_alive()).await;
+    let res = match result {
+        Ok(res) => res,
+        Err(e) => {
+            crate::http::release(lease).await;
+            return Err(e);
+        }
+    };
+    let Some(recorder) = recorder else {
+        unreachable!("a replay claim always records")
+    };
+    let status = res.status().as_u16();
+    let size = res.response().body().size();
+    let plan = {
+        let stored = recorder.stored_headers(
+            res.headers()
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_bytes())),
+        );
+        let len = match size {
+            BodySize::None => Some(0),
+            BodySize::Sized(n) => Some(n),
+            BodySize::Stream => None,
+        };
+        recorder.plan(status, &stored, len)
+    };
+    match plan {
+        Plan::Release => {
+            let body_to_send = !matches!(size, BodySize::None | BodySize::Sized(0));
+            match AfterResponse::decide(lease, policy.release_on(), body_to_send) {
+                AfterResponse::HoldToBodyEnd(mut lease) => {
+                    if policy.keeps_alive() {
+                        lease.keep_alive_from(due);
+                    }
+                    Ok(res
+                        .map_body(|_, b| LeaseBody::new(b, Some(lease)))
+                        .map_into_left_body())
+                }
+                AfterResponse::ReleaseNow(lease) => {
+                    crate::http::release(lease).await;
+                    Ok(res
+                        .map_body(|_, b| LeaseBody::new(b, None))
+                        .map_into_left_body())
+                }
+            }
+        }
+        Plan::MarkCompleted => {
+            recorder.complete(lease, recorder.completed()).await;
+            Ok(res
+                .map_body(|_, b| LeaseBody::new(b, None))
+                .map_into_left_body())
+        }
+        Plan::Store { body_len } => {
+            let (req, res) = res.into_parts();
+            let (head, body) = res.into_parts();
+            match collect_response(body, body_len).await {
+                Some(bytes) => {
+                    let stored = recorder.stored_headers(
+                        head.headers()
+                            .iter()
+                            .map(|(n, v)| (n.as_str(), v.as_bytes())),
+                    );
+                    let record = recorder.response(status, &stored, &bytes);
+                    recorder.complete(lease, record).await;
+                    let res = head.set_body(BoxBody::new(bytes));
+                    Ok(ServiceResponse::new(req, res).map_into_right_body())
+                }
+                None => {
+                    // Nothing stored: the response failed, a retry may run again.
+                    tracing::warn!(
+                        "the response body failed while it was read for replay: not stored"
+                    );
+                    crate::http::release(lease).await;
+                    let res = HttpResponse::InternalServerError().finish();
+                    Ok(ServiceResponse::new(req, res).map_into_right_body())
+                }
+            }
+        }
+    }
+}

@@ -48,10 +48,9 @@ pub(crate) fn response_len<'a>(
     body: usize,
 ) -> usize {
     let head = MAGIC.len() + 32 + 1 + 2 + 2;
-    head + headers
-        .map(|(n, v)| 2 + n.len() + 4 + v.len())
-        .sum::<usize>()
-        + body
+    let headers: usize = headers.map(|(n, v)| 2 + n.len() + 4 + v.len()).sum();
+    // Saturating: a body length near usize::MAX is "too large", never an overflow.
+    (head + headers).saturating_add(body)
 }
 
 /// A response record. The caller has checked the size with [`response_len`]; header names

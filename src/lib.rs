@@ -27,6 +27,28 @@
 //! of `409`, fail-open, release at body end, key scopes (route, tenant header, the
 //! authenticated principal), the rejection bodies.
 //!
+//! ## Idempotent endpoints: the handler runs once per key
+//!
+//! A lock stops two requests with one key from running *at the same time*; replay stops the
+//! second from running *at all*. The first request's response is stored on the quorum, and a
+//! retry with the key — the client timed out, the server finished — gets it back, with
+//! `Idempotency-Replayed: true`, without running the handler. A reused key with another
+//! request is `422`. See [`http::replay`].
+//!
+//! ```
+//! # #[cfg(feature = "axum")]
+//! # async fn demo() -> Result<(), tower_redlock::Error> {
+//! use axum::{routing::post, Router};
+//! use tower_redlock::{Redlock, RedlockLayer};
+//!
+//! let redlock = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+//! let app: Router = Router::new()
+//!     .route("/payments", post(|| async { "charged once, replayed after" }))
+//!     // Idempotency-Key required, scoped by route; responses replayed for 24 h.
+//!     .route_layer(RedlockLayer::idempotent(redlock)?);
+//! # let _ = app; Ok(()) }
+//! ```
+//!
 //! ## The client
 //!
 //! ```

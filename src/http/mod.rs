@@ -25,7 +25,10 @@
 //!      sent twice; the middleware answers `400 Bad Request` with a
 //!      problem+json body built from [`KeyRejection::title`] and
 //!      [`KeyRejection::detail`].
-//! 3. Extractors never hash on their own: they push *parts* (raw key material
+//! 3. With [`replay`] on, the request is fingerprinted (method, path, query, chosen
+//!    headers, the body's digest) and a key that already completed answers with its stored
+//!    response (or `422` when the fingerprint differs) instead of locking.
+//! 4. Extractors never hash on their own: they push *parts* (raw key material
 //!    and scope such as the route, the method or a tenant header) into a
 //!    [`KeyMaterial`], and the material is hashed once, at the end, into the
 //!    [`LockKey`] whose [`as_str`](LockKey::as_str) is the Redis resource

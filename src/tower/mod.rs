@@ -13,6 +13,9 @@
 //! | quorum unreachable | `503`, `Retry-After`; or run unlocked (fail-open) |
 //! | required key missing, malformed, too long | `400` |
 //! | extractor returns "no key" | pass through without a lock |
+//! | key already completed ([replay](crate::http::replay) on) | the stored response + `Idempotency-Replayed: true` |
+//! | key reused with another request (replay on) | `422` |
+//! | request body over the fingerprint limit (replay on) | `413` |
 //!
 //! Rejections are `application/problem+json` bodies, replaceable with
 //! [`LockPolicyBuilder::responder`](crate::http::LockPolicyBuilder::responder). The inner
@@ -20,6 +23,10 @@
 //! [`LeaseHandle`](crate::LeaseHandle) in the request extensions (and, with the `axum`
 //! feature, as an extractor). If the request is cancelled, the lock is released in the
 //! background.
+//!
+//! The inner service receives `Request<`[`RequestBody<B>`](RequestBody)`>`: the client's
+//! body, or the same bytes buffered when a replay policy fingerprinted them. axum's routers
+//! and tonic's services accept any body, so nothing changes for them.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {

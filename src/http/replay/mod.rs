@@ -35,6 +35,12 @@
 //! ends, never a second run (logged at warn). See
 //! [`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed).
 //!
+//! **Other settings**: with [`wait`](super::LockPolicyBuilder::wait), a duplicate in flight
+//! waits and then gets the stored response; with
+//! [`fail_open`](super::LockPolicyBuilder::fail_open), a request that runs unlocked (quorum
+//! unreachable) stores nothing. The request body is read *before* the lock is taken, so a
+//! slow client never holds a key.
+//!
 //! A stored response is replayed byte for byte by either framework: an actix-web replica
 //! replays what an axum replica stored, and the reverse.
 //!

@@ -1,17 +1,14 @@
 use std::future::{ready, Ready};
 use std::rc::Rc;
-use std::time::Instant;
 
-use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
+use actix_web::body::{BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::{header, StatusCode};
-use actix_web::{HttpMessage, HttpResponse};
+use actix_web::HttpResponse;
 use futures_util::future::LocalBoxFuture;
 
 use super::{ActixRequestView, LeaseBody};
-use crate::http::{
-    AfterResponse, Decision, KeptAlive, KeyExtractor, LockPolicy, RejectionResponse, Unlocked,
-};
+use crate::http::{KeyExtractor, LockPolicy, RejectionResponse};
 use crate::Redlock;
 
 /// The actix-web middleware: lock a key per request. Attach it to the routes that need it
@@ -150,61 +147,6 @@ where
         };
         let service = Rc::clone(&self.service);
         let policy = self.policy.clone();
-        if let Some((fingerprint, body_limit)) = fingerprint {
-            return Box::pin(async move {
-                super::replay::call(&*service, policy, key, fingerprint, body_limit, req).await
-            });
-        }
-        Box::pin(async move {
-            let mut lease = match policy.clone().acquire(key, None).await {
-                Decision::Reject(r) => {
-                    return Ok(req
-                        .into_response(rejection_response(r))
-                        .map_into_right_body())
-                }
-                Decision::Replay(_) => unreachable!("only a replay policy replays"),
-                Decision::Locked(lease, _) => {
-                    req.extensions_mut().insert(lease.handle());
-                    lease
-                }
-                Decision::Unlocked => {
-                    req.extensions_mut().insert(Unlocked);
-                    let res = service.call(req).await?;
-                    return Ok(res
-                        .map_body(|_, b| LeaseBody::new(b, None))
-                        .map_into_left_body());
-                }
-            };
-            // A cancelled request (with `h1_allow_half_closed(false)`, see the module docs)
-            // drops `lease` here, which spawns its release.
-            // The keep-alive starts only if the handler outlives ttl/3.
-            let due = Instant::now() + lease.ttl() / 3;
-            let result = KeptAlive::new(service.call(req), &mut lease, policy.keeps_alive()).await;
-            let body_to_send = matches!(&result, Ok(res)
-                if !matches!(res.response().body().size(), BodySize::None | BodySize::Sized(0)));
-            match (
-                AfterResponse::decide(lease, policy.release_on(), body_to_send),
-                result,
-            ) {
-                (AfterResponse::HoldToBodyEnd(mut lease), Ok(res)) => {
-                    if policy.keeps_alive() {
-                        // On the handler's schedule (nothing if it already started).
-                        lease.keep_alive_from(due);
-                    }
-                    Ok(res
-                        .map_body(|_, b| LeaseBody::new(b, Some(lease)))
-                        .map_into_left_body())
-                }
-                (
-                    AfterResponse::ReleaseNow(lease) | AfterResponse::HoldToBodyEnd(lease),
-                    result,
-                ) => {
-                    crate::http::release(lease).await;
-                    Ok(result?
-                        .map_body(|_, b| LeaseBody::new(b, None))
-                        .map_into_left_body())
-                }
-            }
-        })
+        Box::pin(async move { super::flow::call(&*service, policy, key, fingerprint, req).await })
     }
 }

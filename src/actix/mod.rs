@@ -38,8 +38,8 @@
 
 mod body;
 mod extract;
+mod flow;
 pub(crate) mod middleware;
-mod replay;
 mod view;
 
 pub use self::body::LeaseBody;

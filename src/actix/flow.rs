@@ -1,6 +1,7 @@
-//! The actix-web glue of a [replay](crate::http::replay) policy: buffer and fingerprint the
-//! request body, claim the key, replay or run, then store the response. The decisions are
-//! shared with tower (`http::replay`); only the body reading and actix-web's types are here.
+//! One keyed request through actix-web: (with [replay](crate::http::replay) on, buffer and
+//! fingerprint the body,) claim the key, run the handler or answer for it, then release —
+//! or store the response. The decisions are shared with tower (`http::policy`,
+//! `http::release`, `http::replay`); only the body reading and actix-web's types are here.
 
 use std::future::poll_fn;
 use std::pin::pin;
@@ -67,13 +68,13 @@ fn replay_response(stored: StoredResponse) -> HttpResponse<BoxBody> {
     res.body(stored.body)
 }
 
-/// The whole replay flow for one keyed request.
+/// The whole flow for one keyed request; `fingerprint`: replay is on (with the body limit,
+/// `None`: the body is not fingerprinted).
 pub(crate) async fn call<S, B>(
     service: &S,
     policy: LockPolicy,
     key: LockKey,
-    fingerprint: FingerprintBuilder,
-    body_limit: Option<usize>,
+    fingerprint: Option<(FingerprintBuilder, Option<usize>)>,
     mut req: ServiceRequest,
 ) -> Result<Answer<B>, actix_web::Error>
 where
@@ -85,9 +86,10 @@ where
             .into_response(rejection_response(policy.reject(kind)))
             .map_into_right_body())
     };
-    let fingerprint = match body_limit {
-        None => fingerprint.finish(None),
-        Some(limit) => {
+    let fingerprint = match fingerprint {
+        None => None,
+        Some((fingerprint, None)) => Some(fingerprint.finish(None)),
+        Some((fingerprint, Some(limit))) => {
             let declared = req
                 .headers()
                 .get(CONTENT_LENGTH)
@@ -99,13 +101,13 @@ where
                 Ok(bytes) => {
                     let fingerprint = fingerprint.finish(Some(&bytes));
                     req.set_payload(Payload::from(bytes));
-                    fingerprint
+                    Some(fingerprint)
                 }
                 Err(kind) => return reject(req, kind),
             }
         }
     };
-    let (mut lease, recorder) = match policy.clone().acquire(key, Some(fingerprint)).await {
+    let (mut lease, recorder) = match policy.clone().acquire(key, fingerprint).await {
         Decision::Reject(r) => {
             return Ok(req
                 .into_response(rejection_response(r))
@@ -128,6 +130,9 @@ where
             (lease, recorder)
         }
     };
+    // A cancelled request (with `h1_allow_half_closed(false)`, see the module docs) drops
+    // `lease` here, which spawns its release. The keep-alive starts only if the handler
+    // outlives ttl/3.
     let due = Instant::now() + lease.ttl() / 3;
     let result = KeptAlive::new(service.call(req), &mut lease, policy.keeps_alive()).await;
     let res = match result {
@@ -137,30 +142,31 @@ where
             return Err(e);
         }
     };
-    let Some(recorder) = recorder else {
-        unreachable!("a replay claim always records")
-    };
     let status = res.status().as_u16();
     let size = res.response().body().size();
-    let plan = {
-        let stored = recorder.stored_headers(
-            res.headers()
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_bytes())),
-        );
-        let len = match size {
-            BodySize::None => Some(0),
-            BodySize::Sized(n) => Some(n),
-            BodySize::Stream => None,
-        };
-        recorder.plan(status, &stored, len)
+    let plan = match &recorder {
+        None => Plan::Release,
+        Some(recorder) => {
+            let stored = recorder.stored_headers(
+                res.headers()
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_bytes())),
+            );
+            let len = match size {
+                BodySize::None => Some(0),
+                BodySize::Sized(n) => Some(n),
+                BodySize::Stream => None,
+            };
+            recorder.plan(status, &stored, len)
+        }
     };
-    match plan {
-        Plan::Release => {
+    match (plan, recorder) {
+        (Plan::Release, _) | (_, None) => {
             let body_to_send = !matches!(size, BodySize::None | BodySize::Sized(0));
             match AfterResponse::decide(lease, policy.release_on(), body_to_send) {
                 AfterResponse::HoldToBodyEnd(mut lease) => {
                     if policy.keeps_alive() {
+                        // On the handler's schedule (nothing if it already started).
                         lease.keep_alive_from(due);
                     }
                     Ok(res
@@ -175,13 +181,13 @@ where
                 }
             }
         }
-        Plan::MarkCompleted => {
+        (Plan::MarkCompleted, Some(recorder)) => {
             recorder.complete(lease, recorder.completed()).await;
             Ok(res
                 .map_body(|_, b| LeaseBody::new(b, None))
                 .map_into_left_body())
         }
-        Plan::Store { body_len } => {
+        (Plan::Store { body_len }, Some(recorder)) => {
             let (req, res) = res.into_parts();
             let (head, body) = res.into_parts();
             match collect_response(body, body_len).await {

@@ -1,8 +1,11 @@
 //! The same idempotent payment endpoint as `axum_idempotent`, on actix-web.
 //!
-//! `POST /payments` requires an `Idempotency-Key` header; while one request with a key is
-//! processed — on this replica or any other sharing the masters, axum or actix — every other
-//! request with that key gets `409 Conflict` with `Retry-After`.
+//! `POST /payments` requires an `Idempotency-Key` header; the first request with a key runs
+//! the handler (a new `payment_id`) and its response is stored on the masters. While it
+//! runs, every other request with that key — on any replica sharing the masters, axum or
+//! actix — gets `409 Conflict` with `Retry-After`; after it, the stored response with
+//! `idempotency-replayed: true` (whichever replica stored it); the key with another body,
+//! `422`.
 //!
 //! Environment: `REDLOCK_URLS` (comma-separated; unset → in-memory node), `BIND_ADDR`
 //! (default `127.0.0.1:3000`), `WORK_MS` (default 200), `RUST_LOG`.
@@ -15,8 +18,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
-use serde_json::json;
-use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+use serde_json::{json, Value};
+use tower_redlock::http::LockPolicy;
 use tower_redlock::RedlockMiddleware;
 use tower_redlock::{LeaseHandle, Redlock};
 
@@ -26,11 +29,18 @@ struct Config {
     replica: SocketAddr,
 }
 
-async fn pay(lease: LeaseHandle, config: web::Data<Config>) -> HttpResponse {
-    // The critical section: one request per Idempotency-Key at a time, fleet-wide.
+async fn pay(
+    lease: LeaseHandle,
+    order: web::Json<Value>,
+    config: web::Data<Config>,
+) -> HttpResponse {
+    // Runs once per Idempotency-Key, fleet-wide: a duplicate gets this very response (the
+    // same `payment_id`) replayed.
     tokio::time::sleep(config.work).await;
     HttpResponse::Ok().json(json!({
+        "payment_id": uuid::Uuid::new_v4().to_string(),
         "status": "charged",
+        "amount_cents": order["amount_cents"],
         "replica": config.replica.to_string(),
         "lock": {
             "resource": lease.resource(),
@@ -75,8 +85,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Redlock::in_memory()
         }
     };
-    // The same policy as the axum example, so both protect the same keys.
-    let policy = LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
+    // The same policy as the axum example, so both protect — and replay — the same keys.
+    // (With the default ttl, `RedlockMiddleware::idempotent(redlock)?` says the same.)
+    let policy = LockPolicy::idempotent(redlock)
         .ttl(Duration::from_secs(10))
         .build()?;
     let config = Config {

@@ -1,8 +1,11 @@
-//! An idempotent payment endpoint behind `RedlockLayer`.
+//! An idempotent payment endpoint behind `RedlockLayer`, with replay.
 //!
-//! `POST /payments` requires an `Idempotency-Key` header. While one request with a key is
-//! being processed — on this replica or any other sharing the Redis masters — every other
-//! request with the same key gets `409 Conflict` with `Retry-After`.
+//! `POST /payments` requires an `Idempotency-Key` header. The first request with a key runs
+//! the handler (which makes a new `payment_id`) and its response is stored on the Redis
+//! masters. Meanwhile, every other request with the key — on this replica or any other
+//! sharing the masters, axum or actix — gets `409 Conflict` with `Retry-After`; after it,
+//! the stored response with `idempotency-replayed: true` (the handler does not run again);
+//! the same key with another body, `422`.
 //!
 //! Environment:
 //! - `REDLOCK_URLS`: comma-separated Redis master URLs; unset → the in-memory node (this
@@ -13,7 +16,8 @@
 //!
 //! ```text
 //! cargo run --features axum --example axum_idempotent
-//! curl -i -X POST localhost:3000/payments -H 'Idempotency-Key: "8e03978e-40d5-43e8"'
+//! curl -i localhost:3000/payments -H 'Idempotency-Key: "8e03978e-40d5-43e8"' \
+//!      -H 'content-type: application/json' -d '{"amount_cents": 1250}'
 //! ```
 
 use std::net::SocketAddr;
@@ -22,7 +26,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+use tower_redlock::http::LockPolicy;
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
 #[tokio::main]
@@ -59,7 +63,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
 
-    let policy = LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
+    // Idempotency-Key required, scoped by route; responses replayed for 24 h. (With the
+    // default ttl, `RedlockLayer::idempotent(redlock)?` says the same.)
+    let policy = LockPolicy::idempotent(redlock)
         .ttl(Duration::from_secs(10))
         .build()?;
     // The lock goes on the route that needs it (`route_layer`): /health is never locked,
@@ -67,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route(
             "/payments",
-            post(move |lease: LeaseHandle| pay(lease, work, bind))
+            post(move |lease: LeaseHandle, Json(order): Json<Value>| pay(lease, order, work, bind))
                 .route_layer(RedlockLayer::with_policy(policy)),
         )
         .route("/health", get(|| async { "ok" }));
@@ -85,12 +91,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn pay(lease: LeaseHandle, work: Duration, replica: SocketAddr) -> Json<Value> {
-    // The critical section: only one request per Idempotency-Key runs this at a time,
-    // across every replica sharing the masters.
+async fn pay(lease: LeaseHandle, order: Value, work: Duration, replica: SocketAddr) -> Json<Value> {
+    // Runs once per Idempotency-Key across every replica sharing the masters: a duplicate
+    // gets this very response (the same `payment_id`) replayed.
     tokio::time::sleep(work).await;
     Json(json!({
+        "payment_id": uuid::Uuid::new_v4().to_string(),
         "status": "charged",
+        "amount_cents": order["amount_cents"],
         "replica": replica.to_string(),
         "lock": {
             "resource": lease.resource(),

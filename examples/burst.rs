@@ -1,5 +1,6 @@
-//! Sends bursts of concurrent requests to one or more replicas of `axum_idempotent` (or
-//! `actix_idempotent`) and prints what came back.
+//! Sends rounds of concurrent `POST /payments` to one or more replicas of `axum_idempotent`
+//! (or `actix_idempotent`), prints a table of what came back, and exits non-zero when a
+//! round's answers are not the expected ones.
 //!
 //! ```text
 //! cargo run --example burst -- http://127.0.0.1:3000 http://127.0.0.1:3001
@@ -7,65 +8,145 @@
 //!
 //! Environment: `REQUESTS` (per round, default 40).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
+/// What one round sends: every request with one key (`Some`), or each with its own.
+struct Round {
+    name: &'static str,
+    key: Option<String>,
+    amount_cents: u64,
+}
+
+/// The answers of one round.
 #[derive(Default)]
 struct Tally {
-    ok: usize,
+    /// `200` from a handler that ran.
+    executed: usize,
+    /// `200` with `idempotency-replayed: true`: the stored response, no handler run.
+    replayed: usize,
     conflict: usize,
     retry_after: BTreeMap<String, usize>,
-    unavailable: usize,
-    bad_request: usize,
-    other: usize,
+    unprocessable: usize,
+    /// Any other answer, by status (or `error`).
+    other: BTreeMap<String, usize>,
+    payment_ids: BTreeSet<String>,
     slowest: Duration,
+}
+
+/// The expected answers of a round.
+#[derive(Debug, PartialEq, Eq)]
+struct Counts {
+    executed: usize,
+    replayed: usize,
+    conflict: usize,
+    unprocessable: usize,
+    other: usize,
+    payment_ids: usize,
+}
+
+impl Tally {
+    fn counts(&self) -> Counts {
+        Counts {
+            executed: self.executed,
+            replayed: self.replayed,
+            conflict: self.conflict,
+            unprocessable: self.unprocessable,
+            other: self.other.values().sum(),
+            payment_ids: self.payment_ids.len(),
+        }
+    }
 }
 
 async fn burst(
     client: &reqwest::Client,
     targets: &[String],
     requests: usize,
-    same_key: bool,
+    round: &Round,
 ) -> Tally {
-    let round = uuid::Uuid::new_v4().simple().to_string();
+    let fresh = uuid::Uuid::new_v4().simple().to_string();
+    let body = format!(r#"{{"amount_cents":{}}}"#, round.amount_cents);
     let calls = (0..requests).map(|i| {
         let url = format!("{}/payments", targets[i % targets.len()]);
-        let key = if same_key {
-            format!("\"{round}\"")
-        } else {
-            format!("\"{round}-{i}\"")
+        let key = match &round.key {
+            Some(key) => format!("\"{key}\""),
+            None => format!("\"{fresh}-{i}\""),
         };
-        let client = client.clone();
+        let req = client
+            .post(url)
+            .header("Idempotency-Key", key)
+            .header("content-type", "application/json")
+            .body(body.clone());
         async move {
             let started = Instant::now();
-            let res = client.post(url).header("Idempotency-Key", key).send().await;
-            (res, started.elapsed())
+            let answer = async {
+                let res = req.send().await?;
+                let status = res.status().as_u16();
+                let header = |name: &str| {
+                    res.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                };
+                let (retry_after, replayed) =
+                    (header("retry-after"), header("idempotency-replayed"));
+                let body = res.bytes().await?;
+                Ok::<_, reqwest::Error>((status, retry_after, replayed, body))
+            }
+            .await;
+            (answer, started.elapsed())
         }
     });
     let mut tally = Tally::default();
-    for (res, took) in futures_util::future::join_all(calls).await {
+    for (answer, took) in futures_util::future::join_all(calls).await {
         tally.slowest = tally.slowest.max(took);
-        match res {
-            Ok(r) => match r.status().as_u16() {
-                200 => tally.ok += 1,
-                409 => {
-                    tally.conflict += 1;
-                    let ra = r
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or("-")
-                        .to_owned();
-                    *tally.retry_after.entry(ra).or_default() += 1;
+        let Ok((status, retry_after, replayed, body)) = answer else {
+            *tally.other.entry("error".into()).or_default() += 1;
+            continue;
+        };
+        match status {
+            200 => {
+                if replayed.as_deref() == Some("true") {
+                    tally.replayed += 1;
+                } else {
+                    tally.executed += 1;
                 }
-                503 => tally.unavailable += 1,
-                400 => tally.bad_request += 1,
-                _ => tally.other += 1,
-            },
-            Err(_) => tally.other += 1,
+                let id = serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|v| v["payment_id"].as_str().map(str::to_owned));
+                match id {
+                    Some(id) => {
+                        tally.payment_ids.insert(id);
+                    }
+                    None => {
+                        *tally
+                            .other
+                            .entry("200 without payment_id".into())
+                            .or_default() += 1
+                    }
+                }
+            }
+            409 => {
+                tally.conflict += 1;
+                let ra = retry_after.map_or("-".into(), |s| format!("{s}s"));
+                *tally.retry_after.entry(ra).or_default() += 1;
+            }
+            422 => tally.unprocessable += 1,
+            s => *tally.other.entry(s.to_string()).or_default() += 1,
         }
     }
     tally
+}
+
+/// A short list of `map`'s entries, `-` when empty.
+fn list<V: std::fmt::Display>(map: &BTreeMap<String, V>) -> String {
+    if map.is_empty() {
+        return "-".into();
+    }
+    let items: Vec<String> = map.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    items.join(", ")
 }
 
 #[tokio::main]
@@ -74,7 +155,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if targets.is_empty() {
         return Err("usage: burst URL [URL…]  (e.g. http://127.0.0.1:3000)".into());
     }
-    let requests: usize = std::env::var("REQUESTS")
+    let n: usize = std::env::var("REQUESTS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
@@ -82,48 +163,131 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .timeout(Duration::from_secs(30))
         .build()?;
 
+    // Open the connections first, so that the first round's requests all arrive while its
+    // one handler still runs.
+    let warm_up = (0..n).map(|i| {
+        client
+            .get(format!("{}/health", targets[i % targets.len()]))
+            .send()
+    });
+    futures_util::future::join_all(warm_up).await;
+
+    let key = uuid::Uuid::new_v4().simple().to_string();
+    let none = Counts {
+        executed: 0,
+        replayed: 0,
+        conflict: 0,
+        unprocessable: 0,
+        other: 0,
+        payment_ids: 0,
+    };
+    let rounds = [
+        (
+            Round {
+                name: "one Idempotency-Key",
+                key: Some(key.clone()),
+                amount_cents: 1250,
+            },
+            Counts {
+                executed: 1,
+                conflict: n - 1,
+                payment_ids: 1,
+                ..none
+            },
+        ),
+        (
+            Round {
+                name: "the same key and body, after round 1",
+                key: Some(key.clone()),
+                amount_cents: 1250,
+            },
+            Counts {
+                replayed: n,
+                payment_ids: 1,
+                ..none
+            },
+        ),
+        (
+            Round {
+                name: "the same key, another body",
+                key: Some(key),
+                amount_cents: 9900,
+            },
+            Counts {
+                unprocessable: n,
+                ..none
+            },
+        ),
+        (
+            Round {
+                name: "a distinct key per request",
+                key: None,
+                amount_cents: 1250,
+            },
+            Counts {
+                executed: n,
+                payment_ids: n,
+                ..none
+            },
+        ),
+    ];
+
     println!(
-        "{requests} concurrent POST /payments per round, spread over {}",
+        "{n} concurrent POST /payments per round, spread over {}",
         targets.join(" and ")
     );
     println!();
-    println!("| round | 200 | 409 (Retry-After: count) | 503 | 400 | other | slowest |");
-    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
-    let rounds = [
-        ("one Idempotency-Key", true),
-        ("the same key again, after round 1", true),
-        ("a distinct key per request", false),
-    ];
-    let mut failed = false;
-    for (name, same_key) in rounds {
-        let t = burst(&client, &targets, requests, same_key).await;
-        let ra: Vec<String> = t
-            .retry_after
-            .iter()
-            .map(|(k, v)| format!("{k}s: {v}"))
-            .collect();
+    println!("| round | 200 run | 200 replayed | 409 (Retry-After: count) | 422 | other | payment_id(s) | slowest |");
+    println!("| --- | ---: | ---: | --- | ---: | --- | --- | ---: |");
+    let mut failures = Vec::new();
+    let mut first_ids = None;
+    for (i, (round, expected)) in rounds.iter().enumerate() {
+        let t = burst(&client, &targets, n, round).await;
+        let ids = match t.payment_ids.len() {
+            0 => "-".to_owned(),
+            1 => t.payment_ids.iter().next().cloned().unwrap_or_default(),
+            k => format!("{k} distinct"),
+        };
         println!(
-            "| {name} | {} | {} ({}) | {} | {} | {} | {} ms |",
-            t.ok,
+            "| {}. {} | {} | {} | {} ({}) | {} | {} | {ids} | {} ms |",
+            i + 1,
+            round.name,
+            t.executed,
+            t.replayed,
             t.conflict,
-            if ra.is_empty() {
-                "-".into()
-            } else {
-                ra.join(", ")
-            },
-            t.unavailable,
-            t.bad_request,
-            t.other,
+            list(&t.retry_after),
+            t.unprocessable,
+            list(&t.other),
             t.slowest.as_millis()
         );
-        let expected_ok = if same_key { 1 } else { requests };
-        failed |= t.ok != expected_ok || t.other > 0;
+        let got = t.counts();
+        if got != *expected {
+            failures.push(format!(
+                "round {}: expected {expected:?}, got {got:?}",
+                i + 1
+            ));
+        }
+        // The replayed answers carry the payment made in round 1, not a new one.
+        match i {
+            0 => first_ids = Some(t.payment_ids),
+            1 if first_ids.as_ref() != Some(&t.payment_ids) => failures.push(format!(
+                "round 2: replayed payment_id(s) {:?}, round 1 made {:?}",
+                t.payment_ids, first_ids
+            )),
+            _ => {}
+        }
     }
     println!();
-    if failed {
-        println!("UNEXPECTED: a same-key round should give exactly one 200, a distinct-key round only 200s");
+    if !failures.is_empty() {
+        for f in &failures {
+            println!("UNEXPECTED: {f}");
+        }
         std::process::exit(1);
     }
-    println!("as expected: one 200 per key at a time, across every replica; the rest 409 with Retry-After");
+    println!(
+        "as expected: one key ran its handler once across every replica (the duplicates in \
+         flight 409, those after it replayed with the same payment_id), the key with another \
+         body 422, distinct keys each ran once"
+    );
     Ok(())
 }

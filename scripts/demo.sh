@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The demo: three local redis-server masters, two replicas of the axum example and one of
-# the actix-web example sharing them, and bursts of concurrent duplicate requests spread over
-# all three; prints a table of the answers, then stops everything it started (by pid).
+# the actix-web example sharing them (idempotent POST /payments, replay on), and rounds of
+# concurrent requests spread over all three (`examples/burst.rs`): one key (one run, the rest
+# 409), the same key after it (all replayed, the same payment_id), the key with another body
+# (all 422), a distinct key each (all run). Prints a table of the answers, exits non-zero
+# when a count is not the expected one, and stops everything it started (by pid).
 #
 # Without redis-server (and no way to install it) it runs one replica on the in-memory node
-# and says so. Environment: REQUESTS (per round, default 40), WORK_MS (default 200).
+# and says so. Environment: REQUESTS (per round, default 40), WORK_MS (default 200),
+# CARGO_TARGET_DIR (honoured).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
+
+# Where cargo puts the binaries (relative to the repository root, as cargo reads it).
+target_dir=${CARGO_TARGET_DIR:-target}
 
 pids=()
 urls=()
@@ -76,7 +83,7 @@ replicas=()
 start_replica() {
   local port pid
   port=$(free_port)
-  BIND_ADDR="127.0.0.1:$port" "./target/release/examples/$1" \
+  BIND_ADDR="127.0.0.1:$port" "$target_dir/release/examples/$1" \
     >"$workdir/replica-$port.log" 2>&1 &
   pid=$!
   pids+=("$pid")
@@ -108,4 +115,5 @@ else
   start_replica axum_idempotent
 fi
 echo
-./target/release/examples/burst "${replicas[@]}"
+# Its exit status is the script's: non-zero when a round's answers are not the expected ones.
+"$target_dir/release/examples/burst" "${replicas[@]}"

@@ -8,7 +8,8 @@
 //! - [`harness`]: the app described once, served by either framework;
 //! - the scenarios: [`exclusion`], [`waiting`], [`unavailable`], [`keys`], [`scope`],
 //!   [`methods`], [`responder`], [`release`], [`keep_alive`];
-//! - [`mixed`]: axum and actix-web side by side, on the same masters;
+//! - replay (idempotent endpoints): [`replay`], [`replay_faults`], [`replay_limits`];
+//! - [`mixed`], [`replay_mixed`]: axum and actix-web side by side, on the same masters;
 //! - [`axum_only`], [`actix_only`]: what only one framework has (the tower service in
 //!   process; actix-web's half-closed connections).
 //!
@@ -26,6 +27,10 @@ mod keys;
 mod methods;
 mod mixed;
 mod release;
+mod replay;
+mod replay_faults;
+mod replay_limits;
+mod replay_mixed;
 mod responder;
 mod scope;
 mod unavailable;
@@ -86,4 +91,16 @@ on_both! {
     release::cancelled_request_releases_in_the_background,
     keep_alive::keep_alive_holds_the_key_past_its_ttl,
     keep_alive::keep_alive_holds_the_key_while_a_long_body_streams,
+    replay::replay_sequential_duplicates_get_the_stored_response,
+    replay::replay_concurrent_duplicates_run_the_handler_once,
+    replay::replay_a_reused_key_with_another_request_is_422,
+    replay::replay_a_5xx_is_not_stored_and_the_retry_runs,
+    replay::replay_ends_with_the_retention,
+    replay::replay_is_scoped_by_the_principal,
+    replay_faults::replay_survives_a_master_down_during_the_write,
+    replay_faults::replay_survives_masters_losing_the_record,
+    replay_faults::replay_a_lease_expired_before_the_write_stores_nothing,
+    replay_limits::replay_a_response_too_large_or_streamed_is_not_stored,
+    replay_limits::replay_a_body_over_the_limit_is_413,
+    replay_limits::replay_the_handler_gets_the_body_unchanged,
 }

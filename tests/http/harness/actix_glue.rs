@@ -8,8 +8,10 @@
 use std::net::SocketAddr;
 
 use actix_web::dev::{ServerHandle, Service};
-use actix_web::http::Method as ActixMethod;
+use actix_web::http::{Method as ActixMethod, StatusCode};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use bytes::BytesMut;
+use futures_util::StreamExt;
 use tower_redlock::http::{KeyExtractor, LockPolicy, Unlocked};
 use tower_redlock::{LeaseHandle, Redlock, RedlockMiddleware};
 
@@ -33,6 +35,10 @@ impl Framework for Actix {
     ) -> tower_redlock::Result<LockPolicy> {
         RedlockMiddleware::new(redlock, extractor).map(|mw| mw.policy().clone())
     }
+
+    fn idempotent(redlock: Redlock) -> tower_redlock::Result<LockPolicy> {
+        RedlockMiddleware::idempotent(redlock).map(|mw| mw.policy().clone())
+    }
 }
 
 /// The app's routes, as resources.
@@ -43,10 +49,21 @@ pub fn configure(app: &App, cfg: &mut web::ServiceConfig) {
             let handler = handler.clone();
             // The lease through the `Option<LeaseHandle>` extractor, the rest from the
             // request's extensions.
-            let handle = move |lease: Option<LeaseHandle>, req: HttpRequest| {
-                let handler = handler.clone();
-                async move { respond(handler.answer(seen(lease, &req)).await) }
-            };
+            let handle =
+                move |lease: Option<LeaseHandle>, req: HttpRequest, mut payload: web::Payload| {
+                    let handler = handler.clone();
+                    async move {
+                        let mut seen = seen(lease, &req);
+                        if handler.reads_body() {
+                            let mut body = BytesMut::new();
+                            while let Some(chunk) = payload.next().await {
+                                body.extend_from_slice(&chunk.expect("the request body is read"));
+                            }
+                            seen.body = Some(body.freeze());
+                        }
+                        respond(handler.answer(seen).await)
+                    }
+                };
             let mut one = web::method(method_of(*method)).to(handle);
             if let Some(policy) = &route.policy {
                 one = one.wrap(RedlockMiddleware::with_policy(policy.clone()));
@@ -69,8 +86,14 @@ fn method_of(method: Method) -> ActixMethod {
 
 fn seen(lease: Option<LeaseHandle>, req: &HttpRequest) -> Seen {
     let extensions = req.extensions();
+    let path = match req.query_string() {
+        "" => req.path().to_owned(),
+        query => format!("{}?{query}", req.path()),
+    };
     Seen {
         method: req.method().to_string(),
+        path,
+        body: None,
         lease,
         unlocked: extensions.get::<Unlocked>().is_some(),
         principal: extensions.get::<Principal>().cloned(),
@@ -84,6 +107,18 @@ fn respond(answer: Answer) -> HttpResponse {
             .body(v.to_string()),
         Answer::Text(text) => HttpResponse::Ok().body(text),
         Answer::Stream(body) => HttpResponse::Ok().streaming(chunks(body)),
+        Answer::Full {
+            status,
+            headers,
+            body,
+        } => {
+            let mut res =
+                HttpResponse::build(StatusCode::from_u16(status).expect("a valid status"));
+            for (name, value) in headers {
+                res.append_header((name, value));
+            }
+            res.body(body)
+        }
     }
 }
 

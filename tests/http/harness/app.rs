@@ -2,6 +2,7 @@
 //! lock policy (or none), with handlers per method, and an authentication layer outside the
 //! lock that turns an `x-user` header into a [`Principal`] request extension.
 
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -114,6 +115,97 @@ pub enum Handler {
     /// Streams the body the test writes through [`Streams::next`], or answers
     /// [`NOT_STREAMED`].
     Streaming(Arc<Streams>),
+    /// Passes the probe's gate (whose `started` counts the runs), reads the request body and
+    /// makes a payment: a fresh `payment_id` per run, answered as [`Payment`] says.
+    Payment(Arc<Probe>, Payment),
+}
+
+/// How a [`Handler::Payment`] answers.
+#[derive(Clone)]
+pub enum Payment {
+    /// `201`, the payment as JSON ([`Payment::json`]) with the request body echoed, and the
+    /// headers of [`Payment::headers`].
+    Created,
+    /// `500` (`{"error": .., "payment_id": ..}`) while the counter is above zero (counting it
+    /// down), then as [`Payment::Created`].
+    FailingFirst(Arc<AtomicUsize>),
+    /// `200`, `application/octet-stream`, a body of [`large_body`]`(n)` (its length known).
+    Large(usize),
+}
+
+/// The `n`-byte body of a [`Payment::Large`] answer: a pattern that shows any byte out of
+/// place.
+pub fn large_body(n: usize) -> Bytes {
+    (0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into()
+}
+
+/// A payment id unique in this test process.
+fn new_payment_id() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(1);
+    format!("pay_{}", NEXT.fetch_add(1, SeqCst))
+}
+
+impl Payment {
+    /// The response headers of a created payment: some stored (a repeated one among them),
+    /// and a `Set-Cookie`, which is not stored by default.
+    pub fn headers(id: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("content-type", "application/json".into()),
+            ("location", format!("/payments/{id}")),
+            ("x-payment-id", id.into()),
+            ("x-ledger-tag", "first".into()),
+            ("x-ledger-tag", "second".into()),
+            ("cache-control", "no-store".into()),
+            ("set-cookie", format!("session={id}; Path=/; HttpOnly")),
+        ]
+    }
+
+    /// The payment's JSON: its id, what the handler saw, and the request body as text.
+    pub fn json(id: &str, seen: &Seen) -> Value {
+        let body = seen.body.as_deref().unwrap_or_default();
+        json!({
+            "payment_id": id,
+            "method": seen.method,
+            "path": seen.path,
+            "tenant": seen.principal.as_ref().map(|p| p.tenant.clone()),
+            "locked": seen.lease.is_some(),
+            "resource": seen.lease.as_ref().map(|l| l.resource().to_owned()),
+            "body": String::from_utf8_lossy(body),
+            "body_len": body.len(),
+        })
+    }
+
+    fn answer(&self, seen: &Seen) -> Answer {
+        let id = new_payment_id();
+        if let Self::FailingFirst(left) = self {
+            if left
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                let body = json!({"error": "the ledger is down", "payment_id": id});
+                return Answer::Full {
+                    status: 500,
+                    headers: vec![("content-type", "application/json".into())],
+                    body: body.to_string().into(),
+                };
+            }
+        }
+        match self {
+            Self::Created | Self::FailingFirst(_) => Answer::Full {
+                status: 201,
+                headers: Self::headers(&id),
+                body: Self::json(&id, seen).to_string().into(),
+            },
+            Self::Large(n) => Answer::Full {
+                status: 200,
+                headers: vec![
+                    ("content-type", "application/octet-stream".into()),
+                    ("x-payment-id", id),
+                ],
+                body: large_body(*n),
+            },
+        }
+    }
 }
 
 impl Handler {
@@ -123,6 +215,16 @@ impl Handler {
 
     pub fn streaming(streams: &Arc<Streams>) -> Self {
         Self::Streaming(streams.clone())
+    }
+
+    /// [`Handler::Payment`] answering [`Payment::Created`].
+    pub fn payment(probe: &Arc<Probe>) -> Self {
+        Self::Payment(probe.clone(), Payment::Created)
+    }
+
+    /// Whether the glue reads the request body into [`Seen::body`] for this handler.
+    pub fn reads_body(&self) -> bool {
+        matches!(self, Self::Payment(..))
     }
 
     /// Runs the handler on what the framework glue saw of the request.
@@ -137,6 +239,10 @@ impl Handler {
                 Some(body) => Answer::Stream(body),
                 None => Answer::Text(NOT_STREAMED),
             },
+            Self::Payment(probe, payment) => {
+                probe.pass().await;
+                payment.answer(&seen)
+            }
         }
     }
 }
@@ -144,6 +250,10 @@ impl Handler {
 /// What a handler saw of its request, through each framework's own extractors.
 pub struct Seen {
     pub method: String,
+    /// The path and, if there is one, `?` and the query.
+    pub path: String,
+    /// The request body, read when the handler [reads it](Handler::reads_body).
+    pub body: Option<Bytes>,
     /// The `LeaseHandle` extractor, as `Option<LeaseHandle>`.
     pub lease: Option<LeaseHandle>,
     /// Whether the `Unlocked` (fail-open) marker is in the request's extensions.
@@ -170,11 +280,16 @@ impl Seen {
 
 /// A handler's answer, which the glue turns into its framework's response: `200` with a JSON
 /// body, a text body, or a body streamed from the channel (ended when the test drops the
-/// sender).
+/// sender); or any status, headers (appended in this order) and a body of known length.
 pub enum Answer {
     Json(Value),
     Text(&'static str),
     Stream(mpsc::Receiver<Bytes>),
+    Full {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: Bytes,
+    },
 }
 
 /// The chunks of a streamed answer, for either framework's streaming body.

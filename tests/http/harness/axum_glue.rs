@@ -4,6 +4,7 @@
 //! by the testkit's `HttpApp` on `127.0.0.1:0`.
 
 use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{from_fn, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter};
@@ -31,6 +32,10 @@ impl Framework for Axum {
     ) -> tower_redlock::Result<LockPolicy> {
         RedlockLayer::new(redlock, extractor).map(|layer| layer.policy().clone())
     }
+
+    fn idempotent(redlock: Redlock) -> tower_redlock::Result<LockPolicy> {
+        RedlockLayer::idempotent(redlock).map(|layer| layer.policy().clone())
+    }
 }
 
 /// The app as a router.
@@ -44,7 +49,14 @@ pub fn router(app: &App) -> Router {
             // request's extensions.
             let handle = move |lease: Option<LeaseHandle>, req: Request| {
                 let handler = handler.clone();
-                async move { respond(handler.answer(seen(lease, &req)).await) }
+                async move {
+                    let mut seen = seen(lease, &req);
+                    if handler.reads_body() {
+                        let body = axum::body::to_bytes(req.into_body(), usize::MAX).await;
+                        seen.body = Some(body.expect("the request body is read"));
+                    }
+                    respond(handler.answer(seen).await)
+                }
             };
             methods = methods.on(filter(*method), handle);
         }
@@ -69,6 +81,11 @@ fn filter(method: Method) -> MethodFilter {
 fn seen(lease: Option<LeaseHandle>, req: &Request) -> Seen {
     Seen {
         method: req.method().to_string(),
+        path: req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned()),
+        body: None,
         lease,
         unlocked: req.extensions().get::<Unlocked>().is_some(),
         principal: req.extensions().get::<Principal>().cloned(),
@@ -80,6 +97,19 @@ fn respond(answer: Answer) -> Response {
         Answer::Json(v) => Json(v).into_response(),
         Answer::Text(text) => text.into_response(),
         Answer::Stream(body) => axum::body::Body::from_stream(chunks(body)).into_response(),
+        Answer::Full {
+            status,
+            headers,
+            body,
+        } => {
+            let mut res = Response::new(axum::body::Body::from(body));
+            *res.status_mut() = StatusCode::from_u16(status).expect("a valid status");
+            for (name, value) in headers {
+                let value = HeaderValue::from_str(&value).expect("a valid header value");
+                res.headers_mut().append(name, value);
+            }
+            res
+        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! The harness that runs one scenario against both frameworks: an app described once
 //! ([`app`]), served by either glue through [`Framework`] ([`axum_glue`], [`actix_glue`]),
-//! the handlers' probes ([`probe`]) and the lock keys the apps take ([`keys`]).
+//! the handlers' probes ([`probe`]), the lock keys the apps take ([`keys`]), and requests
+//! written by hand for what the HTTP client does not send ([`raw`]).
 
 pub mod actix_glue;
 pub mod app;
 pub mod axum_glue;
 pub mod keys;
 pub mod probe;
+pub mod raw;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -32,6 +34,11 @@ pub trait Framework {
         redlock: Redlock,
         extractor: impl KeyExtractor,
     ) -> tower_redlock::Result<LockPolicy>;
+
+    /// The middleware's idempotent short form (`RedlockLayer::idempotent`,
+    /// `RedlockMiddleware::idempotent`: `Idempotency-Key` required, scoped by route, replay
+    /// with the defaults); the policy of the middleware it built.
+    fn idempotent(redlock: Redlock) -> tower_redlock::Result<LockPolicy>;
 }
 
 /// A served app: its address, and the guard that stops its server (at once when dropped, as
@@ -59,6 +66,11 @@ impl Served {
             addr: server.addr(),
             server: Server::Actix(server),
         }
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// `http://127.0.0.1:PORT{path}`.

@@ -1,0 +1,163 @@
+//! Replay when masters fail or time runs out: a master down before the first request or
+//! hanging during the write (the response is stored on the remaining quorum), a minority and
+//! then a majority losing the record (any record found is the answer), and a holder whose
+//! lease expired before it stored (nothing stored, the duplicate runs).
+
+use std::time::Duration;
+
+use crate::harness::app::{App, Handler, Route};
+use crate::harness::keys::{policy_of, redis_key};
+use crate::harness::probe::Probe;
+use crate::harness::Framework;
+use crate::replay::{assert_ran, assert_replay_of, pay, records_on, replay_policy, BODY};
+use crate::support::apps::*;
+use crate::support::http::{http_client, reply, within};
+use crate::support::{eventually, Masters};
+use tower_redlock::http::Replay;
+
+/// Three masters. One is killed before the first request: the handler runs under the lock of
+/// the two others, the response is stored on both, and duplicates replay it, also once the
+/// dead master is back, empty. For another key, a master hangs (`SIGSTOP`) while the handler
+/// runs: the write lands on the two others, and duplicates replay it while the master hangs
+/// and after it resumed. The handler runs once per key.
+pub async fn replay_survives_a_master_down_during_the_write<F: Framework>() {
+    const KILLED: &str = "\"order-killed\"";
+    const FROZEN: &str = "\"order-frozen\"";
+    let m = Masters::start(3);
+    let redlock = client_of(&m).await;
+    let probe = Probe::open_gate();
+    let app = App::new().route(
+        Route::locked(PATH, replay_policy(&redlock, Replay::new())).post(Handler::payment(&probe)),
+    );
+    let app = F::serve(&app).await;
+    let http = http_client();
+    let url = app.url(PATH);
+
+    m[2].stop();
+    let first = reply(pay(&http, &url, KILLED, BODY)).await;
+    assert_ran(&first);
+    let lock = redis_key(PATH, PATH, KILLED);
+    assert_eq!(
+        records_on(&m, &lock, [0, 1]).await,
+        2,
+        "not on both live masters"
+    );
+    assert_replay_of(&first, &reply(pay(&http, &url, KILLED, BODY)).await);
+    m[2].restart();
+    assert_replay_of(&first, &reply(pay(&http, &url, KILLED, BODY)).await);
+    assert_eq!(probe.started(), 1, "a duplicate ran the handler");
+    // What the read took on the master without the record is released.
+    assert_released(&m, &lock).await;
+    drop(http);
+    app.stop().await;
+
+    // Another app, whose gated handler lets the test freeze a master mid-request.
+    let gate = Probe::new();
+    let app = App::new().route(
+        Route::locked(PATH, replay_policy(&client_of(&m).await, Replay::new()))
+            .post(Handler::payment(&gate)),
+    );
+    let app = F::serve(&app).await;
+    let http = http_client();
+    let url = app.url(PATH);
+    let lock = redis_key(PATH, PATH, FROZEN);
+    let first = tokio::spawn(reply(pay(&http, &url, FROZEN, BODY)));
+    gate.until_started(1).await;
+    assert_held(&m, &lock).await;
+    m[2].freeze();
+    gate.open();
+    let first = within("the first reply", first).await.expect("no panic");
+    assert_ran(&first);
+    assert_eq!(
+        records_on(&m, &lock, [0, 1]).await,
+        2,
+        "not on both live masters"
+    );
+    assert_replay_of(&first, &reply(pay(&http, &url, FROZEN, BODY)).await);
+    m[2].thaw();
+    assert_replay_of(&first, &reply(pay(&http, &url, FROZEN, BODY)).await);
+    assert_eq!(gate.started(), 1, "a duplicate ran the handler");
+    drop(http);
+    app.stop().await;
+}
+
+/// The record is stored on every master; deleted on one (a restart without persistence, an
+/// eviction), the duplicate is still replayed and what its read locked there is released;
+/// deleted on a second one, the one record left is still the answer. The handler runs once.
+pub async fn replay_survives_masters_losing_the_record<F: Framework>() {
+    const KEY: &str = "\"order-lost\"";
+    let (m, redlock) = masters_and_client().await;
+    let probe = Probe::open_gate();
+    let app = App::new().route(
+        Route::locked(PATH, replay_policy(&redlock, Replay::new())).post(Handler::payment(&probe)),
+    );
+    let app = F::serve(&app).await;
+    let http = http_client();
+    let url = app.url(PATH);
+    let lock = redis_key(PATH, PATH, KEY);
+
+    let first = reply(pay(&http, &url, KEY, BODY)).await;
+    assert_ran(&first);
+    eventually("every master has the record", RELEASED_WITHIN, || async {
+        records_on(&m, &lock, 0..3).await == 3
+    })
+    .await;
+    for lost in [0, 1] {
+        let record = crate::replay::record_key(&lock);
+        m.del_on(&record, &[lost]).await;
+        assert_eq!(records_on(&m, &lock, 0..3).await, 2 - lost);
+        assert_replay_of(&first, &reply(pay(&http, &url, KEY, BODY)).await);
+        assert_released(&m, &lock).await;
+    }
+    assert_eq!(probe.started(), 1, "a duplicate ran the handler");
+    drop(http);
+    app.stop().await;
+}
+
+/// A ttl of 500 ms without keep-alive, and a handler that outlives it (held at the gate until
+/// the lock expired on every master): its client still gets its `201`, but nothing is stored
+/// (no record on any master, nothing at all left), and the duplicate is not served a stale
+/// answer: it runs the handler again, a new payment.
+pub async fn replay_a_lease_expired_before_the_write_stores_nothing<F: Framework>() {
+    const KEY: &str = "\"order-expired\"";
+    const TTL: Duration = Duration::from_millis(500);
+    let (m, redlock) = masters_and_client().await;
+    let probe = Probe::new();
+    let policy = policy_of(&redlock)
+        .ttl(TTL)
+        .keep_alive(false)
+        .replay(Replay::new())
+        .build()
+        .expect("a valid policy");
+    let app =
+        F::serve(&App::new().route(Route::locked(PATH, policy).post(Handler::payment(&probe))))
+            .await;
+    let http = http_client();
+    let url = app.url(PATH);
+    let lock = redis_key(PATH, PATH, KEY);
+
+    let first = tokio::spawn(reply(pay(&http, &url, KEY, BODY)));
+    probe.until_started(1).await;
+    eventually(
+        "the lock expires on every master",
+        Duration::from_secs(10),
+        || m.absent_everywhere(&lock),
+    )
+    .await;
+    probe.open();
+    let first = within("the first reply", first).await.expect("no panic");
+    let id = assert_ran(&first);
+    assert_eq!(
+        records_on(&m, &lock, 0..3).await,
+        0,
+        "a stale answer was stored"
+    );
+    assert_eq!(m.dbsizes().await, [0, 0, 0]);
+
+    let duplicate = reply(pay(&http, &url, KEY, BODY)).await;
+    let new_id = assert_ran(&duplicate);
+    assert_ne!(new_id, id);
+    assert_eq!(probe.started(), 2, "the duplicate did not run");
+    drop(http);
+    app.stop().await;
+}

@@ -302,6 +302,17 @@ impl Redlock {
         if replay {
             let until = deadline.min(start + timeout);
             records::await_every_answer(&mut sent, &mut tally, until).await;
+            if tally.record.is_some() && !sent.is_empty() {
+                // A record is the answer: the requests still in flight are settled in the
+                // background, releasing only where they locked — not on every node asked.
+                records::settle_in_background(
+                    self.clone(),
+                    sent.take(),
+                    key.clone(),
+                    token,
+                    deadline,
+                );
+            }
         }
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         if tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline {

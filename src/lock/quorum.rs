@@ -328,6 +328,17 @@ impl<T, F> Sent<T, F> {
         self.now.is_empty() && self.later.as_ref().is_none_or(FuturesUnordered::is_empty)
     }
 
+    /// Takes the requests out, leaving none.
+    pub(crate) fn take(&mut self) -> Self {
+        std::mem::replace(
+            self,
+            Self {
+                now: Vec::new(),
+                later: None,
+            },
+        )
+    }
+
     /// The nodes whose request is still in flight and was sent (polled at least once): it
     /// may have reached the node. The requests never polled were never sent.
     pub(crate) fn started(&self) -> u64 {

@@ -10,7 +10,8 @@ use futures_util::{Stream, StreamExt};
 
 use super::lease::LeaseState;
 use super::quorum::{self, Answer, Skip, Tally, Vote};
-use super::{Redlock, Retry};
+use super::release::Release;
+use super::{Redlock, Retry, Token};
 use crate::error::Error;
 use crate::node::Acquire;
 use crate::Lease;
@@ -44,6 +45,39 @@ where
         };
         tally.late_acquire(answer, true);
     }
+}
+
+/// A replay acquire found a record while requests were still in flight: they are awaited in
+/// the background (each bounded by the node timeout), and only the nodes whose request
+/// locked — or gave no answer — are released. A node that answered with a record or "held"
+/// locked nothing, so a replay hit usually costs no release at all.
+pub(super) fn settle_in_background<F>(
+    client: Redlock,
+    mut sent: quorum::Sent<Acquire, F>,
+    key: Arc<str>,
+    token: Token,
+    until: Instant,
+) where
+    F: std::future::Future<Output = Result<Acquire, crate::node::NodeFailure>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut late = Tally::default();
+        while let Some(answer) = sent.next().await {
+            late.late_acquire(answer, true);
+        }
+        let mask = late.answered & !late.not_ours;
+        if mask != 0 {
+            let release = Release {
+                key,
+                token,
+                mask,
+                needed: 0,
+                patience: Instant::now(),
+                until,
+            };
+            let _ = client.release_token(release).await;
+        }
+    });
 }
 
 /// The answer of [`Redlock::lock_unless_completed`].

@@ -309,7 +309,7 @@ async fn a_replay_hit_sends_no_release_where_the_record_was() {
         b"charged pay_hit"
     );
     for master in m.iter() {
-        let _: () = master.query(&redis::cmd("CONFIG").arg("RESETSTAT")).await;
+        let _: () = master.query(redis::cmd("CONFIG").arg("RESETSTAT")).await;
     }
     const HITS: u64 = 20;
     for _ in 0..HITS {

@@ -20,7 +20,7 @@ use super::LeaseBody;
 use crate::http::replay::FingerprintBuilder;
 use crate::http::{
     AfterResponse, Collector, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
-    StoredResponse, Unlocked, REPLAYED_HEADER,
+    Running, StoredResponse, Unlocked, REPLAYED_HEADER,
 };
 
 type Answer<B> = ServiceResponse<EitherBody<LeaseBody<B>>>;
@@ -107,7 +107,7 @@ where
             }
         }
     };
-    let (mut lease, recorder) = match policy.clone().acquire(key, fingerprint).await {
+    let (lease, recorder) = match policy.clone().acquire(key, fingerprint).await {
         Decision::Reject(r) => {
             return Ok(req
                 .into_response(rejection_response(r))
@@ -131,41 +131,42 @@ where
         }
     };
     // A cancelled request (with `h1_allow_half_closed(false)`, see the module docs) drops
-    // `lease` here, which spawns its release. The keep-alive starts only if the handler
+    // `running` here: without replay that releases the lease in the background, with replay
+    // it marks the key completed (see `Running`). The keep-alive starts only if the handler
     // outlives ttl/3.
     let due = Instant::now() + lease.ttl() / 3;
-    let result = KeptAlive::new(service.call(req), &mut lease, policy.keeps_alive()).await;
-    let res = match result {
+    let keep_alive = policy.keeps_alive();
+    let mut running = Running::new(lease, recorder);
+    let res = match KeptAlive::new(service.call(req), running.lease_mut(), keep_alive).await {
         Ok(res) => res,
         Err(e) => {
-            crate::http::release(lease).await;
+            // With replay the handler may have run: at most once, so the key is marked
+            // completed; without, the lease is released.
+            running.finish_unstored().await;
             return Err(e);
         }
     };
     let status = res.status().as_u16();
     let size = res.response().body().size();
-    let plan = match &recorder {
-        None => Plan::Release,
-        Some(recorder) => {
-            let stored = recorder.stored_headers(
-                res.headers()
-                    .iter()
-                    .map(|(n, v)| (n.as_str(), v.as_bytes())),
-            );
-            let len = match size {
-                BodySize::None => Some(0),
-                BodySize::Sized(n) => Some(n),
-                BodySize::Stream => None,
-            };
-            recorder.plan(status, &stored, len)
-        }
-    };
-    match (plan, recorder) {
-        (Plan::Release, _) | (_, None) => {
+    let plan = running.recorder().map_or(Plan::Release, |recorder| {
+        let stored = recorder.stored_headers(
+            res.headers()
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_bytes())),
+        );
+        let len = match size {
+            BodySize::None => Some(0),
+            BodySize::Sized(n) => Some(n),
+            BodySize::Stream => None,
+        };
+        recorder.plan(status, &stored, len)
+    });
+    match plan {
+        Plan::Release => {
             let body_to_send = !matches!(size, BodySize::None | BodySize::Sized(0));
-            match AfterResponse::decide(lease, policy.release_on(), body_to_send) {
+            match AfterResponse::decide(running.into_lease(), policy.release_on(), body_to_send) {
                 AfterResponse::HoldToBodyEnd(mut lease) => {
-                    if policy.keeps_alive() {
+                    if keep_alive {
                         // On the handler's schedule (nothing if it already started).
                         lease.keep_alive_from(due);
                     }
@@ -181,33 +182,41 @@ where
                 }
             }
         }
-        (Plan::MarkCompleted, Some(recorder)) => {
-            recorder.complete(lease, recorder.completed()).await;
+        Plan::MarkCompleted => {
+            running.finish_unstored().await;
             Ok(res
                 .map_body(|_, b| LeaseBody::new(b, None))
                 .map_into_left_body())
         }
-        (Plan::Store { body_len }, Some(recorder)) => {
+        Plan::Store { body_len } => {
             let (req, res) = res.into_parts();
             let (head, body) = res.into_parts();
-            match collect_response(body, body_len).await {
+            // Bounded by the lease: a body that takes longer is not waited for.
+            let until = running.lease_mut().deadline();
+            let read = tokio::time::timeout_at(until.into(), collect_response(body, body_len));
+            match read.await.ok().flatten() {
                 Some(bytes) => {
-                    let stored = recorder.stored_headers(
-                        head.headers()
-                            .iter()
-                            .map(|(n, v)| (n.as_str(), v.as_bytes())),
-                    );
-                    let record = recorder.response(status, &stored, &bytes);
-                    recorder.complete(lease, record).await;
+                    let record = running.recorder().map(|recorder| {
+                        let stored = recorder.stored_headers(
+                            head.headers()
+                                .iter()
+                                .map(|(n, v)| (n.as_str(), v.as_bytes())),
+                        );
+                        recorder.response(status, &stored, &bytes)
+                    });
+                    running
+                        .complete(record.expect("a plan to store has a recorder"))
+                        .await;
                     let res = head.set_body(BoxBody::new(bytes));
                     Ok(ServiceResponse::new(req, res).map_into_right_body())
                 }
                 None => {
-                    // Nothing stored: the response failed, a retry may run again.
+                    // The handler ran but its response failed (or outlasted the lease):
+                    // nothing to replay, and it must not run again.
                     tracing::warn!(
-                        "the response body failed while it was read for replay: not stored"
+                        "the response body failed while it was read for replay: key marked completed, answered 500"
                     );
-                    crate::http::release(lease).await;
+                    running.finish_unstored().await;
                     let res = HttpResponse::InternalServerError().finish();
                     Ok(ServiceResponse::new(req, res).map_into_right_body())
                 }

@@ -133,6 +133,6 @@ pub use key::{
     DEFAULT_MAX_KEY_LEN,
 };
 #[cfg(any(feature = "tower", feature = "actix"))]
-pub(crate) use replay::{Collector, Plan, StoredResponse};
+pub(crate) use replay::{Collector, Plan, Running, StoredResponse};
 pub use replay::{Replay, REPLAYED_HEADER};
 pub use view::{ExtensionType, RequestView, SimpleRequest};

@@ -472,6 +472,14 @@ impl LockPolicyBuilder {
         }
         if let Some(replay) = &p.replay {
             replay.check()?;
+            if p.unavailable == OnUnavailable::FailOpen {
+                // Unlocked, a request cannot see a record on the masters it cannot reach:
+                // a completed key could run again.
+                return Err(crate::Error::invalid(
+                    "fail_open cannot be combined with replay: a request run unlocked could \
+                     run a completed key again (replay answers 503 when the quorum is unreachable)",
+                ));
+            }
         }
         if let OnContention::Wait { max_wait, delay } = p.contention {
             if max_wait.is_zero() {
@@ -522,6 +530,17 @@ mod tests {
         }
         let keyed = SimpleRequest::new("GET", "/x").header("idempotency-key", "\"k\"");
         assert!(matches!(p.key(&keyed), Ok(None)));
+    }
+
+    #[test]
+    fn replay_refuses_fail_open() {
+        let e = policy(|b| b.replay(Replay::new()).fail_open()).unwrap_err();
+        assert!(
+            e.is_invalid_input() && e.to_string().contains("fail_open"),
+            "{e}"
+        );
+        assert!(policy(|b| b.replay(Replay::new())).unwrap().replays());
+        assert!(policy(|b| b.fail_open()).is_ok());
     }
 
     #[test]

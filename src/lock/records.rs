@@ -180,7 +180,7 @@ impl Redlock {
             key = %key,
             stored_on = tally.for_,
             "completion record not stored on a quorum: the lock stays until its ttl, so \
-             duplicates are refused rather than run again"
+             duplicates are refused until then rather than run again"
         );
         if n - tally.against < inner.quorum {
             Err(Error::lost(

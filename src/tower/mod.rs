@@ -22,7 +22,8 @@
 //! error type is unchanged (axum's `Infallible` holds). The handler sees the lease as a
 //! [`LeaseHandle`](crate::LeaseHandle) in the request extensions (and, with the `axum`
 //! feature, as an extractor). If the request is cancelled, the lock is released in the
-//! background.
+//! background — with [replay](crate::http::replay) on, once the handler has started, the key
+//! is marked completed instead, so that it never runs twice.
 //!
 //! The inner service receives `Request<`[`RequestBody<B>`](RequestBody)`>`: the client's
 //! body, or the same bytes buffered when a replay policy fingerprinted them. axum's routers

@@ -16,7 +16,7 @@ use super::RequestBody;
 use crate::http::replay::FingerprintBuilder;
 use crate::http::{
     AfterResponse, Collector, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
-    StoredResponse, Unlocked, REPLAYED_HEADER,
+    Running, StoredResponse, Unlocked, REPLAYED_HEADER,
 };
 use crate::Lease;
 
@@ -114,7 +114,7 @@ where
             }
         }
     };
-    let (mut lease, recorder) = match policy.clone().acquire(key, Some(fingerprint)).await {
+    let (lease, recorder) = match policy.clone().acquire(key, Some(fingerprint)).await {
         Decision::Reject(r) => {
             let (head, body) = rejection_head(r);
             return Ok(Replayed::Full(head, body));
@@ -134,33 +134,33 @@ where
         }
     };
     let due = Instant::now() + lease.ttl() / 3;
+    let keep_alive = policy.keeps_alive();
+    // From here a cancelled request marks the key completed (see `Running`).
+    let mut running = Running::new(lease, recorder);
     let call = inner.call(Request::from_parts(parts, body));
-    let result = KeptAlive::new(call, &mut lease, policy.keeps_alive()).await;
-    let res = match result {
+    let res = match KeptAlive::new(call, running.lease_mut(), keep_alive).await {
         Ok(res) => res,
         Err(e) => {
-            crate::http::release(lease).await;
+            // The handler may have run: at most once, so the key is marked completed.
+            running.finish_unstored().await;
             return Err(e);
         }
     };
-    let Some(recorder) = recorder else {
-        unreachable!("a replay claim always records")
-    };
     let status = res.status().as_u16();
-    let plan = {
+    let plan = running.recorder().map_or(Plan::Release, |recorder| {
         let stored = recorder.stored_headers(
             res.headers()
                 .iter()
                 .map(|(n, v)| (n.as_str(), v.as_bytes())),
         );
         recorder.plan(status, &stored, exact_len(res.body()))
-    };
+    });
     match plan {
         Plan::Release => {
             let body_to_send = !res.body().is_end_stream();
-            match AfterResponse::decide(lease, policy.release_on(), body_to_send) {
+            match AfterResponse::decide(running.into_lease(), policy.release_on(), body_to_send) {
                 AfterResponse::HoldToBodyEnd(mut lease) => {
-                    if policy.keeps_alive() {
+                    if keep_alive {
                         lease.keep_alive_from(due);
                     }
                     Ok(Replayed::Held(res, lease))
@@ -172,27 +172,33 @@ where
             }
         }
         Plan::MarkCompleted => {
-            recorder.complete(lease, recorder.completed()).await;
+            running.finish_unstored().await;
             Ok(Replayed::Inner(res))
         }
         Plan::Store { body_len } => {
-            let (head, body) = res.into_parts();
-            match collect(body, body_len).await {
-                Ok(bytes) => {
-                    let stored = recorder.stored_headers(
-                        head.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
-                    );
-                    let record = recorder.response(status, &stored, &bytes);
-                    recorder.complete(lease, record).await;
+            let (mut head, body) = res.into_parts();
+            // Bounded by the lease: a body that takes longer is not waited for.
+            let until = running.lease_mut().deadline();
+            match tokio::time::timeout_at(until.into(), collect(body, body_len)).await {
+                Ok(Ok(bytes)) => {
+                    let record = running.recorder().map(|recorder| {
+                        let stored = recorder.stored_headers(
+                            head.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
+                        );
+                        recorder.response(status, &stored, &bytes)
+                    });
+                    running
+                        .complete(record.expect("a plan to store has a recorder"))
+                        .await;
                     Ok(Replayed::Full(head, bytes))
                 }
-                Err(_) => {
-                    // Nothing stored: the response failed, a retry may run again.
+                Ok(Err(_)) | Err(_) => {
+                    // The handler ran but its response failed (or outlasted the lease):
+                    // nothing to replay, and it must not run again.
                     tracing::warn!(
-                        "the response body failed while it was read for replay: not stored"
+                        "the response body failed while it was read for replay: key marked completed, answered 500"
                     );
-                    crate::http::release(lease).await;
-                    let mut head = head;
+                    running.finish_unstored().await;
                     head.status = StatusCode::INTERNAL_SERVER_ERROR;
                     head.headers.clear();
                     Ok(Replayed::Full(head, Bytes::new()))

@@ -376,3 +376,91 @@ async fn lifecycle_with_release_on_body_end_and_sized_bodies() {
     );
     assert!(held_on(&masters, &key).await < 2);
 }
+
+/// A body that says it has 10 bytes, sends 4 and fails.
+struct BrokenBody(bool);
+
+impl http_body::Body for BrokenBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let sent = std::mem::replace(&mut self.0, true);
+        std::task::Poll::Ready(Some(if sent {
+            Err(std::io::Error::other("the body broke"))
+        } else {
+            Ok(Frame::data(Bytes::from_static(b"half")))
+        }))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(10)
+    }
+}
+
+/// Replay on, and the handler's response body (of known length, so it is read to be stored)
+/// fails: the client gets a `500`, and the key is marked completed — the handler ran, so a
+/// retry gets `409` completed-not-stored instead of running it again. A handler error (the
+/// inner service's `Err`) is marked completed the same way.
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_a_broken_body_or_an_error_marks_the_key_completed() {
+    let (masters, redlock) = masters_and_client().await;
+    let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
+        .replay(tower_redlock::http::Replay::new())
+        .build()
+        .expect("a valid policy");
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let service = RedlockLayer::with_policy(policy).layer(tower::service_fn(
+        move |req: Request<RequestBody<Empty<Bytes>>>| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if req.uri().query() == Some("fail") {
+                    return Err(std::io::Error::other("the handler failed"));
+                }
+                Ok(Response::new(BrokenBody(false)))
+            }
+        },
+    ));
+    let completed_not_stored = |res: Response<_>| {
+        assert_eq!(res.status(), 409);
+        assert_eq!(res.headers().get("retry-after"), None);
+    };
+
+    let res = within(
+        "the broken response",
+        service.clone().oneshot(request("broken-1")),
+    )
+    .await
+    .expect("an answer, not an error");
+    assert_eq!(res.status(), 500, "a body that broke while read for replay");
+    eventually("the key is marked completed", RELEASED_WITHIN, || async {
+        masters.absent_everywhere(&redis_key("broken-1")).await
+    })
+    .await;
+    let again = within("the retry", service.clone().oneshot(request("broken-1")))
+        .await
+        .expect("an answer");
+    completed_not_stored(again);
+
+    let mut failing = request("broken-2");
+    *failing.uri_mut() = format!("{PATH}?fail").parse().expect("a uri");
+    let err = within("the failing call", service.clone().oneshot(failing))
+        .await
+        .expect_err("the inner error");
+    assert_eq!(err.to_string(), "the handler failed");
+    let mut retry = request("broken-2");
+    *retry.uri_mut() = format!("{PATH}?fail").parse().expect("a uri");
+    let again = within("the retry", service.clone().oneshot(retry))
+        .await
+        .expect("an answer");
+    completed_not_stored(again);
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "a handler ran twice"
+    );
+}

@@ -100,6 +100,7 @@ on_both! {
     replay_faults::replay_survives_a_master_down_during_the_write,
     replay_faults::replay_survives_masters_losing_the_record,
     replay_faults::replay_a_lease_expired_before_the_write_stores_nothing,
+    replay_faults::replay_a_cancelled_request_marks_the_key_completed,
     replay_limits::replay_a_response_too_large_or_streamed_is_not_stored,
     replay_limits::replay_a_body_over_the_limit_is_413,
     replay_limits::replay_the_handler_gets_the_body_unchanged,

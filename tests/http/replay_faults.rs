@@ -161,3 +161,53 @@ pub async fn replay_a_lease_expired_before_the_write_stores_nothing<F: Framework
     drop(http);
     app.stop().await;
 }
+
+/// A client that gives up while the handler runs (actix-web drops the handler only with
+/// `h1_allow_half_closed(false)`): the handler may have done its work, so the key is marked
+/// completed rather than released — the retry gets `409` completed-not-stored, without
+/// `Retry-After`, and the handler never runs a second time.
+pub async fn replay_a_cancelled_request_marks_the_key_completed<F: Framework>() {
+    const KEY: &str = "\"order-cancelled\"";
+    let m = Masters::start(3);
+    let redlock = client_of(&m).await;
+    let gate = Probe::new();
+    let app = App::new()
+        .route(
+            Route::locked(PATH, replay_policy(&redlock, Replay::new()))
+                .post(Handler::payment(&gate)),
+        )
+        .cancel_on_close();
+    let app = F::serve(&app).await;
+    let http = http_client();
+    let url = app.url(PATH);
+    let lock = redis_key(PATH, PATH, KEY);
+
+    let request = tokio::spawn(reply(pay(&http, &url, KEY, BODY)));
+    gate.until_started(1).await;
+    assert_held(&m, &lock).await;
+    request.abort();
+    assert!(within("the aborted request", request)
+        .await
+        .expect_err("aborted")
+        .is_cancelled());
+    eventually(
+        "the server drops the handler of the closed connection",
+        RELEASED_WITHIN,
+        || async { gate.cancelled() == 1 },
+    )
+    .await;
+    // Marked completed: the record is on a quorum and the lock is gone (long before its ttl).
+    eventually("the key is marked completed", RELEASED_WITHIN, || async {
+        records_on(&m, &lock, 0..3).await >= 2
+    })
+    .await;
+    assert_released(&m, &lock).await;
+
+    gate.open();
+    let retry = reply(pay(&http, &url, KEY, BODY)).await;
+    assert_problem(&retry, 409, "/problems/idempotency-completed-not-stored");
+    assert_eq!(retry.header("retry-after"), None, "a retry cannot help");
+    assert_eq!(gate.started(), 1, "the retry ran the handler again");
+    drop(http);
+    app.stop().await;
+}

@@ -17,10 +17,16 @@
 //! are dropped); [`Replay::without_body`] leaves the body out and streams it.
 //!
 //! **Stored**: responses with a status below 500 ([`Replay::store_if`] changes that): the
-//! status, the headers except the framing and hop-by-hop ones and `Set-Cookie`
-//! ([`Replay::keep_header`], [`Replay::drop_header`]), and the body. A `5xx` is not stored
-//! and the lock is released: the client's retry runs the handler again. A handler error,
-//! or a response body that fails while it is read, stores nothing either.
+//! status, the headers except the framing and hop-by-hop ones, `Date` and `Set-Cookie`
+//! ([`Replay::keep_header`], [`Replay::drop_header`]), and the body (trailers are not kept).
+//! A `5xx` is not stored and the lock is released: the client's retry runs the handler
+//! again.
+//!
+//! **At most once**: once the handler has started, the key is never released for a second
+//! run. When no response can be stored — the inner service returned an error, the response
+//! body failed while it was read (answered `500`), or the request was cancelled (a client
+//! that went away, a timeout layer outside) — the key is marked completed without a
+//! response, and retries get `409` completed-not-stored.
 //!
 //! **Scope**: the stored response is found by the lock key, so scope the key as finely as
 //! responses may be shared — by route, and by principal
@@ -32,14 +38,21 @@
 //! holds, and counts once a quorum stored it; a read takes any record it finds and
 //! concludes "not done" only from a quorum (fewer answers: `503`). If the record cannot be
 //! stored on a quorum, the lock is not released early: duplicates get `409` until its ttl
-//! ends, never a second run (logged at warn). See
+//! ends (logged at warn); after that, a key whose record no master kept runs again. So does
+//! a key whose lease was lost before its record was written (a handler that outlived the
+//! ttl with keep-alive off, a crashed replica): replay is as strong as the lock. See
 //! [`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed).
 //!
+//! **Costs**: a request body is buffered (up to [`Replay::body_limit`]) before the lock is
+//! taken, duplicates included — bound the requests in flight (e.g. tower's
+//! `ConcurrencyLimitLayer`) if that memory matters. Each completed key keeps a record of up
+//! to [`Replay::response_limit`] on every master for the retention. Put compression layers
+//! *outside* the lock layer: a response stored compressed would be replayed compressed.
+//!
 //! **Other settings**: with [`wait`](super::LockPolicyBuilder::wait), a duplicate in flight
-//! waits and then gets the stored response; with
-//! [`fail_open`](super::LockPolicyBuilder::fail_open), a request that runs unlocked (quorum
-//! unreachable) stores nothing. The request body is read *before* the lock is taken, so a
-//! slow client never holds a key.
+//! waits and then gets the stored response. [`fail_open`](super::LockPolicyBuilder::fail_open)
+//! is refused with replay (a request run unlocked could run a completed key again). The
+//! request body is read *before* the lock is taken, so a slow client never holds a key.
 //!
 //! A stored response is replayed byte for byte by either framework: an actix-web replica
 //! replays what an axum replica stored, and the reverse.
@@ -78,6 +91,8 @@ mod recorder;
 
 pub(crate) use fingerprint::{Fingerprint, FingerprintBuilder};
 pub(crate) use record::{answer, StoredResponse};
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) use recorder::Running;
 pub(crate) use recorder::{Collector, Plan, Recorder};
 
 /// The header added to a replayed response.

@@ -11,6 +11,7 @@ use super::{Fingerprint, Replay};
 use crate::Lease;
 
 /// Records the response of a request that runs under a replay policy.
+#[derive(Clone)]
 pub(crate) struct Recorder {
     replay: Arc<Replay>,
     fingerprint: Fingerprint,
@@ -81,7 +82,7 @@ impl Recorder {
     }
 
     /// Stores `record` where `lease` still holds, ending the lock there. On failure the lock
-    /// is left to its ttl (duplicates get `409`, never a second run), logged at warn by the
+    /// is left to its ttl (duplicates get `409` until then), logged at warn by the
     /// lock; the response is sent either way.
     pub(crate) async fn complete(&self, lease: Lease, record: Bytes) {
         let started = Instant::now();
@@ -93,6 +94,79 @@ impl Recorder {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "response not stored for replay"),
+        }
+    }
+}
+
+/// The lease of a request whose handler has started. Under a replay policy (`recorder`), a
+/// request cancelled from here on — its future dropped while the handler runs or while its
+/// response is read — marks the key completed in the background instead of releasing it:
+/// the handler may have done its work, and must not run again for the key (a retry gets
+/// `409` completed-not-stored). Without one, dropping it releases the lease as always.
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) struct Running {
+    lease: Option<Lease>,
+    recorder: Option<Recorder>,
+}
+
+#[cfg(any(feature = "tower", feature = "actix"))]
+impl Running {
+    pub(crate) fn new(lease: Lease, recorder: Option<Recorder>) -> Self {
+        Self {
+            lease: Some(lease),
+            recorder,
+        }
+    }
+
+    /// The lease, for the keep-alive while the handler runs.
+    pub(crate) fn lease_mut(&mut self) -> &mut Lease {
+        self.lease
+            .as_mut()
+            .expect("taken only by a method that consumes the guard")
+    }
+
+    /// The recorder, under a replay policy.
+    pub(crate) fn recorder(&self) -> Option<&Recorder> {
+        self.recorder.as_ref()
+    }
+
+    /// The lease, out of the guard (a response not stored: released as without replay).
+    pub(crate) fn into_lease(mut self) -> Lease {
+        self.lease.take().expect("taken once")
+    }
+
+    /// Stores `record` (see [`Recorder::complete`]).
+    pub(crate) async fn complete(mut self, record: Bytes) {
+        let lease = self.lease.take().expect("taken once");
+        let recorder = self.recorder.take().expect("only under a replay policy");
+        recorder.complete(lease, record).await;
+    }
+
+    /// The handler ran (or may have) but its response cannot be stored: under a replay
+    /// policy the key is marked completed, without one the lease is released.
+    pub(crate) async fn finish_unstored(mut self) {
+        let lease = self.lease.take().expect("taken once");
+        match self.recorder.take() {
+            Some(recorder) => recorder.complete(lease, recorder.completed()).await,
+            None => crate::http::release(lease).await,
+        }
+    }
+}
+
+#[cfg(any(feature = "tower", feature = "actix"))]
+impl Drop for Running {
+    fn drop(&mut self) {
+        let (Some(lease), Some(recorder)) = (self.lease.take(), self.recorder.take()) else {
+            // Without a recorder the lease's own drop releases it in the background.
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                tracing::debug!(key = %lease.resource(), "request cancelled after its handler started: marked completed");
+                rt.spawn(async move { recorder.complete(lease, recorder.completed()).await });
+            }
+            // The lease's drop logs that it could not release either; the lock expires.
+            Err(_) => drop(lease),
         }
     }
 }

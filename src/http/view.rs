@@ -14,7 +14,8 @@ pub trait RequestView {
     /// The request method, e.g. `"POST"`.
     fn method(&self) -> &str;
 
-    /// The request path without the query string, e.g. `"/payments/42"`.
+    /// The request path without the query string, e.g. `"/payments/42"`: the whole path the
+    /// client sent, also inside an axum router nested under a prefix.
     fn path(&self) -> &str;
 
     /// The route pattern the router matched, e.g. `"/payments/{id}"`, when

@@ -72,6 +72,12 @@ impl RequestView for HttpRequestView<'_> {
     }
 
     fn path(&self) -> &str {
+        // Inside a nested router axum strips the prefix from the URI; the full path is the
+        // one actix-web reports, and the one the client sent.
+        #[cfg(feature = "axum")]
+        if let Some(original) = self.parts.extensions.get::<axum::extract::OriginalUri>() {
+            return original.0.path();
+        }
         self.parts.uri.path()
     }
 

@@ -464,3 +464,37 @@ async fn replay_a_broken_body_or_an_error_marks_the_key_completed() {
         "a handler ran twice"
     );
 }
+
+/// Inside a router nested under a prefix, the path a key (or a replay fingerprint) is made of
+/// is the whole path the client sent — as actix-web reports it — not the one axum strips.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nested_router_keys_by_the_whole_path() {
+    use tower_redlock::http::PathKey;
+    let policy = LockPolicy::builder(Redlock::in_memory(), PathKey)
+        .build()
+        .expect("a valid policy");
+    let inner = Router::new()
+        .route(
+            "/pay",
+            post(|lease: LeaseHandle| async move { lease.resource().to_owned() }),
+        )
+        .route_layer(RedlockLayer::with_policy(policy));
+    let app = Router::new().nest("/api", inner);
+    let res = app
+        .oneshot(
+            Request::post("/api/pay")
+                .body(axum::body::Body::empty())
+                .expect("a request"),
+        )
+        .await
+        .expect("infallible");
+    let body = res.into_body().collect().await.expect("a body").to_bytes();
+    let expected = PathKey
+        .extract(&SimpleRequest::new("POST", "/api/pay"))
+        .expect("a key")
+        .expect("a key");
+    assert_eq!(
+        std::str::from_utf8(&body).expect("utf-8"),
+        expected.as_str()
+    );
+}

@@ -17,7 +17,8 @@
 //! are dropped); [`Replay::without_body`] leaves the body out and streams it.
 //!
 //! **Stored**: responses with a status below 500 ([`Replay::store_if`] changes that): the
-//! status, the headers except the framing and hop-by-hop ones, `Date` and `Set-Cookie`
+//! status, the headers except the framing and hop-by-hop ones (also those `Connection`
+//! names), `Date` and `Set-Cookie`
 //! ([`Replay::keep_header`], [`Replay::drop_header`]), and the body (trailers are not kept).
 //! A `5xx` is not stored and the lock is released: the client's retry runs the handler
 //! again.

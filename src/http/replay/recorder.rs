@@ -39,13 +39,26 @@ impl Recorder {
         }
     }
 
-    /// The response headers that are stored, from all of them.
+    /// The response headers that are stored, from all of them: not those the replay leaves
+    /// out, nor those the `Connection` header names (hop-by-hop, RFC 9110 §7.6.1).
     pub(crate) fn stored_headers<'a, I>(&self, headers: I) -> Vec<(&'a str, &'a [u8])>
     where
         I: Iterator<Item = (&'a str, &'a [u8])>,
     {
-        headers
+        let all: Vec<_> = headers.collect();
+        let hop_by_hop: Vec<&[u8]> = all
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+            .flat_map(|(_, v)| v.split(|&b| b == b','))
+            .map(<[u8]>::trim_ascii)
+            .collect();
+        all.into_iter()
             .filter(|(n, _)| self.replay.stores_header(n))
+            .filter(|(n, _)| {
+                !hop_by_hop
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case(n.as_bytes()))
+            })
             .collect()
     }
 
@@ -238,6 +251,15 @@ mod tests {
             .into_iter(),
         );
         assert_eq!(stored, [("content-type", &b"application/json"[..])]);
+        let listed = r.stored_headers(
+            [
+                ("connection", &b"X-Hop, keep-alive"[..]),
+                ("x-hop", b"1"),
+                ("x-kept", b"2"),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(listed, [("x-kept", &b"2"[..])]);
         assert_eq!(r.plan(200, &stored, Some(10)), Plan::Store { body_len: 10 });
         assert_eq!(r.plan(404, &stored, Some(0)), Plan::Store { body_len: 0 });
         assert_eq!(r.plan(500, &stored, Some(10)), Plan::Release);

@@ -10,8 +10,10 @@
 
 pub mod apps;
 pub mod checker;
+pub mod cluster;
 pub mod http;
 pub mod proxy;
+pub mod sentinel;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -43,6 +45,8 @@ pub struct RedisServer {
     /// The TLS port, when started with [`RedisServer::start_tls`].
     tls_port: Option<u16>,
     log: PathBuf,
+    /// The config file and extra arguments it was started with (kept for `restart`).
+    launch: Launch,
     child: Mutex<Option<Child>>,
     /// A raw connection for assertions, made on first use (within the test's runtime).
     raw: Mutex<Option<MultiplexedConnection>>,
@@ -62,18 +66,26 @@ impl RedisServer {
     }
 
     fn start_with(tls: bool) -> Self {
+        Self::start_launch(tls, |_| Launch::default())
+    }
+
+    /// Starts a server on a free port with what `launch` returns for that port (a config
+    /// file, extra arguments: sentinels and cluster nodes), retrying on fresh ports.
+    pub(crate) fn start_launch(tls: bool, mut launch: impl FnMut(u16) -> Launch) -> Self {
         ensure_redis_server();
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
             let tls_port = tls.then(free_port);
             let log = log_path(port);
-            match spawn_and_wait(port, tls_port, &log) {
+            let launch = launch(port);
+            match spawn_and_wait(port, tls_port, &launch, &log) {
                 Ok(child) => {
                     return Self {
                         port,
                         tls_port,
                         log,
+                        launch,
                         child: Mutex::new(Some(child)),
                         raw: Mutex::new(None),
                     }
@@ -106,6 +118,11 @@ impl RedisServer {
     /// The name a `RedisNode` for this server reports (`host:port`).
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The pid of the running process (`None` once stopped).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().unwrap().as_ref().map(Child::id)
     }
 
     /// Freezes the server (`SIGSTOP`): its port still accepts connections, but nothing is
@@ -147,7 +164,7 @@ impl RedisServer {
         // The old listening socket is gone once the process is reaped; a few attempts cover a
         // slow kernel.
         for _ in 0..START_ATTEMPTS {
-            match spawn_and_wait(self.port, self.tls_port, &self.log) {
+            match spawn_and_wait(self.port, self.tls_port, &self.launch, &self.log) {
                 Ok(child) => {
                     *self.child.lock().unwrap() = Some(child);
                     return;
@@ -429,6 +446,41 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
+/// What a server is started with besides the defaults of [`spawn_and_wait`].
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Launch {
+    /// A config file, passed first (`redis-server FILE ...`); a sentinel needs one.
+    pub(crate) config: Option<PathBuf>,
+    /// Arguments after the defaults (a later directive overrides an earlier one).
+    pub(crate) args: Vec<String>,
+}
+
+/// A fresh, empty directory under the temp dir for one topology's files (config files,
+/// `nodes.conf`), removed on drop: declare it after the servers that use it.
+#[derive(Debug)]
+pub(crate) struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub(crate) fn new(kind: &str) -> Self {
+        let n = SERVER_SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("tower-redlock-{kind}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {dir:?}: {e}"));
+        Self(dir)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn log_path(port: u16) -> PathBuf {
     let n = SERVER_SEQ.fetch_add(1, Ordering::Relaxed);
     std::env::temp_dir().join(format!(
@@ -439,9 +491,17 @@ fn log_path(port: u16) -> PathBuf {
 
 /// Spawns `redis-server` on `port` and waits until *this* process answers (a port race
 /// could put another server there: the answer must carry our child's pid).
-fn spawn_and_wait(port: u16, tls_port: Option<u16>, log: &PathBuf) -> Result<Child, String> {
+fn spawn_and_wait(
+    port: u16,
+    tls_port: Option<u16>,
+    launch: &Launch,
+    log: &PathBuf,
+) -> Result<Child, String> {
     let log_file = std::fs::File::create(log).map_err(|e| format!("create {log:?}: {e}"))?;
     let mut command = Command::new("redis-server");
+    if let Some(config) = &launch.config {
+        command.arg(config);
+    }
     if let Some(tls_port) = tls_port {
         let file = |name: &str| tls_file(name).to_string_lossy().into_owned();
         command
@@ -461,6 +521,7 @@ fn spawn_and_wait(port: u16, tls_port: Option<u16>, log: &PathBuf) -> Result<Chi
         .args(["--loglevel", "warning"])
         .args(["--logfile", ""])
         .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+        .args(&launch.args)
         .stdin(Stdio::null())
         .stdout(log_file)
         .stderr(Stdio::null())

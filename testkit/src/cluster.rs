@@ -1,0 +1,261 @@
+//! A Redis Cluster on loopback: `n` masters with `cluster-enabled yes` and no replicas,
+//! joined by `redis-cli --cluster create`, each a real process on free ports (client and
+//! cluster bus) bound to 127.0.0.1, killed by its own pid on drop (see [`RedisServer`]).
+//!
+//! Each node keeps its `nodes.conf` in a directory of its own, so a node stopped with
+//! [`Cluster::stop_node`] comes back with [`Cluster::restart_node`] as the same node, owning
+//! the same slots (with an empty dataset). A cluster with a node down reports
+//! `cluster_state:fail` after [`NODE_TIMEOUT`] (no replica takes its slots over).
+
+use std::ops::Index;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::sentinel::{ask, block_on, until};
+use crate::{free_port, Launch, RedisServer, ScratchDir};
+
+/// `cluster-node-timeout`: how long a node may not answer before the others deem it failing.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// The bound of `redis-cli --cluster create` and of every wait for `cluster_state:ok`.
+const SETTLE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// `n` cluster masters sharing the 16384 slots. Everything is killed (by pid) and its files
+/// removed on drop, also when a test panics.
+#[derive(Debug)]
+pub struct Cluster {
+    // Field order is drop order: the nodes first, the directory of their files last.
+    nodes: Vec<RedisServer>,
+    dir: ScratchDir,
+}
+
+impl Cluster {
+    /// Starts `n` (at least 3) cluster-enabled masters, assigns them the slots with
+    /// `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`, and waits
+    /// (bounded) until every node reports `cluster_state:ok` and knows all `n`.
+    pub fn start(n: usize) -> Self {
+        assert!(n >= 3, "a Redis Cluster needs at least 3 masters, not {n}");
+        let dir = ScratchDir::new("cluster");
+        let nodes = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let dir = &dir;
+                    s.spawn(move || {
+                        RedisServer::start_launch(false, |_port| {
+                            // Fresh for each attempt: the bus port too (by default it would be
+                            // the port + 10000, which may be taken or out of range).
+                            let node_dir = dir.path().join(format!("node-{i}"));
+                            let _ = std::fs::remove_dir_all(&node_dir);
+                            std::fs::create_dir_all(&node_dir)
+                                .unwrap_or_else(|e| panic!("create {node_dir:?}: {e}"));
+                            let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+                            let args = [
+                                "--cluster-enabled",
+                                "yes",
+                                "--cluster-config-file",
+                                &path(&node_dir.join("nodes.conf")),
+                                "--cluster-port",
+                                &free_port().to_string(),
+                                "--cluster-node-timeout",
+                                &NODE_TIMEOUT.as_millis().to_string(),
+                                "--dir",
+                                &path(&node_dir),
+                            ];
+                            Launch {
+                                config: None,
+                                args: args.iter().map(|a| a.to_string()).collect(),
+                            }
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let cluster = Self { nodes, dir };
+        cluster.create();
+        block_on(cluster.wait_ok());
+        cluster
+    }
+
+    /// `redis-cli --cluster create`, killed (by pid) if it has not finished in time.
+    fn create(&self) {
+        let out = self.dir.path().join("create.out");
+        let out_file =
+            std::fs::File::create(&out).unwrap_or_else(|e| panic!("create {out:?}: {e}"));
+        let mut child = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(self.addrs())
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(out_file.try_clone().expect("clone a file handle"))
+            .stderr(out_file)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "spawn redis-cli ({e}): it comes with redis-server (Debian's redis-tools); \
+                     see scripts/ensure-redis.sh"
+                )
+            });
+        let deadline = Instant::now() + SETTLE_DEADLINE;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for redis-cli") {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if status.is_some_and(|s| s.success()) {
+            return;
+        }
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        match status {
+            Some(s) => panic!("redis-cli --cluster create exited with {s}:\n{text}"),
+            None => panic!("redis-cli --cluster create took over {SETTLE_DEADLINE:?}:\n{text}"),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
+        self.nodes.iter()
+    }
+
+    /// `127.0.0.1:PORT` of every node, in start order (the index of [`Cluster::node`]).
+    pub fn addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::addr).collect()
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> &RedisServer {
+        &self.nodes[i]
+    }
+
+    /// The pids of every running node.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(RedisServer::pid).collect()
+    }
+
+    /// Kills node `i` (by pid); its slots are served by nobody until it is restarted.
+    pub fn stop_node(&self, i: usize) {
+        self.nodes[i].stop();
+    }
+
+    /// Starts node `i` again on the same ports with the same `nodes.conf` (same node id and
+    /// slots, empty dataset) and waits (bounded) until the cluster is ok again.
+    pub async fn restart_node(&self, i: usize) {
+        self.nodes[i].restart();
+        self.wait_ok().await;
+    }
+
+    /// `CLUSTER KEYSLOT key`, asked of a running node.
+    pub async fn slot(&self, key: &str) -> u16 {
+        let cmd = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).clone();
+        let mut last = String::from("no running node");
+        for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+            match ask(&node.addr(), &cmd).await {
+                Ok(slot) => return slot,
+                Err(e) => last = e,
+            }
+        }
+        panic!("CLUSTER KEYSLOT {key}: {last}");
+    }
+
+    /// The index (as in [`Cluster::node`]) of the node that serves `key`'s slot, by
+    /// `CLUSTER KEYSLOT` and `CLUSTER SLOTS` of a running node.
+    pub async fn node_for_key(&self, key: &str) -> usize {
+        let slot = self.slot(key).await;
+        let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        let mut last = String::from("no running node");
+        for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+            let ranges: Vec<redis::Value> = match ask(&node.addr(), &cmd).await {
+                Ok(r) => r,
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            let owner = ranges
+                .iter()
+                .filter_map(slot_range)
+                .find(|(start, end, _)| (*start..=*end).contains(&slot));
+            let Some((_, _, (ip, port))) = owner else {
+                last = format!("{} serves no range with slot {slot}", node.addr());
+                continue;
+            };
+            let addr = format!("{ip}:{port}");
+            return self
+                .nodes
+                .iter()
+                .position(|n| n.addr() == addr)
+                .unwrap_or_else(|| panic!("slot {slot} is served by {addr}, not one of ours"));
+        }
+        panic!("which node serves {key} (slot {slot}): {last}");
+    }
+
+    /// Waits (bounded) until every running node reports `cluster_state:ok` and knows all
+    /// nodes.
+    pub async fn wait_ok(&self) {
+        let n = self.nodes.len().to_string();
+        until(
+            "every node reports cluster_state:ok",
+            SETTLE_DEADLINE,
+            || async {
+                for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+                    let info: String = ask(&node.addr(), redis::cmd("CLUSTER").arg("INFO")).await?;
+                    let field = |k: &str| {
+                        info.lines()
+                            .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
+                            .map(str::trim)
+                            .unwrap_or("?")
+                    };
+                    let (state, known) = (field("cluster_state"), field("cluster_known_nodes"));
+                    if state != "ok" || known != n {
+                        return Err(format!(
+                            "{}: cluster_state {state}, {known} known nodes",
+                            node.addr()
+                        ));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await;
+    }
+}
+
+/// One range of `CLUSTER SLOTS`: `[start, end, [ip, port, id, ...], replicas...]` as
+/// `(start, end, (ip, port))` of its master.
+fn slot_range(range: &redis::Value) -> Option<(u16, u16, (String, u16))> {
+    let redis::Value::Array(items) = range else {
+        return None;
+    };
+    let redis::Value::Array(master) = items.get(2)? else {
+        return None;
+    };
+    let start = redis::from_redis_value_ref(items.first()?).ok()?;
+    let end = redis::from_redis_value_ref(items.get(1)?).ok()?;
+    let ip = redis::from_redis_value_ref(master.first()?).ok()?;
+    let port = redis::from_redis_value_ref(master.get(1)?).ok()?;
+    Some((start, end, (ip, port)))
+}
+
+impl Index<usize> for Cluster {
+    type Output = RedisServer;
+
+    fn index(&self, i: usize) -> &RedisServer {
+        &self.nodes[i]
+    }
+}

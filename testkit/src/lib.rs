@@ -247,6 +247,7 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_file(&self.log);
+        let _ = std::fs::remove_file(self.log.with_extension("rdb"));
     }
 }
 
@@ -489,6 +490,15 @@ fn log_path(port: u16) -> PathBuf {
     ))
 }
 
+/// The RDB file name of the server whose log is `log` (in the temp dir, beside it).
+fn rdb_name(log: &Path) -> String {
+    log.with_extension("rdb")
+        .file_name()
+        .expect("a file name")
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// Spawns `redis-server` on `port` and waits until *this* process answers (a port race
 /// could put another server there: the answer must carry our child's pid).
 fn spawn_and_wait(
@@ -521,6 +531,9 @@ fn spawn_and_wait(
         .args(["--loglevel", "warning"])
         .args(["--logfile", ""])
         .args(["--dir", &std::env::temp_dir().to_string_lossy()])
+        // A file of its own: a replica writes the RDB of its full sync there even with
+        // `--save ""`, and a shared `dump.rdb` would be loaded by any server that restarts.
+        .args(["--dbfilename", &rdb_name(log)])
         .args(&launch.args)
         .stdin(Stdio::null())
         .stdout(log_file)

@@ -1,6 +1,6 @@
 //! Where this crate's client loses against the limit: an ablation.
 //!
-//! The limit (Redlock written directly on redis-rs, `bench/src/lib.rs`) is run with one extra
+//! The limit (Redlock written directly on redis-rs, `bench/src/limit.rs`) is run with one extra
 //! cost of this crate's client switched on at a time — the `ConnectionManager`, the Lua
 //! acquire script, waiting for the in-flight `SET`s before a release, boxed node futures —
 //! then with all of them, and next to this crate's client itself. For each: the single-task

@@ -118,6 +118,26 @@ impl Probe {
     pub fn cancelled(&self) -> usize {
         self.cancelled.load(SeqCst)
     }
+
+    /// The client gives up on `request` (its connection is closed), and the server drops
+    /// the handler: waits until this probe counted `n` handlers dropped.
+    pub async fn client_gives_up<T: std::fmt::Debug>(
+        &self,
+        request: tokio::task::JoinHandle<T>,
+        n: usize,
+    ) {
+        request.abort();
+        assert!(within("the aborted request", request)
+            .await
+            .expect_err("aborted")
+            .is_cancelled());
+        crate::support::eventually(
+            "the server drops the handler of the closed connection",
+            crate::support::apps::RELEASED_WITHIN,
+            || async { self.cancelled() == n },
+        )
+        .await;
+    }
 }
 
 /// Where a streaming handler takes its response body from: the receiving end of a channel

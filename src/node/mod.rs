@@ -21,7 +21,11 @@ mod memory;
 mod redis;
 
 pub use self::memory::MemoryNode;
-pub use self::redis::{RedisNode, RedisNodeOptions};
+#[cfg(feature = "cluster")]
+pub use self::redis::Cluster;
+pub use self::redis::{
+    split_urls, RedisNode, RedisNodeOptions, Sentinel, DEFAULT_FAILOVER_MAX_TTL,
+};
 
 /// The future a [`Node`] returns: boxed, `Send`, borrowing its arguments.
 pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>> + Send + 'a>>;

@@ -2,122 +2,34 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Client, Cmd, RedisResult, Value};
 
+use self::conn::{query, Conn};
+use self::options::RestartGuard;
 use self::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{Acquire, Node, NodeFailure, NodeFuture};
 
+#[cfg(feature = "cluster")]
+mod cluster;
+mod conn;
+mod options;
 mod records;
 mod scripts;
+mod sentinel;
+mod url;
 
-/// Connection settings of a [`RedisNode`].
+#[cfg(feature = "cluster")]
+pub use self::cluster::Cluster;
+pub use self::options::{RedisNodeOptions, DEFAULT_FAILOVER_MAX_TTL};
+pub use self::sentinel::Sentinel;
+pub use self::url::split_urls;
+
+/// A Redis voter: one master, a Sentinel-managed master group
+/// ([`RedisNode::sentinel`]), or a Redis Cluster ([`RedisNode::cluster`], feature `cluster`).
+/// Each is one voter of the quorum — one independent failure domain.
 ///
-/// The defaults suit masters on the same network: connect within 1 s, reconnect in the
-/// background with exponential backoff from 10 ms up to 1 s, and no response timeout of the
-/// connection's own: the client's per-node timeout
-/// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout), 50 ms by
-/// default) already bounds every request, and a second timer per request measurably costs
-/// throughput (`bench/benches/profile.rs`). Set one with [`RedisNodeOptions::response_timeout`]
-/// when the node is also used outside a [`Redlock`](crate::Redlock) client.
-#[derive(Debug, Clone)]
-pub struct RedisNodeOptions {
-    connect_timeout: Duration,
-    response_timeout: Option<Duration>,
-    reconnect_min_delay: Duration,
-    reconnect_max_delay: Duration,
-    reconnect_retries: usize,
-    restart_protection: Option<Duration>,
-}
-
-impl Default for RedisNodeOptions {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(1),
-            response_timeout: None,
-            reconnect_min_delay: Duration::from_millis(10),
-            reconnect_max_delay: Duration::from_secs(1),
-            reconnect_retries: 3,
-            restart_protection: None,
-        }
-    }
-}
-
-impl RedisNodeOptions {
-    /// The default settings.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// How long one connection attempt may take.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long the connection itself waits for any one response (default: no limit of its
-    /// own; every request of a [`Redlock`](crate::Redlock) client is bounded by its node
-    /// timeout anyway). A timed-out response does not make redis-rs reconnect.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = Some(timeout);
-        self
-    }
-
-    /// The backoff between reconnection attempts: from `min` growing exponentially up to
-    /// `max`, at most `retries` attempts per reconnection.
-    pub fn reconnect_backoff(mut self, min: Duration, max: Duration, retries: usize) -> Self {
-        self.reconnect_min_delay = min;
-        self.reconnect_max_delay = max;
-        self.reconnect_retries = retries;
-        self
-    }
-}
-
-impl RedisNodeOptions {
-    /// Delayed-restart protection: the node does not vote "free" while its dataset is
-    /// younger than `max_ttl` (the longest ttl any client uses on it).
-    ///
-    /// A master that restarts without persistence forgets its keys; if a lock it held is
-    /// still valid on other masters, a second client could otherwise gain a quorum with the
-    /// forgetful master's vote. With protection on, the acquire script itself checks — in
-    /// one atomic step, on the master's own clock — a marker key holding since when the
-    /// dataset is known; a restart without persistence or a flush loses it. A master whose
-    /// dataset is younger than `max_ttl` abstains (counts as failed), starting the clock when
-    /// the marker is missing.
-    ///
-    /// Trade-offs: after a restart, a `FLUSHALL`, or the first use of protection on a master,
-    /// that master is out of the quorum for `max_ttl`, so fewer failures are tolerated
-    /// meanwhile; a client refuses locks with a ttl above `max_ttl` (an invalid-input error);
-    /// each master keeps one marker key per `max_ttl` (`tower-redlock:restart-guard:<ms>`). A
-    /// restart *with* persistence that lost recent writes (RDB, AOF `everysec`) keeps an old
-    /// marker and is not covered: use AOF with `fsync always`, or restart late.
-    ///
-    /// Needs Redis ≥ 5: the script writes after reading `TIME` (effects replication; older
-    /// masters refuse such a script).
-    pub fn restart_protection(mut self, max_ttl: Duration) -> Self {
-        self.restart_protection = Some(max_ttl);
-        self
-    }
-}
-
-impl RestartGuard {
-    fn new(max_ttl: Duration) -> Self {
-        Self {
-            max_ttl,
-            key: format!("tower-redlock:restart-guard:{}", max_ttl.as_millis()),
-        }
-    }
-}
-
-#[derive(Clone)]
-enum Conn {
-    Manager(ConnectionManager),
-    Multiplexed(MultiplexedConnection),
-}
-
-/// A Redis master as a voting node.
-///
-/// It keeps one multiplexed, auto-reconnecting connection (redis-rs'
+/// Over one master, it keeps one multiplexed, auto-reconnecting connection (redis-rs'
 /// [`ConnectionManager`]): every lock request shares it, no TCP connection is opened per
 /// lock, and a lost connection is re-established in the background. The connection is made
 /// lazily, so a master that is down when the client is built costs nothing until it is
@@ -153,8 +65,21 @@ impl std::fmt::Debug for RedisNode {
 }
 
 impl RedisNode {
-    /// A node for the master at `url` (`redis://[user:password@]host:port[/db]`, or
-    /// `rediss://…` with the `tls` feature), with default [`RedisNodeOptions`].
+    /// A voter by URL, with default [`RedisNodeOptions`]:
+    ///
+    /// | URL | voter |
+    /// |---|---|
+    /// | `redis://[user:password@]host:port[/db]` | one master |
+    /// | `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db][?sentinel_username=…&sentinel_password=…]` | a Sentinel group ([`RedisNode::sentinel`]): the sentinels' addresses, the master's name; the credentials before `@` are the master's |
+    /// | `redis+cluster://[user:password@]host:port[,host:port…]` | a Redis Cluster ([`RedisNode::cluster`], feature `cluster`): some of its nodes |
+    ///
+    /// `rediss`, `rediss+sentinel` and `rediss+cluster` ask for TLS (feature `tls`). The
+    /// Sentinel and Cluster forms take `?protection=<ms>` (tenure protection for ttls up to
+    /// that, see [`RedisNodeOptions::restart_protection`]) or `?protection=off`, over
+    /// `options`. A
+    /// list of voters in one string (the examples' `REDLOCK_URLS`) is split with
+    /// [`split_urls`](crate::node::split_urls), which keeps a Sentinel's or a Cluster's
+    /// comma-separated hosts together.
     ///
     /// The connection is made lazily, in the background. Must be called inside a Tokio
     /// runtime.
@@ -164,6 +89,18 @@ impl RedisNode {
 
     /// Like [`RedisNode::open`], with explicit connection settings.
     pub fn open_with(url: &str, options: &RedisNodeOptions) -> crate::Result<Self> {
+        let (voter, protection) = url::parse(url)?;
+        let options = match protection {
+            None => options.clone(),
+            Some(None) => options.clone().no_protection(),
+            Some(Some(max_ttl)) => options.clone().restart_protection(max_ttl),
+        };
+        match voter {
+            url::Voter::Master => {}
+            url::Voter::Sentinel(group) => return Self::sentinel_with(*group, &options),
+            #[cfg(feature = "cluster")]
+            url::Voter::Cluster(cluster) => return Self::cluster_with(cluster, &options),
+        }
         if url.starts_with("rediss://") && !cfg!(feature = "tls") {
             return Err(crate::Error::invalid(format!(
                 "`{}` asks for TLS: enable the `tls` feature of tower-redlock",
@@ -173,7 +110,7 @@ impl RedisNode {
         let client = Client::open(url).map_err(|e| {
             crate::Error::invalid(format!("invalid Redis URL `{}`: {e}", redact(url)))
         })?;
-        Self::from_client(client, options)
+        Self::from_client(client, &options)
     }
 
     /// A node over an already configured redis-rs [`Client`]: for example TLS with a private
@@ -203,19 +140,79 @@ impl RedisNode {
             ));
         }
         let name = client.get_connection_info().addr().to_string();
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(options.response_timeout)
-            .set_min_delay(options.reconnect_min_delay)
-            .set_max_delay(options.reconnect_max_delay)
-            .set_number_of_retries(options.reconnect_retries);
-        let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(|e| {
-            crate::Error::invalid(format!("cannot set up a connection to {name}: {e}"))
-        })?;
+        let manager = ConnectionManager::new_lazy_with_config(client, options.manager_config())
+            .map_err(|e| {
+                crate::Error::invalid(format!("cannot set up a connection to {name}: {e}"))
+            })?;
         Ok(Self {
             conn: Conn::Manager(manager),
             name,
-            guard: options.restart_protection.map(RestartGuard::new),
+            guard: options.guard(None),
+        })
+    }
+
+    /// A voter that is a Sentinel-managed master group, with default [`RedisNodeOptions`]:
+    /// failover protection on, for ttls up to [`DEFAULT_FAILOVER_MAX_TTL`].
+    ///
+    /// The master is discovered through the sentinels (a majority's answer, checked with
+    /// `ROLE`), re-checked every [`Sentinel::refresh_interval`] and at once after a request
+    /// fails in a way a failover explains (the master gone, or `READONLY`): after a failover
+    /// the voter follows the new master without a new client. Until the first discovery
+    /// ends, requests wait for it (bounded by the client's node timeout); while no master is
+    /// known they fail at once, as an unreachable master does.
+    ///
+    /// **Failover protection** ([`RedisNodeOptions::restart_protection`]): replication is
+    /// asynchronous, so a promoted replica may lack a lock its old master granted; the new
+    /// master abstains until its tenure is as old as the longest ttl. Without it, a failover
+    /// can let a second client win a lock the first still holds (`tests/sentinel.rs` shows
+    /// both). Must be called inside a Tokio runtime.
+    pub fn sentinel(group: Sentinel) -> crate::Result<Self> {
+        Self::sentinel_with(group, &RedisNodeOptions::default())
+    }
+
+    /// Like [`RedisNode::sentinel`], with explicit connection settings (they apply to the
+    /// sentinels and the master).
+    pub fn sentinel_with(group: Sentinel, options: &RedisNodeOptions) -> crate::Result<Self> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(crate::Error::invalid(
+                "a RedisNode must be created inside a Tokio runtime",
+            ));
+        }
+        let name = group.name();
+        Ok(Self {
+            conn: Conn::Sentinel(sentinel::SentinelConn::start(group, options)?),
+            name,
+            guard: options.guard(Some(DEFAULT_FAILOVER_MAX_TTL)),
+        })
+    }
+
+    /// A voter that is a Redis Cluster (feature `cluster`), with default
+    /// [`RedisNodeOptions`] (no failover protection: see
+    /// [`RedisNodeOptions::restart_protection`] for what it costs on a Cluster).
+    ///
+    /// Each request goes to the master of its key's hash slot; redis-rs' cluster connection
+    /// follows `MOVED`/`ASK` and refreshes the slot map. Keys a script uses next to the lock
+    /// (a completion record, the protection's marker) are put in the lock key's slot. The
+    /// whole cluster is **one** voter: it answers for a key only while that key's slot is
+    /// served (with `cluster-require-full-coverage yes`, Redis' default, while every slot
+    /// is). Must be called inside a Tokio runtime; nothing connects until the first request.
+    #[cfg(feature = "cluster")]
+    pub fn cluster(cluster: Cluster) -> crate::Result<Self> {
+        Self::cluster_with(cluster, &RedisNodeOptions::default())
+    }
+
+    /// Like [`RedisNode::cluster`], with explicit connection settings.
+    #[cfg(feature = "cluster")]
+    pub fn cluster_with(cluster: Cluster, options: &RedisNodeOptions) -> crate::Result<Self> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(crate::Error::invalid(
+                "a RedisNode must be created inside a Tokio runtime",
+            ));
+        }
+        Ok(Self {
+            conn: Conn::Cluster(cluster::ClusterConn::start(&cluster, options)?),
+            name: cluster.name(),
+            guard: options.guard(None),
         })
     }
 
@@ -385,7 +382,7 @@ impl RedisNode {
         Ok(int(&v)? == 1)
     }
 
-    /// The acquire script behind delayed-restart protection: a master whose dataset is
+    /// The acquire script behind tenure (delayed-restart) protection: a master whose tenure is
     /// younger than the longest ttl does not vote.
     async fn acquire_guarded(
         &self,
@@ -400,7 +397,8 @@ impl RedisNode {
                 guard.max_ttl
             )));
         }
-        let keys = [key, guard.key.as_str()];
+        let guard_key = self.conn.aux_key(key, &guard.key);
+        let keys = [key, guard_key.as_ref()];
         let max_ms = Some(ttl_ms(guard.max_ttl));
         let v = self
             .run(
@@ -414,31 +412,13 @@ impl RedisNode {
             .await?;
         if int(&v)? == -4 {
             return Err(NodeFailure::new(format!(
-                "dataset younger than {:?} (a restart, a flush, or the first use of \
-                 protection): abstains (delayed-restart protection)",
+                "the master's tenure is younger than {:?} (a restart, a failover, a flush, \
+                 or the first use of protection): abstains (delayed-restart protection)",
                 guard.max_ttl
             )));
         }
         Ok(v)
     }
-}
-
-/// Delayed-restart protection settings of one node.
-#[derive(Debug, Clone)]
-struct RestartGuard {
-    max_ttl: Duration,
-    /// The marker key: present while the master's dataset is known to be old enough.
-    key: String,
-}
-
-async fn query(conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
-    // The inherent methods: the `ConnectionLike` trait's boxes its future on every call
-    // (measured in bench/benches/profile.rs: 0.79x -> 0.90x of the limit's throughput).
-    let v = match conn {
-        Conn::Manager(c) => c.send_packed_command(cmd).await?,
-        Conn::Multiplexed(c) => c.send_packed_command(cmd).await?,
-    };
-    v.extract_error()
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

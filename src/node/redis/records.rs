@@ -20,7 +20,9 @@ impl RedisNode {
         ttl: Duration,
     ) -> Result<Acquire, NodeFailure> {
         let ttl_arg = ttl_ms(ttl).to_string();
-        let mut keys = vec![key, record_key];
+        let record_key = self.conn.aux_key(key, record_key);
+        let guard_key = self.guard.as_ref().map(|g| self.conn.aux_key(key, &g.key));
+        let mut keys = vec![key, record_key.as_ref()];
         let mut args = vec![token.as_bytes(), ttl_arg.as_bytes()];
         let max_arg;
         if let Some(guard) = &self.guard {
@@ -31,7 +33,7 @@ impl RedisNode {
                 )));
             }
             max_arg = ttl_ms(guard.max_ttl).to_string();
-            keys.push(guard.key.as_str());
+            keys.extend(guard_key.as_deref());
             args.push(max_arg.as_bytes());
         }
         let reply = self
@@ -47,7 +49,7 @@ impl RedisNode {
                 record: Bytes::copy_from_slice(record),
             }),
             (Some(3), None) => Err(NodeFailure::new(
-                "dataset too young to say there is no record: abstains (delayed-restart \
+                "the master's tenure is too young to say there is no record: abstains (delayed-restart \
                  protection)",
             )),
             _ => Err(unexpected(&Value::Array(items))),
@@ -65,8 +67,9 @@ impl RedisNode {
     ) -> Result<bool, NodeFailure> {
         let retention = ttl_ms(retention).to_string();
         let args = [token.as_bytes(), retention.as_bytes(), record];
+        let record_key = self.conn.aux_key(key, record_key);
         let reply = self
-            .run_binary(&COMPLETE, &[key, record_key], &args)
+            .run_binary(&COMPLETE, &[key, record_key.as_ref()], &args)
             .await?;
         Ok(int(&reply)? == 1)
     }

@@ -17,29 +17,49 @@ impl Script {
     }
 }
 
-/// `SET key token NX PX ttl` behind delayed-restart protection, answering -3 when it set
-/// the key and the holder's `PTTL` when it is held (the unguarded acquire is a plain `SET`,
-/// see `RedisNode::acquire_key`). `KEYS[2]` marks, in the server's own
-/// clock (`TIME`, ms), since when this dataset is known; a restart without persistence or a
-/// flush loses it. Returns -4 without setting anything while the dataset is younger than
-/// `ARGV[3]` ms (the longest ttl in use), starting the clock when the mark is missing.
-pub(crate) static ACQUIRE_GUARDED: Script = Script {
-    source: r#"local t = redis.call('TIME')
+/// The tenure check shared by the guarded scripts: sets `young` when the master serving
+/// the dataset has held it for less than `ARGV[3]` ms. The marker at the last key holds which
+/// server process (its `run_id`) knows the dataset since when, in the server's own clock
+/// (`TIME`, ms): a restart, a flush (the marker is gone) or a promoted replica (the marker it
+/// replicated names the old master) starts the clock again.
+macro_rules! tenure_lua {
+    () => {
+        r#"local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local since = redis.call('get', KEYS[2])
-if not since then
-  redis.call('set', KEYS[2], now)
-  return -4
+local me = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local mark = redis.call('get', KEYS[#KEYS])
+local who, since
+if mark then
+  who, since = string.match(mark, '^(%x+):(%d+)$')
 end
-if now - tonumber(since) < tonumber(ARGV[3]) then
+local young = true
+if who ~= me then
+  redis.call('set', KEYS[#KEYS], me .. ':' .. now)
+elseif now - tonumber(since) >= tonumber(ARGV[3]) then
+  young = false
+end
+"#
+    };
+}
+
+/// `SET key token NX PX ttl` behind tenure protection (restarts, failovers), answering -3
+/// when it set the key and the holder's `PTTL` when it is held (the unguarded acquire is a
+/// plain `SET`, see `RedisNode::acquire_key`). `KEYS[2]` is the tenure marker (see
+/// `tenure_lua!`); returns -4 without setting anything while the tenure is younger than
+/// `ARGV[3]` ms (the longest ttl in use).
+pub(crate) static ACQUIRE_GUARDED: Script = Script {
+    source: concat!(
+        tenure_lua!(),
+        r#"if young then
   return -4
 end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return -3
 end
 return redis.call('pttl', KEYS[1])
-"#,
-    sha1: "a0634b35453fe1db7e65485f9c34328dbf194526",
+"#
+    ),
+    sha1: "1a50304347c46d0bdd34b4b2509f3f4efa34348e",
 };
 
 /// Compare-and-delete: delete the key only if it holds our token.
@@ -66,34 +86,31 @@ return 0
 /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
 /// (nothing is locked: the work is done). A record is stored behind the format tag
 /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
-/// that happens to be named `…:record`) is never taken for one. Otherwise else `SET KEYS[1] token NX PX ttl` → `{1}`, or
-/// `{0, PTTL}` when held. With a third key, behind delayed-restart protection (as
-/// [`ACQUIRE_GUARDED`]): a dataset younger than `ARGV[3]` ms answers `{3}` and sets nothing —
+/// that happens to be named `…:record`) is never taken for one. Otherwise `SET KEYS[1] token
+/// NX PX ttl` → `{1}`, or `{0, PTTL}` when held. With a third key, behind tenure protection
+/// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
 /// after it has shown any record it has (a record is only ever written by a holder, so one
 /// that survived is an answer; only "no record" needs a dataset old enough to trust).
 pub(crate) static ACQUIRE_UNLESS_COMPLETED: Script = Script {
-    source: r#"local record = redis.call('get', KEYS[2])
+    source: concat!(
+        r#"local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
   return {2, string.sub(record, 6)}
 end
 if #KEYS == 3 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local since = redis.call('get', KEYS[3])
-  if not since then
-    redis.call('set', KEYS[3], now)
-    return {3}
-  end
-  if now - tonumber(since) < tonumber(ARGV[3]) then
-    return {3}
-  end
+"#,
+        tenure_lua!(),
+        r#"if young then
+  return {3}
+end
 end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1}
 end
 return {0, redis.call('pttl', KEYS[1])}
-"#,
-    sha1: "39c51cfd127d7c9a7d3a53d36f0ab199238ac96e",
+"#
+    ),
+    sha1: "d8ae2d3450862026dc0ca7a39dbb459be7d37128",
 };
 
 /// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and

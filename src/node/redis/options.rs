@@ -1,0 +1,160 @@
+//! A Redis voter's connection settings and its tenure protection (restarts, failovers).
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManagerConfig;
+
+/// The longest lock ttl a Sentinel voter accepts by default: its failover protection keeps a
+/// newly promoted master out of the quorum for this long (see
+/// [`RedisNodeOptions::restart_protection`]). Twice the HTTP layer's default ttl.
+pub const DEFAULT_FAILOVER_MAX_TTL: Duration = Duration::from_secs(60);
+
+/// Connection settings of a [`RedisNode`](super::RedisNode).
+///
+/// The defaults suit masters on the same network: connect within 1 s, reconnect in the
+/// background with exponential backoff from 10 ms up to 1 s, and no response timeout of the
+/// connection's own: the client's per-node timeout
+/// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout), 50 ms by
+/// default) already bounds every request, and a second timer per request measurably costs
+/// throughput (`bench/benches/profile.rs`). Set one with [`RedisNodeOptions::response_timeout`]
+/// when the node is also used outside a [`Redlock`](crate::Redlock) client.
+///
+/// Tenure protection ([`restart_protection`](Self::restart_protection)) is off by default
+/// for a plain master and a Cluster, and on for a Sentinel group (with
+/// [`DEFAULT_FAILOVER_MAX_TTL`]): failovers are what a Sentinel group is for.
+#[derive(Debug, Clone)]
+pub struct RedisNodeOptions {
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Option<Duration>,
+    reconnect_min_delay: Duration,
+    reconnect_max_delay: Duration,
+    reconnect_retries: usize,
+    protection: Protection,
+}
+
+/// Whether a voter keeps a master of a new tenure out of the quorum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protection {
+    /// The voter kind's default.
+    Default,
+    Off,
+    On(Duration),
+}
+
+impl Default for RedisNodeOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: None,
+            reconnect_min_delay: Duration::from_millis(10),
+            reconnect_max_delay: Duration::from_secs(1),
+            reconnect_retries: 3,
+            protection: Protection::Default,
+        }
+    }
+}
+
+impl RedisNodeOptions {
+    /// The default settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long one connection attempt may take.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long the connection itself waits for any one response (default: no limit of its
+    /// own; every request of a [`Redlock`](crate::Redlock) client is bounded by its node
+    /// timeout anyway). A timed-out response does not make redis-rs reconnect.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = Some(timeout);
+        self
+    }
+
+    /// The backoff between reconnection attempts: from `min` growing exponentially up to
+    /// `max`, at most `retries` attempts per reconnection.
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration, retries: usize) -> Self {
+        self.reconnect_min_delay = min;
+        self.reconnect_max_delay = max;
+        self.reconnect_retries = retries;
+        self
+    }
+
+    /// Tenure protection (delayed restart, failover): the voter does not vote "free" while
+    /// the master serving it has held its dataset for less than `max_ttl` (the longest ttl
+    /// any client uses on it).
+    ///
+    /// A master that restarts without persistence forgets its keys, and a replica promoted
+    /// by a failover may lack the newest ones (replication is asynchronous): if a lock it
+    /// should hold is still valid on other voters, a second client could otherwise gain a
+    /// quorum with the forgetful master's vote. With protection on, the acquire script
+    /// itself checks — in one atomic step, on the master's own clock — a marker key holding
+    /// *which server process* (its `run_id`) knows the dataset since when. A restart (with or
+    /// without persistence), a flush, or a promoted replica (the marker it replicated names
+    /// the old master) starts the clock again; a master whose tenure is younger than
+    /// `max_ttl` abstains (counts as failed). Locks the old master granted were granted
+    /// before that, with ttls up to `max_ttl`: they are gone everywhere when it votes again.
+    ///
+    /// Trade-offs: after a restart, a failover, a `FLUSHALL`, or the first use of protection
+    /// on a master, that voter is out of the quorum for `max_ttl`, so fewer failures are
+    /// tolerated meanwhile; a client refuses locks with a ttl above `max_ttl` (an
+    /// invalid-input error); each master keeps one marker key per `max_ttl`
+    /// (`tower-redlock:restart-guard:<ms>`; on a Cluster, one per hash slot in use — each
+    /// slot's first lock starts its clock, so keep it off there unless you need it).
+    ///
+    /// On by default for [`RedisNode::sentinel`](super::RedisNode::sentinel) voters (with
+    /// [`DEFAULT_FAILOVER_MAX_TTL`]); [`no_protection`](Self::no_protection) turns it off.
+    /// Needs Redis ≥ 5: the script writes after reading `TIME` and `INFO` (effects
+    /// replication; older masters refuse such a script).
+    pub fn restart_protection(mut self, max_ttl: Duration) -> Self {
+        self.protection = Protection::On(max_ttl);
+        self
+    }
+
+    /// No tenure protection, not even a Sentinel voter's default (see
+    /// [`restart_protection`](Self::restart_protection)): a failover or a restart may then
+    /// let a second client gain a quorum while the first still holds the lock.
+    pub fn no_protection(mut self) -> Self {
+        self.protection = Protection::Off;
+        self
+    }
+
+    /// The redis-rs settings of a master's auto-reconnecting connection.
+    pub(super) fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(self.response_timeout)
+            .set_min_delay(self.reconnect_min_delay)
+            .set_max_delay(self.reconnect_max_delay)
+            .set_number_of_retries(self.reconnect_retries)
+    }
+
+    /// The guard of a voter whose kind protects by default with `default` (or not: `None`).
+    pub(super) fn guard(&self, default: Option<Duration>) -> Option<RestartGuard> {
+        match self.protection {
+            Protection::Default => default.map(RestartGuard::new),
+            Protection::Off => None,
+            Protection::On(max_ttl) => Some(RestartGuard::new(max_ttl)),
+        }
+    }
+}
+
+/// Tenure protection settings of one node.
+#[derive(Debug, Clone)]
+pub(super) struct RestartGuard {
+    pub(super) max_ttl: Duration,
+    /// The marker key: which server process knows the dataset since when.
+    pub(super) key: String,
+}
+
+impl RestartGuard {
+    fn new(max_ttl: Duration) -> Self {
+        Self {
+            max_ttl,
+            key: format!("tower-redlock:restart-guard:{}", max_ttl.as_millis()),
+        }
+    }
+}

@@ -1,0 +1,543 @@
+//! A Sentinel-managed master group as one voter: the master is discovered through the
+//! sentinels, re-checked in the background, and re-discovered after a failover.
+
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::aio::ConnectionManager;
+use redis::{
+    Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo,
+    RedisError, RedisResult, Value,
+};
+use tokio::sync::{watch, Notify};
+
+use super::options::RedisNodeOptions;
+
+/// A Redis Sentinel group, for [`RedisNode::sentinel`](super::RedisNode::sentinel): the
+/// sentinels' addresses and the name of the master they watch, with the master's and the
+/// sentinels' credentials and TLS.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), tower_redlock::Error> {
+/// use tower_redlock::node::{RedisNode, Sentinel};
+///
+/// let group = Sentinel::new("payments", ["10.0.1.1:26379", "10.0.1.2:26379", "10.0.1.3:26379"])?
+///     .master_password(None, "master-secret")
+///     .sentinel_password(None, "sentinel-secret");
+/// let voter = RedisNode::sentinel(group)?;
+/// # Ok(()) }
+/// ```
+///
+/// The same voter by URL (what [`RedisNode::open`](super::RedisNode::open),
+/// [`Redlock::new`](crate::Redlock::new) and the examples' `REDLOCK_URLS` accept):
+/// `redis+sentinel://:master-secret@10.0.1.1:26379,10.0.1.2:26379,10.0.1.3:26379/payments?sentinel_password=sentinel-secret`.
+#[derive(Clone)]
+pub struct Sentinel {
+    master_name: String,
+    sentinels: Vec<(String, u16)>,
+    master: RedisConnectionInfo,
+    sentinel_auth: RedisConnectionInfo,
+    tls: bool,
+    #[cfg(feature = "tls")]
+    certs: Option<redis::TlsCertificates>,
+    refresh: Duration,
+}
+
+impl fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("master_name", &self.master_name)
+            .field("sentinels", &self.sentinels)
+            .field("tls", &self.tls)
+            .field("refresh", &self.refresh)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sentinel {
+    /// The group whose master the sentinels know as `master_name`, through the sentinels at
+    /// `sentinels` (`host:port`, `[v6]:port`; the port defaults to 26379). An empty name,
+    /// no sentinel, or an address that does not parse is an invalid-input error.
+    pub fn new<I, S>(master_name: &str, sentinels: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        if master_name.is_empty() || master_name.chars().any(char::is_whitespace) {
+            return Err(crate::Error::invalid(format!(
+                "a Sentinel master name must be a non-empty word, not `{master_name}`"
+            )));
+        }
+        let sentinels = sentinels
+            .into_iter()
+            .map(|s| host_port(s.as_ref(), 26379))
+            .collect::<crate::Result<Vec<_>>>()?;
+        if sentinels.is_empty() {
+            return Err(crate::Error::invalid(format!(
+                "the Sentinel group `{master_name}` needs at least one sentinel address"
+            )));
+        }
+        Ok(Self {
+            master_name: master_name.to_owned(),
+            sentinels,
+            master: RedisConnectionInfo::default(),
+            sentinel_auth: RedisConnectionInfo::default(),
+            tls: false,
+            #[cfg(feature = "tls")]
+            certs: None,
+            refresh: Duration::from_secs(1),
+        })
+    }
+
+    /// `AUTH` for the master (and for the replica a failover promotes).
+    pub fn master_password(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master = with_auth(self.master, username, password);
+        self
+    }
+
+    /// The master's database (default 0).
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master = self.master.set_db(db);
+        self
+    }
+
+    /// `AUTH` for the sentinels.
+    pub fn sentinel_password(mut self, username: Option<&str>, password: &str) -> Self {
+        self.sentinel_auth = with_auth(self.sentinel_auth, username, password);
+        self
+    }
+
+    /// TLS to the sentinels and the master (needs the `tls` feature; without it, building
+    /// the voter is an invalid-input error), verified against the web PKI roots or
+    /// [`tls_certificates`](Self::tls_certificates).
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// TLS with a private CA or client certificates, to the sentinels and the master.
+    #[cfg(feature = "tls")]
+    pub fn tls_certificates(mut self, certs: redis::TlsCertificates) -> Self {
+        self.tls = true;
+        self.certs = Some(certs);
+        self
+    }
+
+    /// How often the voter asks the sentinels which master is current, besides at once
+    /// after a failed request (default 1 s). A shorter period notices a failover sooner.
+    pub fn refresh_interval(mut self, every: Duration) -> Self {
+        self.refresh = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The voter's name in errors and logs: `sentinel:<master name>`.
+    pub(super) fn name(&self) -> String {
+        format!("sentinel:{}", self.master_name)
+    }
+
+    fn client(&self, host: &str, port: u16, auth: &RedisConnectionInfo) -> RedisResult<Client> {
+        let addr = if self.tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), port)
+        };
+        let info: ConnectionInfo = addr
+            .into_connection_info()?
+            .set_redis_settings(auth.clone());
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.certs {
+            return Client::build_with_tls(info, certs.clone());
+        }
+        Client::open(info)
+    }
+}
+
+fn with_auth(
+    info: RedisConnectionInfo,
+    username: Option<&str>,
+    password: &str,
+) -> RedisConnectionInfo {
+    let info = info.set_password(password);
+    match username {
+        Some(user) => info.set_username(user),
+        None => info,
+    }
+}
+
+/// `host:port`, `[v6]:port` or `host` (with `default_port`).
+pub(super) fn host_port(s: &str, default_port: u16) -> crate::Result<(String, u16)> {
+    let bad = || crate::Error::invalid(format!("`{s}` is not a `host:port` address"));
+    let s = s.trim();
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+        match after.strip_prefix(':') {
+            Some(p) => (host, p.parse().map_err(|_| bad())?),
+            None if after.is_empty() => (host, default_port),
+            None => return Err(bad()),
+        }
+    } else {
+        match s.rsplit_once(':') {
+            Some((host, p)) if !host.contains(':') => (host, p.parse().map_err(|_| bad())?),
+            Some(_) => return Err(bad()),
+            None => (s, default_port),
+        }
+    };
+    if host.is_empty() || host.contains(['/', '@', ' ', ',']) || port == 0 {
+        return Err(bad());
+    }
+    Ok((host.to_owned(), port))
+}
+
+/// The voter's connection: the current master's, as the background task last found it.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: watch::Sender<State>,
+    /// Wakes the background task: a request failed in a way a failover explains.
+    wake: Arc<Notify>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Ends the background task now rather than at its next tick.
+        self.wake.notify_one();
+    }
+}
+
+#[derive(Clone)]
+enum State {
+    Discovering,
+    Master {
+        addr: String,
+        conn: ConnectionManager,
+    },
+    Failed(Arc<str>),
+}
+
+impl SentinelConn {
+    /// Starts the background discovery. Must be called inside a Tokio runtime.
+    pub(super) fn start(group: Sentinel, options: &RedisNodeOptions) -> crate::Result<Self> {
+        if group.tls && !cfg!(feature = "tls") {
+            return Err(crate::Error::invalid(format!(
+                "{} asks for TLS: enable the `tls` feature of tower-redlock",
+                group.name()
+            )));
+        }
+        let mut sentinels = Vec::with_capacity(group.sentinels.len());
+        for (host, port) in &group.sentinels {
+            let client = group
+                .client(host, *port, &group.sentinel_auth)
+                .map_err(|e| crate::Error::invalid(format!("sentinel {host}:{port}: {e}")))?;
+            let conn = ConnectionManager::new_lazy_with_config(client, options.manager_config())
+                .map_err(|e| crate::Error::invalid(format!("sentinel {host}:{port}: {e}")))?;
+            sentinels.push((format!("{host}:{port}"), conn));
+        }
+        let wake = Arc::new(Notify::new());
+        let shared = Arc::new(Shared {
+            state: watch::Sender::new(State::Discovering),
+            wake: wake.clone(),
+        });
+        let task = Discovery {
+            group,
+            options: options.clone(),
+            sentinels,
+            shared: Arc::downgrade(&shared),
+            wake,
+        };
+        tokio::spawn(task.run());
+        Ok(Self { shared })
+    }
+
+    /// Sends `cmd` to the current master, waiting for the first discovery if it is under
+    /// way (the client's node timeout bounds the wait). A failure a failover explains (the
+    /// master gone, or demoted: `READONLY`) wakes the discovery.
+    pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let mut conn = self.master().await?;
+        let reply = conn.send_packed_command(cmd).await;
+        let reply = match reply {
+            Ok(v) => v.extract_error(),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &reply {
+            if e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout()
+                || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+            {
+                self.shared.wake.notify_one();
+            }
+        }
+        reply
+    }
+
+    async fn master(&self) -> RedisResult<ConnectionManager> {
+        let mut rx = self.shared.state.subscribe();
+        loop {
+            match &*rx.borrow_and_update() {
+                State::Master { conn, .. } => return Ok(conn.clone()),
+                State::Failed(why) => return Err(no_master(why)),
+                State::Discovering => {}
+            }
+            if rx.changed().await.is_err() {
+                return Err(no_master("the voter is shutting down"));
+            }
+        }
+    }
+}
+
+/// "No master": an I/O error, so that the client counts the voter unreachable.
+fn no_master(why: &str) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        format!("no master: {why}"),
+    ))
+}
+
+/// The background task: asks the sentinels for the master every `refresh`, and at once when
+/// a request woke it (at most every `MIN_GAP`).
+struct Discovery {
+    group: Sentinel,
+    options: RedisNodeOptions,
+    sentinels: Vec<(String, ConnectionManager)>,
+    shared: Weak<Shared>,
+    wake: Arc<Notify>,
+}
+
+const MIN_GAP: Duration = Duration::from_millis(50);
+
+impl Discovery {
+    async fn run(self) {
+        let mut retry = MIN_GAP;
+        loop {
+            let Some(shared) = self.shared.upgrade() else {
+                return;
+            };
+            let found = self.step(&shared).await;
+            drop(shared);
+            // A failed discovery is retried sooner (doubling up to the refresh period).
+            let wait = if found {
+                retry = MIN_GAP;
+                self.group.refresh
+            } else {
+                retry = (retry * 2).min(self.group.refresh);
+                retry
+            };
+            tokio::time::sleep(MIN_GAP).await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait.saturating_sub(MIN_GAP)) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// One discovery; whether a master is known after it.
+    async fn step(&self, shared: &Shared) -> bool {
+        let current = match &*shared.state.borrow() {
+            State::Master { addr, conn } => Some((addr.clone(), conn.clone())),
+            _ => None,
+        };
+        let (host, port) = match self.ask_sentinels().await {
+            Ok(addr) => addr,
+            Err(why) => {
+                // Sentinels down say nothing of the master: keep a known one.
+                if current.is_none() {
+                    tracing::warn!(voter = %self.group.name(), "{why}");
+                    shared.state.send_replace(State::Failed(why.into()));
+                }
+                return current.is_some();
+            }
+        };
+        let addr = format!("{host}:{port}");
+        if let Some((known, conn)) = &current {
+            // The same master: kept unless it answers as a replica (a demoted master the
+            // sentinels still name). No answer in time is not a reason to drop it.
+            if *known == addr && self.role(conn.clone()).await != Some(false) {
+                return true;
+            }
+        }
+        let conn = match self
+            .group
+            .client(&host, port, &self.group.master)
+            .and_then(|c| ConnectionManager::new_lazy_with_config(c, self.options.manager_config()))
+        {
+            Ok(conn) => conn,
+            Err(e) => {
+                let why = format!("cannot connect to the master {addr}: {e}");
+                shared.state.send_replace(State::Failed(why.into()));
+                return false;
+            }
+        };
+        if self.role(conn.clone()).await != Some(true) {
+            let why = format!(
+                "the sentinels name {addr} the master of `{}`, but it does not answer as one \
+                 (a failover under way?)",
+                self.group.master_name
+            );
+            tracing::debug!(voter = %self.group.name(), "{why}");
+            shared.state.send_replace(State::Failed(why.into()));
+            return false;
+        }
+        match &current {
+            Some((known, _)) if *known != addr => tracing::warn!(
+                voter = %self.group.name(),
+                from = %known,
+                to = %addr,
+                "the master changed (a failover): requests go to the new master"
+            ),
+            _ => tracing::info!(voter = %self.group.name(), master = %addr, "master found"),
+        }
+        shared.state.send_replace(State::Master { addr, conn });
+        true
+    }
+
+    /// Asks every sentinel at once; answers as soon as a majority of them agree on an
+    /// address, else (when all have answered or timed out) the address most of the answers
+    /// name.
+    async fn ask_sentinels(&self) -> Result<(String, u16), String> {
+        let mut cmd = Cmd::new();
+        cmd.arg("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.group.master_name);
+        let limit = self.options.connect_timeout;
+        let mut asks: FuturesUnordered<_> = self
+            .sentinels
+            .iter()
+            .map(|(name, conn)| {
+                let mut conn = conn.clone();
+                let cmd = &cmd;
+                async move {
+                    let reply = tokio::time::timeout(limit, conn.send_packed_command(cmd)).await;
+                    (name, reply)
+                }
+            })
+            .collect();
+        let majority = self.sentinels.len() / 2 + 1;
+        let mut votes: Vec<((String, u16), usize)> = Vec::new();
+        let mut errors = Vec::new();
+        while let Some((name, reply)) = asks.next().await {
+            let addr = match reply {
+                Err(_) => Err("no answer in time".to_owned()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Ok(Ok(v)) => parse_addr(&v).ok_or_else(|| match v {
+                    Value::Nil => format!("does not know `{}`", self.group.master_name),
+                    other => format!("unexpected answer {other:?}"),
+                }),
+            };
+            match addr {
+                Ok(addr) => {
+                    let i = match votes.iter().position(|(a, _)| *a == addr) {
+                        Some(i) => i,
+                        None => {
+                            votes.push((addr, 0));
+                            votes.len() - 1
+                        }
+                    };
+                    votes[i].1 += 1;
+                    if votes[i].1 >= majority {
+                        return Ok(votes.swap_remove(i).0);
+                    }
+                }
+                Err(e) => errors.push(format!("sentinel {name}: {e}")),
+            }
+        }
+        votes
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(addr, _)| addr)
+            .ok_or_else(|| {
+                format!(
+                    "no sentinel of `{}` named its master ({})",
+                    self.group.master_name,
+                    errors.join("; ")
+                )
+            })
+    }
+
+    /// Whether the server behind `conn` answers `ROLE` as a master (`Some(true)`), as
+    /// something else (`Some(false)`), or not in time (`None`).
+    async fn role(&self, mut conn: ConnectionManager) -> Option<bool> {
+        let mut cmd = Cmd::new();
+        cmd.arg("ROLE");
+        let limit = self.options.connect_timeout;
+        match tokio::time::timeout(limit, conn.send_packed_command(&cmd)).await {
+            Ok(Ok(Value::Array(items))) => Some(matches!(
+                items.first(),
+                Some(Value::BulkString(role)) if role == b"master"
+            )),
+            Ok(Ok(_)) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// `SENTINEL get-master-addr-by-name`'s `[host, port]`.
+fn parse_addr(v: &Value) -> Option<(String, u16)> {
+    let Value::Array(items) = v else { return None };
+    match items.as_slice() {
+        [Value::BulkString(host), Value::BulkString(port)] => Some((
+            String::from_utf8(host.clone()).ok()?,
+            std::str::from_utf8(port).ok()?.parse().ok()?,
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sentinel_addresses() {
+        assert_eq!(
+            host_port("10.0.0.1:26380", 26379).unwrap(),
+            ("10.0.0.1".into(), 26380)
+        );
+        assert_eq!(
+            host_port("sentinel-a", 26379).unwrap(),
+            ("sentinel-a".into(), 26379)
+        );
+        assert_eq!(
+            host_port("[::1]:5000", 26379).unwrap(),
+            ("::1".into(), 5000)
+        );
+        assert_eq!(host_port("[::1]", 26379).unwrap(), ("::1".into(), 26379));
+        for bad in [
+            "", ":1", "h:0", "h:x", "h:70000", "::1:5", "[::1", "a b:1", "u@h:1",
+        ] {
+            assert!(host_port(bad, 26379).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_group_needs_a_name_and_a_sentinel() {
+        assert!(Sentinel::new("", ["h:1"]).is_err());
+        assert!(Sentinel::new("a b", ["h:1"]).is_err());
+        assert!(Sentinel::new("m", Vec::<&str>::new()).is_err());
+        let g = Sentinel::new("m", ["h:1", "[::1]:2"]).unwrap();
+        assert_eq!(g.name(), "sentinel:m");
+        // Credentials stay out of Debug.
+        let g = g.master_password(Some("u"), "hunter2");
+        assert!(!format!("{g:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn reads_the_master_address() {
+        let v = Value::Array(vec![
+            Value::BulkString(b"127.0.0.1".to_vec()),
+            Value::BulkString(b"6380".to_vec()),
+        ]);
+        assert_eq!(parse_addr(&v), Some(("127.0.0.1".into(), 6380)));
+        assert_eq!(parse_addr(&Value::Nil), None);
+    }
+}

@@ -1,0 +1,280 @@
+//! Sentinel groups as Redlock voters, against real processes: a master, its replica and
+//! three sentinels per group (`support::sentinel::SentinelGroup`).
+//!
+//! Test names start with `sentinel_` or `failover_`: `cargo test --all-features sentinel`
+//! and `… failover` run each group. The failover tests reproduce the hole asynchronous
+//! replication opens (a promoted replica lacking a lock its old master granted) and show
+//! tenure protection closing it.
+
+use tower_redlock_testkit as support;
+
+use std::time::{Duration, Instant};
+
+use support::sentinel::SentinelGroup;
+use support::{eventually, Masters, NODE_TIMEOUT};
+use tower_redlock::node::{split_urls, Node, RedisNode, RedisNodeOptions, Sentinel};
+use tower_redlock::{Lease, Redlock, Retry};
+
+/// The bound of every wait for the voter to follow a failover (the group's own failover
+/// waits are bounded by the test kit).
+const FOLLOW: Duration = Duration::from_secs(20);
+
+fn group_of(g: &SentinelGroup) -> Sentinel {
+    Sentinel::new(g.master_name(), g.sentinel_addrs()).expect("a valid group")
+}
+
+/// A client whose only voter is the group.
+fn client(g: &SentinelGroup, options: &RedisNodeOptions) -> Redlock {
+    Redlock::builder()
+        .node(RedisNode::sentinel_with(group_of(g), options).expect("a voter"))
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .expect("a client")
+}
+
+/// Tries until the lock is granted (bounded); what the tries answered on the way.
+async fn lock_eventually(redlock: &Redlock, key: &str, ttl: Duration, within: Duration) -> Lease {
+    let start = Instant::now();
+    loop {
+        match redlock.try_lock(key, ttl).await {
+            Ok(lease) => return lease,
+            Err(e) if start.elapsed() > within => panic!("no lock on {key} within {within:?}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_voter_locks_extends_and_releases_on_the_master() {
+    let g = SentinelGroup::start("tr-basic");
+    let opts = RedisNodeOptions::new().no_protection();
+    let (a, b) = (client(&g, &opts), client(&g, &opts));
+    assert_eq!(a.node_count(), 1);
+
+    let ttl = Duration::from_secs(10);
+    // The first request waits for the discovery (bounded by the node timeout, generous for
+    // a first connection): retried until the voter knows the master.
+    let lease = lock_eventually(&a, "basic", ttl, FOLLOW).await;
+    assert_eq!(
+        g.master().get("basic").await.as_deref(),
+        Some(lease.value())
+    );
+    let err = b.try_lock("basic", ttl).await.unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+
+    lease.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(
+        g.master().pttl("basic").await > 30_000,
+        "the extend reached the master"
+    );
+    lease.release().await.unwrap();
+    assert_eq!(g.master().get("basic").await, None);
+    let again = b.try_lock("basic", ttl).await.unwrap();
+    again.release().await.unwrap();
+    assert_eq!(
+        RedisNode::sentinel(group_of(&g)).unwrap().name(),
+        "sentinel:tr-basic"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_voter_by_url_in_a_mixed_list() {
+    let g = SentinelGroup::start("tr-url");
+    let masters = Masters::start(2);
+    let list = format!(
+        "redis+sentinel://{}/{}?protection=off, {}",
+        g.sentinel_addrs().join(","),
+        g.master_name(),
+        masters.urls().join(",")
+    );
+    let urls = split_urls(&list);
+    assert_eq!(urls.len(), 3, "{urls:?}");
+    let redlock = Redlock::builder()
+        .retry(Retry::never())
+        .node_timeout(NODE_TIMEOUT);
+    let redlock = urls
+        .iter()
+        .fold(redlock, |b, url| b.redis(url))
+        .build()
+        .expect("three voters");
+    assert_eq!((redlock.node_count(), redlock.quorum()), (3, 2));
+    // Every voter, the group's master included, holds the lock.
+    eventually("all three voters grant the lock", FOLLOW, || async {
+        let Ok(lease) = redlock.try_lock("mixed", Duration::from_secs(10)).await else {
+            return false;
+        };
+        let on_group = g.master().get("mixed").await.as_deref() == Some(lease.value());
+        let on_masters = masters[0].get("mixed").await.as_deref() == Some(lease.value())
+            && masters[1].get("mixed").await.as_deref() == Some(lease.value());
+        lease.release().await.unwrap();
+        on_group && on_masters
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_down_the_voter_still_finds_and_follows_the_master() {
+    let g = SentinelGroup::start("tr-down");
+    // The first sentinel listed is gone before the voter ever asks.
+    g.kill_sentinel(0);
+    let redlock = client(&g, &RedisNodeOptions::new().no_protection());
+    let lease = lock_eventually(&redlock, "down", Duration::from_secs(10), FOLLOW).await;
+    assert_eq!(g.master().get("down").await.as_deref(), Some(lease.value()));
+    lease.release().await.unwrap();
+
+    // Two sentinels still fail the group over, and the voter follows (no new client).
+    let old = g.master_addr();
+    g.failover().await;
+    assert_ne!(g.master_addr(), old);
+    eventually("a lock lands on the new master", FOLLOW, || async {
+        let Ok(lease) = redlock.try_lock("down-2", Duration::from_secs(10)).await else {
+            return false;
+        };
+        let there = g.master().get("down-2").await.as_deref() == Some(lease.value());
+        lease.release().await.unwrap();
+        there
+    })
+    .await;
+}
+
+/// Client `a` holds `key` on the group's master; the replica loses it (what asynchronous
+/// replication does when the master fails before the write reached it — made deterministic
+/// here by deleting the key on the replica), and the sentinels promote the replica.
+async fn lose_the_lock_in_a_failover(g: &SentinelGroup, key: &str) {
+    let replica = g.replica().addr();
+    let _: () = g
+        .replica()
+        .query(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("replica-read-only")
+                .arg("no"),
+        )
+        .await;
+    eventually("the replica has the lock", FOLLOW, || async {
+        g.replica().get(key).await.is_some()
+    })
+    .await;
+    assert!(g.replica().del(key).await, "deleted on the replica");
+    g.failover().await;
+    assert_eq!(g.master_addr(), replica);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failover_without_protection_lets_a_second_client_win() {
+    let g = SentinelGroup::start("tr-hole");
+    let opts = RedisNodeOptions::new().no_protection();
+    let (a, b) = (client(&g, &opts), client(&g, &opts));
+    let ttl = Duration::from_secs(30);
+    let first = lock_eventually(&a, "hole", ttl, FOLLOW).await;
+
+    lose_the_lock_in_a_failover(&g, "hole").await;
+
+    // `b` follows the new master, which lacks the key: it wins while `first` is valid.
+    let second = lock_eventually(&b, "hole", ttl, FOLLOW).await;
+    assert!(
+        first.is_valid() && Instant::now() < first.deadline(),
+        "the first lease is still valid"
+    );
+    assert_eq!(
+        g.master().get("hole").await.as_deref(),
+        Some(second.value())
+    );
+    assert_ne!(first.value(), second.value());
+    // Two holders: the hole tenure protection closes (next test).
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failover_with_protection_keeps_the_promoted_master_out() {
+    let g = SentinelGroup::start("tr-guard");
+    let max_ttl = Duration::from_secs(3);
+    let opts = RedisNodeOptions::new().restart_protection(max_ttl);
+    let (a, b) = (client(&g, &opts), client(&g, &opts));
+    // A fresh master's tenure starts at its first lock: no vote until it is max_ttl old.
+    let err = loop {
+        match a.try_lock("young", max_ttl).await {
+            Err(e) if e.is_unavailable() && e.to_string().contains("protection") => break e,
+            Err(e) if e.is_unavailable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("a young tenure abstains, not {other:?}"),
+        }
+    };
+    assert!(err.is_unavailable(), "{err:?}");
+    let first = lock_eventually(&a, "guarded", max_ttl, max_ttl * 4).await;
+    let expires = first.deadline();
+
+    lose_the_lock_in_a_failover(&g, "guarded").await;
+
+    // `b` now reaches the promoted master (its abstention says so) but never wins while
+    // the first lease may be valid; once the tenure is old enough it does.
+    let mut abstained = false;
+    let second = loop {
+        match b.try_lock("guarded", max_ttl).await {
+            Ok(lease) => break lease,
+            Err(e) => {
+                abstained |= e.to_string().contains("protection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let granted = Instant::now();
+    assert!(
+        granted >= expires,
+        "a second holder {:?} before the first lease's end",
+        expires - granted
+    );
+    assert!(abstained, "the promoted master abstained before voting");
+    assert_eq!(
+        g.master().get("guarded").await.as_deref(),
+        Some(second.value())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failover_of_a_frozen_master_keeps_the_quorum_and_is_followed() {
+    // Voters: the group and two plain masters. The group's master freezes (SIGSTOP): its
+    // requests time out, the other two keep granting; the sentinels fail it over on their
+    // own and the voter votes again, on the new master.
+    let g = SentinelGroup::start("tr-frozen");
+    let masters = Masters::start(2);
+    let redlock = masters
+        .urls()
+        .iter()
+        .fold(Redlock::builder(), |b, url| b.redis(url))
+        .node(
+            RedisNode::sentinel_with(group_of(&g), &RedisNodeOptions::new().no_protection())
+                .unwrap(),
+        )
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    let ttl = Duration::from_secs(10);
+    let lease = lock_eventually(&redlock, "frozen-0", ttl, FOLLOW).await;
+    lease.release().await.unwrap();
+
+    g.freeze_master();
+    for i in 0..20 {
+        let key = format!("frozen-{}", i + 1);
+        let lease = redlock
+            .try_lock(&key, ttl)
+            .await
+            .expect("two voters of three");
+        lease.release().await.unwrap();
+    }
+    g.await_failover().await;
+    eventually(
+        "the group votes again, on the new master",
+        FOLLOW,
+        || async {
+            let Ok(lease) = redlock.try_lock("frozen-after", ttl).await else {
+                return false;
+            };
+            let there = g.master().get("frozen-after").await.as_deref() == Some(lease.value());
+            lease.release().await.unwrap();
+            there
+        },
+    )
+    .await;
+    g.thaw_master();
+}

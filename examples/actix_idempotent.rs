@@ -7,7 +7,8 @@
 //! `idempotency-replayed: true` (whichever replica stored it); the key with another body,
 //! `422`.
 //!
-//! Environment: `REDLOCK_URLS` (comma-separated; unset → in-memory node), `BIND_ADDR`
+//! Environment: `REDLOCK_URLS` (comma-separated voter URLs, see the axum example; unset →
+//! in-memory node), `BIND_ADDR`
 //! (default `127.0.0.1:3000`), `WORK_MS` (default 200), `RUST_LOG`.
 //!
 //! ```text
@@ -73,9 +74,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let redlock = match std::env::var("REDLOCK_URLS") {
         Ok(urls) if !urls.trim().is_empty() => {
-            let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
+            // Commas separate voters; a Sentinel's or a Cluster's hosts stay together.
+            let urls = tower_redlock::node::split_urls(&urls);
             println!(
-                "[{bind}] locking on {} Redis masters (actix-web)",
+                "[{bind}] locking on {} Redis voters (actix-web)",
                 urls.len()
             );
             Redlock::new(urls)?

@@ -8,8 +8,9 @@
 //! the same key with another body, `422`.
 //!
 //! Environment:
-//! - `REDLOCK_URLS`: comma-separated Redis master URLs; unset → the in-memory node (this
-//!   process only);
+//! - `REDLOCK_URLS`: comma-separated voter URLs — masters (`redis://`), Sentinel groups
+//!   (`redis+sentinel://h:p,h:p/name`), Clusters (`redis+cluster://h:p,h:p`, with the
+//!   `cluster` feature); unset → the in-memory node (this process only);
 //! - `BIND_ADDR`: where to listen (default `127.0.0.1:3000`);
 //! - `WORK_MS`: how long the handler "works" (default 200);
 //! - `RUST_LOG`: log filter (e.g. `tower_redlock=debug`).
@@ -53,8 +54,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let redlock = match std::env::var("REDLOCK_URLS") {
         Ok(urls) if !urls.trim().is_empty() => {
-            let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
-            println!("[{bind}] locking on {} Redis masters", urls.len());
+            // Commas separate voters; a Sentinel's or a Cluster's hosts stay together.
+            let urls = tower_redlock::node::split_urls(&urls);
+            println!("[{bind}] locking on {} Redis voters", urls.len());
             Redlock::new(urls)?
         }
         _ => {

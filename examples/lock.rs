@@ -4,6 +4,10 @@
 //! REDLOCK_URLS=redis://127.0.0.1:7777,redis://127.0.0.1:7778,redis://127.0.0.1:7779 \
 //!     cargo run --example lock
 //! cargo run --example lock   # without REDLOCK_URLS: the in-memory node
+//!
+//! # a Sentinel group, a Cluster and a master as the three voters:
+//! REDLOCK_URLS=redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster,redis+cluster://127.0.0.1:7000,redis://127.0.0.1:6379 \
+//!     cargo run --features cluster --example lock
 //! ```
 
 use std::time::Duration;
@@ -17,8 +21,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let builder = Redlock::builder().retry(Retry::times(1).delay(Duration::from_millis(50)));
     let redlock = match std::env::var("REDLOCK_URLS") {
         Ok(urls) if !urls.trim().is_empty() => {
-            let urls: Vec<&str> = urls.split(',').map(str::trim).collect();
-            println!("using {} Redis masters: {}", urls.len(), urls.join(", "));
+            // Commas separate voters; a Sentinel's or a Cluster's hosts stay together.
+            let urls = tower_redlock::node::split_urls(&urls);
+            println!("using {} Redis voters", urls.len());
             urls.iter().fold(builder, |b, url| b.redis(url)).build()?
         }
         _ => {

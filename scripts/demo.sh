@@ -8,7 +8,8 @@
 #
 # Without redis-server (and no way to install it) it runs one replica on the in-memory node
 # and says so. Environment: REQUESTS (per round, default 40), WORK_MS (default 200),
-# CARGO_TARGET_DIR (honoured).
+# CARGO_TARGET_DIR (honoured), REDLOCK_URLS (set: the replicas lock on those voters —
+# masters, Sentinel groups, Clusters — instead of three masters started here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
@@ -78,29 +79,45 @@ start_master() {
   return 1
 }
 
-# Starts one replica of example $1 on a free port; appends its base URL to `replicas`.
+# Starts one replica of example $1 on a free port; appends its base URL to `replicas`. A port
+# taken meanwhile (by another process on this machine) makes it try another.
 replicas=()
 start_replica() {
   local port pid
-  port=$(free_port)
-  BIND_ADDR="127.0.0.1:$port" "$target_dir/release/examples/$1" \
-    >"$workdir/replica-$port.log" 2>&1 &
-  pid=$!
-  pids+=("$pid")
-  if ! wait_for "health_ok $port" "$pid"; then
+  for _ in 1 2 3 4 5; do
+    port=$(free_port)
+    BIND_ADDR="127.0.0.1:$port" "$target_dir/release/examples/$1" \
+      >"$workdir/replica-$port.log" 2>&1 &
+    pid=$!
+    if wait_for "health_ok $port" "$pid"; then
+      pids+=("$pid")
+      head -n 1 "$workdir/replica-$port.log"
+      replicas+=("http://127.0.0.1:$port")
+      return 0
+    fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    grep -q "AddrInUse" "$workdir/replica-$port.log" && continue
     echo "replica on port $port did not start:" >&2
     cat "$workdir/replica-$port.log" >&2
     return 1
-  fi
-  head -n 1 "$workdir/replica-$port.log"
-  replicas+=("http://127.0.0.1:$port")
+  done
+  echo "no free port for a replica" >&2
+  return 1
 }
 
 echo "building the examples (release; the first build compiles every dependency and takes several minutes)..."
-cargo build --release --features axum,actix \
+cargo build --release --features axum,actix,cluster \
   --example axum_idempotent --example actix_idempotent --example burst
 
-if ensure_redis; then
+if [ -n "${REDLOCK_URLS:-}" ]; then
+  # Your voters: masters, Sentinel groups, Clusters (see the README's "Voters").
+  echo "using the voters of REDLOCK_URLS (none started here)"
+  export REDLOCK_URLS
+  start_replica axum_idempotent
+  start_replica axum_idempotent
+  start_replica actix_idempotent
+elif ensure_redis; then
   for _ in 1 2 3; do start_master; done
   echo "started 3 redis-server masters: ${urls[*]}"
   export REDLOCK_URLS

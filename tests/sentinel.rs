@@ -278,3 +278,70 @@ async fn failover_of_a_frozen_master_keeps_the_quorum_and_is_followed() {
     .await;
     g.thaw_master();
 }
+
+/// The mix: three voters of three kinds — a Sentinel group, a Cluster and a plain
+/// master — from one `REDLOCK_URLS`-style list. The lock lands on each; with any one of
+/// them down the other two still grant it.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_cluster_and_master_mixed_by_urls() {
+    let g = SentinelGroup::start("tr-mix");
+    let cluster = tokio::task::spawn_blocking(|| support::cluster::Cluster::start(3))
+        .await
+        .unwrap();
+    let masters = Masters::start(1);
+    let list = format!(
+        "redis+sentinel://{}/{}?protection=off,redis+cluster://{},{}",
+        g.sentinel_addrs().join(","),
+        g.master_name(),
+        cluster.addrs().join(","),
+        masters[0].url()
+    );
+    let redlock = Redlock::new(split_urls(&list)).expect("three voters");
+    assert_eq!((redlock.node_count(), redlock.quorum()), (3, 2));
+    let names: Vec<String> = redlock
+        .node_status()
+        .iter()
+        .map(|s| s.name().to_owned())
+        .collect();
+    assert!(
+        names[0].starts_with("sentinel:") && names[1].starts_with("cluster:"),
+        "{names:?}"
+    );
+
+    let ttl = Duration::from_secs(10);
+    for i in 0..6 {
+        let key = format!("mix-{i}");
+        let owner = cluster.node_for_key(&key).await;
+        eventually(
+            format!("{key} is held on all three voters"),
+            FOLLOW,
+            || async {
+                let Ok(lease) = redlock.try_lock(&key, ttl).await else {
+                    return false;
+                };
+                let v = Some(lease.value().to_owned());
+                let everywhere = g.master().get(&key).await == v
+                    && cluster[owner].get(&key).await == v
+                    && masters[0].get(&key).await == v;
+                lease.release().await.unwrap();
+                everywhere
+            },
+        )
+        .await;
+    }
+
+    // One voter down (the plain master): the Sentinel group and the Cluster still grant.
+    masters[0].stop();
+    let lease = lock_eventually(&redlock, "mix-degraded", ttl, FOLLOW).await;
+    let owner = cluster.node_for_key("mix-degraded").await;
+    assert_eq!(
+        cluster[owner].get("mix-degraded").await.as_deref(),
+        Some(lease.value())
+    );
+    assert_eq!(
+        g.master().get("mix-degraded").await.as_deref(),
+        Some(lease.value())
+    );
+    lease.release().await.unwrap();
+}

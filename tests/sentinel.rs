@@ -345,3 +345,27 @@ async fn sentinel_cluster_and_master_mixed_by_urls() {
     );
     lease.release().await.unwrap();
 }
+
+/// A frozen sentinel (SIGSTOP: connected, never answering) costs the discovery nothing: it
+/// goes with the majority of the sentinels that answer, and does not wait out the frozen
+/// one's timeout. The timeout here is 10 s, the bound on the first lock 5 s: waiting for the
+/// frozen sentinel even once would miss it.
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_frozen_costs_the_discovery_no_time() {
+    let g = SentinelGroup::start("tr-frozen-sentinel");
+    g.sentinel(0).freeze();
+    let opts = RedisNodeOptions::new()
+        .no_protection()
+        .connect_timeout(Duration::from_secs(10));
+    let redlock = client(&g, &opts);
+    let start = Instant::now();
+    let lease = lock_eventually(&redlock, "fs", Duration::from_secs(10), FOLLOW).await;
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the first lock took {took:?}: the discovery waited for the frozen sentinel"
+    );
+    assert_eq!(g.master().get("fs").await.as_deref(), Some(lease.value()));
+    lease.release().await.unwrap();
+    g.sentinel(0).thaw();
+}

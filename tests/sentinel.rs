@@ -369,3 +369,87 @@ async fn sentinel_frozen_costs_the_discovery_no_time() {
     lease.release().await.unwrap();
     g.sentinel(0).thaw();
 }
+
+/// Credentials for the master and for the sentinels, from the URL. The group's default
+/// users may not do what a voter does (the master's: `SET`, scripts; the sentinels':
+/// `SENTINEL get-master-addr-by-name`) — ACL users with passwords may. A voter with the
+/// credentials locks; one without them cannot.
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_with_passwords_for_the_master_and_the_sentinels() {
+    let g = SentinelGroup::start("tr-auth");
+    for server in [g.master(), g.replica()] {
+        let _: () = server
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("locker")
+                    .arg("on")
+                    .arg(">m-secret")
+                    .arg("~*")
+                    .arg("+@all"),
+            )
+            .await;
+        let _: () = server
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("default")
+                    .arg("-set")
+                    .arg("-eval")
+                    .arg("-evalsha"),
+            )
+            .await;
+    }
+    for i in 0..3 {
+        let s = g.sentinel(i);
+        let _: () = s
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("watcher")
+                    .arg("on")
+                    .arg(">s-secret")
+                    .arg("+@all"),
+            )
+            .await;
+        let _: () = s
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg("default")
+                    .arg("-sentinel|get-master-addr-by-name"),
+            )
+            .await;
+    }
+    let hosts = g.sentinel_addrs().join(",");
+    let name = g.master_name();
+    let client = |url: String| {
+        Redlock::builder()
+            .redis(&url)
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+            .build()
+            .unwrap()
+    };
+    let with = client(format!(
+        "redis+sentinel://locker:m-secret@{hosts}/{name}?sentinel_username=watcher&sentinel_password=s-secret&protection=off"
+    ));
+    let lease = lock_eventually(&with, "auth", Duration::from_secs(10), FOLLOW).await;
+    assert_eq!(g.master().get("auth").await.as_deref(), Some(lease.value()));
+    lease.release().await.unwrap();
+
+    // Without the sentinels' credentials no master is found; without the master's, the
+    // master refuses the lock. Either way: unavailable, never granted.
+    for url in [
+        format!("redis+sentinel://locker:m-secret@{hosts}/{name}?protection=off"),
+        format!("redis+sentinel://{hosts}/{name}?sentinel_username=watcher&sentinel_password=s-secret&protection=off"),
+    ] {
+        let without = client(url);
+        for _ in 0..10 {
+            let err = without.try_lock("auth-2", Duration::from_secs(10)).await.unwrap_err();
+            assert!(err.is_unavailable(), "{err:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(g.master().get("auth-2").await, None);
+}

@@ -1,7 +1,7 @@
 //! # tower-redlock
 //!
 //! A distributed lock that actually holds: the [Redlock] algorithm over N independent
-//! Redis masters, as a framework-free client ([`Redlock`]), and as middleware that puts the
+//! Redis voters (masters, Sentinel groups, Clusters), as a framework-free client ([`Redlock`]), and as middleware that puts the
 //! lock in front of your handlers — [`RedlockLayer`] for tower/axum, [`RedlockMiddleware`]
 //! for actix-web — so that two replicas never run the same request at the same time.
 //!
@@ -98,8 +98,9 @@
 //!
 //! Release and extension are compare-and-delete and compare-and-`PEXPIRE` scripts: only the
 //! token's owner can release or extend, and an expired lock is never re-created. A voter is
-//! a [`node::Node`]: a Redis master ([`node::RedisNode`]), the in-process
-//! [`node::MemoryNode`], or your own.
+//! a [`node::Node`]: a Redis master, a Sentinel-managed group or a Redis Cluster
+//! ([`node::RedisNode`]; each one independent failure domain, with failover protection for
+//! groups), the in-process [`node::MemoryNode`], or your own.
 //!
 //! ## Features
 //!
@@ -111,7 +112,8 @@
 //! | `tower` | [`RedlockLayer`] for any service on `http` 1.x (hyper, tonic) |
 //! | `axum` | `tower`, plus axum's matched route, path parameters and peer address as key material, and the lease as an axum extractor |
 //! | `actix` | [`RedlockMiddleware`] for actix-web 4, and the lease as an actix extractor |
-//! | `tls` | `rediss://` masters, via rustls |
+//! | `cluster` | Redis Cluster voters ([`node::RedisNode::cluster`], `redis+cluster://` URLs) |
+//! | `tls` | `rediss://` masters (and `rediss+sentinel://`, `rediss+cluster://`), via rustls |
 //!
 //! Read the crate README's *Safety* section before relying on Redlock for correctness.
 //!

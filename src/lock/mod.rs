@@ -58,7 +58,9 @@ impl std::fmt::Debug for Redlock {
 }
 
 impl Redlock {
-    /// A client for the Redis masters at `urls`, with the default settings.
+    /// A client for the Redis voters at `urls`, with the default settings: masters
+    /// (`redis://…`), Sentinel groups (`redis+sentinel://…`) and Clusters
+    /// (`redis+cluster://…`, feature `cluster`), see [`RedisNode::open`].
     ///
     /// Connections are made lazily in the background, so this succeeds while masters are
     /// down; it fails only on a malformed URL or an empty list. Must be called inside a

@@ -1,7 +1,8 @@
 //! One voter in the quorum.
 //!
-//! A [`Node`] is one independent lock server: a Redis master ([`RedisNode`]) or an in-process
-//! map ([`MemoryNode`]). [`Redlock`](crate::Redlock) asks every node in parallel and counts
+//! A [`Node`] is one independent lock server: a Redis voter ([`RedisNode`]: one master, a
+//! Sentinel-managed group ([`Sentinel`]) or a Redis Cluster (`Cluster`, feature `cluster`))
+//! or an in-process map ([`MemoryNode`]). [`Redlock`](crate::Redlock) asks every node in parallel and counts
 //! their votes; a node knows nothing of quorums, retries or HTTP.
 //!
 //! Implement [`Node`] yourself to vote with another store; the conformance tests in
@@ -22,6 +23,7 @@ mod redis;
 
 pub use self::memory::MemoryNode;
 #[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::redis::Cluster;
 pub use self::redis::{
     split_urls, RedisNode, RedisNodeOptions, Sentinel, DEFAULT_FAILOVER_MAX_TTL,

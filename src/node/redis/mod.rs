@@ -197,12 +197,14 @@ impl RedisNode {
     /// served (with `cluster-require-full-coverage yes`, Redis' default, while every slot
     /// is). Must be called inside a Tokio runtime; nothing connects until the first request.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster(cluster: Cluster) -> crate::Result<Self> {
         Self::cluster_with(cluster, &RedisNodeOptions::default())
     }
 
     /// Like [`RedisNode::cluster`], with explicit connection settings.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster_with(cluster: Cluster, options: &RedisNodeOptions) -> crate::Result<Self> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(crate::Error::invalid(

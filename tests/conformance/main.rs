@@ -1,0 +1,261 @@
+//! The backend conformance suite: one set of semantic checks, written once against the
+//! [`Node`] trait, run against a `RedisNode` (a real redis-server), a `MemoryNode`, a
+//! `RedisNode` over a Redis Cluster (feature `cluster`) and one over a Sentinel group.
+//!
+//! Each check gets a `&dyn Node` and a [`Peek`] that reads the backend's raw state (the
+//! value stored at a key, bypassing the node). The Redlock-level flow runs the same quorum
+//! and contention scenario over three nodes of each backend.
+//!
+//! Layout: `check.rs` the checks of one node, `flow.rs` the flow over three, `backends.rs`
+//! the backends; here the traits, the wiring and the Redis-only tests.
+
+use tower_redlock_testkit as support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use support::{eventually, Masters};
+use tower_redlock::node::Acquire;
+use tower_redlock::node::{MemoryNode, Node, RedisNode};
+
+mod backends;
+mod check;
+mod flow;
+
+#[cfg(feature = "cluster")]
+use backends::Cluster;
+use backends::{Memory, Redis, Sentinel};
+
+/// A future returned by [`Peek::peek`].
+type PeekFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+
+/// Reads a backend's raw state: the value stored at `key` on node `i`, if any.
+trait Peek: Send + Sync {
+    fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a>;
+}
+
+/// A set of nodes of one kind, and a way to peek at them.
+trait Backend: Peek + Sized {
+    type Node: Node + Clone;
+
+    fn start(n: usize) -> Self;
+
+    /// Waits until the nodes are ready for the checks (connected, their master found).
+    fn ready(&self) -> impl Future<Output = ()> {
+        async {}
+    }
+
+    /// Empties every node's store: a backend run with `conformance_in_turn!` must (its checks
+    /// share one backend).
+    fn flush(&self) -> impl Future<Output = ()> {
+        async {}
+    }
+
+    fn node(&self, i: usize) -> Self::Node;
+
+    fn len(&self) -> usize;
+}
+
+const LONG: Duration = Duration::from_secs(10);
+const T1: &str = "00000000000000000000000000000001";
+const T2: &str = "00000000000000000000000000000002";
+
+// --- wiring ----------------------------------------------------------------------------------
+
+/// One `#[tokio::test]` per check and backend.
+macro_rules! conformance {
+    ($module:ident => $backend:ident: $($name:ident),* $(,)?) => {
+        mod $module {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let backend = <super::$backend as Backend>::start(1);
+                    backend.ready().await;
+                    let node = backend.node(0);
+                    check::$name(&node, &backend).await;
+                }
+            )*
+
+            #[tokio::test]
+            async fn lock_is_sent_to_every_node() {
+                let backend = <super::$backend as Backend>::start(3);
+                backend.ready().await;
+                flow::lock_reaches_every_node(&backend).await;
+            }
+
+            #[tokio::test]
+            async fn redlock_quorum_and_contention() {
+                let backend = <super::$backend as Backend>::start(3);
+                backend.ready().await;
+                flow::redlock_flow(&backend).await;
+            }
+        }
+    };
+}
+
+/// For a backend whose nodes are topologies of processes (a Cluster, a Sentinel group: some
+/// 2.5 s to start each, mostly waiting), two `#[tokio::test]`s: every check in turn on one
+/// node, then both flows on three, the data flushed before each. (One topology set per test,
+/// 43 topologies for the two backends, took 42 s on two cores; these 8 take some 6 s.) A
+/// failure's output names the check.
+macro_rules! conformance_in_turn {
+    ($module:ident => $backend:ident: $($name:ident),* $(,)?) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test]
+            async fn node_checks() {
+                let backend = <super::$backend as Backend>::start(1);
+                backend.ready().await;
+                let node = backend.node(0);
+                $(
+                    eprintln!("check {}", stringify!($name));
+                    backend.flush().await;
+                    check::$name(&node, &backend).await;
+                )*
+            }
+
+            #[tokio::test]
+            async fn lock_is_sent_to_every_node_and_redlock_quorum_and_contention() {
+                let backend = <super::$backend as Backend>::start(3);
+                backend.ready().await;
+                eprintln!("lock_is_sent_to_every_node");
+                flow::lock_reaches_every_node(&backend).await;
+                eprintln!("redlock_quorum_and_contention");
+                backend.flush().await;
+                flow::redlock_flow(&backend).await;
+            }
+        }
+    };
+}
+
+conformance!(memory => Memory:
+    names_itself,
+    acquire_free_key,
+    acquire_held_key,
+    release_wrong_token,
+    release_right_token,
+    extend_right_token_shortens,
+    extend_right_token_lengthens,
+    extend_wrong_token,
+    extend_absent_key,
+    extend_expired_key,
+    expiry,
+    records_replay_instead_of_locking,
+    records_are_fenced_by_the_token,
+    records_expire,
+    records_never_take_a_lock_for_one,
+    a_first_record_is_never_overwritten,
+);
+
+conformance!(redis => Redis:
+    names_itself,
+    acquire_free_key,
+    acquire_held_key,
+    release_wrong_token,
+    release_right_token,
+    extend_right_token_shortens,
+    extend_right_token_lengthens,
+    extend_wrong_token,
+    extend_absent_key,
+    extend_expired_key,
+    expiry,
+    records_replay_instead_of_locking,
+    records_are_fenced_by_the_token,
+    records_expire,
+    records_never_take_a_lock_for_one,
+    a_first_record_is_never_overwritten,
+);
+
+// A Cluster stores a record in its lock key's slot, at `{tag}<record key>`: a lock of a
+// resource named like the record key is another key there, so
+// `records_never_take_a_lock_for_one` (which locks `rec:record` and expects the completion
+// of `rec` to collide with it) does not apply. tests/cluster.rs runs its Cluster form: a lock
+// at the record's real key is never taken for a record.
+#[cfg(feature = "cluster")]
+conformance_in_turn!(cluster => Cluster:
+    names_itself,
+    acquire_free_key,
+    acquire_held_key,
+    release_wrong_token,
+    release_right_token,
+    extend_right_token_shortens,
+    extend_right_token_lengthens,
+    extend_wrong_token,
+    extend_absent_key,
+    extend_expired_key,
+    expiry,
+    records_replay_instead_of_locking,
+    records_are_fenced_by_the_token,
+    records_expire,
+    a_first_record_is_never_overwritten,
+);
+
+conformance_in_turn!(sentinel => Sentinel:
+    names_itself,
+    acquire_free_key,
+    acquire_held_key,
+    release_wrong_token,
+    release_right_token,
+    extend_right_token_shortens,
+    extend_right_token_lengthens,
+    extend_wrong_token,
+    extend_absent_key,
+    extend_expired_key,
+    expiry,
+    records_replay_instead_of_locking,
+    records_are_fenced_by_the_token,
+    records_expire,
+    records_never_take_a_lock_for_one,
+    a_first_record_is_never_overwritten,
+);
+
+#[tokio::test]
+async fn redis_node_name_is_host_and_port() {
+    let masters = Masters::start(1);
+    let node = RedisNode::open(&masters[0].url()).unwrap();
+    assert_eq!(node.name(), masters[0].addr());
+    assert_eq!(MemoryNode::new().name(), "memory");
+}
+
+/// The replay acquire keeps delayed-restart protection: a dataset too young to be trusted
+/// cannot say "no record" (it abstains), and votes once it is old enough.
+#[tokio::test]
+async fn redis_replay_acquire_keeps_restart_protection() {
+    use tower_redlock::node::RedisNodeOptions;
+    let masters = Masters::start(1);
+    let opts = RedisNodeOptions::new().restart_protection(Duration::from_millis(300));
+    let node = RedisNode::open_with(&masters[0].url(), &opts).unwrap();
+    let ttl = Duration::from_millis(200);
+    let young = node
+        .acquire_unless_completed("k", "k:record", T1, ttl)
+        .await;
+    assert!(young.is_err(), "{young:?}");
+    assert_eq!(masters[0].get("k").await, None);
+    eventually(
+        "the dataset is old enough to vote",
+        Duration::from_secs(10),
+        || async {
+            node.acquire_unless_completed("k", "k:record", T1, ttl)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    assert_eq!(masters[0].get("k").await.as_deref(), Some(T1));
+    assert!(node
+        .complete("k", "k:record", T1, b"done", ttl)
+        .await
+        .unwrap());
+    let replay = node
+        .acquire_unless_completed("k", "k:record", T1, ttl)
+        .await;
+    assert_eq!(
+        replay.unwrap(),
+        Acquire::Completed {
+            record: b"done"[..].into()
+        }
+    );
+}

@@ -131,43 +131,33 @@ macro_rules! conformance_in_turn {
     };
 }
 
-conformance!(memory => Memory:
-    names_itself,
-    acquire_free_key,
-    acquire_held_key,
-    release_wrong_token,
-    release_right_token,
-    extend_right_token_shortens,
-    extend_right_token_lengthens,
-    extend_wrong_token,
-    extend_absent_key,
-    extend_expired_key,
-    expiry,
-    records_replay_instead_of_locking,
-    records_are_fenced_by_the_token,
-    records_expire,
-    records_never_take_a_lock_for_one,
-    a_first_record_is_never_overwritten,
-);
+/// Every node check, listed once: `every_check!(m!(args:))` is `m!(args: check, …)`.
+macro_rules! every_check {
+    ($then:ident!($($head:tt)*)) => {
+        $then!($($head)*
+            names_itself,
+            acquire_free_key,
+            acquire_held_key,
+            release_wrong_token,
+            release_right_token,
+            extend_right_token_shortens,
+            extend_right_token_lengthens,
+            extend_wrong_token,
+            extend_absent_key,
+            extend_expired_key,
+            expiry,
+            records_replay_instead_of_locking,
+            records_are_fenced_by_the_token,
+            records_expire,
+            records_never_take_a_lock_for_one,
+            a_first_record_is_never_overwritten,
+        );
+    };
+}
 
-conformance!(redis => Redis:
-    names_itself,
-    acquire_free_key,
-    acquire_held_key,
-    release_wrong_token,
-    release_right_token,
-    extend_right_token_shortens,
-    extend_right_token_lengthens,
-    extend_wrong_token,
-    extend_absent_key,
-    extend_expired_key,
-    expiry,
-    records_replay_instead_of_locking,
-    records_are_fenced_by_the_token,
-    records_expire,
-    records_never_take_a_lock_for_one,
-    a_first_record_is_never_overwritten,
-);
+every_check!(conformance!(memory => Memory:));
+
+every_check!(conformance!(redis => Redis:));
 
 // A Cluster stores a record in its lock key's slot, at `{tag}<record key>`: a lock of a
 // resource named like the record key is another key there, so
@@ -193,24 +183,7 @@ conformance_in_turn!(cluster => Cluster:
     a_first_record_is_never_overwritten,
 );
 
-conformance_in_turn!(sentinel => Sentinel:
-    names_itself,
-    acquire_free_key,
-    acquire_held_key,
-    release_wrong_token,
-    release_right_token,
-    extend_right_token_shortens,
-    extend_right_token_lengthens,
-    extend_wrong_token,
-    extend_absent_key,
-    extend_expired_key,
-    expiry,
-    records_replay_instead_of_locking,
-    records_are_fenced_by_the_token,
-    records_expire,
-    records_never_take_a_lock_for_one,
-    a_first_record_is_never_overwritten,
-);
+every_check!(conformance_in_turn!(sentinel => Sentinel:));
 
 #[tokio::test]
 async fn redis_node_name_is_host_and_port() {

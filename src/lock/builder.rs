@@ -79,6 +79,30 @@ impl RedlockBuilder {
         self
     }
 
+    /// Fencing tokens (default off): every lease gets a number that grows with every new
+    /// holder of its resource ([`Lease::fencing_token`](crate::Lease::fencing_token)), for
+    /// storage that refuses a write carrying a smaller token than one it has seen — what
+    /// keeps a holder paused past its validity from writing after the next one.
+    ///
+    /// No extra round trip: the acquire bumps a counter per resource on each node in the
+    /// same request (a script instead of a plain `SET`), and the release raises the
+    /// counters to the lease's token. The token is the largest counter among the nodes that
+    /// granted the lock; the next holder's quorum shares a node with it, so its token is
+    /// larger — assuming the nodes keep their counters (a restart without persistence is
+    /// covered by delayed-restart protection) and their clocks differ by less than the ttl
+    /// (a counter that expired or was lost restarts from the node's clock in microseconds,
+    /// so tokens look like timestamps). Counters expire twice the ttl (at least 10 s) after
+    /// their last use. Every node must support it: Redis nodes and `MemoryNode` do; a
+    /// custom [`Node`] implements [`Node::acquire_fenced`] and [`Node::release_fenced`].
+    /// Leases of [`Redlock::lock_unless_completed`] (replay) carry no token.
+    ///
+    /// [`Node::acquire_fenced`]: crate::node::Node::acquire_fenced
+    /// [`Node::release_fenced`]: crate::node::Node::release_fenced
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.config.fencing = on;
+        self
+    }
+
     /// The retry policy of [`Redlock::lock`] (default: [`Retry::default`], 3 retries of
     /// 200 ms + up to 50 ms jitter).
     pub fn retry(mut self, retry: Retry) -> Self {

@@ -38,6 +38,8 @@ pub(crate) struct LeaseState {
     /// the same connection follows it). The others — they said "held", were not asked, or
     /// were never sent the request — hold nothing of ours, and releases skip them.
     holders: u64,
+    /// The fencing token, with fencing on.
+    fence: Option<super::fencing::Fence>,
 }
 
 struct Status {
@@ -55,6 +57,7 @@ impl LeaseState {
         ttl: Duration,
         deadline: Instant,
         holders: u64,
+        fence: Option<super::fencing::Fence>,
     ) -> Arc<Self> {
         Arc::new(Self {
             key,
@@ -68,6 +71,7 @@ impl LeaseState {
             }),
             notify: Notify::new(),
             holders,
+            fence,
         })
     }
 
@@ -82,6 +86,11 @@ impl LeaseState {
 
     pub(crate) fn token(&self) -> &str {
         self.token.as_str()
+    }
+
+    /// The fencing token and its counter, with fencing on.
+    pub(crate) fn fence(&self) -> Option<&super::fencing::Fence> {
+        self.fence.as_ref()
     }
 
     /// The nodes that may hold our token (see the field).
@@ -196,6 +205,30 @@ impl Lease {
     /// The Redis key: the resource name behind the client's key prefix (none by default).
     pub fn key(&self) -> &str {
         self.state.key()
+    }
+
+    /// The fencing token ([`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)):
+    /// larger than the token of every earlier holder of this resource. Pass it with every
+    /// write to storage that can refuse a write whose token is smaller than one it has seen
+    /// (a compare-and-set), so that this holder — if paused past its validity — cannot
+    /// write after the next one. `None` without fencing, and for leases of
+    /// [`Redlock::lock_unless_completed`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+    /// use std::time::Duration;
+    /// use tower_redlock::{node::MemoryNode, Redlock};
+    ///
+    /// let redlock = Redlock::builder().node(MemoryNode::new()).fencing(true).build()?;
+    /// let first = redlock.lock("ledger", Duration::from_secs(2)).await?;
+    /// let a = first.fencing_token().expect("fencing is on");
+    /// first.release().await?;
+    /// let second = redlock.lock("ledger", Duration::from_secs(2)).await?;
+    /// assert!(second.fencing_token().unwrap() > a);
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.state.fence().map(|f| f.token)
     }
 
     /// The lock's value: the unguessable token only this lease's owner knows. Release and
@@ -414,6 +447,11 @@ impl LeaseHandle {
     /// The instant the validity ends, on the monotonic clock.
     pub fn deadline(&self) -> Instant {
         self.state.deadline()
+    }
+
+    /// The lease's fencing token (see [`Lease::fencing_token`]).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.state.fence().map(|f| f.token)
     }
 
     /// Whether the lease is no longer held: released, expired, or found lost by an

@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::node::{Acquire, MemoryNode, RedisNode};
 
 mod builder;
+mod fencing;
 mod health;
 mod lease;
 mod options;
@@ -183,6 +184,8 @@ impl Redlock {
             format!("{prefix}{resource}").into()
         };
         let record_key = replay.then(|| records::record_key(&key));
+        // Fencing counters ride on plain acquires (not the replay acquire).
+        let fence_key = (self.inner.config.fencing && !replay).then(|| fencing::fence_key(&key));
 
         let started = Instant::now();
         let deadline = retry.max_wait().and_then(|w| started.checked_add(w));
@@ -193,14 +196,19 @@ impl Redlock {
             // let other tasks run: a loop of tries would otherwise starve its runtime.
             tokio::task::consume_budget().await;
             let token = Token::new();
-            match self.try_once(&key, record_key.as_ref(), token, ttl).await {
+            match self
+                .try_once(&key, record_key.as_ref(), fence_key.as_ref(), token, ttl)
+                .await
+            {
                 Ok(Try::Granted(Granted {
                     deadline,
                     holders,
                     parked,
+                    fence,
                 })) => {
                     tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
-                    let state = LeaseState::new(key, prefix.len(), token, ttl, deadline, holders);
+                    let state =
+                        LeaseState::new(key, prefix.len(), token, ttl, deadline, holders, fence);
                     return Ok(Claim::Locked(Lease::new(self.clone(), state, parked)));
                 }
                 Ok(Try::Completed(record)) => {
@@ -240,10 +248,14 @@ impl Redlock {
     ///
     /// With `record_key` (replay), each node is asked the replay acquire: any completion
     /// record ends the try with it, and what the try locked meanwhile is released.
+    ///
+    /// With `fence_key` (fencing), each node is asked the fenced acquire, and the grant
+    /// carries the largest counter among the votes for (see `fencing`).
     async fn try_once(
         &self,
         key: &Arc<str>,
         record_key: Option<&Arc<str>>,
+        fence_key: Option<&Arc<str>>,
         token: Token,
         ttl: Duration,
     ) -> crate::Result<Try> {
@@ -261,29 +273,39 @@ impl Redlock {
             deadline,
         };
         // The `SET`, packed once for every Redis master.
-        let set = (record_key.is_none() && inner.nodes.iter().any(|v| v.node.uses_prepared(true)))
-            .then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
+        let set = (record_key.is_none()
+            && fence_key.is_none()
+            && inner.nodes.iter().any(|v| v.node.uses_prepared(true)))
+        .then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
+        let retention = fencing::retention(ttl);
         let mut sent = quorum::send(
             &inner.nodes,
             quorum::all(n),
             timeout,
             Skip::Suspended,
-            &|node| match record_key {
-                None => node.acquire_now(key, token.as_str(), ttl),
-                Some(r) => node.acquire_unless_completed_now(key, r, token.as_str(), ttl),
+            &|node| match (record_key, fence_key) {
+                (Some(r), _) => node.acquire_unless_completed_now(key, r, token.as_str(), ttl),
+                (None, Some(f)) => node.acquire_fenced_now(key, f, token.as_str(), ttl, retention),
+                (None, None) => node.acquire_now(key, token.as_str(), ttl),
             },
             |v| {
-                let (key, set, record_key) = (key.clone(), set.clone(), record_key.cloned());
+                let (key, set) = (key.clone(), set.clone());
+                let (record_key, fence_key) = (record_key.cloned(), fence_key.cloned());
                 async move {
-                    match record_key {
-                        None => {
-                            v.node
-                                .acquire(&key, token.as_str(), ttl, set.as_deref())
-                                .await
-                        }
-                        Some(r) => {
+                    match (record_key, fence_key) {
+                        (Some(r), _) => {
                             v.node
                                 .acquire_unless_completed(&key, &r, token.as_str(), ttl)
+                                .await
+                        }
+                        (None, Some(f)) => {
+                            v.node
+                                .acquire_fenced(&key, &f, token.as_str(), ttl, retention)
+                                .await
+                        }
+                        (None, None) => {
+                            v.node
+                                .acquire(&key, token.as_str(), ttl, set.as_deref())
                                 .await
                         }
                     }
@@ -293,6 +315,7 @@ impl Redlock {
         let replay = record_key.is_some();
         let mut tally = quorum::count(&mut sent, n, inner.quorum, |a| match a {
             Acquire::Acquired => Vote::For,
+            Acquire::Fenced { fence } => Vote::Fenced(fence),
             Acquire::Held { remaining } => Vote::Against(remaining),
             Acquire::Completed { record } if replay => Vote::Completed(record),
             // From a plain acquire (a node must not answer it): it locked nothing.
@@ -322,10 +345,18 @@ impl Redlock {
             // The stragglers are kept, unpolled, with the lease (see `Lease`): what was handed
             // to a connection is written, what was not is never sent.
             let parked = (!sent.is_empty()).then(|| Parked::new(sent));
+            let fence = fence_key
+                .zip(tally.fence)
+                .map(|(key, token)| fencing::Fence {
+                    token,
+                    key: key.clone(),
+                    retention,
+                });
             return Ok(Try::Granted(Granted {
                 deadline,
                 holders,
                 parked,
+                fence,
             }));
         }
         drop(sent);
@@ -342,6 +373,7 @@ impl Redlock {
                 needed: (tally.for_mask & holders).count_ones() as usize,
                 patience: Instant::now(),
                 until: deadline,
+                fence: None,
             };
             // Still guarded: if this future is dropped during the release round, the guard
             // releases everywhere in the background.
@@ -471,6 +503,7 @@ impl Redlock {
                     needed: 0,
                     patience: Instant::now(),
                     until: Instant::now() + ttl,
+                    fence: state.fence().cloned(),
                 };
                 let _ = self.release_token(release).await;
             }
@@ -513,6 +546,7 @@ impl Redlock {
             needed: self.inner.quorum.saturating_sub(not_ours).max(1),
             patience: self.patience(state.deadline()),
             until: state.deadline(),
+            fence: state.fence().cloned(),
         };
         self.release_token(release).await
     }
@@ -564,7 +598,6 @@ impl Redlock {
     }
 }
 
-/// A successful try.
 /// The outcome of a try that did not fail.
 enum Try {
     Granted(Granted),
@@ -579,4 +612,6 @@ struct Granted {
     holders: u64,
     /// The requests still unanswered, kept with the lease.
     parked: Option<Parked>,
+    /// The fencing token (with fencing on).
+    fence: Option<fencing::Fence>,
 }

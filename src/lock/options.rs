@@ -138,6 +138,8 @@ pub(crate) struct Config {
     pub(crate) max_ttl: Option<Duration>,
     /// Suspend a node after this many timeouts in a row (0: never).
     pub(crate) suspend_after: u32,
+    /// Fencing tokens (fenced acquires and releases).
+    pub(crate) fencing: bool,
 }
 
 impl Default for Config {
@@ -150,6 +152,7 @@ impl Default for Config {
             max_extensions: 100,
             max_ttl: None,
             suspend_after: 3,
+            fencing: false,
         }
     }
 }

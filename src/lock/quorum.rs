@@ -20,6 +20,7 @@ use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 
+use super::fencing::Fence;
 use super::health::Health;
 use super::lease::Token;
 use crate::error::NodeError;
@@ -46,6 +47,8 @@ pub(crate) enum Skip {
 pub(crate) enum Vote {
     /// The node did what was asked (set, extended, released).
     For,
+    /// The node set the key and bumped the resource's fencing counter to this value.
+    Fenced(u64),
     /// The node refused: the key is held by another value (with the holder's remaining ttl
     /// when the node reported a live one), or no longer holds ours.
     Against(Option<Duration>),
@@ -71,6 +74,8 @@ pub(crate) struct Tally {
     pub(crate) errors: Vec<NodeError>,
     /// A completion record a node answered with (replay acquire).
     pub(crate) record: Option<bytes::Bytes>,
+    /// The largest fencing counter among the votes for (fenced acquire).
+    pub(crate) fence: Option<u64>,
 }
 
 impl Tally {
@@ -105,7 +110,7 @@ impl Tally {
     pub(crate) fn late_acquire(&mut self, (i, answer): Answer<Acquire>, replay: bool) {
         self.answered |= 1 << i;
         match answer {
-            Ok(Acquire::Acquired) => {
+            Ok(Acquire::Acquired | Acquire::Fenced { .. }) => {
                 self.for_mask |= 1 << i;
                 self.for_ += usize::from(replay);
             }
@@ -421,31 +426,47 @@ where
     sent
 }
 
-/// Sends the compare-and-delete of `token` at `key` to every node in `mask`.
+/// Sends the compare-and-delete of `token` at `key` to every node in `mask` — with `fence`,
+/// the fenced release (the counters raised to the lease's token first).
 pub(crate) fn send_release(
     nodes: &[Arc<Voter>],
     mask: u64,
     timeout: Duration,
     key: &Arc<str>,
     token: Token,
+    fence: Option<&Fence>,
 ) -> Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
     let owned = key.clone();
     // The `EVALSHA`, packed once for every Redis master.
-    let packed = (nodes.iter().any(|v| v.node.uses_prepared(false)))
+    let packed = (fence.is_none() && nodes.iter().any(|v| v.node.uses_prepared(false)))
         .then(|| Arc::new(RedisNode::release_cmd(key, token.as_str())));
+    let fenced = fence.cloned();
     send(
         nodes,
         mask,
         timeout,
         Skip::Never,
-        &|node| node.release_now(key, token.as_str()),
+        &|node| match fence {
+            None => node.release_now(key, token.as_str()),
+            Some(f) => node.release_fenced_now(key, &f.key, token.as_str(), f.token, f.retention),
+        },
         move |v| {
             let key = owned.clone();
             let packed = packed.clone();
+            let fence = fenced.clone();
             async move {
-                v.node
-                    .release(&key, token.as_str(), packed.as_deref())
-                    .await
+                match fence {
+                    None => {
+                        v.node
+                            .release(&key, token.as_str(), packed.as_deref())
+                            .await
+                    }
+                    Some(f) => {
+                        v.node
+                            .release_fenced(&key, &f.key, token.as_str(), f.token, f.retention)
+                            .await
+                    }
+                }
             }
         },
     )
@@ -468,6 +489,11 @@ where
                 Vote::For => {
                     tally.for_ += 1;
                     tally.for_mask |= 1 << i;
+                }
+                Vote::Fenced(fence) => {
+                    tally.for_ += 1;
+                    tally.for_mask |= 1 << i;
+                    tally.fence = Some(tally.fence.map_or(fence, |f| f.max(fence)));
                 }
                 Vote::Against(remaining) => tally.held(i, remaining),
                 Vote::Completed(record) => tally.completed(i, record),

@@ -74,6 +74,7 @@ pub(super) fn settle_in_background<F>(
                 needed: 0,
                 patience: Instant::now(),
                 until,
+                fence: None,
             };
             let _ = client.release_token(release).await;
         }

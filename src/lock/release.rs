@@ -40,6 +40,8 @@ pub(crate) struct Release {
     pub(crate) patience: Instant,
     /// No retry after this instant (the lock expires by itself then).
     pub(crate) until: Instant,
+    /// The lease's fencing token: the release raises the counters to it.
+    pub(crate) fence: Option<super::fencing::Fence>,
 }
 
 impl Redlock {
@@ -52,13 +54,27 @@ impl Redlock {
         let timeout = inner.config.node_timeout;
         if r.needed == 0 {
             // Nothing to wait for: all of it in the background.
-            let sent = quorum::send_release(&inner.nodes, r.mask, timeout, &r.key, r.token);
+            let sent = quorum::send_release(
+                &inner.nodes,
+                r.mask,
+                timeout,
+                &r.key,
+                r.token,
+                r.fence.as_ref(),
+            );
             self.release_in_background(r, sent, 0);
             return Ok(());
         }
         let (mut todo, mut released, mut pause) = (r.mask, 0, FIRST_PAUSE);
         loop {
-            let mut sent = quorum::send_release(&inner.nodes, todo, timeout, &r.key, r.token);
+            let mut sent = quorum::send_release(
+                &inner.nodes,
+                todo,
+                timeout,
+                &r.key,
+                r.token,
+                r.fence.as_ref(),
+            );
             let asked = todo.count_ones() as usize;
             let tally = quorum::count(&mut sent, asked, r.needed - released, |_| Vote::For).await;
             released += tally.for_;
@@ -80,7 +96,8 @@ impl Redlock {
             if todo == 0 || Instant::now() + pause >= r.patience.min(r.until) {
                 let err = release_failed(&r.key, released, r.needed, tally.errors);
                 if todo != 0 {
-                    let none = quorum::send_release(&inner.nodes, 0, timeout, &r.key, r.token);
+                    let none =
+                        quorum::send_release(&inner.nodes, 0, timeout, &r.key, r.token, None);
                     self.release_in_background(r, none, todo);
                 }
                 return Err(err);
@@ -141,7 +158,8 @@ async fn release_rest<F>(
             .filter(|(_, v)| v.health.is_suspended())
             .fold(0, |m, (i, _)| m | 1 << i);
         let timeout = inner.config.node_timeout;
-        let mut sent = quorum::send_release(nodes, failed, timeout, &r.key, r.token);
+        let mut sent =
+            quorum::send_release(nodes, failed, timeout, &r.key, r.token, r.fence.as_ref());
         failed = 0;
         while let Some((i, answer)) = sent.next().await {
             if answer.is_err_and(|e| e.is_transient()) {
@@ -218,6 +236,7 @@ impl Drop for CancelGuard {
                 needed: inner.quorum,
                 patience: client.patience(deadline),
                 until: deadline,
+                fence: None,
             };
             let _ = client.release_token(release).await;
         });

@@ -40,6 +40,8 @@ struct Map {
     entries: HashMap<String, Entry>,
     /// Completion records (see [`Node::complete`]): the record and its expiry.
     records: HashMap<String, (Bytes, Instant)>,
+    /// Fencing counters (see [`Node::acquire_fenced`]): the value and its expiry.
+    fences: HashMap<String, (u64, Instant)>,
     writes_since_sweep: usize,
 }
 
@@ -154,6 +156,7 @@ impl MemoryNode {
             map.writes_since_sweep = 0;
             map.entries.retain(|_, e| e.expires > now);
             map.records.retain(|_, (_, expires)| *expires > now);
+            map.fences.retain(|_, (_, expires)| *expires > now);
         }
         match map.entries.get_mut(key) {
             Some(e) if e.expires > now => Acquire::Held {
@@ -176,6 +179,55 @@ impl MemoryNode {
                 Acquire::Acquired
             }
         }
+    }
+
+    pub(crate) fn acquire_fenced_now(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> Acquire {
+        let now = Instant::now();
+        let mut map = self.lock();
+        match Self::acquire_in(&mut map, now, key, token, ttl) {
+            Acquire::Acquired => {
+                let last = map
+                    .fences
+                    .get(fence_key)
+                    .filter(|(_, expires)| *expires > now)
+                    .map_or(0, |(v, _)| *v);
+                let fence = last.saturating_add(1).max(clock_micros());
+                map.fences
+                    .insert(fence_key.to_owned(), (fence, expiry(now, retention)));
+                Acquire::Fenced { fence }
+            }
+            other => other,
+        }
+    }
+
+    pub(crate) fn release_fenced_now(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        floor: u64,
+        retention: Duration,
+    ) -> bool {
+        {
+            let now = Instant::now();
+            let mut map = self.lock();
+            let below = map
+                .fences
+                .get(fence_key)
+                .is_none_or(|(v, expires)| *expires <= now || *v < floor);
+            if below {
+                map.fences
+                    .insert(fence_key.to_owned(), (floor, expiry(now, retention)));
+            }
+        }
+        self.release_now(key, token)
     }
 
     pub(crate) fn release_now(&self, key: &str, token: &str) -> bool {
@@ -246,4 +298,42 @@ impl Node for MemoryNode {
     ) -> NodeFuture<'a, bool> {
         Box::pin(async move { Ok(self.complete_now(key, record_key, token, record, retention)) })
     }
+
+    fn acquire_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        let answer = self.acquire_fenced_now(key, fence_key, token, ttl, retention);
+        Box::pin(std::future::ready(Ok(answer)))
+    }
+
+    fn release_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        floor: u64,
+        retention: Duration,
+    ) -> NodeFuture<'a, bool> {
+        let answer = self.release_fenced_now(key, fence_key, token, floor, retention);
+        Box::pin(std::future::ready(Ok(answer)))
+    }
+}
+
+/// This process's clock in microseconds since 1970 (0 before it): where a fencing counter
+/// that expired starts again.
+fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// `now + retention`, or a year when that overflows.
+fn expiry(now: Instant, retention: Duration) -> Instant {
+    now.checked_add(retention)
+        .unwrap_or(now + Duration::from_secs(86_400 * 365))
 }

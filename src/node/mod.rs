@@ -9,17 +9,18 @@
 //! `tests/` show the semantics every node must keep (owner-only release and extend, expiry,
 //! an expired key never re-created by an extend).
 
-use std::any::Any;
 use std::fmt;
 use std::future::{ready, Future};
 use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::Either;
 
+mod any;
 mod memory;
 mod redis;
+
+pub(crate) use self::any::AnyNode;
 
 pub use self::memory::MemoryNode;
 #[cfg(feature = "cluster")]
@@ -55,6 +56,12 @@ pub enum Acquire {
     Completed {
         /// The stored completion record.
         record: Bytes,
+    },
+    /// Only from [`Node::acquire_fenced`]: as [`Acquire::Acquired`], and the resource's
+    /// fencing counter on this node is now `fence`.
+    Fenced {
+        /// The counter's new value.
+        fence: u64,
     },
 }
 
@@ -132,222 +139,41 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         let _ = (key, record_key, token, record, retention);
         Box::pin(ready(Err(NodeFailure::no_records(&self.name()))))
     }
-}
 
-/// A node as the client holds it. The built-in nodes are called directly, so a request to
-/// one costs no boxed future (measured in `bench/benches/profile.rs`: a box per request cost about
-/// a tenth of the throughput); other nodes go through the [`Node`] trait.
-#[derive(Debug)]
-pub(crate) enum AnyNode {
-    Redis(RedisNode),
-    Memory(MemoryNode),
-    Custom(Box<dyn Node>),
-}
-
-impl AnyNode {
-    pub(crate) fn new<N: Node>(node: N) -> Self {
-        let mut slot = Some(node);
-        let any: &mut dyn Any = &mut slot;
-        if let Some(n) = any
-            .downcast_mut::<Option<RedisNode>>()
-            .and_then(Option::take)
-        {
-            return Self::Redis(n);
-        }
-        if let Some(n) = any
-            .downcast_mut::<Option<MemoryNode>>()
-            .and_then(Option::take)
-        {
-            return Self::Memory(n);
-        }
-        match slot {
-            Some(n) => Self::Custom(Box::new(n)),
-            // `slot` is emptied only by a `take` above, which returns.
-            None => unreachable!("a node moved out of its slot without being returned"),
-        }
-    }
-
-    fn as_node(&self) -> &dyn Node {
-        match self {
-            Self::Redis(n) => n,
-            Self::Memory(n) => n,
-            Self::Custom(n) => &**n,
-        }
-    }
-
-    pub(crate) fn name(&self) -> String {
-        self.as_node().name()
-    }
-
-    pub(crate) fn max_ttl(&self) -> Option<Duration> {
-        self.as_node().max_ttl()
-    }
-
-    /// An in-process node's answer to [`AnyNode::acquire`], at once; `None` for a remote node.
-    pub(crate) fn acquire_now(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Option<Result<Acquire, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.acquire_now(key, token, ttl))),
-            _ => None,
-        }
-    }
-
-    /// An in-process node's answer to [`AnyNode::release`], at once.
-    pub(crate) fn release_now(&self, key: &str, token: &str) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.release_now(key, token))),
-            _ => None,
-        }
-    }
-
-    /// An in-process node's answer to [`AnyNode::extend`], at once.
-    pub(crate) fn extend_now(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.extend_now(key, token, ttl))),
-            _ => None,
-        }
-    }
-
-    /// The holder's remaining ttl at `key`, for a node whose "held" answer did not carry it:
-    /// asked once per contended error, from one node. `None` for a custom node (it reports
-    /// the ttl in [`Acquire::Held`] if it can).
-    pub(crate) fn remaining_ttl<'a>(
+    /// For fencing tokens ([`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)): what
+    /// [`acquire`](Self::acquire) does and, when it sets the key, in the same atomic step,
+    /// raise the counter at `fence_key` to the larger of its value plus one and this node's
+    /// clock in microseconds since 1970 (so that a counter that expired or was lost starts
+    /// again above the tokens it gave), keeping it for `retention`; answer
+    /// [`Acquire::Fenced`] with the new value.
+    ///
+    /// The default answers an error: a node without counters never grants a fenced lock.
+    fn acquire_fenced<'a>(
         &'a self,
         key: &'a str,
-    ) -> Option<impl Future<Output = Result<Option<Duration>, NodeFailure>> + Send + 'a> {
-        match self {
-            Self::Redis(n) => Some(Either::Left(n.remaining_ttl(key))),
-            Self::Memory(n) => Some(Either::Right(ready(Ok(n.remaining_now(key))))),
-            Self::Custom(_) => None,
-        }
-    }
-
-    /// Whether this node uses the Redis command a fan-out packs once for all its masters
-    /// ([`RedisNode::set_cmd`] when `acquire`, else [`RedisNode::release_cmd`]).
-    pub(crate) fn uses_prepared(&self, acquire: bool) -> bool {
-        match self {
-            Self::Redis(n) => !acquire || n.plain_acquire(),
-            _ => false,
-        }
-    }
-
-    pub(crate) fn acquire<'a>(
-        &'a self,
-        key: &'a str,
+        fence_key: &'a str,
         token: &'a str,
         ttl: Duration,
-        prepared: Option<&'a ::redis::Cmd>,
-    ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
-        match self {
-            Self::Redis(n) => Either::Left(n.acquire_key(key, token, ttl, prepared)),
-            Self::Memory(n) => {
-                Either::Right(Either::Left(ready(Ok(n.acquire_now(key, token, ttl)))))
-            }
-            Self::Custom(n) => Either::Right(Either::Right(n.acquire(key, token, ttl))),
-        }
-    }
-
-    pub(crate) fn release<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        prepared: Option<&'a ::redis::Cmd>,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
-        match self {
-            Self::Redis(n) => Either::Left(n.release_key(key, token, prepared)),
-            Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.release_now(key, token))))),
-            Self::Custom(n) => Either::Right(Either::Right(n.release(key, token))),
-        }
-    }
-
-    /// An in-process node's answer to [`Node::acquire_unless_completed`], at once.
-    pub(crate) fn acquire_unless_completed_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Option<Result<Acquire, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(
-                n.acquire_unless_completed_now(key, record_key, token, ttl)
-            )),
-            _ => None,
-        }
-    }
-
-    /// See [`Node::acquire_unless_completed`].
-    pub(crate) fn acquire_unless_completed<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        match self {
-            Self::Redis(n) => Box::pin(n.acquire_unless_completed_key(key, record_key, token, ttl)),
-            Self::Memory(n) => Box::pin(ready(Ok(
-                n.acquire_unless_completed_now(key, record_key, token, ttl)
-            ))),
-            Self::Custom(n) => n.acquire_unless_completed(key, record_key, token, ttl),
-        }
-    }
-
-    /// An in-process node's answer to [`Node::complete`], at once.
-    pub(crate) fn complete_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        record: &[u8],
         retention: Duration,
-    ) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.complete_now(key, record_key, token, record, retention))),
-            _ => None,
-        }
+    ) -> NodeFuture<'a, Acquire> {
+        let _ = (key, fence_key, token, ttl, retention);
+        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
     }
 
-    /// See [`Node::complete`].
-    pub(crate) fn complete<'a>(
+    /// For fencing tokens: raise the counter at `fence_key` to `floor` if it is below
+    /// (keeping it for `retention`), then what [`release`](Self::release) does, atomically.
+    ///
+    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)).
+    fn release_fenced<'a>(
         &'a self,
         key: &'a str,
-        record_key: &'a str,
+        fence_key: &'a str,
         token: &'a str,
-        record: &'a [u8],
+        floor: u64,
         retention: Duration,
     ) -> NodeFuture<'a, bool> {
-        match self {
-            Self::Redis(n) => Box::pin(n.complete_key(key, record_key, token, record, retention)),
-            Self::Memory(n) => Box::pin(ready(Ok(
-                n.complete_now(key, record_key, token, record, retention)
-            ))),
-            Self::Custom(n) => n.complete(key, record_key, token, record, retention),
-        }
-    }
-
-    pub(crate) fn extend<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
-        match self {
-            Self::Redis(n) => Either::Left(n.extend_key(key, token, ttl)),
-            Self::Memory(n) => {
-                Either::Right(Either::Left(ready(Ok(n.extend_now(key, token, ttl)))))
-            }
-            Self::Custom(n) => Either::Right(Either::Right(n.extend(key, token, ttl))),
-        }
+        let _ = (key, fence_key, token, floor, retention);
+        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
     }
 }
 
@@ -385,6 +211,12 @@ impl NodeFailure {
     /// [`Node::acquire_unless_completed`]).
     fn no_records(name: &str) -> Self {
         Self::new(format!("{name} does not store completion records"))
+    }
+
+    /// A node without fencing counters (the defaults of [`Node::acquire_fenced`] and
+    /// [`Node::release_fenced`]).
+    fn no_fencing(name: &str) -> Self {
+        Self::new(format!("{name} does not keep fencing counters"))
     }
 
     /// Mark the failure as a timeout.

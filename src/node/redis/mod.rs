@@ -13,6 +13,7 @@ use super::{Acquire, Node, NodeFailure, NodeFuture};
 #[cfg(feature = "cluster")]
 mod cluster;
 mod conn;
+mod fencing;
 mod options;
 mod records;
 mod scripts;
@@ -330,7 +331,7 @@ impl RedisNode {
         cmd.arg("PTTL").arg(key);
         match held(int(&query(&mut conn, &cmd).await?)?) {
             Acquire::Held { remaining } => Ok(remaining),
-            Acquire::Acquired | Acquire::Completed { .. } => Ok(None),
+            Acquire::Acquired | Acquire::Completed { .. } | Acquire::Fenced { .. } => Ok(None),
         }
     }
 
@@ -526,6 +527,28 @@ impl Node for RedisNode {
         retention: Duration,
     ) -> NodeFuture<'a, bool> {
         Box::pin(self.complete_key(key, record_key, token, record, retention))
+    }
+
+    fn acquire_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        Box::pin(self.acquire_fenced_key(key, fence_key, token, ttl, retention))
+    }
+
+    fn release_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        floor: u64,
+        retention: Duration,
+    ) -> NodeFuture<'a, bool> {
+        Box::pin(self.release_fenced_key(key, fence_key, token, floor, retention))
     }
 }
 

@@ -75,7 +75,7 @@ impl RedisNode {
     }
 
     /// `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`, with binary arguments.
-    async fn run_binary(
+    pub(super) async fn run_binary(
         &self,
         script: &Script,
         keys: &[&str],

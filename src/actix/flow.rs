@@ -126,6 +126,11 @@ where
                 .map_into_left_body());
         }
         Decision::Locked(lease, recorder) => {
+            if let (Some(name), Some(token)) = (policy.fencing_header(), lease.fencing_token()) {
+                let name = HeaderName::from_bytes(name.as_bytes())
+                    .expect("checked when the policy was built");
+                req.headers_mut().insert(name, HeaderValue::from(token));
+            }
             req.extensions_mut().insert(lease.handle());
             (lease, recorder)
         }

@@ -117,7 +117,11 @@ where
 
     forward_ready!(service);
 
-    fn call(&self, req: ServiceRequest) -> Self::Future {
+    fn call(&self, mut req: ServiceRequest) -> Self::Future {
+        if let Some(name) = self.policy.fencing_header() {
+            // Only the lock's token reaches the inner service under this name.
+            req.headers_mut().remove(name);
+        }
         let (key, fingerprint) = {
             let view = ActixRequestView::new(&req);
             let key = self.policy.key(&view);

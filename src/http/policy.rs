@@ -95,6 +95,8 @@ struct PolicyInner {
     methods: Option<Vec<Box<str>>>,
     responder: Box<dyn Responder>,
     replay: Option<Arc<Replay>>,
+    /// The request header the fencing token is passed in (lower-case).
+    fencing_header: Option<Box<str>>,
 }
 
 impl fmt::Debug for LockPolicy {
@@ -109,6 +111,7 @@ impl fmt::Debug for LockPolicy {
             .field("keep_alive", &p.keep_alive)
             .field("methods", &p.methods)
             .field("replay", &p.replay)
+            .field("fencing_header", &p.fencing_header)
             .finish_non_exhaustive()
     }
 }
@@ -154,6 +157,7 @@ impl LockPolicy {
                 methods: Some(DEFAULT_LOCKED_METHODS.iter().map(|&m| m.into()).collect()),
                 responder: Box::new(ProblemJson),
                 replay: None,
+                fencing_header: None,
             },
         }
     }
@@ -199,6 +203,12 @@ impl LockPolicy {
     /// The answer for a replay step's rejection (`413`, `400` for an unreadable body).
     pub(crate) fn reject(&self, kind: RejectionKind) -> RejectionResponse {
         self.inner.responder.respond(&Rejection::replay(kind))
+    }
+
+    /// The request header the lease's fencing token is passed in to the inner service, if
+    /// any (see [`LockPolicyBuilder::fencing_header`]), lower-case.
+    pub fn fencing_header(&self) -> Option<&str> {
+        self.inner.fencing_header.as_deref()
     }
 
     /// The lock ttl.
@@ -447,6 +457,33 @@ impl LockPolicyBuilder {
         self
     }
 
+    /// Pass the lease's fencing token ([`Lease::fencing_token`](crate::Lease::fencing_token))
+    /// to the inner service in the request header `name` (in decimal), for handlers that
+    /// forward it to storage which refuses stale tokens. The client's own header of that
+    /// name is removed from every request through the middleware, locked or not, so a
+    /// handler never reads a token the lock did not give. Needs a client built with
+    /// [`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)`(true)`; not available
+    /// with replay yet (replay leases carry no token). Handlers can also read the token
+    /// from the [`LeaseHandle`](crate::LeaseHandle).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::http::{IdempotencyKey, LockPolicy};
+    /// use tower_redlock::node::MemoryNode;
+    /// use tower_redlock::Redlock;
+    ///
+    /// let redlock = Redlock::builder().node(MemoryNode::new()).fencing(true).build()?;
+    /// let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
+    ///     .fencing_header("Fencing-Token")
+    ///     .build()?;
+    /// assert_eq!(policy.fencing_header(), Some("fencing-token"));
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_header(mut self, name: &str) -> Self {
+        self.inner.fencing_header = Some(name.to_ascii_lowercase().into_boxed_str());
+        self
+    }
+
     /// Replace the problem+json rejections with your own responses.
     pub fn responder(mut self, responder: impl Responder) -> Self {
         self.inner.responder = Box::new(responder);
@@ -478,6 +515,25 @@ impl LockPolicyBuilder {
                 return Err(crate::Error::invalid(
                     "fail_open cannot be combined with replay: a request run unlocked could \
                      run a completed key again (replay answers 503 when the quorum is unreachable)",
+                ));
+            }
+        }
+        if let Some(name) = &p.fencing_header {
+            if !super::rejection::is_token(name) {
+                return Err(crate::Error::invalid(format!(
+                    "{name:?} is not a header name (a token: letters, digits, !#$%&'*+-.^_`|~)"
+                )));
+            }
+            if !p.redlock.fencing_enabled() {
+                return Err(crate::Error::invalid(
+                    "fencing_header needs a client with fencing tokens: build it with \
+                     RedlockBuilder::fencing(true)",
+                ));
+            }
+            if p.replay.is_some() {
+                return Err(crate::Error::invalid(
+                    "fencing_header cannot be combined with replay yet: replay leases carry no \
+                     fencing token",
                 ));
             }
         }
@@ -556,5 +612,36 @@ mod tests {
         assert!(empty.is_invalid_input(), "{empty}");
         let bad = policy(|b| b.methods(["PO ST"])).unwrap_err();
         assert!(bad.to_string().contains("not an HTTP method"), "{bad}");
+    }
+
+    #[test]
+    fn the_fencing_header_needs_a_fencing_client_a_name_and_no_replay() {
+        let fenced = || {
+            Redlock::builder()
+                .node(crate::node::MemoryNode::new())
+                .fencing(true)
+                .build()
+                .unwrap()
+        };
+        let build = |redlock: Redlock, b: fn(LockPolicyBuilder) -> LockPolicyBuilder| {
+            b(LockPolicy::builder(redlock, IdempotencyKey::required())).build()
+        };
+        let p = build(fenced(), |b| b.fencing_header("X-Fencing-Token")).unwrap();
+        assert_eq!(p.fencing_header(), Some("x-fencing-token"));
+        assert_eq!(build(fenced(), |b| b).unwrap().fencing_header(), None);
+
+        let unfenced = build(Redlock::in_memory(), |b| b.fencing_header("fencing-token"));
+        let e = unfenced.unwrap_err();
+        assert!(
+            e.is_invalid_input() && e.to_string().contains("fencing(true)"),
+            "{e}"
+        );
+        let bad = build(fenced(), |b| b.fencing_header("fencing token")).unwrap_err();
+        assert!(bad.to_string().contains("not a header name"), "{bad}");
+        let empty = build(fenced(), |b| b.fencing_header("")).unwrap_err();
+        assert!(empty.is_invalid_input(), "{empty}");
+        let replay = build(fenced(), |b| b.fencing_header("f").replay(Replay::new()));
+        let e = replay.unwrap_err();
+        assert!(e.to_string().contains("replay"), "{e}");
     }
 }

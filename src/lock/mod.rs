@@ -95,6 +95,11 @@ impl Redlock {
         self.inner.quorum
     }
 
+    /// Whether leases carry fencing tokens ([`RedlockBuilder::fencing`]).
+    pub fn fencing_enabled(&self) -> bool {
+        self.inner.config.fencing
+    }
+
     /// How many nodes vote.
     pub fn node_count(&self) -> usize {
         self.inner.nodes.len()

@@ -44,6 +44,8 @@ where
         req: Option<Request<RequestBody<ReqBody>>>,
         release_on: ReleaseOn,
         keep_alive: bool,
+        /// The request header for the fencing token.
+        fencing: Option<http::HeaderName>,
     },
     /// A replay policy's whole flow (see `replay.rs`).
     Replaying {
@@ -111,6 +113,7 @@ where
         req: Request<RequestBody<ReqBody>>,
         release_on: ReleaseOn,
         keep_alive: bool,
+        fencing: Option<http::HeaderName>,
     ) -> Self {
         Self {
             state: State::Acquiring {
@@ -119,6 +122,7 @@ where
                 req: Some(req),
                 release_on,
                 keep_alive,
+                fencing,
             },
         }
     }
@@ -188,6 +192,7 @@ where
                     req,
                     release_on,
                     keep_alive,
+                    fencing,
                 } => {
                     let decision = ready!(acquire.as_mut().poll(cx));
                     let mut req = req.take().expect("polled after completion");
@@ -199,6 +204,11 @@ where
                         }
                         Decision::Replay(_) => unreachable!("only a replay policy replays"),
                         Decision::Locked(lease, _) => {
+                            if let (Some(name), Some(token)) =
+                                (fencing.take(), lease.fencing_token())
+                            {
+                                req.headers_mut().insert(name, HeaderValue::from(token));
+                            }
                             req.extensions_mut().insert(lease.handle());
                             Some(lease)
                         }

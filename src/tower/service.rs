@@ -62,6 +62,12 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
+        let fencing = self.policy.fencing_header().map(|name| {
+            // Only the lock's token reaches the inner service under this name.
+            parts.headers.remove(name);
+            http::HeaderName::from_bytes(name.as_bytes())
+                .expect("checked when the policy was built")
+        });
         let (key, fingerprint) = {
             let view = HttpRequestView::new(&mut parts);
             let key = self.policy.key(&view);
@@ -101,6 +107,7 @@ where
                     req,
                     self.policy.release_on(),
                     self.policy.keeps_alive(),
+                    fencing,
                 )
             }
         }

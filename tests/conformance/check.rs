@@ -8,6 +8,8 @@ use tower_redlock::node::{Acquire, Node};
 use crate::support::eventually;
 use crate::{Peek, LONG, T1, T2};
 
+pub use crate::fencing::*;
+
 pub async fn names_itself(node: &dyn Node, _: &dyn Peek) {
     assert!(!node.name().is_empty());
 }

@@ -21,6 +21,7 @@ use tower_redlock::node::{MemoryNode, Node, RedisNode};
 
 mod backends;
 mod check;
+mod fencing;
 mod flow;
 
 #[cfg(feature = "cluster")]
@@ -151,6 +152,11 @@ macro_rules! every_check {
             records_expire,
             records_never_take_a_lock_for_one,
             a_first_record_is_never_overwritten,
+            fencing_starts_from_the_clock_and_grows,
+            fencing_counts_up_from_a_raised_counter,
+            fencing_release_is_owner_only,
+            fencing_counters_expire_and_restart_from_the_clock,
+            fencing_never_overwrites_a_lock_named_like_the_counter,
         );
     };
 }
@@ -181,6 +187,11 @@ conformance_in_turn!(cluster => Cluster:
     records_are_fenced_by_the_token,
     records_expire,
     a_first_record_is_never_overwritten,
+    fencing_starts_from_the_clock_and_grows,
+    fencing_counts_up_from_a_raised_counter,
+    fencing_release_is_owner_only,
+    fencing_counters_expire_and_restart_from_the_clock,
+    fencing_never_overwrites_a_lock_named_like_the_counter,
 );
 
 every_check!(conformance_in_turn!(sentinel => Sentinel:));
@@ -230,5 +241,43 @@ async fn redis_replay_acquire_keeps_restart_protection() {
         Acquire::Completed {
             record: b"done"[..].into()
         }
+    );
+}
+
+/// The fenced acquire keeps delayed-restart protection: a dataset too young to be trusted
+/// abstains (no lock, no counter), and votes once it is old enough — its counter above the
+/// clock it restarted at.
+#[tokio::test]
+async fn redis_fencing_acquire_keeps_restart_protection() {
+    use tower_redlock::node::RedisNodeOptions;
+    let masters = Masters::start(1);
+    let opts = RedisNodeOptions::new().restart_protection(Duration::from_millis(300));
+    let node = RedisNode::open_with(&masters[0].url(), &opts).unwrap();
+    let (ttl, retain) = (Duration::from_millis(200), Duration::from_secs(10));
+    let young = node.acquire_fenced("k", "k:fence", T1, ttl, retain).await;
+    assert!(young.is_err(), "{young:?}");
+    assert_eq!(masters[0].get("k").await, None);
+    assert_eq!(masters[0].get("k:fence").await, None);
+    eventually(
+        "the dataset is old enough to vote",
+        Duration::from_secs(10),
+        || async {
+            node.acquire_fenced("k", "k:fence", T1, ttl, retain)
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    assert_eq!(masters[0].get("k").await.as_deref(), Some(T1));
+    let raw = masters[0].get("k:fence").await.unwrap();
+    let counter: u64 = raw.strip_prefix("TRF1:").unwrap().parse().unwrap();
+    // Too long a ttl for the protection window: refused before anything is sent.
+    let long = node
+        .acquire_fenced("k2", "k2:fence", T1, Duration::from_secs(1), retain)
+        .await;
+    assert!(long.is_err(), "{long:?}");
+    assert!(
+        counter > 1_600_000_000_000_000,
+        "{counter} is not from the clock"
     );
 }

@@ -8,6 +8,7 @@
 //! - [`harness`]: the app described once, served by either framework;
 //! - the scenarios: [`exclusion`], [`waiting`], [`unavailable`], [`keys`], [`scope`],
 //!   [`methods`], [`responder`], [`release`], [`keep_alive`];
+//! - [`fencing`]: the lease's fencing token passed to the handler in a header;
 //! - replay (idempotent endpoints): [`replay`], [`replay_faults`], [`replay_limits`];
 //! - [`mixed`], [`replay_mixed`]: axum and actix-web side by side, on the same masters;
 //! - [`axum_only`], [`actix_only`]: what only one framework has (the tower service in
@@ -21,6 +22,7 @@ use tower_redlock_testkit as support;
 mod actix_only;
 mod axum_only;
 mod exclusion;
+mod fencing;
 mod harness;
 mod keep_alive;
 mod keys;
@@ -104,4 +106,6 @@ on_both! {
     replay_limits::replay_a_response_too_large_or_streamed_is_not_stored,
     replay_limits::replay_a_body_over_the_limit_is_413,
     replay_limits::replay_the_handler_gets_the_body_unchanged,
+    fencing::fencing_header_carries_the_lease_token,
+    fencing::fencing_token_without_header_is_on_the_lease_handle,
 }

@@ -57,6 +57,10 @@ impl RedisNode {
                 "the master's tenure is younger than the longest ttl: abstains \
                  (delayed-restart protection)",
             )),
+            (Some(4), None) => Err(NodeFailure::new(
+                "the fencing counter's key (the lock's key + \":fence\") holds something \
+                 else, a lock of a resource named like it: not overwritten, abstains",
+            )),
             _ => Err(unexpected(&Value::Array(items))),
         }
     }

@@ -132,25 +132,45 @@ return 0
     sha1: "465311df18bdf01b301983738e1f6b548cd73864",
 };
 
-/// The fencing counter's bump, for the fenced acquire: `fence` becomes the counter at
-/// `KEYS[2]` plus one, or the server's clock in microseconds if that is larger (a counter that
-/// expired, or was lost in a restart, starts again above the tokens it gave), kept for
-/// `ARGV[4]` ms. Lua numbers are doubles: exact below 2^53 (microseconds since 1970 stay below
-/// it until the year 2255); stored with `%.0f`, never in exponent form.
+/// The fencing counter's bump, for the fenced acquire (after `fence_read_lua!`): `fence`
+/// becomes the counter plus one, or the server's clock in microseconds if that is larger (a
+/// counter that expired, or was lost in a restart, starts again above the tokens it gave),
+/// kept for `ARGV[4]` ms. Lua numbers are doubles: exact below 2^53 (microseconds since 1970
+/// stay below it until the year 2255); stored with `%.0f`, never in exponent form, behind
+/// the tag `TRF1:`.
 macro_rules! fence_lua {
     () => {
         r#"local ft = redis.call('TIME')
-local fence = tonumber(redis.call('get', KEYS[2]) or '0') or 0
 fence = math.max(fence + 1, tonumber(ft[1]) * 1000000 + tonumber(ft[2]))
-redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[4])
+redis.call('set', KEYS[2], 'TRF1:' .. string.format('%.0f', fence), 'PX', ARGV[4])
+"#
+    };
+}
+
+/// Reads the fencing counter at `KEYS[2]` into `fence` (0 when absent); `foreign` is set when
+/// the key holds something else than a counter (tagged `TRF1:`) — a lock of a resource named
+/// like the counter — which the scripts never overwrite.
+macro_rules! fence_read_lua {
+    () => {
+        r#"local raw = redis.call('get', KEYS[2])
+local fence, foreign = 0, false
+if raw then
+  if string.sub(raw, 1, 5) == 'TRF1:' then
+    fence = tonumber(string.sub(raw, 6)) or 0
+  else
+    foreign = true
+  end
+end
 "#
     };
 }
 
 /// The fenced acquire: `SET KEYS[1] token NX PX ttl` and, when it set the key, the bump of
 /// the fencing counter `KEYS[2]` (`fence_lua!`): answers `{1, fence}`, or `{0, PTTL}` when
-/// held. With a third key, behind tenure protection (as [`ACQUIRE_GUARDED`], `ARGV[3]` the
-/// longest ttl): `{3}` while the tenure is young, setting nothing.
+/// held; `{4}`, setting nothing, when the counter's key holds something else (a lock of a
+/// resource named like it). With a third key, behind tenure protection (as
+/// [`ACQUIRE_GUARDED`], `ARGV[3]` the longest ttl): `{3}` while the tenure is young, setting
+/// nothing.
 pub(crate) static ACQUIRE_FENCED: Script = Script {
     source: concat!(
         "if #KEYS == 3 then\n",
@@ -158,6 +178,11 @@ pub(crate) static ACQUIRE_FENCED: Script = Script {
         r#"if young then
   return {3}
 end
+end
+"#,
+        fence_read_lua!(),
+        r#"if foreign then
+  return {4}
 end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 "#,
@@ -167,23 +192,26 @@ end
 return {0, redis.call('pttl', KEYS[1])}
 "#
     ),
-    sha1: "20c50d6c91f467f61dde3fe13d92de95717970af",
+    sha1: "bde41ae60a1a3fe66196f6432086d3afcb6901fd",
 };
 
 /// The fenced release: raises the fencing counter `KEYS[2]` to the lease's token `ARGV[2]`
-/// if it is below (kept for `ARGV[3]` ms) — so that the next holder, whose quorum shares a
-/// node with this one's, gets a larger token — then compare-and-delete, as [`RELEASE`].
+/// if it is below (kept for `ARGV[3]` ms; a key holding something else than a counter is
+/// left alone) — so that the next holder, whose quorum shares a node with this one's, gets a
+/// larger token — then compare-and-delete, as [`RELEASE`].
 pub(crate) static RELEASE_FENCED: Script = Script {
-    source: r#"local f = tonumber(redis.call('get', KEYS[2]) or '0') or 0
-if f < tonumber(ARGV[2]) then
-  redis.call('set', KEYS[2], ARGV[2], 'PX', ARGV[3])
+    source: concat!(
+        fence_read_lua!(),
+        r#"if not foreign and fence < tonumber(ARGV[2]) then
+  redis.call('set', KEYS[2], 'TRF1:' .. ARGV[2], 'PX', ARGV[3])
 end
 if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('del', KEYS[1])
 end
 return 0
-"#,
-    sha1: "0456d270c0f62c87a0d1c275371151c4af7ec6b4",
+"#
+    ),
+    sha1: "c40874b2847becc65e01c8d1de2f86e7cf0bc725",
 };
 
 #[cfg(test)]
@@ -201,7 +229,12 @@ mod tests {
             &ACQUIRE_FENCED,
             &RELEASE_FENCED,
         ] {
-            assert_eq!(redis::Script::new(s.source()).get_hash(), s.sha1());
+            assert_eq!(
+                redis::Script::new(s.source()).get_hash(),
+                s.sha1(),
+                "{}",
+                &s.source()[..40]
+            );
         }
     }
 }

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use tower_redlock::http::{KeyExtractor, LockPolicy, Unlocked};
 use tower_redlock::{LeaseHandle, Redlock, RedlockMiddleware};
 
-use super::app::{chunks, Answer, App, Method, Principal, Seen, USER_HEADER};
+use super::app::{chunks, Answer, App, Method, Principal, Seen, FENCING_HEADER, USER_HEADER};
 use super::{Framework, Served};
 use crate::support::http::within;
 
@@ -97,6 +97,10 @@ fn seen(lease: Option<LeaseHandle>, req: &HttpRequest) -> Seen {
         lease,
         unlocked: extensions.get::<Unlocked>().is_some(),
         principal: extensions.get::<Principal>().cloned(),
+        fencing_header: req
+            .headers()
+            .get(FENCING_HEADER)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
     }
 }
 

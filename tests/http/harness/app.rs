@@ -16,6 +16,9 @@ use super::probe::{Probe, Streams, NOT_STREAMED};
 /// The header the authentication layer reads the principal's tenant from.
 pub const USER_HEADER: &str = "x-user";
 
+/// The request header the fencing scenarios pass the lease's fencing token in.
+pub const FENCING_HEADER: &str = "fencing-token";
+
 /// The authenticated principal: what the authentication layer puts into the request's
 /// extensions when it has an [`USER_HEADER`].
 #[derive(Clone, Debug)]
@@ -259,6 +262,8 @@ pub struct Seen {
     /// Whether the `Unlocked` (fail-open) marker is in the request's extensions.
     pub unlocked: bool,
     pub principal: Option<Principal>,
+    /// The request's [`FENCING_HEADER`], as the handler got it.
+    pub fencing_header: Option<String>,
 }
 
 impl Seen {
@@ -274,6 +279,8 @@ impl Seen {
             "lost": lease.map(LeaseHandle::is_lost),
             "extensions": lease.map(LeaseHandle::extensions),
             "tenant": self.principal.as_ref().map(|p| p.tenant.clone()),
+            "fencing_token": lease.and_then(LeaseHandle::fencing_token),
+            "fencing_header": self.fencing_header,
         })
     }
 }

@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use tower_redlock::http::{KeyExtractor, LockPolicy, Unlocked};
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
-use super::app::{chunks, Answer, App, Method, Principal, Seen, USER_HEADER};
+use super::app::{chunks, Answer, App, Method, Principal, Seen, FENCING_HEADER, USER_HEADER};
 use super::{Framework, Served};
 use crate::support::HttpApp;
 
@@ -89,6 +89,10 @@ fn seen(lease: Option<LeaseHandle>, req: &Request) -> Seen {
         lease,
         unlocked: req.extensions().get::<Unlocked>().is_some(),
         principal: req.extensions().get::<Principal>().cloned(),
+        fencing_header: req
+            .headers()
+            .get(FENCING_HEADER)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
     }
 }
 

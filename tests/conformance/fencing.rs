@@ -1,0 +1,145 @@
+//! The fencing checks of one node (index 0 of the backend): the counter the fenced acquire
+//! bumps and the fenced release raises, through the [`Node`] trait only.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tower_redlock::node::{Acquire, Node};
+
+use crate::{Peek, LONG, T1, T2};
+
+const RETAIN: Duration = Duration::from_secs(60);
+/// A counter far above any clock reading (microseconds in the year 2128, below 2^53).
+const BIG: u64 = 5_000_000_000_000_000;
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as u64
+}
+
+async fn fenced(node: &dyn Node, key: &str, token: &str) -> Acquire {
+    let fence = format!("{key}:fence");
+    node.acquire_fenced(key, &fence, token, LONG, RETAIN)
+        .await
+        .unwrap()
+}
+
+async fn token_of(node: &dyn Node, key: &str, token: &str) -> u64 {
+    match fenced(node, key, token).await {
+        Acquire::Fenced { fence } => fence,
+        other => panic!("expected a fenced grant, got {other:?}"),
+    }
+}
+
+async fn release(node: &dyn Node, key: &str, token: &str, floor: u64) -> bool {
+    let fence = format!("{key}:fence");
+    node.release_fenced(key, &fence, token, floor, RETAIN)
+        .await
+        .unwrap()
+}
+
+/// A first counter starts from the node's clock (µs since 1970), the lock is set, and every
+/// later holder's counter is larger.
+pub async fn fencing_starts_from_the_clock_and_grows(node: &dyn Node, peek: &dyn Peek) {
+    let before = now_us();
+    let a = token_of(node, "f1", T1).await;
+    let after = now_us();
+    // The same machine's clock: generous bounds, no timing.
+    assert!(
+        a + 5_000_000 >= before && a <= after + 5_000_000,
+        "{a} not near the clock [{before}, {after}]"
+    );
+    assert_eq!(peek.peek(0, "f1").await.as_deref(), Some(T1));
+    assert!(release(node, "f1", T1, a).await);
+    assert_eq!(peek.peek(0, "f1").await, None);
+    let b = token_of(node, "f1", T2).await;
+    assert!(b > a, "{b} after {a}");
+}
+
+/// Above the clock, each holder's counter is the last one plus one; a refused acquire
+/// (held) bumps nothing.
+pub async fn fencing_counts_up_from_a_raised_counter(node: &dyn Node, _: &dyn Peek) {
+    // A release raises the counter even where the lock is not held (an expired lease's
+    // release still raises it: raising never lets a token go back).
+    assert!(!release(node, "f2", T2, BIG).await);
+    let a = token_of(node, "f2", T1).await;
+    assert_eq!(a, BIG + 1);
+    assert!(matches!(fenced(node, "f2", T2).await, Acquire::Held { .. }));
+    assert!(release(node, "f2", T1, a).await);
+    assert_eq!(token_of(node, "f2", T2).await, BIG + 2, "a held key bumped");
+    // A release's floor below the counter leaves it as is.
+    assert!(release(node, "f2", T2, 7).await);
+    assert_eq!(token_of(node, "f2", T1).await, BIG + 3);
+}
+
+/// The fenced release is owner-only like the plain one; a plain acquire never answers with
+/// a counter.
+pub async fn fencing_release_is_owner_only(node: &dyn Node, peek: &dyn Peek) {
+    let a = token_of(node, "f3", T1).await;
+    assert!(!release(node, "f3", T2, a).await);
+    assert_eq!(peek.peek(0, "f3").await.as_deref(), Some(T1));
+    assert!(release(node, "f3", T1, a).await);
+    assert_eq!(
+        node.acquire("f3", T2, LONG).await.unwrap(),
+        Acquire::Acquired
+    );
+}
+
+/// A counter unused for its retention expires (bounded memory) and starts again from the
+/// clock, never from zero.
+pub async fn fencing_counters_expire_and_restart_from_the_clock(node: &dyn Node, _: &dyn Peek) {
+    let short = Duration::from_millis(50);
+    let (key, fence) = ("f4", "f4:fence");
+    assert!(!node
+        .release_fenced(key, fence, T1, BIG, short)
+        .await
+        .unwrap());
+    // Each try that finds the counter alive bumps it and keeps it another 50 ms: tries are
+    // spaced wider than that, so the first one after its expiry sees it gone.
+    let deadline = Instant::now() + LONG;
+    let token = loop {
+        tokio::time::sleep(short * 3).await;
+        match node
+            .acquire_fenced(key, fence, T1, LONG, short)
+            .await
+            .unwrap()
+        {
+            Acquire::Fenced { fence } if fence < BIG => break fence,
+            Acquire::Fenced { .. } => assert!(node.release(key, T1).await.unwrap()),
+            other => panic!("expected a fenced grant, got {other:?}"),
+        }
+        assert!(Instant::now() < deadline, "the counter never expired");
+    };
+    let now = now_us();
+    assert!(
+        token + 5_000_000 >= now && token <= now + 5_000_000,
+        "{token} restarted away from the clock {now}"
+    );
+}
+
+/// A lock of a resource named like a counter's key (`f5:fence`) is never overwritten by the
+/// counter: the fenced acquire of `f5` either keeps its counter elsewhere (a separate map, a
+/// Cluster's slot-tagged key) or abstains; the fenced release leaves it alone too.
+pub async fn fencing_never_overwrites_a_lock_named_like_the_counter(
+    node: &dyn Node,
+    peek: &dyn Peek,
+) {
+    assert_eq!(
+        node.acquire("f5:fence", T1, LONG).await.unwrap(),
+        Acquire::Acquired
+    );
+    match node
+        .acquire_fenced("f5", "f5:fence", T2, LONG, RETAIN)
+        .await
+    {
+        Ok(Acquire::Fenced { fence }) => {
+            assert!(release(node, "f5", T2, fence).await);
+        }
+        Ok(other) => panic!("expected a fenced grant or an abstention, got {other:?}"),
+        Err(_abstained) => assert_eq!(peek.peek(0, "f5").await, None),
+    }
+    assert!(!release(node, "f5", T2, BIG).await);
+    assert_eq!(peek.peek(0, "f5:fence").await.as_deref(), Some(T1));
+    assert!(node.release("f5:fence", T1).await.unwrap());
+}

@@ -1,0 +1,326 @@
+//! Fencing tokens from the quorum against real Redis masters (`RedlockBuilder::fencing`):
+//! tokens of successive holders of a resource strictly increase — after releases, after
+//! expiries, under contention, with a minority frozen or restarted (behind restart
+//! protection), and with one master's counter far ahead of the others' — and storage that
+//! compares them refuses a holder paused past its validity.
+
+use tower_redlock_testkit as support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::{eventually, warm_up, Masters};
+use tower_redlock::node::{Acquire, MemoryNode, Node, NodeFuture, RedisNodeOptions};
+use tower_redlock::{Redlock, Retry};
+
+const TTL: Duration = Duration::from_secs(10);
+
+async fn fencing_client(m: &Masters) -> Redlock {
+    let redlock = m.builder().fencing(true).build().expect("a valid client");
+    warm_up(&redlock, m).await;
+    redlock
+}
+
+/// Takes the lock on `resource` (a try), returns its token, releases it.
+async fn token_once(redlock: &Redlock, resource: &str) -> u64 {
+    let lease = redlock.try_lock(resource, TTL).await.expect("the lock");
+    let token = lease.fencing_token().expect("fencing is on");
+    assert_eq!(lease.handle().fencing_token(), Some(token));
+    lease.release().await.expect("released");
+    token
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_over_sequential_holders() {
+    let m = Masters::start(3);
+    let a = fencing_client(&m).await;
+    let b = fencing_client(&m).await;
+    let mut last = 0;
+    for round in 0..40 {
+        // Two clients, as two processes: each has its own connections.
+        let client = if round % 2 == 0 { &a } else { &b };
+        let token = token_once(client, "ledger").await;
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+    }
+    // Another resource has a counter of its own (from the clock, not from "ledger"'s).
+    let other = token_once(&a, "other").await;
+    assert!(other > 0);
+    // The counters are bounded in time: they expire (twice the ttl, at least 10 s).
+    let pttl = m[0].pttl("ledger:fence").await;
+    assert!(pttl > 0 && pttl <= 20_000, "counter ttl {pttl} ms");
+}
+
+#[tokio::test]
+async fn fencing_is_off_by_default() {
+    let m = Masters::start(3);
+    let redlock = m.client();
+    let lease = redlock.try_lock("plain", TTL).await.unwrap();
+    assert_eq!(lease.fencing_token(), None);
+    assert!(!redlock.fencing_enabled());
+    lease.release().await.unwrap();
+    // Nothing but the lock was written, and it is gone.
+    eventually("every master is empty", Duration::from_secs(5), || async {
+        m.dbsizes().await.iter().all(|&n| n == 0)
+    })
+    .await;
+}
+
+/// A holder that never releases: its lock expires, and the next holder's token is larger —
+/// its counters were not raised by a release, the clock carries the order.
+#[tokio::test]
+async fn fencing_tokens_grow_after_an_expired_holder() {
+    let m = Masters::start(3);
+    let redlock = fencing_client(&m).await;
+    let short = Duration::from_millis(300);
+    let first = redlock.try_lock("expiring", short).await.unwrap();
+    let stale = first.fencing_token().unwrap();
+    let next = eventually_lock(&redlock, "expiring", short).await;
+    let token = next.fencing_token().unwrap();
+    assert!(token > stale, "{token} after the expired {stale}");
+    next.release().await.unwrap();
+    // The expired lease is long past its validity; its release touches nobody's lock.
+    assert!(!first.is_valid());
+    drop(first);
+}
+
+async fn eventually_lock(redlock: &Redlock, resource: &str, ttl: Duration) -> tower_redlock::Lease {
+    redlock
+        .lock_with(
+            resource,
+            ttl,
+            Retry::times(200).delay(Duration::from_millis(20)),
+        )
+        .await
+        .expect("the lock, once the last holder's expired")
+}
+
+/// One master's counter far ahead of the others' (a skewed clock, or counters raised by
+/// tokens it granted): a token that includes it is that large, its release raises every
+/// other master's counter to it, and once that master is gone for good the next token is
+/// still larger — from the raised counters of the two left.
+#[tokio::test]
+async fn fencing_survives_a_skewed_minority() {
+    const AHEAD: u64 = 5_000_000_000_000_000; // microseconds in the year 2128
+    let m = Masters::start(3);
+    let redlock = fencing_client(&m).await;
+    // Counters are stored as `TRF1:<n>`.
+    assert!(
+        m[0].set_nx("skewed:fence", &format!("TRF1:{AHEAD}"), None)
+            .await
+    );
+    // The grant is decided at a quorum: retry until master 0's vote was counted.
+    let mut high = 0;
+    for _ in 0..100 {
+        high = token_once(&redlock, "skewed").await;
+        if high > AHEAD {
+            break;
+        }
+    }
+    assert_eq!(high, AHEAD + 1, "master 0's vote never counted");
+    eventually(
+        "the release raised every counter",
+        Duration::from_secs(5),
+        || async {
+            m.values("skewed:fence")
+                .await
+                .iter()
+                .all(|v| counter(v.as_deref()) >= Some(high))
+        },
+    )
+    .await;
+    m[0].stop();
+    let after = token_once(&redlock, "skewed").await;
+    assert!(after > high, "{after} after {high}");
+}
+
+fn counter(raw: Option<&str>) -> Option<u64> {
+    raw?.strip_prefix("TRF1:")?.parse().ok()
+}
+
+/// Many tasks of three clients fight over one resource: in the order the critical sections
+/// happened, the tokens strictly increase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_follow_the_order_of_contended_sections() {
+    const SECTIONS: usize = 120;
+    let m = Masters::start(3);
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(fencing_client(&m).await);
+    }
+    let inside = Arc::new(AtomicUsize::new(0));
+    // The tokens in the order the sections were entered (under the lock).
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let done = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..9)
+        .map(|i| {
+            let redlock = clients[i % 3].clone();
+            let (inside, order, done) = (inside.clone(), order.clone(), done.clone());
+            tokio::spawn(async move {
+                let retry = Retry::times(50)
+                    .delay(Duration::from_millis(2))
+                    .jitter(Duration::from_millis(5));
+                while done.load(Ordering::SeqCst) < SECTIONS {
+                    let Ok(lease) = redlock.lock_with("contended", TTL, retry).await else {
+                        continue;
+                    };
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    order.lock().unwrap().push(lease.fencing_token().unwrap());
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    lease.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("no task panicked");
+    }
+    let order = order.lock().unwrap();
+    assert!(order.len() >= SECTIONS);
+    for pair in order.windows(2) {
+        assert!(
+            pair[1] > pair[0],
+            "tokens out of order: {} then {}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+/// A minority frozen (`SIGSTOP`: it answers nothing), then restarted empty — its counters
+/// lost — behind restart protection: tokens keep growing throughout.
+#[tokio::test]
+async fn fencing_tokens_keep_growing_through_a_frozen_and_a_restarted_master() {
+    let m = Masters::start(3);
+    let ttl = Duration::from_millis(500);
+    let options = RedisNodeOptions::new().restart_protection(Duration::from_secs(1));
+    let redlock = m
+        .iter()
+        .fold(Redlock::builder(), |b, s| b.redis_with(&s.url(), &options))
+        .node_timeout(Duration::from_millis(200))
+        .retry(Retry::times(100).delay(Duration::from_millis(20)))
+        .fencing(true)
+        .build()
+        .unwrap();
+    let next = |last: u64| {
+        let redlock = redlock.clone();
+        async move {
+            let lease = redlock.lock("ledger", ttl).await.expect("the lock");
+            let token = lease.fencing_token().unwrap();
+            assert!(token > last, "{token} after {last}");
+            lease.release().await.expect("released");
+            token
+        }
+    };
+    // The masters are new: the first locks wait out their protection window.
+    let mut last = next(0).await;
+    last = next(last).await;
+    m[0].freeze();
+    for _ in 0..5 {
+        last = next(last).await;
+    }
+    m[0].thaw();
+    m[1].restart();
+    for _ in 0..5 {
+        last = next(last).await;
+    }
+    // Once its protection window has passed, the restarted master votes again, its counter
+    // restarted from its clock: still above every token.
+    for round in 0.. {
+        last = next(last).await;
+        if m[1].get("ledger:fence").await.is_some() {
+            break;
+        }
+        assert!(round < 200, "the restarted master never voted");
+    }
+    last = next(last).await;
+    assert!(last > 0);
+}
+
+/// Kleppmann's scenario: a holder pauses past its validity, the next holder takes the lock
+/// and writes; the paused one's late write carries the smaller token and is refused.
+#[tokio::test]
+async fn fencing_storage_refuses_a_paused_holders_late_write() {
+    let m = Masters::start(3);
+    let paused_client = fencing_client(&m).await;
+    let next_client = fencing_client(&m).await;
+    let storage = Storage::default();
+    let short = Duration::from_millis(300);
+    let paused = paused_client.try_lock("file", short).await.unwrap();
+    // "The pause": the lock expires while this holder does nothing.
+    let next = eventually_lock(&next_client, "file", short).await;
+    assert!(!paused.is_valid());
+    storage
+        .write(next.fencing_token().unwrap(), "written by the next holder")
+        .unwrap();
+    let late = storage.write(
+        paused.fencing_token().unwrap(),
+        "the paused holder's late write",
+    );
+    assert!(late.is_err(), "a stale write was accepted");
+    assert_eq!(storage.value(), "written by the next holder");
+    next.release().await.unwrap();
+}
+
+/// Storage that checks fencing tokens: a compare-and-set on the largest one seen.
+#[derive(Default)]
+struct Storage(Mutex<(u64, String)>);
+
+impl Storage {
+    fn write(&self, token: u64, value: &str) -> Result<(), u64> {
+        let mut state = self.0.lock().unwrap();
+        if token <= state.0 {
+            return Err(state.0);
+        }
+        *state = (token, value.to_owned());
+        Ok(())
+    }
+
+    fn value(&self) -> String {
+        self.0.lock().unwrap().1.clone()
+    }
+}
+
+/// A custom node that keeps no fencing counters (the trait's defaults): with fencing on, a
+/// lock fails with an error naming the missing support, and nothing stays locked.
+#[tokio::test]
+async fn fencing_needs_every_node_to_keep_counters() {
+    #[derive(Debug, Clone)]
+    struct Plain(MemoryNode);
+    impl Node for Plain {
+        fn name(&self) -> String {
+            "plain".into()
+        }
+        fn acquire<'a>(
+            &'a self,
+            key: &'a str,
+            token: &'a str,
+            ttl: Duration,
+        ) -> NodeFuture<'a, Acquire> {
+            self.0.acquire(key, token, ttl)
+        }
+        fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
+            self.0.release(key, token)
+        }
+        fn extend<'a>(
+            &'a self,
+            key: &'a str,
+            token: &'a str,
+            ttl: Duration,
+        ) -> NodeFuture<'a, bool> {
+            self.0.extend(key, token, ttl)
+        }
+    }
+    let memory = MemoryNode::new();
+    let redlock = Redlock::builder()
+        .node(Plain(memory.clone()))
+        .fencing(true)
+        .build()
+        .unwrap();
+    let e = redlock.try_lock("k", TTL).await.unwrap_err();
+    assert!(e.to_string().contains("fencing"), "{e}");
+    assert_eq!(memory.get("k"), None);
+}

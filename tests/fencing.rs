@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use support::{eventually, warm_up, Masters};
 use tower_redlock::node::{Acquire, MemoryNode, Node, NodeFuture, RedisNodeOptions};
-use tower_redlock::{Redlock, Retry};
+use tower_redlock::{Claim, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -323,4 +323,52 @@ async fn fencing_needs_every_node_to_keep_counters() {
     let e = redlock.try_lock("k", TTL).await.unwrap_err();
     assert!(e.to_string().contains("fencing"), "{e}");
     assert_eq!(memory.get("k"), None);
+}
+
+/// Leases for work that must run once (`lock_unless_completed`) carry tokens too: a claim
+/// whose work failed (released) and the next one, then — once the completion record
+/// expired — a new claim, each larger than the last.
+#[tokio::test]
+async fn fencing_tokens_on_leases_of_idempotent_work() {
+    let m = Masters::start(3);
+    let redlock = fencing_client(&m).await;
+    let claim = || redlock.lock_unless_completed("pay:1", TTL, Retry::never());
+    let Claim::Locked(failed) = claim().await.unwrap() else {
+        panic!("nothing completed yet")
+    };
+    let a = failed.fencing_token().expect("a token");
+    failed.release().await.unwrap();
+    let Claim::Locked(done) = claim().await.unwrap() else {
+        panic!("the failed work stored nothing")
+    };
+    let b = done.fencing_token().expect("a token");
+    assert!(b > a, "{b} after {a}");
+    done.complete("paid", Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(matches!(claim().await.unwrap(), Claim::Completed(_)));
+    // The completion raised every counter it reached to its token.
+    eventually(
+        "the counters were raised",
+        Duration::from_secs(5),
+        || async {
+            m.values("pay:1:fence")
+                .await
+                .iter()
+                .all(|v| counter(v.as_deref()) >= Some(b))
+        },
+    )
+    .await;
+    let mut next = None;
+    for _ in 0..500 {
+        if let Claim::Locked(lease) = claim().await.unwrap() {
+            next = Some(lease);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = next.expect("the record expires");
+    let c = next.fencing_token().expect("a token");
+    assert!(c > b, "{c} after {b}");
+    next.release().await.unwrap();
 }

@@ -93,11 +93,15 @@ impl RedlockBuilder {
     /// (a counter that expired or was lost restarts from the node's clock in microseconds,
     /// so tokens look like timestamps). Counters expire twice the ttl (at least 10 s) after
     /// their last use. Every node must support it: Redis nodes and `MemoryNode` do; a
-    /// custom [`Node`] implements [`Node::acquire_fenced`] and [`Node::release_fenced`].
-    /// Leases of [`Redlock::lock_unless_completed`] (replay) carry no token.
+    /// custom [`Node`] implements [`Node::acquire_fenced`] and [`Node::release_fenced`]
+    /// (and, for [`Redlock::lock_unless_completed`], whose leases carry tokens too,
+    /// [`Node::acquire_unless_completed_fenced`] and [`Node::complete_fenced`]), or a lock
+    /// fails naming the node.
     ///
     /// [`Node::acquire_fenced`]: crate::node::Node::acquire_fenced
     /// [`Node::release_fenced`]: crate::node::Node::release_fenced
+    /// [`Node::acquire_unless_completed_fenced`]: crate::node::Node::acquire_unless_completed_fenced
+    /// [`Node::complete_fenced`]: crate::node::Node::complete_fenced
     pub fn fencing(mut self, on: bool) -> Self {
         self.config.fencing = on;
         self

@@ -3,8 +3,9 @@
 //! Each node keeps a counter per resource. The fenced acquire bumps it in the same atomic
 //! step as the `SET`, to the larger of its value plus one and the node's clock in
 //! microseconds; a lease's token is the largest counter among the nodes that granted it
-//! (counted until the decision). The fenced release first raises the counter of every node
-//! it reaches to the lease's token.
+//! (counted until the decision; in replay, every vote counted for the grant). The fenced
+//! release — and the fenced completion of idempotent work — first raises the counter of
+//! every node it reaches to the lease's token.
 //!
 //! Why the next holder's token is larger: its quorum shares a node `m` with this lease's.
 //! On `m` this lease's key was released — the counter was raised to this token there, and
@@ -28,6 +29,17 @@ pub(crate) struct Fence {
     pub(crate) key: Arc<str>,
     /// How long a counter is kept after its last use.
     pub(crate) retention: Duration,
+}
+
+impl Fence {
+    /// What a node raises the counter to before the lease's lock is deleted.
+    pub(crate) fn floor(&self) -> crate::node::FenceFloor<'_> {
+        crate::node::FenceFloor {
+            key: &self.key,
+            floor: self.token,
+            retention: self.retention,
+        }
+    }
 }
 
 /// The counter's key of the lock `key`.

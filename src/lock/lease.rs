@@ -211,8 +211,7 @@ impl Lease {
     /// larger than the token of every earlier holder of this resource. Pass it with every
     /// write to storage that can refuse a write whose token is smaller than one it has seen
     /// (a compare-and-set), so that this holder — if paused past its validity — cannot
-    /// write after the next one. `None` without fencing, and for leases of
-    /// [`Redlock::lock_unless_completed`].
+    /// write after the next one. `None` without fencing.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {

@@ -189,8 +189,7 @@ impl Redlock {
             format!("{prefix}{resource}").into()
         };
         let record_key = replay.then(|| records::record_key(&key));
-        // Fencing counters ride on plain acquires (not the replay acquire).
-        let fence_key = (self.inner.config.fencing && !replay).then(|| fencing::fence_key(&key));
+        let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
 
         let started = Instant::now();
         let deadline = retry.max_wait().and_then(|w| started.checked_add(w));
@@ -289,7 +288,15 @@ impl Redlock {
             timeout,
             Skip::Suspended,
             &|node| match (record_key, fence_key) {
-                (Some(r), _) => node.acquire_unless_completed_now(key, r, token.as_str(), ttl),
+                (Some(r), Some(f)) => node.acquire_unless_completed_fenced_now(
+                    key,
+                    r,
+                    f,
+                    token.as_str(),
+                    ttl,
+                    retention,
+                ),
+                (Some(r), None) => node.acquire_unless_completed_now(key, r, token.as_str(), ttl),
                 (None, Some(f)) => node.acquire_fenced_now(key, f, token.as_str(), ttl, retention),
                 (None, None) => node.acquire_now(key, token.as_str(), ttl),
             },
@@ -298,7 +305,19 @@ impl Redlock {
                 let (record_key, fence_key) = (record_key.cloned(), fence_key.cloned());
                 async move {
                     match (record_key, fence_key) {
-                        (Some(r), _) => {
+                        (Some(r), Some(f)) => {
+                            v.node
+                                .acquire_unless_completed_fenced(
+                                    &key,
+                                    &r,
+                                    &f,
+                                    token.as_str(),
+                                    ttl,
+                                    retention,
+                                )
+                                .await
+                        }
+                        (Some(r), None) => {
                             v.node
                                 .acquire_unless_completed(&key, &r, token.as_str(), ttl)
                                 .await

@@ -110,9 +110,17 @@ impl Tally {
     pub(crate) fn late_acquire(&mut self, (i, answer): Answer<Acquire>, replay: bool) {
         self.answered |= 1 << i;
         match answer {
-            Ok(Acquire::Acquired | Acquire::Fenced { .. }) => {
+            Ok(Acquire::Acquired) => {
                 self.for_mask |= 1 << i;
                 self.for_ += usize::from(replay);
+            }
+            Ok(Acquire::Fenced { fence }) => {
+                self.for_mask |= 1 << i;
+                if replay {
+                    // A vote counted for the lease: its counter counts for the token.
+                    self.for_ += 1;
+                    self.fence = Some(self.fence.map_or(fence, |f| f.max(fence)));
+                }
             }
             Ok(Acquire::Held { remaining }) => self.held(i, remaining),
             Ok(Acquire::Completed { record }) if replay => self.completed(i, record),

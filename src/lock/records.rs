@@ -149,18 +149,47 @@ impl Redlock {
         let n = inner.nodes.len();
         let (key, token) = (state.key_arc(), state.token_copy());
         let record_key = record_key(&key);
+        let fence = state.fence().cloned();
         let mut sent = quorum::send(
             &inner.nodes,
             quorum::all(n),
             inner.config.node_timeout,
             Skip::Suspended,
-            &|node| node.complete_now(&key, &record_key, token.as_str(), &record, retention),
+            &|node| match &fence {
+                None => node.complete_now(&key, &record_key, token.as_str(), &record, retention),
+                Some(f) => node.complete_fenced_now(
+                    &key,
+                    &record_key,
+                    token.as_str(),
+                    &record,
+                    retention,
+                    f.floor(),
+                ),
+            },
             |v| {
                 let (key, record_key, record) = (key.clone(), record_key.clone(), record.clone());
+                let fence = fence.clone();
                 async move {
-                    v.node
-                        .complete(&key, &record_key, token.as_str(), &record, retention)
-                        .await
+                    match &fence {
+                        None => {
+                            v.node
+                                .complete(&key, &record_key, token.as_str(), &record, retention)
+                                .await
+                        }
+                        // The counters raised to the lease's token first, as a release does.
+                        Some(f) => {
+                            v.node
+                                .complete_fenced(
+                                    &key,
+                                    &record_key,
+                                    token.as_str(),
+                                    &record,
+                                    retention,
+                                    f.floor(),
+                                )
+                                .await
+                        }
+                    }
                 }
             },
         );

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 
-use super::{Acquire, MemoryNode, Node, NodeFailure, NodeFuture, RedisNode};
+use super::{Acquire, FenceFloor, MemoryNode, Node, NodeFailure, NodeFuture, RedisNode};
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
 /// one costs no boxed future (measured in `bench/benches/profile.rs`: a box per request cost about
@@ -294,6 +294,86 @@ impl AnyNode {
                 n.release_fenced_now(key, fence_key, token, floor, retention)
             ))),
             Self::Custom(n) => n.release_fenced(key, fence_key, token, floor, retention),
+        }
+    }
+
+    /// An in-process node's answer to [`Node::acquire_unless_completed_fenced`], at once.
+    pub(crate) fn acquire_unless_completed_fenced_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> Option<Result<Acquire, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.acquire_unless_completed_fenced_now(
+                key, record_key, fence_key, token, ttl, retention,
+            ))),
+            _ => None,
+        }
+    }
+
+    /// See [`Node::acquire_unless_completed_fenced`].
+    pub(crate) fn acquire_unless_completed_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        match self {
+            Self::Redis(n) => Box::pin(n.acquire_unless_completed_fenced_key(
+                key, record_key, fence_key, token, ttl, retention,
+            )),
+            Self::Memory(n) => Box::pin(ready(Ok(n.acquire_unless_completed_fenced_now(
+                key, record_key, fence_key, token, ttl, retention,
+            )))),
+            Self::Custom(n) => {
+                n.acquire_unless_completed_fenced(key, record_key, fence_key, token, ttl, retention)
+            }
+        }
+    }
+
+    /// An in-process node's answer to [`Node::complete_fenced`], at once.
+    pub(crate) fn complete_fenced_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        record: &[u8],
+        retention: Duration,
+        fence: FenceFloor<'_>,
+    ) -> Option<Result<bool, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(
+                n.complete_fenced_now(key, record_key, token, record, retention, fence)
+            )),
+            _ => None,
+        }
+    }
+
+    /// See [`Node::complete_fenced`].
+    pub(crate) fn complete_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        match self {
+            Self::Redis(n) => {
+                Box::pin(n.complete_fenced_key(key, record_key, token, record, retention, fence))
+            }
+            Self::Memory(n) => Box::pin(ready(Ok(
+                n.complete_fenced_now(key, record_key, token, record, retention, fence)
+            ))),
+            Self::Custom(n) => n.complete_fenced(key, record_key, token, record, retention, fence),
         }
     }
 }

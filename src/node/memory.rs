@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{Acquire, Node, NodeFuture};
+use super::{Acquire, FenceFloor, Node, NodeFuture};
 
 /// An in-process lock node: a map of keys to (token, expiry), with the same semantics as a
 /// Redis master (expiry, owner-only release and extend).
@@ -191,7 +191,40 @@ impl MemoryNode {
     ) -> Acquire {
         let now = Instant::now();
         let mut map = self.lock();
-        match Self::acquire_in(&mut map, now, key, token, ttl) {
+        Self::acquire_fenced_in(&mut map, now, key, fence_key, token, ttl, retention)
+    }
+
+    pub(crate) fn acquire_unless_completed_fenced_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> Acquire {
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.records.get(record_key) {
+            Some((record, expires)) if *expires > now => Acquire::Completed {
+                record: record.clone(),
+            },
+            _ => Self::acquire_fenced_in(&mut map, now, key, fence_key, token, ttl, retention),
+        }
+    }
+
+    /// The plain acquire and, when it set the key, the counter's bump: to its value plus
+    /// one, or this process's clock in microseconds if that is larger.
+    fn acquire_fenced_in(
+        map: &mut Map,
+        now: Instant,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> Acquire {
+        match Self::acquire_in(map, now, key, token, ttl) {
             Acquire::Acquired => {
                 let last = map
                     .fences
@@ -207,6 +240,20 @@ impl MemoryNode {
         }
     }
 
+    /// Raises the counter at `fence_key` to `floor` if it is below (or gone).
+    fn raise(&self, fence_key: &str, floor: u64, retention: Duration) {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let below = map
+            .fences
+            .get(fence_key)
+            .is_none_or(|(v, expires)| *expires <= now || *v < floor);
+        if below {
+            map.fences
+                .insert(fence_key.to_owned(), (floor, expiry(now, retention)));
+        }
+    }
+
     pub(crate) fn release_fenced_now(
         &self,
         key: &str,
@@ -215,19 +262,23 @@ impl MemoryNode {
         floor: u64,
         retention: Duration,
     ) -> bool {
-        {
-            let now = Instant::now();
-            let mut map = self.lock();
-            let below = map
-                .fences
-                .get(fence_key)
-                .is_none_or(|(v, expires)| *expires <= now || *v < floor);
-            if below {
-                map.fences
-                    .insert(fence_key.to_owned(), (floor, expiry(now, retention)));
-            }
-        }
+        // Raising first is safe on its own (a counter only grows): the next holder's bump
+        // follows the delete.
+        self.raise(fence_key, floor, retention);
         self.release_now(key, token)
+    }
+
+    pub(crate) fn complete_fenced_now(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        record: &[u8],
+        retention: Duration,
+        fence: FenceFloor<'_>,
+    ) -> bool {
+        self.raise(fence.key, fence.floor, fence.retention);
+        self.complete_now(key, record_key, token, record, retention)
     }
 
     pub(crate) fn release_now(&self, key: &str, token: &str) -> bool {
@@ -308,6 +359,33 @@ impl Node for MemoryNode {
         retention: Duration,
     ) -> NodeFuture<'a, Acquire> {
         let answer = self.acquire_fenced_now(key, fence_key, token, ttl, retention);
+        Box::pin(std::future::ready(Ok(answer)))
+    }
+
+    fn acquire_unless_completed_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        let answer = self
+            .acquire_unless_completed_fenced_now(key, record_key, fence_key, token, ttl, retention);
+        Box::pin(std::future::ready(Ok(answer)))
+    }
+
+    fn complete_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        let answer = self.complete_fenced_now(key, record_key, token, record, retention, fence);
         Box::pin(std::future::ready(Ok(answer)))
     }
 

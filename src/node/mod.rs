@@ -161,7 +161,9 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     }
 
     /// For fencing tokens: raise the counter at `fence_key` to `floor` if it is below
-    /// (keeping it for `retention`), then what [`release`](Self::release) does, atomically.
+    /// (keeping it for `retention`; also when the key no longer holds `token`), then what
+    /// [`release`](Self::release) does. The raise must come first (or in the same atomic
+    /// step): the next holder's bump follows the delete.
     ///
     /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)).
     fn release_fenced<'a>(
@@ -175,6 +177,55 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         let _ = (key, fence_key, token, floor, retention);
         Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
     }
+
+    /// For fencing tokens with idempotent work: what
+    /// [`acquire_unless_completed`](Self::acquire_unless_completed) does and, when it sets
+    /// the key, the counter's bump of [`acquire_fenced`](Self::acquire_fenced), in one atomic
+    /// step.
+    ///
+    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)).
+    fn acquire_unless_completed_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        let _ = (key, record_key, fence_key, token, ttl, retention);
+        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
+    }
+
+    /// For fencing tokens with idempotent work: raise the counter `fence.key` to
+    /// `fence.floor` as [`release_fenced`](Self::release_fenced) does, then what
+    /// [`complete`](Self::complete) does (the raise first, or in the same atomic step).
+    ///
+    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)).
+    fn complete_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        let _ = (key, record_key, token, record, retention, fence);
+        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
+    }
+}
+
+/// A fencing counter to raise before a lease's lock is deleted
+/// ([`Node::complete_fenced`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceFloor<'a> {
+    /// The counter's key.
+    pub key: &'a str,
+    /// The lease's token: the counter's least value after the raise.
+    pub floor: u64,
+    /// How long the counter is kept after the raise.
+    pub retention: Duration,
 }
 
 /// Why a node call failed.

@@ -129,6 +129,11 @@ where
             return Ok(Replayed::Inner(res));
         }
         Decision::Locked(lease, recorder) => {
+            if let (Some(name), Some(token)) = (policy.fencing_header(), lease.fencing_token()) {
+                let name = http::HeaderName::from_bytes(name.as_bytes())
+                    .expect("checked when the policy was built");
+                parts.headers.insert(name, http::HeaderValue::from(token));
+            }
             parts.extensions.insert(lease.handle());
             (lease, recorder)
         }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tower_redlock::node::{Acquire, Node};
+use tower_redlock::node::{Acquire, FenceFloor, Node};
 
 use crate::{Peek, LONG, T1, T2};
 
@@ -142,4 +142,49 @@ pub async fn fencing_never_overwrites_a_lock_named_like_the_counter(
     assert!(!release(node, "f5", T2, BIG).await);
     assert_eq!(peek.peek(0, "f5:fence").await.as_deref(), Some(T1));
     assert!(node.release("f5:fence", T1).await.unwrap());
+}
+
+/// With idempotent work: the fenced replay acquire bumps like the fenced acquire, answers a
+/// record instead once there is one (bumping nothing), and the fenced completion raises the
+/// counter to the lease's token before it stores the record.
+pub async fn fencing_with_records(node: &dyn Node, peek: &dyn Peek) {
+    let (key, record, fence) = ("f6", "f6:record", "f6:fence");
+    let replay =
+        |token| node.acquire_unless_completed_fenced(key, record, fence, token, LONG, RETAIN);
+    let a = match replay(T1).await.unwrap() {
+        Acquire::Fenced { fence } => fence,
+        other => panic!("expected a fenced grant, got {other:?}"),
+    };
+    assert!(matches!(replay(T2).await.unwrap(), Acquire::Held { .. }));
+    assert_eq!(peek.peek(0, key).await.as_deref(), Some(T1));
+    // Not the holder: nothing stored (the raise alone is harmless: a counter only grows).
+    let floor = FenceFloor {
+        key: fence,
+        floor: BIG,
+        retention: RETAIN,
+    };
+    assert!(!node
+        .complete_fenced(key, record, T2, b"no", LONG, floor)
+        .await
+        .unwrap());
+    assert!(node
+        .complete_fenced(
+            key,
+            record,
+            T1,
+            b"done",
+            LONG,
+            FenceFloor { floor: a, ..floor }
+        )
+        .await
+        .unwrap());
+    assert_eq!(peek.peek(0, key).await, None);
+    assert_eq!(
+        replay(T2).await.unwrap(),
+        Acquire::Completed {
+            record: b"done"[..].into()
+        }
+    );
+    // The counter was raised to BIG, and a record's answer bumped nothing.
+    assert_eq!(token_of(node, key, T2).await, BIG + 1);
 }

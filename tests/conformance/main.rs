@@ -157,6 +157,7 @@ macro_rules! every_check {
             fencing_release_is_owner_only,
             fencing_counters_expire_and_restart_from_the_clock,
             fencing_never_overwrites_a_lock_named_like_the_counter,
+            fencing_with_records,
         );
     };
 }
@@ -192,6 +193,7 @@ conformance_in_turn!(cluster => Cluster:
     fencing_release_is_owner_only,
     fencing_counters_expire_and_restart_from_the_clock,
     fencing_never_overwrites_a_lock_named_like_the_counter,
+    fencing_with_records,
 );
 
 every_check!(conformance_in_turn!(sentinel => Sentinel:));

@@ -2,6 +2,7 @@
 //! token in a request header (and from its `LeaseHandle`), the client's own header of that name
 //! never reaches it, and each new holder of a key gets a larger token.
 
+use tower_redlock::http::{Replay, REPLAYED_HEADER};
 use tower_redlock::Redlock;
 
 use crate::harness::app::{App, Handler, Route, FENCING_HEADER};
@@ -27,10 +28,22 @@ async fn fencing_client(masters: &Masters) -> Redlock {
 
 /// Waits until the masters hold nothing but fencing counters (`…:fence`): every lock released.
 async fn only_counters_left(masters: &Masters) {
+    left_only(masters, false).await;
+}
+
+/// As [`only_counters_left`], completion records (`…:record`) allowed too.
+async fn only_counters_and_records_left(masters: &Masters) {
+    left_only(masters, true).await;
+}
+
+async fn left_only(masters: &Masters, records: bool) {
     eventually("every lock is released", RELEASED_WITHIN, || async {
         for master in masters.iter() {
             let keys: Vec<String> = master.query(&redis::cmd("KEYS").arg("*").clone()).await;
-            if !keys.iter().all(|k| k.ends_with(":fence")) {
+            if !keys
+                .iter()
+                .all(|k| k.ends_with(":fence") || (records && k.ends_with(":record")))
+            {
                 return false;
             }
         }
@@ -101,6 +114,43 @@ pub async fn fencing_token_without_header_is_on_the_lease_handle<F: Framework>()
     assert!(v["fencing_token"].as_u64().is_some(), "{v}");
     assert_eq!(v["fencing_header"], "42", "{v}");
     only_counters_left(&m).await;
+    drop(http);
+    app.stop().await;
+}
+
+/// With replay: the request that runs gets its lease's token in the header; a duplicate
+/// gets that run's stored answer (the same token in it, `Idempotency-Replayed: true`), and
+/// another key's run a larger token.
+pub async fn fencing_header_with_replay<F: Framework>() {
+    let m = Masters::start(3);
+    let redlock = fencing_client(&m).await;
+    let policy = policy_of(&redlock)
+        .replay(Replay::new())
+        .fencing_header(FENCING_HEADER)
+        .build()
+        .expect("a valid policy");
+    let app = F::serve(&App::new().route(Route::locked(PATH, policy).post(Handler::Report))).await;
+    let http = http_client();
+    let post = |key: &str| post_with(&http, &app.url(PATH), &[key]).header(FENCING_HEADER, FORGED);
+
+    let first = reply(post("pay-1")).await;
+    assert_eq!(first.header(REPLAYED_HEADER), None);
+    let v = first.ok();
+    let token = v["fencing_token"].as_u64().expect("a fencing token");
+    assert_eq!(
+        v["fencing_header"].as_str(),
+        Some(token.to_string().as_str()),
+        "{v}"
+    );
+
+    let again = reply(post("pay-1")).await;
+    assert_eq!(again.header(REPLAYED_HEADER), Some("true"));
+    assert_eq!(again.ok()["fencing_token"].as_u64(), Some(token));
+
+    let other = reply(post("pay-2")).await.ok();
+    let next = other["fencing_token"].as_u64().expect("a fencing token");
+    assert!(next > 0 && other["fencing_header"].as_str() == Some(next.to_string().as_str()));
+    only_counters_and_records_left(&m).await;
     drop(http);
     app.stop().await;
 }

@@ -108,4 +108,5 @@ on_both! {
     replay_limits::replay_the_handler_gets_the_body_unchanged,
     fencing::fencing_header_carries_the_lease_token,
     fencing::fencing_token_without_header_is_on_the_lease_handle,
+    fencing::fencing_header_with_replay,
 }

@@ -1,14 +1,18 @@
-//! Fencing counters on a Redis master: the fenced acquire (the lock and the counter's bump,
-//! one script) and the fenced release (the counter raised to the lease's token, then
-//! compare-and-delete).
+//! Fencing counters on a Redis master: the fenced acquires (the lock and the counter's bump,
+//! one script; with or without the completion record's check), and the fenced release and
+//! completion (the counter raised to the lease's token, then compare-and-delete or the
+//! record's store).
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use redis::Value;
 
-use super::scripts::{ACQUIRE_FENCED, RELEASE_FENCED};
+use super::scripts::{
+    Script, ACQUIRE_FENCED, ACQUIRE_UNLESS_COMPLETED_FENCED, COMPLETE_FENCED, RELEASE_FENCED,
+};
 use super::{held, int, ttl_ms, RedisNode};
-use crate::node::{Acquire, NodeFailure};
+use crate::node::{Acquire, FenceFloor, NodeFailure};
 
 impl RedisNode {
     /// The fenced acquire (see [`Node::acquire_fenced`](crate::node::Node)).
@@ -20,11 +24,55 @@ impl RedisNode {
         ttl: Duration,
         retention: Duration,
     ) -> Result<Acquire, NodeFailure> {
+        self.fenced_acquire(&ACQUIRE_FENCED, key, None, fence_key, token, ttl, retention)
+            .await
+    }
+
+    /// The fenced replay acquire (see
+    /// [`Node::acquire_unless_completed_fenced`](crate::node::Node)).
+    pub(crate) async fn acquire_unless_completed_fenced_key(
+        &self,
+        key: &str,
+        record_key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> Result<Acquire, NodeFailure> {
+        let script = &ACQUIRE_UNLESS_COMPLETED_FENCED;
+        self.fenced_acquire(
+            script,
+            key,
+            Some(record_key),
+            fence_key,
+            token,
+            ttl,
+            retention,
+        )
+        .await
+    }
+
+    /// Runs a fenced acquire script: KEYS lock[, record], counter[, tenure marker]; ARGV
+    /// token, ttl, the longest ttl (or "0"), the counter's retention.
+    #[allow(clippy::too_many_arguments)]
+    async fn fenced_acquire(
+        &self,
+        script: &Script,
+        key: &str,
+        record_key: Option<&str>,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> Result<Acquire, NodeFailure> {
         let ttl_arg = ttl_ms(ttl).to_string();
         let retention_arg = ttl_ms(retention).to_string();
+        let record_key = record_key.map(|r| self.conn.aux_key(key, r));
         let fence_key = self.conn.aux_key(key, fence_key);
         let guard_key = self.guard.as_ref().map(|g| self.conn.aux_key(key, &g.key));
-        let mut keys = vec![key, fence_key.as_ref()];
+        let mut keys = vec![key];
+        keys.extend(record_key.as_deref());
+        keys.push(fence_key.as_ref());
         let max_arg = match &self.guard {
             Some(guard) => {
                 if ttl > guard.max_ttl {
@@ -44,7 +92,7 @@ impl RedisNode {
             max_arg.as_bytes(),
             retention_arg.as_bytes(),
         ];
-        let reply = self.run_binary(&ACQUIRE_FENCED, &keys, &args).await?;
+        let reply = self.run_binary(script, &keys, &args).await?;
         let Value::Array(items) = reply else {
             return Err(unexpected(&reply));
         };
@@ -53,6 +101,11 @@ impl RedisNode {
                 fence: u64::try_from(int(fence)?).map_err(|_| unexpected(fence))?,
             }),
             (Some(0), Some(pttl)) => Ok(held(int(pttl)?)),
+            (Some(2), Some(Value::BulkString(record))) if record_key.is_some() => {
+                Ok(Acquire::Completed {
+                    record: Bytes::copy_from_slice(record),
+                })
+            }
             (Some(3), None) => Err(NodeFailure::new(
                 "the master's tenure is younger than the longest ttl: abstains \
                  (delayed-restart protection)",
@@ -81,6 +134,33 @@ impl RedisNode {
         let reply = self
             .run_binary(&RELEASE_FENCED, &[key, fence_key.as_ref()], &args)
             .await?;
+        Ok(int(&reply)? == 1)
+    }
+
+    /// The fenced completion (see [`Node::complete_fenced`](crate::node::Node)).
+    pub(crate) async fn complete_fenced_key(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        record: &[u8],
+        retention: Duration,
+        fence: FenceFloor<'_>,
+    ) -> Result<bool, NodeFailure> {
+        let retention = ttl_ms(retention).to_string();
+        let floor = fence.floor.to_string();
+        let fence_retention = ttl_ms(fence.retention).to_string();
+        let record_key = self.conn.aux_key(key, record_key);
+        let fence_key = self.conn.aux_key(key, fence.key);
+        let args = [
+            token.as_bytes(),
+            retention.as_bytes(),
+            record,
+            floor.as_bytes(),
+            fence_retention.as_bytes(),
+        ];
+        let keys = [key, record_key.as_ref(), fence_key.as_ref()];
+        let reply = self.run_binary(&COMPLETE_FENCED, &keys, &args).await?;
         Ok(int(&reply)? == 1)
     }
 }

@@ -8,7 +8,7 @@ use redis::{Client, Cmd, RedisResult, Value};
 use self::conn::{query, Conn};
 use self::options::RestartGuard;
 use self::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
-use super::{Acquire, Node, NodeFailure, NodeFuture};
+use super::{Acquire, FenceFloor, Node, NodeFailure, NodeFuture};
 
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -549,6 +549,34 @@ impl Node for RedisNode {
         retention: Duration,
     ) -> NodeFuture<'a, bool> {
         Box::pin(self.release_fenced_key(key, fence_key, token, floor, retention))
+    }
+
+    fn acquire_unless_completed_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        fence_key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        retention: Duration,
+    ) -> NodeFuture<'a, Acquire> {
+        Box::pin(
+            self.acquire_unless_completed_fenced_key(
+                key, record_key, fence_key, token, ttl, retention,
+            ),
+        )
+    }
+
+    fn complete_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        record_key: &'a str,
+        token: &'a str,
+        record: &'a [u8],
+        retention: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        Box::pin(self.complete_fenced_key(key, record_key, token, record, retention, fence))
     }
 }
 

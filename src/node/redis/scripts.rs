@@ -132,27 +132,12 @@ return 0
     sha1: "465311df18bdf01b301983738e1f6b548cd73864",
 };
 
-/// The fencing counter's bump, for the fenced acquire (after `fence_read_lua!`): `fence`
-/// becomes the counter plus one, or the server's clock in microseconds if that is larger (a
-/// counter that expired, or was lost in a restart, starts again above the tokens it gave),
-/// kept for `ARGV[4]` ms. Lua numbers are doubles: exact below 2^53 (microseconds since 1970
-/// stay below it until the year 2255); stored with `%.0f`, never in exponent form, behind
-/// the tag `TRF1:`.
-macro_rules! fence_lua {
-    () => {
-        r#"local ft = redis.call('TIME')
-fence = math.max(fence + 1, tonumber(ft[1]) * 1000000 + tonumber(ft[2]))
-redis.call('set', KEYS[2], 'TRF1:' .. string.format('%.0f', fence), 'PX', ARGV[4])
-"#
-    };
-}
-
-/// Reads the fencing counter at `KEYS[2]` into `fence` (0 when absent); `foreign` is set when
-/// the key holds something else than a counter (tagged `TRF1:`) — a lock of a resource named
-/// like the counter — which the scripts never overwrite.
+/// Reads the fencing counter at the key `fkey` into `fence` (0 when absent); `foreign` is
+/// set when the key holds something else than a counter (tagged `TRF1:`) — a lock of a
+/// resource named like the counter — which the scripts never overwrite.
 macro_rules! fence_read_lua {
     () => {
-        r#"local raw = redis.call('get', KEYS[2])
+        r#"local raw = redis.call('get', fkey)
 local fence, foreign = 0, false
 if raw then
   if string.sub(raw, 1, 5) == 'TRF1:' then
@@ -165,14 +150,67 @@ end
     };
 }
 
-/// The fenced acquire: `SET KEYS[1] token NX PX ttl` and, when it set the key, the bump of
-/// the fencing counter `KEYS[2]` (`fence_lua!`): answers `{1, fence}`, or `{0, PTTL}` when
-/// held; `{4}`, setting nothing, when the counter's key holds something else (a lock of a
-/// resource named like it). With a third key, behind tenure protection (as
-/// [`ACQUIRE_GUARDED`], `ARGV[3]` the longest ttl): `{3}` while the tenure is young, setting
-/// nothing.
+/// The fencing counter's bump, for the fenced acquires (after `fence_read_lua!`): `fence`
+/// becomes the counter plus one, or the server's clock in microseconds if that is larger (a
+/// counter that expired, or was lost in a restart, starts again above the tokens it gave),
+/// kept for `fret` ms. Lua numbers are doubles: exact below 2^53 (microseconds since 1970
+/// stay below it until the year 2255); stored with `%.0f`, never in exponent form, behind
+/// the tag `TRF1:`.
+macro_rules! fence_bump_lua {
+    () => {
+        r#"local ft = redis.call('TIME')
+fence = math.max(fence + 1, tonumber(ft[1]) * 1000000 + tonumber(ft[2]))
+redis.call('set', fkey, 'TRF1:' .. string.format('%.0f', fence), 'PX', fret)
+"#
+    };
+}
+
+/// The raise of the fenced release and completion (after `fence_read_lua!`): the counter
+/// becomes the lease's token `$floor` if it is below, kept for `$ret` ms; a foreign value is
+/// left alone.
+macro_rules! fence_raise_lua {
+    ($floor:literal, $ret:literal) => {
+        concat!(
+            "if not foreign and fence < tonumber(",
+            $floor,
+            ") then\n",
+            "  redis.call('set', fkey, 'TRF1:' .. ",
+            $floor,
+            ", 'PX', ",
+            $ret,
+            ")\n",
+            "end\n"
+        )
+    };
+}
+
+/// The end of the fenced acquires, after the record and tenure checks: `{4}` when the
+/// counter's key is foreign (nothing set); else `SET KEYS[1] ARGV[1] NX PX ARGV[2]` and the
+/// bump, `{1, fence}`; or `{0, PTTL}` when held.
+macro_rules! fenced_set_lua {
+    () => {
+        concat!(
+            fence_read_lua!(),
+            r#"if foreign then
+  return {4}
+end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+"#,
+            fence_bump_lua!(),
+            r#"return {1, fence}
+end
+return {0, redis.call('pttl', KEYS[1])}
+"#
+        )
+    };
+}
+
+/// The fenced acquire: KEYS lock, counter[, tenure marker]; ARGV token, ttl, the longest ttl
+/// (tenure protection, as [`ACQUIRE_GUARDED`]: `{3}` while the tenure is young, setting
+/// nothing), the counter's retention. Answers as `fenced_set_lua!`.
 pub(crate) static ACQUIRE_FENCED: Script = Script {
     source: concat!(
+        "local fkey, fret = KEYS[2], ARGV[4]\n",
         "if #KEYS == 3 then\n",
         tenure_lua!(),
         r#"if young then
@@ -180,38 +218,72 @@ pub(crate) static ACQUIRE_FENCED: Script = Script {
 end
 end
 "#,
-        fence_read_lua!(),
-        r#"if foreign then
-  return {4}
-end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-"#,
-        fence_lua!(),
-        r#"return {1, fence}
-end
-return {0, redis.call('pttl', KEYS[1])}
-"#
+        fenced_set_lua!()
     ),
-    sha1: "bde41ae60a1a3fe66196f6432086d3afcb6901fd",
+    sha1: "1e0d1df9b2da860ce9546f5e8952b258a5d686f3",
 };
 
-/// The fenced release: raises the fencing counter `KEYS[2]` to the lease's token `ARGV[2]`
-/// if it is below (kept for `ARGV[3]` ms; a key holding something else than a counter is
-/// left alone) — so that the next holder, whose quorum shares a node with this one's, gets a
-/// larger token — then compare-and-delete, as [`RELEASE`].
+/// The fenced replay acquire: KEYS lock, record, counter[, tenure marker]; ARGV as
+/// [`ACQUIRE_FENCED`]. `{2, record}` when the completion record exists (as
+/// [`ACQUIRE_UNLESS_COMPLETED`]), else as [`ACQUIRE_FENCED`].
+pub(crate) static ACQUIRE_UNLESS_COMPLETED_FENCED: Script = Script {
+    source: concat!(
+        r#"local fkey, fret = KEYS[3], ARGV[4]
+local record = redis.call('get', KEYS[2])
+if record and string.sub(record, 1, 5) == 'TRR1\n' then
+  return {2, string.sub(record, 6)}
+end
+if #KEYS == 4 then
+"#,
+        tenure_lua!(),
+        r#"if young then
+  return {3}
+end
+end
+"#,
+        fenced_set_lua!()
+    ),
+    sha1: "e81b111e68a9aa39cb09dd1ec88462b89506a4ad",
+};
+
+/// The fenced release: KEYS lock, counter; ARGV token, the lease's fencing token, the
+/// counter's retention. Raises the counter to the lease's token (`fence_raise_lua!`) — so
+/// that the next holder, whose quorum shares a node with this one's, gets a larger token —
+/// then compare-and-delete, as [`RELEASE`].
 pub(crate) static RELEASE_FENCED: Script = Script {
     source: concat!(
+        "local fkey = KEYS[2]\n",
         fence_read_lua!(),
-        r#"if not foreign and fence < tonumber(ARGV[2]) then
-  redis.call('set', KEYS[2], 'TRF1:' .. ARGV[2], 'PX', ARGV[3])
-end
-if redis.call('get', KEYS[1]) == ARGV[1] then
+        fence_raise_lua!("ARGV[2]", "ARGV[3]"),
+        r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('del', KEYS[1])
 end
 return 0
 "#
     ),
-    sha1: "c40874b2847becc65e01c8d1de2f86e7cf0bc725",
+    sha1: "0549f710ac1c8111933a4b4c4713214208cb94e2",
+};
+
+/// The fenced completion: KEYS lock, record, counter; ARGV as [`COMPLETE`], then the lease's
+/// fencing token and the counter's retention. Raises the counter as [`RELEASE_FENCED`],
+/// then as [`COMPLETE`].
+pub(crate) static COMPLETE_FENCED: Script = Script {
+    source: concat!(
+        "local fkey = KEYS[3]\n",
+        fence_read_lua!(),
+        fence_raise_lua!("ARGV[4]", "ARGV[5]"),
+        r#"if redis.call('exists', KEYS[2]) == 1 then
+  return 0
+end
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
+  redis.call('del', KEYS[1])
+  return 1
+end
+return 0
+"#
+    ),
+    sha1: "47e886251ffe596a39339e227cbb5d03c1cc0255",
 };
 
 #[cfg(test)]
@@ -227,7 +299,9 @@ mod tests {
             &ACQUIRE_UNLESS_COMPLETED,
             &COMPLETE,
             &ACQUIRE_FENCED,
+            &ACQUIRE_UNLESS_COMPLETED_FENCED,
             &RELEASE_FENCED,
+            &COMPLETE_FENCED,
         ] {
             assert_eq!(
                 redis::Script::new(s.source()).get_hash(),

@@ -1,5 +1,5 @@
 //! Criterion micro-benchmarks of one lock + release cycle: the raw limit, this crate's client
-//! over Redis masters, rslock, and this crate's client over the in-process memory node (its
+//! over Redis masters (also with fencing tokens: a script instead of `SET`), rslock, and this crate's client over the in-process memory node (its
 //! own CPU cost, with no network at all).
 //!
 //! ```text
@@ -46,6 +46,10 @@ fn cycles(c: &mut Criterion) {
                 (
                     "tower-redlock",
                     Locker::Ours(common::ours(&urls, NODE_TIMEOUT)),
+                ),
+                (
+                    "tower-redlock (fencing)",
+                    Locker::Ours(common::ours_with(&urls, NODE_TIMEOUT, true)),
                 ),
                 ("rslock", Locker::Rslock(common::rslock(&urls))),
             ]

@@ -55,10 +55,16 @@ impl Params {
 
 /// This crate's client as the benchmarks use it: one `.redis(url)` per master, no retries.
 pub fn ours(urls: &[String], node_timeout: Duration) -> Redlock {
+    ours_with(urls, node_timeout, false)
+}
+
+/// As [`ours`], with fencing tokens on or off.
+pub fn ours_with(urls: &[String], node_timeout: Duration, fencing: bool) -> Redlock {
     urls.iter()
         .fold(Redlock::builder(), |b, u| b.redis(u))
         .node_timeout(node_timeout)
         .retry(Retry::never())
+        .fencing(fencing)
         .build()
         .expect("valid client")
 }

@@ -6,13 +6,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use self::acquire::AcquireRequest;
 use self::lease::{LeaseState, Parked, Token};
 use self::options::Config;
 use self::quorum::{Skip, Vote, Voter};
 use self::release::{CancelGuard, Release};
 use crate::error::Error;
-use crate::node::{Acquire, MemoryNode, RedisNode};
+use crate::node::{Acquire, MemoryNode};
 
+mod acquire;
 mod builder;
 mod fencing;
 mod health;
@@ -61,7 +63,7 @@ impl std::fmt::Debug for Redlock {
 impl Redlock {
     /// A client for the Redis voters at `urls`, with the default settings: masters
     /// (`redis://…`), Sentinel groups (`redis+sentinel://…`) and Clusters
-    /// (`redis+cluster://…`, feature `cluster`), see [`RedisNode::open`].
+    /// (`redis+cluster://…`, feature `cluster`), see [`RedisNode::open`](crate::node::RedisNode::open).
     ///
     /// Connections are made lazily in the background, so this succeeds while masters are
     /// down; it fails only on a malformed URL or an empty list. Must be called inside a
@@ -276,64 +278,16 @@ impl Redlock {
             token,
             deadline,
         };
-        // The `SET`, packed once for every Redis master.
-        let set = (record_key.is_none()
-            && fence_key.is_none()
-            && inner.nodes.iter().any(|v| v.node.uses_prepared(true)))
-        .then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
-        let retention = fencing::retention(ttl);
+        let request = AcquireRequest::new(&inner.nodes, key, record_key, fence_key, token, ttl);
         let mut sent = quorum::send(
             &inner.nodes,
             quorum::all(n),
             timeout,
             Skip::Suspended,
-            &|node| match (record_key, fence_key) {
-                (Some(r), Some(f)) => node.acquire_unless_completed_fenced_now(
-                    key,
-                    r,
-                    f,
-                    token.as_str(),
-                    ttl,
-                    retention,
-                ),
-                (Some(r), None) => node.acquire_unless_completed_now(key, r, token.as_str(), ttl),
-                (None, Some(f)) => node.acquire_fenced_now(key, f, token.as_str(), ttl, retention),
-                (None, None) => node.acquire_now(key, token.as_str(), ttl),
-            },
+            &|node| request.now(node),
             |v| {
-                let (key, set) = (key.clone(), set.clone());
-                let (record_key, fence_key) = (record_key.cloned(), fence_key.cloned());
-                async move {
-                    match (record_key, fence_key) {
-                        (Some(r), Some(f)) => {
-                            v.node
-                                .acquire_unless_completed_fenced(
-                                    &key,
-                                    &r,
-                                    &f,
-                                    token.as_str(),
-                                    ttl,
-                                    retention,
-                                )
-                                .await
-                        }
-                        (Some(r), None) => {
-                            v.node
-                                .acquire_unless_completed(&key, &r, token.as_str(), ttl)
-                                .await
-                        }
-                        (None, Some(f)) => {
-                            v.node
-                                .acquire_fenced(&key, &f, token.as_str(), ttl, retention)
-                                .await
-                        }
-                        (None, None) => {
-                            v.node
-                                .acquire(&key, token.as_str(), ttl, set.as_deref())
-                                .await
-                        }
-                    }
-                }
+                let request = request.clone();
+                async move { request.send(&v.node).await }
             },
         );
         let replay = record_key.is_some();
@@ -374,7 +328,7 @@ impl Redlock {
                 .map(|(key, token)| fencing::Fence {
                     token,
                     key: key.clone(),
-                    retention,
+                    retention: request.retention,
                 });
             return Ok(Try::Granted(Granted {
                 deadline,

@@ -20,11 +20,9 @@ use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 
-use super::fencing::Fence;
 use super::health::Health;
-use super::lease::Token;
 use crate::error::NodeError;
-use crate::node::{Acquire, AnyNode, NodeFailure, RedisNode};
+use crate::node::{Acquire, AnyNode, NodeFailure};
 
 /// One node as the client holds it: the node, its name, and its recent timeouts.
 #[derive(Debug)]
@@ -432,52 +430,6 @@ where
             .push(request);
     }
     sent
-}
-
-/// Sends the compare-and-delete of `token` at `key` to every node in `mask` — with `fence`,
-/// the fenced release (the counters raised to the lease's token first).
-pub(crate) fn send_release(
-    nodes: &[Arc<Voter>],
-    mask: u64,
-    timeout: Duration,
-    key: &Arc<str>,
-    token: Token,
-    fence: Option<&Fence>,
-) -> Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
-    let owned = key.clone();
-    // The `EVALSHA`, packed once for every Redis master.
-    let packed = (fence.is_none() && nodes.iter().any(|v| v.node.uses_prepared(false)))
-        .then(|| Arc::new(RedisNode::release_cmd(key, token.as_str())));
-    let fenced = fence.cloned();
-    send(
-        nodes,
-        mask,
-        timeout,
-        Skip::Never,
-        &|node| match fence {
-            None => node.release_now(key, token.as_str()),
-            Some(f) => node.release_fenced_now(key, &f.key, token.as_str(), f.token, f.retention),
-        },
-        move |v| {
-            let key = owned.clone();
-            let packed = packed.clone();
-            let fence = fenced.clone();
-            async move {
-                match fence {
-                    None => {
-                        v.node
-                            .release(&key, token.as_str(), packed.as_deref())
-                            .await
-                    }
-                    Some(f) => {
-                        v.node
-                            .release_fenced(&key, &f.key, token.as_str(), f.token, f.retention)
-                            .await
-                    }
-                }
-            }
-        },
-    )
 }
 
 /// Counts the answers of `sent` (requests to `asked` nodes) until the outcome is certain (see

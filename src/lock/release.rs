@@ -9,16 +9,18 @@
 //! again, in a background task that holds the client weakly. Only nodes that gave no answer
 //! are asked again: a refusal would refuse again, and a suspended node is being probed.
 
+use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
+use super::fencing::Fence;
 use super::lease::Token;
 use super::quorum::{self, Vote};
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
-use crate::node::NodeFailure;
+use crate::node::{NodeFailure, RedisNode};
 
 /// How long a caller waits for a release at most, in node timeouts (when the lock's
 /// validity does not end sooner).
@@ -54,7 +56,7 @@ impl Redlock {
         let timeout = inner.config.node_timeout;
         if r.needed == 0 {
             // Nothing to wait for: all of it in the background.
-            let sent = quorum::send_release(
+            let sent = send_release(
                 &inner.nodes,
                 r.mask,
                 timeout,
@@ -67,7 +69,7 @@ impl Redlock {
         }
         let (mut todo, mut released, mut pause) = (r.mask, 0, FIRST_PAUSE);
         loop {
-            let mut sent = quorum::send_release(
+            let mut sent = send_release(
                 &inner.nodes,
                 todo,
                 timeout,
@@ -96,8 +98,7 @@ impl Redlock {
             if todo == 0 || Instant::now() + pause >= r.patience.min(r.until) {
                 let err = release_failed(&r.key, released, r.needed, tally.errors);
                 if todo != 0 {
-                    let none =
-                        quorum::send_release(&inner.nodes, 0, timeout, &r.key, r.token, None);
+                    let none = send_release(&inner.nodes, 0, timeout, &r.key, r.token, None);
                     self.release_in_background(r, none, todo);
                 }
                 return Err(err);
@@ -158,8 +159,7 @@ async fn release_rest<F>(
             .filter(|(_, v)| v.health.is_suspended())
             .fold(0, |m, (i, _)| m | 1 << i);
         let timeout = inner.config.node_timeout;
-        let mut sent =
-            quorum::send_release(nodes, failed, timeout, &r.key, r.token, r.fence.as_ref());
+        let mut sent = send_release(nodes, failed, timeout, &r.key, r.token, r.fence.as_ref());
         failed = 0;
         while let Some((i, answer)) = sent.next().await {
             if answer.is_err_and(|e| e.is_transient()) {
@@ -241,6 +241,52 @@ impl Drop for CancelGuard {
             let _ = client.release_token(release).await;
         });
     }
+}
+
+/// Sends the compare-and-delete of `token` at `key` to every node in `mask` — with `fence`,
+/// the fenced release (the counters raised to the lease's token first).
+fn send_release(
+    nodes: &[Arc<quorum::Voter>],
+    mask: u64,
+    timeout: Duration,
+    key: &Arc<str>,
+    token: Token,
+    fence: Option<&Fence>,
+) -> quorum::Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
+    let owned = key.clone();
+    // The `EVALSHA`, packed once for every Redis master.
+    let packed = (fence.is_none() && nodes.iter().any(|v| v.node.uses_prepared(false)))
+        .then(|| Arc::new(RedisNode::release_cmd(key, token.as_str())));
+    let fenced = fence.cloned();
+    quorum::send(
+        nodes,
+        mask,
+        timeout,
+        quorum::Skip::Never,
+        &|node| match fence {
+            None => node.release_now(key, token.as_str()),
+            Some(f) => node.release_fenced_now(key, &f.key, token.as_str(), f.token, f.retention),
+        },
+        move |v| {
+            let key = owned.clone();
+            let packed = packed.clone();
+            let fence = fenced.clone();
+            async move {
+                match fence {
+                    None => {
+                        v.node
+                            .release(&key, token.as_str(), packed.as_deref())
+                            .await
+                    }
+                    Some(f) => {
+                        v.node
+                            .release_fenced(&key, &f.key, token.as_str(), f.token, f.retention)
+                            .await
+                    }
+                }
+            }
+        },
+    )
 }
 
 #[cfg(test)]

@@ -8,12 +8,13 @@ use redis::{Client, Cmd, RedisResult, Value};
 use self::conn::{query, Conn};
 use self::options::RestartGuard;
 use self::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
-use super::{Acquire, FenceFloor, Node, NodeFailure, NodeFuture};
+use super::{Acquire, NodeFailure};
 
 #[cfg(feature = "cluster")]
 mod cluster;
 mod conn;
 mod fencing;
+mod node;
 mod options;
 mod records;
 mod scripts;
@@ -479,104 +480,6 @@ fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
         _ => url.to_owned(),
-    }
-}
-
-impl Node for RedisNode {
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn max_ttl(&self) -> Option<Duration> {
-        self.guard.as_ref().map(|g| g.max_ttl)
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(self.acquire_key(key, token, ttl, None))
-    }
-
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-        Box::pin(self.release_key(key, token, None))
-    }
-
-    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
-        Box::pin(self.extend_key(key, token, ttl))
-    }
-
-    fn acquire_unless_completed<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(self.acquire_unless_completed_key(key, record_key, token, ttl))
-    }
-
-    fn complete<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(self.complete_key(key, record_key, token, record, retention))
-    }
-
-    fn acquire_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(self.acquire_fenced_key(key, fence_key, token, ttl, retention))
-    }
-
-    fn release_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        floor: u64,
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(self.release_fenced_key(key, fence_key, token, floor, retention))
-    }
-
-    fn acquire_unless_completed_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(
-            self.acquire_unless_completed_fenced_key(
-                key, record_key, fence_key, token, ttl, retention,
-            ),
-        )
-    }
-
-    fn complete_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(self.complete_fenced_key(key, record_key, token, record, retention, fence))
     }
 }
 

@@ -1,6 +1,6 @@
 //! A long local run of the mutual-exclusion checker ([`tower_redlock_testkit::checker`]):
 //! by default 100,000 acquisitions over 4 worker processes, each of them this binary again
-//! (`--worker`). Exits non-zero when mutual exclusion did not hold.
+//! (`--worker`). Exits non-zero when mutual exclusion (or fencing) did not hold.
 //!
 //! ```text
 //! cargo run --release -p tower-redlock-testkit --bin soak
@@ -20,7 +20,8 @@ soak: the multi-process mutual-exclusion checker of tower-redlock, long run.
 Starts 5 redis-server masters (redis-server must be on PATH) behind fault proxies, runs
 worker processes that fight over a few resources while a minority of the masters is frozen,
 partitioned, slowed, reset and restarted, then checks that no two critical sections on one
-resource overlapped and that every section left before its lease deadline.
+resource overlapped, that every section left before its lease deadline, and (fencing on)
+that the fencing tokens of one resource strictly increased in the order of its sections.
 
 Usage: soak [--SETTING N]...
 
@@ -32,6 +33,7 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
   --ttl-ms N         CHECKER_TTL_MS         lock ttl in ms (400)
   --work-us N        CHECKER_WORK_US        busy work per critical section in us (200)
   --time-limit-s N   CHECKER_TIME_LIMIT_S   workers stop after this many seconds (1800)
+  --fencing 0|1      CHECKER_FENCING        fencing tokens on and checked (1)
 ";
 
 fn main() {
@@ -67,7 +69,11 @@ fn main() {
         eprintln!("logs kept in {:?}", report.dir);
         std::process::exit(1);
     }
-    println!("OK: mutual exclusion held");
+    if settings.fencing {
+        println!("OK: mutual exclusion held, fencing tokens strictly increased");
+    } else {
+        println!("OK: mutual exclusion held");
+    }
 }
 
 fn redis_version() -> String {

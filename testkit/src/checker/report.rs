@@ -1,0 +1,259 @@
+//! The outcome of a run: its problems and the summary table.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::clock::nanos;
+use super::faults::FaultCounts;
+use super::log::{Counts, Section, WorkerLog};
+use super::settings::Settings;
+use super::verdict::Verdict;
+use super::{MASTERS, MAX_AFFECTED};
+
+/// The outcome of a run.
+#[derive(Debug)]
+pub struct Report {
+    pub settings: Settings,
+    pub logs: Vec<WorkerLog>,
+    /// Workers that did not exit cleanly, with what they said.
+    pub failed_workers: Vec<String>,
+    pub faults: FaultCounts,
+    pub verdict: Verdict,
+    pub elapsed: Duration,
+    /// Kept on failure, removed on success.
+    pub dir: PathBuf,
+}
+
+impl Report {
+    pub fn total(&self) -> Counts {
+        let mut t = Counts::default();
+        for l in &self.logs {
+            let c = &l.counts;
+            t.acquisitions += c.acquisitions;
+            t.contended += c.contended;
+            t.unavailable += c.unavailable;
+            t.other += c.other;
+            t.release_errors += c.release_errors;
+            t.warm_up_ms = t.warm_up_ms.max(c.warm_up_ms);
+            t.elapsed_ms = t.elapsed_ms.max(c.elapsed_ms);
+        }
+        t
+    }
+
+    /// Everything that makes the run fail; empty when it passed.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        for w in &self.failed_workers {
+            p.push(format!("worker failed: {w}"));
+        }
+        let t = self.total();
+        if t.acquisitions < self.settings.acquisitions {
+            p.push(format!(
+                "only {} of {} acquisitions within {:?}",
+                t.acquisitions, self.settings.acquisitions, self.settings.time_limit
+            ));
+        }
+        if t.other > 0 {
+            let samples: Vec<_> = self.logs.iter().flat_map(|l| l.errors.iter()).collect();
+            p.push(format!(
+                "{} unexpected lock errors, e.g. {samples:?}",
+                t.other
+            ));
+        }
+        for (a, b) in self.verdict.overlaps.iter().take(10) {
+            p.push(format!(
+                "OVERLAP on resource {}: worker {} task {} held [{}, {}] ns, worker {} task {} \
+                 entered at {} ns ({} µs before the first left)",
+                a.resource,
+                a.worker,
+                a.task,
+                a.enter_ns,
+                a.leave_ns,
+                b.worker,
+                b.task,
+                b.enter_ns,
+                (a.leave_ns - b.enter_ns) / 1000
+            ));
+            p.push(format!("  faults around it: {}", self.faults_around(a, b)));
+        }
+        for (a, b) in self.verdict.fencing.iter().take(10) {
+            let token = |s: &Section| s.token.map_or("none".into(), |t| t.to_string());
+            p.push(format!(
+                "FENCING TOKEN OUT OF ORDER on resource {}: worker {} task {} held [{}, {}] ns \
+                 with token {}, then worker {} task {} held [{}, {}] ns ({} µs after the first \
+                 left) with token {}",
+                a.resource,
+                a.worker,
+                a.task,
+                a.enter_ns,
+                a.leave_ns,
+                token(a),
+                b.worker,
+                b.task,
+                b.enter_ns,
+                b.leave_ns,
+                (b.enter_ns - a.leave_ns) / 1000,
+                token(b),
+            ));
+            p.push(format!("  faults around it: {}", self.faults_around(a, b)));
+        }
+        let unfenced = &self.verdict.unfenced;
+        if self.settings.fencing && !unfenced.is_empty() {
+            let samples: Vec<String> = unfenced
+                .iter()
+                .take(5)
+                .map(|s| {
+                    format!(
+                        "worker {} task {} on resource {} at {} ns",
+                        s.worker, s.task, s.resource, s.enter_ns
+                    )
+                })
+                .collect();
+            p.push(format!(
+                "{} of {} sections carry no fencing token though fencing is on, e.g. {}",
+                unfenced.len(),
+                self.verdict.sections,
+                samples.join("; ")
+            ));
+        }
+        for s in self.verdict.late.iter().take(10) {
+            p.push(format!(
+                "LATE: worker {} task {} left resource {} {} µs after its lease deadline \
+                 (is_valid: {})",
+                s.worker,
+                s.task,
+                s.resource,
+                (s.leave_ns - s.deadline_ns) / 1000,
+                s.valid
+            ));
+        }
+        if self.faults.total() == 0 {
+            p.push("no fault was injected: the run was too short to test anything".into());
+        }
+        p
+    }
+
+    /// The faults active from a ttl before `a` entered (its lock was being taken) until `b`
+    /// left, with times in ms relative to `a`'s entry.
+    fn faults_around(&self, a: &Section, b: &Section) -> String {
+        let from = a.enter_ns - nanos(self.settings.ttl);
+        let ms = |ns: i64| format!("{:+.1}", (ns - a.enter_ns) as f64 / 1e6);
+        let active: Vec<String> = self
+            .faults
+            .during(from, a.leave_ns.max(b.leave_ns))
+            .map(|f| {
+                let masters: Vec<String> = f.masters.iter().map(usize::to_string).collect();
+                format!(
+                    "{} of master {} [{}, {}] ms{}{}",
+                    f.kind,
+                    masters.join("+"),
+                    ms(f.from_ns),
+                    ms(f.to_ns),
+                    if f.detail.is_empty() { "" } else { " " },
+                    f.detail
+                )
+            })
+            .collect();
+        if active.is_empty() {
+            "none (times relative to the first section's entry)".into()
+        } else {
+            format!(
+                "{} (times relative to the first section's entry)",
+                active.join("; ")
+            )
+        }
+    }
+
+    /// The summary table.
+    pub fn summary(&self) -> String {
+        let s = &self.settings;
+        let t = self.total();
+        let v = &self.verdict;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "checker: {} processes × {} tasks, {MASTERS} masters (≤ {MAX_AFFECTED} faulty at once), \
+             {} resources, ttl {:?}, node timeout {:?}",
+            s.processes, s.tasks, s.resources, s.ttl, s.node_timeout
+        );
+        let row = |out: &mut String, name: &str, value: String| {
+            let _ = writeln!(out, "  {name:<18} {value}");
+        };
+        row(
+            &mut out,
+            "acquisitions",
+            format!(
+                "{} (target {}, {:.0}/s)",
+                t.acquisitions,
+                s.acquisitions,
+                t.acquisitions as f64 / self.elapsed.as_secs_f64().max(1e-9)
+            ),
+        );
+        row(&mut out, "contended", t.contended.to_string());
+        row(&mut out, "unavailable", t.unavailable.to_string());
+        row(&mut out, "other errors", t.other.to_string());
+        row(&mut out, "release errors", t.release_errors.to_string());
+        let kinds: Vec<_> = self
+            .faults
+            .by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        row(
+            &mut out,
+            "faults injected",
+            format!("{} ({})", self.faults.total(), kinds.join(", ")),
+        );
+        row(&mut out, "overlaps", v.overlaps.len().to_string());
+        row(&mut out, "late exits", v.late.len().to_string());
+        row(
+            &mut out,
+            "fenced sections",
+            if s.fencing {
+                format!(
+                    "{} of {} (tokens checked per resource, in entry order)",
+                    v.fenced, v.sections
+                )
+            } else {
+                format!("{} (fencing off)", v.fenced)
+            },
+        );
+        row(&mut out, "token violations", v.fencing.len().to_string());
+        row(
+            &mut out,
+            "min token step",
+            v.min_token_step.map_or("-".into(), |n| n.to_string()),
+        );
+        row(&mut out, "violations", v.violations().to_string());
+        let ms = |ns: Option<i64>| ns.map_or("-".into(), |n| format!("{:.3} ms", n as f64 / 1e6));
+        row(&mut out, "min deadline margin", ms(v.min_margin_ns));
+        row(&mut out, "min handover gap", ms(v.min_handover_ns));
+        row(
+            &mut out,
+            "warm-up",
+            format!("{} ms (slowest worker)", t.warm_up_ms),
+        );
+        row(
+            &mut out,
+            "elapsed",
+            format!("{:.1} s", self.elapsed.as_secs_f64()),
+        );
+        for (i, l) in self.logs.iter().enumerate() {
+            let c = &l.counts;
+            row(
+                &mut out,
+                &format!("worker {i}"),
+                format!(
+                    "{} acquisitions, {} contended, {} unavailable, {} other, {:.1} s",
+                    c.acquisitions,
+                    c.contended,
+                    c.unavailable,
+                    c.other,
+                    c.elapsed_ms as f64 / 1000.0
+                ),
+            );
+        }
+        out
+    }
+}

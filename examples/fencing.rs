@@ -4,7 +4,7 @@
 //! its validity, the lock expires, client 2 takes it and writes — then client 1 wakes up and
 //! writes too, clobbering client 2's write. The remedy: every lease carries a fencing token
 //! that grows with every new holder, every write carries the token, and the storage refuses
-//! a token not larger than the largest it has accepted. This example runs that scenario.
+//! a token smaller than the largest it has accepted. This example runs that scenario.
 //!
 //! ```text
 //! REDLOCK_URLS=redis://127.0.0.1:7777,redis://127.0.0.1:7778,redis://127.0.0.1:7779 \
@@ -21,7 +21,7 @@ use tower_redlock::{Redlock, Retry};
 /// Storage that checks the fencing token of every write: a compare-and-set on the token.
 ///
 /// This is what the database must do, atomically with the write: e.g. a `fence` column and
-/// `UPDATE ledger SET value = $v, fence = $token WHERE id = $id AND fence < $token` (zero
+/// `UPDATE ledger SET value = $v, fence = $token WHERE id = $id AND fence <= $token` (zero
 /// rows updated: stale), or a conditional write (DynamoDB `ConditionExpression`, an etcd or
 /// ZooKeeper transaction comparing the stored token). Checking the lease's validity before
 /// writing is not enough: the pause can fall between the check and the write.
@@ -31,7 +31,7 @@ struct Storage {
     state: Mutex<(u64, String)>,
 }
 
-/// A write refused: its `token` is not larger than the largest one `seen`.
+/// A write refused: its `token` is smaller than the largest one `seen`.
 #[derive(Debug)]
 struct Stale {
     token: u64,
@@ -47,10 +47,11 @@ impl std::fmt::Display for Stale {
 impl std::error::Error for Stale {}
 
 impl Storage {
-    /// Writes `value` if `token` is larger than every token accepted so far.
+    /// Writes `value` unless a larger token than `token` was accepted before (the same
+    /// token is the same holder: its second write is accepted too).
     fn write(&self, token: u64, value: &str) -> Result<(), Stale> {
         let mut state = self.lock();
-        if token <= state.0 {
+        if token < state.0 {
             return Err(Stale {
                 token,
                 seen: state.0,

@@ -98,8 +98,9 @@ async fn eventually_lock(redlock: &Redlock, resource: &str, ttl: Duration) -> to
 
 /// One master's counter far ahead of the others' (a skewed clock, or counters raised by
 /// tokens it granted): a token that includes it is that large, its release raises every
-/// other master's counter to it, and once that master is gone for good the next token is
-/// still larger — from the raised counters of the two left.
+/// other master's counter to it, and once that master is gone the next token is still
+/// larger — from the raised counters of the two left, while they live (the retention: after
+/// it, the counters restart from the clocks, which is why the clocks must agree within a ttl).
 #[tokio::test]
 async fn fencing_survives_a_skewed_minority() {
     const AHEAD: u64 = 5_000_000_000_000_000; // microseconds in the year 2128
@@ -111,6 +112,8 @@ async fn fencing_survives_a_skewed_minority() {
             .await
     );
     // The grant is decided at a quorum: retry until master 0's vote was counted.
+    // (A request the decision did not wait for still bumps master 0's counter: the next token
+    // that counts it is AHEAD + 2, and so on.)
     let mut high = 0;
     for _ in 0..100 {
         high = token_once(&redlock, "skewed").await;
@@ -118,7 +121,7 @@ async fn fencing_survives_a_skewed_minority() {
             break;
         }
     }
-    assert_eq!(high, AHEAD + 1, "master 0's vote never counted");
+    assert!(high > AHEAD, "master 0's vote never counted");
     eventually(
         "the release raised every counter",
         Duration::from_secs(5),
@@ -205,39 +208,48 @@ async fn fencing_tokens_keep_growing_through_a_frozen_and_a_restarted_master() {
         .fencing(true)
         .build()
         .unwrap();
-    let next = |last: u64| {
+    let restarted = &m[1];
+    // Takes and releases the lock: its token (larger than `last`), and whether the restarted
+    // master voted for it (its key held the lease's value).
+    let lock = |last: u64| {
         let redlock = redlock.clone();
         async move {
             let lease = redlock.lock("ledger", ttl).await.expect("the lock");
             let token = lease.fencing_token().unwrap();
             assert!(token > last, "{token} after {last}");
+            let voted = restarted.get("ledger").await.as_deref() == Some(lease.value());
             lease.release().await.expect("released");
-            token
+            (token, voted)
         }
     };
     // The masters are new: the first locks wait out their protection window.
-    let mut last = next(0).await;
-    last = next(last).await;
+    let (mut last, _) = lock(0).await;
     m[0].freeze();
     for _ in 0..5 {
-        last = next(last).await;
+        last = lock(last).await.0;
     }
     m[0].thaw();
     m[1].restart();
+    // Empty (its counters lost) and young: it abstains, the two others carry the tokens.
     for _ in 0..5 {
-        last = next(last).await;
+        last = lock(last).await.0;
     }
     // Once its protection window has passed, the restarted master votes again, its counter
     // restarted from its clock: still above every token.
-    for round in 0.. {
-        last = next(last).await;
-        if m[1].get("ledger:fence").await.is_some() {
+    let give_up = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (token, voted) = lock(last).await;
+        last = token;
+        if voted {
             break;
         }
-        assert!(round < 200, "the restarted master never voted");
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the restarted master never voted"
+        );
     }
-    last = next(last).await;
-    assert!(last > 0);
+    let (after, _) = lock(last).await;
+    assert!(after > last);
 }
 
 /// Kleppmann's scenario: a holder pauses past its validity, the next holder takes the lock
@@ -250,29 +262,32 @@ async fn fencing_storage_refuses_a_paused_holders_late_write() {
     let storage = Storage::default();
     let short = Duration::from_millis(300);
     let paused = paused_client.try_lock("file", short).await.unwrap();
+    let stale = paused.fencing_token().unwrap();
+    storage.write(stale, "before the pause").unwrap();
     // "The pause": the lock expires while this holder does nothing.
     let next = eventually_lock(&next_client, "file", short).await;
     assert!(!paused.is_valid());
+    let token = next.fencing_token().unwrap();
     storage
-        .write(next.fencing_token().unwrap(), "written by the next holder")
+        .write(token, "the next holder's first write")
         .unwrap();
-    let late = storage.write(
-        paused.fencing_token().unwrap(),
-        "the paused holder's late write",
-    );
+    // A holder writes as often as it likes with its token.
+    storage.write(token, "written by the next holder").unwrap();
+    let late = storage.write(stale, "the paused holder's late write");
     assert!(late.is_err(), "a stale write was accepted");
     assert_eq!(storage.value(), "written by the next holder");
     next.release().await.unwrap();
 }
 
-/// Storage that checks fencing tokens: a compare-and-set on the largest one seen.
+/// Storage that checks fencing tokens: a compare-and-set on the largest one seen (a smaller
+/// token is refused; the same one is its holder writing again).
 #[derive(Default)]
 struct Storage(Mutex<(u64, String)>);
 
 impl Storage {
     fn write(&self, token: u64, value: &str) -> Result<(), u64> {
         let mut state = self.0.lock().unwrap();
-        if token <= state.0 {
+        if token < state.0 {
             return Err(state.0);
         }
         *state = (token, value.to_owned());
@@ -284,12 +299,16 @@ impl Storage {
     }
 }
 
-/// A custom node that keeps no fencing counters (the trait's defaults): with fencing on, a
-/// lock fails with an error naming the missing support, and nothing stays locked.
+/// Custom nodes without counters: one that keeps none (the trait's defaults) fails every
+/// fenced request — alone, the lock fails naming it; beside two that keep counters, the
+/// lock is taken without its vote — and one that sets the lock but answers without a
+/// counter (`Acquired`) is no vote either: the token stays the largest counter of every vote,
+/// and the key it set is released with the lease.
 #[tokio::test]
 async fn fencing_needs_every_node_to_keep_counters() {
+    /// `acquire_fenced` the trait's default (an error), or — `lying` — a plain acquire.
     #[derive(Debug, Clone)]
-    struct Plain(MemoryNode);
+    struct Plain(MemoryNode, bool);
     impl Node for Plain {
         fn name(&self) -> String {
             "plain".into()
@@ -313,16 +332,63 @@ async fn fencing_needs_every_node_to_keep_counters() {
         ) -> NodeFuture<'a, bool> {
             self.0.extend(key, token, ttl)
         }
+        fn acquire_fenced<'a>(
+            &'a self,
+            key: &'a str,
+            fence_key: &'a str,
+            token: &'a str,
+            ttl: Duration,
+            retention: Duration,
+        ) -> NodeFuture<'a, Acquire> {
+            if self.1 {
+                return self.0.acquire(key, token, ttl);
+            }
+            let _ = (fence_key, retention);
+            Box::pin(std::future::ready(Err(
+                tower_redlock::node::NodeFailure::new("plain does not keep fencing counters"),
+            )))
+        }
     }
+    let fenced = |nodes: Vec<Plain>| {
+        nodes
+            .into_iter()
+            .fold(Redlock::builder(), |b, n| b.node(n))
+            .fencing(true)
+            .build()
+            .unwrap()
+    };
     let memory = MemoryNode::new();
-    let redlock = Redlock::builder()
-        .node(Plain(memory.clone()))
-        .fencing(true)
-        .build()
-        .unwrap();
-    let e = redlock.try_lock("k", TTL).await.unwrap_err();
-    assert!(e.to_string().contains("fencing"), "{e}");
+    let alone = fenced(vec![Plain(memory.clone(), false)]);
+    let e = alone.try_lock("k", TTL).await.unwrap_err();
+    assert!(
+        e.is_unavailable() && e.to_string().contains("fencing"),
+        "{e}"
+    );
     assert_eq!(memory.get("k"), None);
+
+    for lying in [false, true] {
+        let odd = MemoryNode::new();
+        let redlock = Redlock::builder()
+            .node(Plain(odd.clone(), lying))
+            .node(MemoryNode::new())
+            .node(MemoryNode::new())
+            .fencing(true)
+            .build()
+            .unwrap();
+        let lease = redlock
+            .try_lock("k", TTL)
+            .await
+            .expect("two votes of three");
+        assert!(lease.fencing_token().is_some(), "lying: {lying}");
+        // Whatever the odd node set is released with the lease.
+        lease.release().await.unwrap();
+        eventually(
+            "the odd node's key is released",
+            Duration::from_secs(5),
+            || async { odd.get("k").is_none() },
+        )
+        .await;
+    }
 }
 
 /// Leases for work that must run once (`lock_unless_completed`) carry tokens too: a claim

@@ -466,6 +466,12 @@ impl LockPolicyBuilder {
     /// replay too (the request that runs gets the token; a replayed one runs nothing).
     /// Handlers can also read the token from the [`LeaseHandle`](crate::LeaseHandle).
     ///
+    /// Name a header of its own: not the one the key is read from (it is removed before
+    /// the key is read). On actix-web the header is set through
+    /// `ServiceRequest::headers_mut`, which panics if an outer middleware keeps a clone of
+    /// the `HttpRequest` across the call; the `LeaseHandle` extractor has no such
+    /// requirement.
+    ///
     /// ```
     /// # fn main() -> Result<(), tower_redlock::Error> {
     /// use tower_redlock::http::{IdempotencyKey, LockPolicy};

@@ -65,16 +65,28 @@ impl AcquireRequest {
     pub(crate) async fn send(&self, node: &AnyNode) -> Result<Acquire, NodeFailure> {
         let (key, token, ttl) = (&*self.key, self.token.as_str(), self.ttl);
         match (self.record_key.as_deref(), self.fence_key.as_deref()) {
-            (Some(r), Some(f)) => {
+            (Some(r), Some(f)) => fenced(
                 node.acquire_unless_completed_fenced(key, r, f, token, ttl, self.retention)
-                    .await
-            }
+                    .await,
+            ),
             (Some(r), None) => node.acquire_unless_completed(key, r, token, ttl).await,
-            (None, Some(f)) => {
+            (None, Some(f)) => fenced(
                 node.acquire_fenced(key, f, token, ttl, self.retention)
-                    .await
-            }
+                    .await,
+            ),
             (None, None) => node.acquire(key, token, ttl, self.set.as_ref()).await,
         }
+    }
+}
+
+/// A fenced acquire's answer: a lock set without a counter (a custom node answering
+/// [`Acquire::Acquired`]) is not a vote — the token must be the largest counter of every
+/// vote for — but a failure (its key is released with the others).
+fn fenced(answer: Result<Acquire, NodeFailure>) -> Result<Acquire, NodeFailure> {
+    match answer {
+        Ok(Acquire::Acquired) => Err(NodeFailure::new(
+            "answered a fenced acquire without its counter (Acquire::Fenced expected): not a vote",
+        )),
+        other => other,
     }
 }

@@ -92,11 +92,12 @@ impl RedlockBuilder {
     /// covered by delayed-restart protection) and their clocks differ by less than the ttl
     /// (a counter that expired or was lost restarts from the node's clock in microseconds,
     /// so tokens look like timestamps). Counters expire twice the ttl (at least 10 s) after
-    /// their last use. Every node must support it: Redis nodes and `MemoryNode` do; a
+    /// their last bump or raise. Redis ≥ 5. Every node must support it: Redis nodes and `MemoryNode` do; a
     /// custom [`Node`] implements [`Node::acquire_fenced`] and [`Node::release_fenced`]
     /// (and, for [`Redlock::lock_unless_completed`], whose leases carry tokens too,
-    /// [`Node::acquire_unless_completed_fenced`] and [`Node::complete_fenced`]), or a lock
-    /// fails naming the node.
+    /// [`Node::acquire_unless_completed_fenced`] and [`Node::complete_fenced`]). A node
+    /// without them fails every fenced request: its vote is lost (the client then tolerates
+    /// one failure fewer), and without enough votes left a lock fails naming it.
     ///
     /// [`Node::acquire_fenced`]: crate::node::Node::acquire_fenced
     /// [`Node::release_fenced`]: crate::node::Node::release_fenced

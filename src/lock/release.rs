@@ -279,9 +279,21 @@ fn send_release(
                             .await
                     }
                     Some(f) => {
-                        v.node
-                            .release_fenced(&key, &f.key, token.as_str(), f.token, f.retention)
-                            .await
+                        let fenced = v.node.release_fenced(
+                            &key,
+                            &f.key,
+                            token.as_str(),
+                            f.token,
+                            f.retention,
+                        );
+                        match fenced.await {
+                            // A node without counters (it voted without one: no vote) may
+                            // still hold our key: the plain release.
+                            Err(e) if e.is_unsupported() => {
+                                v.node.release(&key, token.as_str(), None).await
+                            }
+                            answer => answer,
+                        }
                     }
                 }
             }

@@ -233,6 +233,8 @@ pub struct FenceFloor<'a> {
 pub struct NodeFailure {
     timeout: bool,
     unreachable: bool,
+    /// A default of the trait: the node does not do what was asked at all.
+    unsupported: bool,
     message: String,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
@@ -243,6 +245,7 @@ impl NodeFailure {
         Self {
             timeout: false,
             unreachable: false,
+            unsupported: false,
             message: message.into(),
             source: None,
         }
@@ -253,6 +256,7 @@ impl NodeFailure {
         Self {
             timeout: false,
             unreachable: false,
+            unsupported: false,
             message: source.to_string(),
             source: Some(Box::new(source)),
         }
@@ -267,7 +271,15 @@ impl NodeFailure {
     /// A node without fencing counters (the defaults of [`Node::acquire_fenced`] and
     /// [`Node::release_fenced`]).
     fn no_fencing(name: &str) -> Self {
-        Self::new(format!("{name} does not keep fencing counters"))
+        Self {
+            unsupported: true,
+            ..Self::new(format!("{name} does not keep fencing counters"))
+        }
+    }
+
+    /// Whether the node does not support the call at all (the trait's default answered).
+    pub(crate) fn is_unsupported(&self) -> bool {
+        self.unsupported
     }
 
     /// Mark the failure as a timeout.

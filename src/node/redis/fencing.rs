@@ -14,6 +14,10 @@ use super::scripts::{
 use super::{held, int, ttl_ms, RedisNode};
 use crate::node::{Acquire, FenceFloor, NodeFailure};
 
+/// Counters stay below 2^53: Lua numbers are doubles (the clock in microseconds reaches it in
+/// the year 2255).
+const MAX_FENCE: u64 = 1 << 53;
+
 impl RedisNode {
     /// The fenced acquire (see [`Node::acquire_fenced`](crate::node::Node)).
     pub(crate) async fn acquire_fenced_key(
@@ -97,9 +101,14 @@ impl RedisNode {
             return Err(unexpected(&reply));
         };
         match (items.first().map(int).transpose()?, items.get(1)) {
-            (Some(1), Some(fence)) => Ok(Acquire::Fenced {
-                fence: u64::try_from(int(fence)?).map_err(|_| unexpected(fence))?,
-            }),
+            (Some(1), Some(fence)) => match u64::try_from(int(fence)?) {
+                // Lua numbers are doubles: above 2^53 a counter no longer grows by one.
+                Ok(fence) if fence < MAX_FENCE => Ok(Acquire::Fenced { fence }),
+                _ => Err(NodeFailure::new(
+                    "the fencing counter reached 2^53, beyond what the master's Lua counts \
+                     exactly: abstains",
+                )),
+            },
             (Some(0), Some(pttl)) => Ok(held(int(pttl)?)),
             (Some(2), Some(Value::BulkString(record))) if record_key.is_some() => {
                 Ok(Acquire::Completed {

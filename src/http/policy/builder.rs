@@ -1,0 +1,221 @@
+//! [`LockPolicyBuilder`]: the settings of a [`LockPolicy`], and their checks at build.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn};
+use crate::http::rejection::Responder;
+use crate::http::replay::Replay;
+
+impl LockPolicyBuilder {
+    /// The lock ttl (default 30 s). With keep-alive on, the lock is extended about every
+    /// ttl/3 while the handler runs, so the ttl bounds how long a crashed replica blocks
+    /// the key, not how long a handler may run.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.inner.ttl = ttl;
+        self
+    }
+
+    /// Wait up to `max_wait` for a contended key (trying about every 50 ms) instead of
+    /// answering `409` at once.
+    pub fn wait(self, max_wait: Duration) -> Self {
+        self.on_contention(OnContention::Wait {
+            max_wait,
+            delay: Duration::from_millis(50),
+        })
+    }
+
+    /// What to do on contention.
+    pub fn on_contention(mut self, policy: OnContention) -> Self {
+        self.inner.contention = policy;
+        self
+    }
+
+    /// Run the handler unlocked when the quorum is unreachable (see
+    /// [`OnUnavailable::FailOpen`]).
+    pub fn fail_open(self) -> Self {
+        self.on_unavailable(OnUnavailable::FailOpen)
+    }
+
+    /// What to do when the quorum is unreachable.
+    pub fn on_unavailable(mut self, policy: OnUnavailable) -> Self {
+        self.inner.unavailable = policy;
+        self
+    }
+
+    /// The `Retry-After` of a `503` (default 1 s, rounded up to whole seconds).
+    pub fn unavailable_retry_after(mut self, after: Duration) -> Self {
+        self.inner.unavailable_retry_after = after;
+        self
+    }
+
+    /// Hold the lock until the response body has been fully sent.
+    pub fn release_on_body_end(self) -> Self {
+        self.release_on(ReleaseOn::BodyEnd)
+    }
+
+    /// When to release the lock.
+    pub fn release_on(mut self, release: ReleaseOn) -> Self {
+        self.inner.release = release;
+        self
+    }
+
+    /// Whether to extend the lock while the handler runs (default on): a handler still
+    /// running after ttl/3 gets its lock extended then, and every ttl/3 after. Handlers that
+    /// finish sooner cost nothing for it (no task is spawned per request). With
+    /// [`ReleaseOn::BodyEnd`], the lock is also kept alive while the body streams.
+    ///
+    /// The timer that starts the keep-alive lives in the request's own future, so a handler
+    /// must not block its thread (CPU-bound work or blocking I/O without yielding) for longer
+    /// than ttl/3: run such work with `tokio::task::spawn_blocking` and await it, as Tokio
+    /// asks of any async code. (A keep-alive task spawned from the blocked worker would not
+    /// run either: it waits in that worker's non-stealable LIFO slot.)
+    pub fn keep_alive(mut self, on: bool) -> Self {
+        self.inner.keep_alive = on;
+        self
+    }
+
+    /// Lock only requests with these methods (default [`DEFAULT_LOCKED_METHODS`](super::DEFAULT_LOCKED_METHODS)); the
+    /// others pass through untouched: no key is read, nothing is locked, nothing rejected.
+    /// Names are matched exactly after ASCII upper-casing (`"post"` means `POST`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::http::{IdempotencyKey, LockPolicy};
+    /// use tower_redlock::Redlock;
+    ///
+    /// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
+    ///     .methods(["POST"])
+    ///     .build()?;
+    /// assert!(policy.locks_method("POST"));
+    /// assert!(!policy.locks_method("PUT") && !policy.locks_method("GET"));
+    /// # Ok(()) }
+    /// ```
+    pub fn methods<I>(mut self, methods: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        self.inner.methods = Some(
+            methods
+                .into_iter()
+                .map(|m| m.as_ref().to_ascii_uppercase().into_boxed_str())
+                .collect(),
+        );
+        self
+    }
+
+    /// Lock requests of every method, `GET` included.
+    pub fn any_method(mut self) -> Self {
+        self.inner.methods = None;
+        self
+    }
+
+    /// Replay completed requests: the first request with a key runs and its response is
+    /// stored on the quorum; later ones get it replayed, a reused key with another request
+    /// `422`. See [`replay`](crate::http::replay).
+    pub fn replay(mut self, replay: Replay) -> Self {
+        self.inner.replay = Some(Arc::new(replay));
+        self
+    }
+
+    /// Pass the lease's fencing token ([`Lease::fencing_token`](crate::Lease::fencing_token))
+    /// to the inner service in the request header `name` (in decimal), for handlers that
+    /// forward it to storage which refuses stale tokens. The client's own header of that
+    /// name is removed from every request through the middleware, locked or not, so a
+    /// handler never reads a token the lock did not give. Needs a client built with
+    /// [`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)`(true)`. Works with
+    /// replay too (the request that runs gets the token; a replayed one runs nothing).
+    /// Handlers can also read the token from the [`LeaseHandle`](crate::LeaseHandle).
+    ///
+    /// Name a header of its own: not the one the key is read from (it is removed before
+    /// the key is read). On actix-web the header is set through
+    /// `ServiceRequest::headers_mut`, which panics if an outer middleware keeps a clone of
+    /// the `HttpRequest` across the call; the `LeaseHandle` extractor has no such
+    /// requirement.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::http::{IdempotencyKey, LockPolicy};
+    /// use tower_redlock::node::MemoryNode;
+    /// use tower_redlock::Redlock;
+    ///
+    /// let redlock = Redlock::builder().node(MemoryNode::new()).fencing(true).build()?;
+    /// let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
+    ///     .fencing_header("Fencing-Token")
+    ///     .build()?;
+    /// assert_eq!(policy.fencing_header(), Some("fencing-token"));
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_header(mut self, name: &str) -> Self {
+        self.inner.fencing_header = Some(name.to_ascii_lowercase().into_boxed_str());
+        self
+    }
+
+    /// Replace the problem+json rejections with your own responses.
+    pub fn responder(mut self, responder: impl Responder) -> Self {
+        self.inner.responder = Box::new(responder);
+        self
+    }
+
+    /// Builds the policy, or says what to fix.
+    pub fn build(self) -> crate::Result<LockPolicy> {
+        let p = &self.inner;
+        // The same check a lock call makes, up front.
+        p.redlock.check_ttl(p.ttl)?;
+        if let Some(methods) = &p.methods {
+            if methods.is_empty() {
+                return Err(crate::Error::invalid(
+                    "no method would be locked: name at least one, or use any_method()",
+                ));
+            }
+            if let Some(bad) = methods
+                .iter()
+                .find(|m| !crate::http::rejection::is_token(m))
+            {
+                return Err(crate::Error::invalid(format!(
+                    "{bad:?} is not an HTTP method name (a token: letters, digits, !#$%&'*+-.^_`|~)"
+                )));
+            }
+        }
+        if let Some(replay) = &p.replay {
+            replay.check()?;
+            if p.unavailable == OnUnavailable::FailOpen {
+                // Unlocked, a request cannot see a record on the masters it cannot reach:
+                // a completed key could run again.
+                return Err(crate::Error::invalid(
+                    "fail_open cannot be combined with replay: a request run unlocked could \
+                     run a completed key again (replay answers 503 when the quorum is unreachable)",
+                ));
+            }
+        }
+        if let Some(name) = &p.fencing_header {
+            if !crate::http::rejection::is_token(name) {
+                return Err(crate::Error::invalid(format!(
+                    "{name:?} is not a header name (a token: letters, digits, !#$%&'*+-.^_`|~)"
+                )));
+            }
+            if !p.redlock.fencing_enabled() {
+                return Err(crate::Error::invalid(
+                    "fencing_header needs a client with fencing tokens: build it with \
+                     RedlockBuilder::fencing(true)",
+                ));
+            }
+        }
+        if let OnContention::Wait { max_wait, delay } = p.contention {
+            if max_wait.is_zero() {
+                return Err(crate::Error::invalid(
+                    "the maximum wait must be greater than zero (use OnContention::Reject to not wait)",
+                ));
+            }
+            if delay.is_zero() {
+                return Err(crate::Error::invalid(
+                    "the delay between tries must be greater than zero",
+                ));
+            }
+        }
+        Ok(LockPolicy {
+            inner: Arc::new(self.inner),
+        })
+    }
+}

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::nodes::{BareNode, LyingFencingNode};
 use support::{eventually, warm_up, Masters};
-use tower_redlock::node::{Acquire, MemoryNode, Node, NodeFuture, RedisNodeOptions};
+use tower_redlock::node::{MemoryNode, Node, RedisNodeOptions};
 use tower_redlock::{Claim, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -306,89 +307,45 @@ impl Storage {
 /// and the key it set is released with the lease.
 #[tokio::test]
 async fn fencing_needs_every_node_to_keep_counters() {
-    /// `acquire_fenced` the trait's default (an error), or — `lying` — a plain acquire.
-    #[derive(Debug, Clone)]
-    struct Plain(MemoryNode, bool);
-    impl Node for Plain {
-        fn name(&self) -> String {
-            "plain".into()
-        }
-        fn acquire<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, Acquire> {
-            self.0.acquire(key, token, ttl)
-        }
-        fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-            self.0.release(key, token)
-        }
-        fn extend<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, bool> {
-            self.0.extend(key, token, ttl)
-        }
-        fn acquire_fenced<'a>(
-            &'a self,
-            key: &'a str,
-            fence_key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-            retention: Duration,
-        ) -> NodeFuture<'a, Acquire> {
-            if self.1 {
-                return self.0.acquire(key, token, ttl);
-            }
-            let _ = (fence_key, retention);
-            Box::pin(std::future::ready(Err(
-                tower_redlock::node::NodeFailure::new("plain does not keep fencing counters"),
-            )))
-        }
-    }
-    let fenced = |nodes: Vec<Plain>| {
-        nodes
-            .into_iter()
-            .fold(Redlock::builder(), |b, n| b.node(n))
-            .fencing(true)
-            .build()
-            .unwrap()
-    };
-    let memory = MemoryNode::new();
-    let alone = fenced(vec![Plain(memory.clone(), false)]);
+    let alone = Redlock::builder()
+        .node(BareNode::default())
+        .fencing(true)
+        .build()
+        .unwrap();
     let e = alone.try_lock("k", TTL).await.unwrap_err();
     assert!(
         e.is_unavailable() && e.to_string().contains("fencing"),
         "{e}"
     );
-    assert_eq!(memory.get("k"), None);
 
-    for lying in [false, true] {
-        let odd = MemoryNode::new();
-        let redlock = Redlock::builder()
-            .node(Plain(odd.clone(), lying))
-            .node(MemoryNode::new())
-            .node(MemoryNode::new())
-            .fencing(true)
-            .build()
-            .unwrap();
-        let lease = redlock
-            .try_lock("k", TTL)
-            .await
-            .expect("two votes of three");
-        assert!(lease.fencing_token().is_some(), "lying: {lying}");
-        // Whatever the odd node set is released with the lease.
-        lease.release().await.unwrap();
-        eventually(
-            "the odd node's key is released",
-            Duration::from_secs(5),
-            || async { odd.get("k").is_none() },
-        )
-        .await;
-    }
+    let bare = BareNode::default();
+    beside_two_counting_nodes(bare.clone(), &bare.0).await;
+    let lying = LyingFencingNode::default();
+    beside_two_counting_nodes(lying.clone(), &lying.0 .0).await;
+}
+
+/// `odd` beside two nodes that keep counters: the lock is taken without its vote, with a
+/// token, and whatever `odd` set (in `memory`) is released with the lease.
+async fn beside_two_counting_nodes(odd: impl Node, memory: &MemoryNode) {
+    let redlock = Redlock::builder()
+        .node(odd)
+        .node(MemoryNode::new())
+        .node(MemoryNode::new())
+        .fencing(true)
+        .build()
+        .unwrap();
+    let lease = redlock
+        .try_lock("k", TTL)
+        .await
+        .expect("two votes of three");
+    assert!(lease.fencing_token().is_some());
+    lease.release().await.unwrap();
+    eventually(
+        "the odd node's key is released",
+        Duration::from_secs(5),
+        || async { memory.get("k").is_none() },
+    )
+    .await;
 }
 
 /// Leases for work that must run once (`lock_unless_completed`) carry tokens too: a claim

@@ -183,37 +183,9 @@ async fn records_are_bounded_and_checked() {
 /// plain locks work as before.
 #[tokio::test]
 async fn a_node_without_records_never_votes_not_done() {
-    use tower_redlock::node::{Acquire, MemoryNode, Node, NodeFuture};
+    use support::nodes::BareNode;
 
-    #[derive(Debug, Clone, Default)]
-    struct LocksOnly(MemoryNode);
-
-    impl Node for LocksOnly {
-        fn name(&self) -> String {
-            "locks-only".to_owned()
-        }
-        fn acquire<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, Acquire> {
-            self.0.acquire(key, token, ttl)
-        }
-        fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-            self.0.release(key, token)
-        }
-        fn extend<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, bool> {
-            self.0.extend(key, token, ttl)
-        }
-    }
-
-    let nodes: Vec<LocksOnly> = (0..3).map(|_| LocksOnly::default()).collect();
+    let nodes: Vec<BareNode> = (0..3).map(|_| BareNode::default()).collect();
     let client = nodes
         .iter()
         .fold(Redlock::builder(), |b, n| b.node(n.clone()))

@@ -12,6 +12,7 @@ pub mod apps;
 pub mod checker;
 pub mod cluster;
 pub mod http;
+pub mod nodes;
 pub mod proxy;
 pub mod sentinel;
 

@@ -62,13 +62,36 @@ return redis.call('pttl', KEYS[1])
     sha1: "1a50304347c46d0bdd34b4b2509f3f4efa34348e",
 };
 
-/// Compare-and-delete: delete the key only if it holds our token.
-pub(crate) static RELEASE: Script = Script {
-    source: r#"if redis.call('get', KEYS[1]) == ARGV[1] then
+/// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]).
+macro_rules! release_lua {
+    () => {
+        r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('del', KEYS[1])
 end
 return 0
-"#,
+"#
+    };
+}
+
+/// The completion of [`COMPLETE`] (also the end of [`COMPLETE_FENCED`]).
+macro_rules! complete_lua {
+    () => {
+        r#"if redis.call('exists', KEYS[2]) == 1 then
+  return 0
+end
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
+  redis.call('del', KEYS[1])
+  return 1
+end
+return 0
+"#
+    };
+}
+
+/// Compare-and-delete: delete the key only if it holds our token.
+pub(crate) static RELEASE: Script = Script {
+    source: release_lua!(),
     sha1: "1c3217d3f56fb4a69cec7b3c42af8182dce2e5c2",
 };
 
@@ -119,16 +142,7 @@ return {0, redis.call('pttl', KEYS[1])}
 /// deletes the lock, atomically; answers 1, else 0 (an expired or lost lease never stores
 /// a stale answer).
 pub(crate) static COMPLETE: Script = Script {
-    source: r#"if redis.call('exists', KEYS[2]) == 1 then
-  return 0
-end
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
-  redis.call('del', KEYS[1])
-  return 1
-end
-return 0
-"#,
+    source: complete_lua!(),
     sha1: "465311df18bdf01b301983738e1f6b548cd73864",
 };
 
@@ -255,11 +269,7 @@ pub(crate) static RELEASE_FENCED: Script = Script {
         "local fkey = KEYS[2]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[2]", "ARGV[3]"),
-        r#"if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
-end
-return 0
-"#
+        release_lua!()
     ),
     sha1: "0549f710ac1c8111933a4b4c4713214208cb94e2",
 };
@@ -272,16 +282,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
         "local fkey = KEYS[3]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
-        r#"if redis.call('exists', KEYS[2]) == 1 then
-  return 0
-end
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
-  redis.call('del', KEYS[1])
-  return 1
-end
-return 0
-"#
+        complete_lua!()
     ),
     sha1: "47e886251ffe596a39339e227cbb5d03c1cc0255",
 };

@@ -10,7 +10,9 @@ use super::lease::Token;
 use super::quorum::Voter;
 use crate::node::{Acquire, AnyNode, NodeFailure, RedisNode};
 
-/// One try's acquire, shared by the requests to every node.
+/// One try's acquire, cloned into the request to every remote node (reference counts only:
+/// no allocation per try beyond the packed `SET`, as before fencing).
+#[derive(Clone)]
 pub(crate) struct AcquireRequest {
     key: Arc<str>,
     /// The completion record's key (replay).
@@ -22,7 +24,7 @@ pub(crate) struct AcquireRequest {
     /// How long the fencing counter is kept.
     pub(crate) retention: Duration,
     /// The plain `SET`, packed once, when a Redis master will be sent it.
-    set: Option<::redis::Cmd>,
+    set: Option<Arc<::redis::Cmd>>,
 }
 
 impl AcquireRequest {
@@ -33,11 +35,11 @@ impl AcquireRequest {
         fence_key: Option<&Arc<str>>,
         token: Token,
         ttl: Duration,
-    ) -> Arc<Self> {
+    ) -> Self {
         let plain = record_key.is_none() && fence_key.is_none();
         let set = (plain && nodes.iter().any(|v| v.node.uses_prepared(true)))
-            .then(|| RedisNode::set_cmd(key, token.as_str(), ttl));
-        Arc::new(Self {
+            .then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
+        Self {
             key: key.clone(),
             record_key: record_key.cloned(),
             fence_key: fence_key.cloned(),
@@ -45,7 +47,7 @@ impl AcquireRequest {
             ttl,
             retention: fencing::retention(ttl),
             set,
-        })
+        }
     }
 
     /// An in-process node's answer, at once; `None` for a remote node.
@@ -74,7 +76,7 @@ impl AcquireRequest {
                 node.acquire_fenced(key, f, token, ttl, self.retention)
                     .await,
             ),
-            (None, None) => node.acquire(key, token, ttl, self.set.as_ref()).await,
+            (None, None) => node.acquire(key, token, ttl, self.set.as_deref()).await,
         }
     }
 }

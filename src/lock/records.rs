@@ -176,18 +176,32 @@ impl Redlock {
                                 .complete(&key, &record_key, token.as_str(), &record, retention)
                                 .await
                         }
-                        // The counters raised to the lease's token first, as a release does.
+                        // The counters raised to the lease's token first, as a release does;
+                        // a node without counters (no vote: see `acquire.rs`) may still hold
+                        // our key, and gets the plain completion, as it gets the plain release.
                         Some(f) => {
-                            v.node
-                                .complete_fenced(
-                                    &key,
-                                    &record_key,
-                                    token.as_str(),
-                                    &record,
-                                    retention,
-                                    f.floor(),
-                                )
-                                .await
+                            let fenced = v.node.complete_fenced(
+                                &key,
+                                &record_key,
+                                token.as_str(),
+                                &record,
+                                retention,
+                                f.floor(),
+                            );
+                            match fenced.await {
+                                Err(e) if e.is_unsupported() => {
+                                    v.node
+                                        .complete(
+                                            &key,
+                                            &record_key,
+                                            token.as_str(),
+                                            &record,
+                                            retention,
+                                        )
+                                        .await
+                                }
+                                answer => answer,
+                            }
                         }
                     }
                 }

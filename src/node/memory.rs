@@ -111,12 +111,8 @@ impl MemoryNode {
     ) -> Acquire {
         let now = Instant::now();
         let mut map = self.lock();
-        match map.records.get(record_key) {
-            Some((record, expires)) if *expires > now => Acquire::Completed {
-                record: record.clone(),
-            },
-            _ => Self::acquire_in(&mut map, now, key, token, ttl),
-        }
+        Self::completed_in(&map, now, record_key)
+            .unwrap_or_else(|| Self::acquire_in(&mut map, now, key, token, ttl))
     }
 
     pub(crate) fn complete_now(
@@ -137,12 +133,9 @@ impl MemoryNode {
             Some(e) if !taken && e.token == token && e.expires > now => {
                 map.entries.remove(key);
                 // The client bounds the retention (`MAX_RECORD_RETENTION`).
-                let expires = now
-                    .checked_add(retention)
-                    .unwrap_or(now + Duration::from_secs(86_400 * 365));
                 map.records.insert(
                     record_key.to_owned(),
-                    (Bytes::copy_from_slice(record), expires),
+                    (Bytes::copy_from_slice(record), expiry(now, retention)),
                 );
                 true
             }
@@ -205,16 +198,23 @@ impl MemoryNode {
     ) -> Acquire {
         let now = Instant::now();
         let mut map = self.lock();
-        match map.records.get(record_key) {
-            Some((record, expires)) if *expires > now => Acquire::Completed {
-                record: record.clone(),
-            },
-            _ => Self::acquire_fenced_in(&mut map, now, key, fence_key, token, ttl, retention),
-        }
+        Self::completed_in(&map, now, record_key).unwrap_or_else(|| {
+            Self::acquire_fenced_in(&mut map, now, key, fence_key, token, ttl, retention)
+        })
     }
 
     /// The plain acquire and, when it set the key, the counter's bump: to its value plus
     /// one, or this process's clock in microseconds if that is larger.
+    /// The live completion record at `record_key`, as the replay acquire answers it.
+    fn completed_in(map: &Map, now: Instant, record_key: &str) -> Option<Acquire> {
+        match map.records.get(record_key) {
+            Some((record, expires)) if *expires > now => Some(Acquire::Completed {
+                record: record.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     fn acquire_fenced_in(
         map: &mut Map,
         now: Instant,

@@ -86,6 +86,7 @@ pub(crate) async fn call<S, ReqBody, ResBody>(
     key: LockKey,
     fingerprint: FingerprintBuilder,
     body_limit: Option<usize>,
+    fencing: Option<http::HeaderName>,
     mut inner: S,
     req: Request<ReqBody>,
 ) -> Result<Replayed<Response<ResBody>>, S::Error>
@@ -129,9 +130,7 @@ where
             return Ok(Replayed::Inner(res));
         }
         Decision::Locked(lease, recorder) => {
-            if let (Some(name), Some(token)) = (policy.fencing_header(), lease.fencing_token()) {
-                let name = http::HeaderName::from_bytes(name.as_bytes())
-                    .expect("checked when the policy was built");
+            if let (Some(name), Some(token)) = (fencing, lease.fencing_token()) {
                 parts.headers.insert(name, http::HeaderValue::from(token));
             }
             parts.extensions.insert(lease.handle());

@@ -96,6 +96,7 @@ where
                         key,
                         fingerprint,
                         body_limit,
+                        fencing,
                         inner,
                         req,
                     )));

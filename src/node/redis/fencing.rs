@@ -79,12 +79,7 @@ impl RedisNode {
         keys.push(fence_key.as_ref());
         let max_arg = match &self.guard {
             Some(guard) => {
-                if ttl > guard.max_ttl {
-                    return Err(NodeFailure::new(format!(
-                        "the ttl {ttl:?} exceeds the {:?} of delayed-restart protection; raise it",
-                        guard.max_ttl
-                    )));
-                }
+                guard.check(ttl)?;
                 keys.extend(guard_key.as_deref());
                 ttl_ms(guard.max_ttl).to_string()
             }

@@ -395,12 +395,7 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
     ) -> Result<Value, NodeFailure> {
-        if ttl > guard.max_ttl {
-            return Err(NodeFailure::new(format!(
-                "the ttl {ttl:?} exceeds the {:?} of delayed-restart protection; raise it",
-                guard.max_ttl
-            )));
-        }
+        guard.check(ttl)?;
         let guard_key = self.conn.aux_key(key, &guard.key);
         let keys = [key, guard_key.as_ref()];
         let max_ms = Some(ttl_ms(guard.max_ttl));

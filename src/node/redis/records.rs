@@ -26,12 +26,7 @@ impl RedisNode {
         let mut args = vec![token.as_bytes(), ttl_arg.as_bytes()];
         let max_arg;
         if let Some(guard) = &self.guard {
-            if ttl > guard.max_ttl {
-                return Err(NodeFailure::new(format!(
-                    "the ttl {ttl:?} exceeds the {:?} of delayed-restart protection; raise it",
-                    guard.max_ttl
-                )));
-            }
+            guard.check(ttl)?;
             max_arg = ttl_ms(guard.max_ttl).to_string();
             keys.extend(guard_key.as_deref());
             args.push(max_arg.as_bytes());

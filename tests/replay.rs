@@ -154,6 +154,45 @@ async fn a_write_that_misses_its_quorum_keeps_duplicates_out() {
     assert_eq!(completed(claim(&client, "pay:5").await), b"charged pay_5");
 }
 
+/// A completion whose requests time out (two masters paused for a moment: a stalled
+/// replica or masters under load) is asked again where it got no answer: it reaches the
+/// quorum once they are back, within the caller's patience, and no lock is left behind.
+#[tokio::test]
+async fn a_completion_that_timed_out_is_asked_again_until_a_quorum_stored_it() {
+    let m = Masters::start(3);
+    // 200 ms node timeouts: the caller's patience is ten of them (2 s).
+    let client = m
+        .builder()
+        .node_timeout(Duration::from_millis(200))
+        .suspend_after(100)
+        .build()
+        .unwrap();
+    let lease = locked(claim(&client, "pay:retry").await);
+    m[1].freeze();
+    m[2].freeze();
+    let completing = tokio::spawn(async move { lease.complete("charged pay_r", DAY).await });
+    // The first requests to the paused masters timed out: no quorum yet.
+    eventually("both paused masters timed out", WITHIN, || async {
+        let status = client.node_status();
+        status[1].consecutive_timeouts() >= 1 && status[2].consecutive_timeouts() >= 1
+    })
+    .await;
+    m[1].thaw();
+    m[2].thaw();
+    // Written twice to them (the late first request, then the retry): the same record is
+    // the same completion, so the retry counts as stored.
+    completing.await.unwrap().unwrap();
+    assert_eq!(
+        m.values("pay:retry:record").await,
+        vec![stored("charged pay_r"); 3]
+    );
+    no_lock_left(&m, "pay:retry").await;
+    assert_eq!(
+        completed(claim(&client, "pay:retry").await),
+        b"charged pay_r"
+    );
+}
+
 #[tokio::test]
 async fn records_are_bounded_and_checked() {
     let client = Redlock::in_memory();

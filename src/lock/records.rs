@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
+use super::fencing::Fence;
 use super::lease::LeaseState;
 use super::quorum::{self, Answer, Skip, Tally, Vote};
-use super::release::Release;
+use super::release::{self, Release};
 use super::{Redlock, Retry, Token};
 use crate::error::Error;
-use crate::node::Acquire;
+use crate::node::{Acquire, NodeFailure};
 use crate::Lease;
 
 /// The largest completion record [`Lease::complete`] stores (1 MiB): records live in the
@@ -131,6 +132,13 @@ impl Redlock {
     }
 
     /// Stores `record` for `state`'s resource on every node where its token still holds.
+    ///
+    /// Asked again, as a release is (see `release.rs`): a node that gave no answer still holds
+    /// the lock, and duplicates are refused until its ttl ends. So the nodes that gave no
+    /// answer are asked again until a quorum stored the record, or until the caller's
+    /// patience runs out; the others go on in the background while the lease is valid. A
+    /// node asked again that answers "not stored" had stored it the first time (its answer
+    /// was lost) or no longer holds our token: neither counts for or against.
     pub(crate) async fn complete_state(
         &self,
         state: &LeaseState,
@@ -147,21 +155,110 @@ impl Redlock {
         // handle stops), even if this future is dropped midway. Nothing is released.
         state.end();
         let n = inner.nodes.len();
-        let (key, token) = (state.key_arc(), state.token_copy());
-        let record_key = record_key(&key);
-        let fence = state.fence().cloned();
-        let mut sent = quorum::send(
+        let completion = Completion {
+            key: state.key_arc(),
+            record_key: record_key(state.key()),
+            token: state.token_copy(),
+            record,
+            retention,
+            fence: state.fence().cloned(),
+        };
+        let vote = |stored| {
+            if stored {
+                Vote::For
+            } else {
+                Vote::Against(None)
+            }
+        };
+        let mut sent = completion.send(inner, quorum::all(n));
+        let tally = quorum::count(&mut sent, n, inner.quorum, vote).await;
+        let (mut stored, mut failed) = (tally.for_, release::transient(&tally.errors));
+        let lost = n - tally.against < inner.quorum;
+        let patience = self.patience(state.deadline());
+        let mut pause = release::FIRST_PAUSE;
+        while stored < inner.quorum && !lost && failed != 0 && Instant::now() + pause < patience {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(release::MAX_PAUSE);
+            failed &= !release::suspended(inner);
+            sent = completion.send(inner, failed);
+            let retry = quorum::count(&mut sent, failed.count_ones() as usize, n, vote).await;
+            stored += retry.for_;
+            failed = release::transient(&retry.errors);
+        }
+        // The slower nodes store it too, and those that gave no answer are asked again, in
+        // the background while the lease is valid.
+        quorum::drain_ready(&mut sent, |(i, answer)| {
+            if answer.is_err_and(|e| e.is_transient()) {
+                failed |= 1 << i;
+            }
+        });
+        if failed != 0 || !sent.is_empty() {
+            let client = Arc::downgrade(&self.inner);
+            let until = self.patience(state.deadline());
+            tokio::spawn(async move {
+                let resend = |inner: &super::Inner, mask| completion.send(inner, mask);
+                release::retry_rest(client, until, sent, failed, resend).await;
+            });
+        }
+        if stored >= inner.quorum {
+            return Ok(());
+        }
+        tracing::warn!(
+            key = %state.key(),
+            stored_on = stored,
+            "completion record not stored on a quorum: the lock stays until its ttl, so \
+             duplicates are refused until then rather than run again"
+        );
+        if lost {
+            Err(Error::lost(
+                "the lease no longer held on a quorum: the record was not stored there",
+            ))
+        } else {
+            Err(Error::unavailable(
+                format!(
+                    "the completion record reached {stored} of the {} nodes a quorum needs",
+                    inner.quorum
+                ),
+                tally.errors,
+            ))
+        }
+    }
+}
+
+/// What a completion stores, owned, so that its retries can go on in the background.
+struct Completion {
+    key: Arc<str>,
+    record_key: Arc<str>,
+    token: Token,
+    record: Bytes,
+    retention: Duration,
+    fence: Option<Fence>,
+}
+
+impl Completion {
+    /// Sends the completion to the nodes in `mask` (suspended ones fail at once).
+    fn send(
+        &self,
+        inner: &super::Inner,
+        mask: u64,
+    ) -> quorum::Sent<
+        bool,
+        impl std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
+    > {
+        let (key, record_key, token) = (&self.key, &self.record_key, self.token);
+        let (record, retention, fence) = (&self.record, self.retention, &self.fence);
+        quorum::send(
             &inner.nodes,
-            quorum::all(n),
+            mask,
             inner.config.node_timeout,
             Skip::Suspended,
-            &|node| match &fence {
-                None => node.complete_now(&key, &record_key, token.as_str(), &record, retention),
+            &|node| match fence {
+                None => node.complete_now(key, record_key, token.as_str(), record, retention),
                 Some(f) => node.complete_fenced_now(
-                    &key,
-                    &record_key,
+                    key,
+                    record_key,
                     token.as_str(),
-                    &record,
+                    record,
                     retention,
                     f.floor(),
                 ),
@@ -170,74 +267,33 @@ impl Redlock {
                 let (key, record_key, record) = (key.clone(), record_key.clone(), record.clone());
                 let fence = fence.clone();
                 async move {
-                    match &fence {
-                        None => {
+                    let Some(f) = &fence else {
+                        return v
+                            .node
+                            .complete(&key, &record_key, token.as_str(), &record, retention)
+                            .await;
+                    };
+                    // The counters raised to the lease's token first, as a release does; a
+                    // node without counters (no vote: see `acquire.rs`) may still hold our
+                    // key, and gets the plain completion, as it gets the plain release.
+                    let fenced = v.node.complete_fenced(
+                        &key,
+                        &record_key,
+                        token.as_str(),
+                        &record,
+                        retention,
+                        f.floor(),
+                    );
+                    match fenced.await {
+                        Err(e) if e.is_unsupported() => {
                             v.node
                                 .complete(&key, &record_key, token.as_str(), &record, retention)
                                 .await
                         }
-                        // The counters raised to the lease's token first, as a release does;
-                        // a node without counters (no vote: see `acquire.rs`) may still hold
-                        // our key, and gets the plain completion, as it gets the plain release.
-                        Some(f) => {
-                            let fenced = v.node.complete_fenced(
-                                &key,
-                                &record_key,
-                                token.as_str(),
-                                &record,
-                                retention,
-                                f.floor(),
-                            );
-                            match fenced.await {
-                                Err(e) if e.is_unsupported() => {
-                                    v.node
-                                        .complete(
-                                            &key,
-                                            &record_key,
-                                            token.as_str(),
-                                            &record,
-                                            retention,
-                                        )
-                                        .await
-                                }
-                                answer => answer,
-                            }
-                        }
+                        answer => answer,
                     }
                 }
             },
-        );
-        let tally = quorum::count(&mut sent, n, inner.quorum, |stored| {
-            if stored {
-                Vote::For
-            } else {
-                Vote::Against(None)
-            }
-        })
-        .await;
-        // The slower nodes store it too, in the background.
-        quorum::finish_in_background(sent);
-        if tally.for_ >= inner.quorum {
-            return Ok(());
-        }
-        tracing::warn!(
-            key = %key,
-            stored_on = tally.for_,
-            "completion record not stored on a quorum: the lock stays until its ttl, so \
-             duplicates are refused until then rather than run again"
-        );
-        if n - tally.against < inner.quorum {
-            Err(Error::lost(
-                "the lease no longer held on a quorum: the record was not stored there",
-            ))
-        } else {
-            Err(Error::unavailable(
-                format!(
-                    "the completion record reached {} of the {} nodes a quorum needs",
-                    tally.for_, inner.quorum
-                ),
-                tally.errors,
-            ))
-        }
+        )
     }
 }

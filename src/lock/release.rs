@@ -27,8 +27,8 @@ use crate::node::{NodeFailure, RedisNode};
 pub(crate) const PATIENCE: u32 = 10;
 
 /// The first pause before a failed node is asked again; doubled up to [`MAX_PAUSE`].
-const FIRST_PAUSE: Duration = Duration::from_millis(10);
-const MAX_PAUSE: Duration = Duration::from_millis(200);
+pub(super) const FIRST_PAUSE: Duration = Duration::from_millis(10);
+pub(super) const MAX_PAUSE: Duration = Duration::from_millis(200);
 
 /// What to release, and how much of it the caller waits for.
 pub(crate) struct Release {
@@ -131,13 +131,40 @@ impl Redlock {
 }
 
 /// The background part of a release (see `Redlock::release_in_background`).
-async fn release_rest<F>(
+async fn release_rest<F>(client: Weak<Inner>, r: Release, sent: quorum::Sent<bool, F>, failed: u64)
+where
+    F: std::future::Future<Output = Result<bool, NodeFailure>>,
+{
+    let (until, key, token, fence) = (r.until, r.key, r.token, r.fence);
+    let resend = |inner: &Inner, mask| {
+        let timeout = inner.config.node_timeout;
+        send_release(&inner.nodes, mask, timeout, &key, token, fence.as_ref())
+    };
+    if let Some(left) = retry_rest(client, until, sent, failed, resend).await {
+        tracing::debug!(
+            resource = %key,
+            nodes = left.count_ones(),
+            "a minority of nodes did not answer the release; their keys expire with the ttl"
+        );
+    }
+}
+
+/// Lets the requests in flight (`sent`) finish, then asks the nodes that gave no answer —
+/// `failed`, and those of `sent` — again with `resend`, with a growing pause, until `until`
+/// at most. Never a suspended node (it is being probed), nor one whose reply refused (it
+/// would refuse again). Holds the client weakly: dropping it ends the retries. Returns the
+/// nodes that never answered (`None`: all did, or the client is gone).
+pub(super) async fn retry_rest<F, G, R>(
     client: Weak<Inner>,
-    r: Release,
+    until: Instant,
     mut sent: quorum::Sent<bool, F>,
     mut failed: u64,
-) where
-    F: std::future::Future<Output = Result<bool, NodeFailure>>,
+    resend: R,
+) -> Option<u64>
+where
+    F: Future<Output = Result<bool, NodeFailure>>,
+    G: Future<Output = Result<bool, NodeFailure>>,
+    R: Fn(&Inner, u64) -> quorum::Sent<bool, G>,
 {
     while let Some((i, answer)) = sent.next().await {
         if answer.is_err_and(|e| e.is_transient()) {
@@ -145,21 +172,13 @@ async fn release_rest<F>(
         }
     }
     let mut pause = FIRST_PAUSE;
-    while failed != 0 && Instant::now() + pause < r.until {
+    while failed != 0 && Instant::now() + pause < until {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
-        let Some(inner) = client.upgrade() else {
-            return;
-        };
-        let nodes = &inner.nodes;
-        // A suspended node is being probed; a release would only time out again.
-        failed &= !nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.health.is_suspended())
-            .fold(0, |m, (i, _)| m | 1 << i);
-        let timeout = inner.config.node_timeout;
-        let mut sent = send_release(nodes, failed, timeout, &r.key, r.token, r.fence.as_ref());
+        let inner = client.upgrade()?;
+        // A suspended node is being probed; a request would only time out again.
+        failed &= !suspended(&inner);
+        let mut sent = resend(&inner, failed);
         failed = 0;
         while let Some((i, answer)) = sent.next().await {
             if answer.is_err_and(|e| e.is_transient()) {
@@ -167,17 +186,21 @@ async fn release_rest<F>(
             }
         }
     }
-    if failed != 0 {
-        tracing::debug!(
-            resource = %r.key,
-            nodes = failed.count_ones(),
-            "a minority of nodes did not answer the release; their keys expire with the ttl"
-        );
-    }
+    (failed != 0).then_some(failed)
+}
+
+/// The nodes that are suspended now.
+pub(super) fn suspended(inner: &Inner) -> u64 {
+    inner
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.health.is_suspended())
+        .fold(0, |m, (i, _)| m | 1 << i)
 }
 
 /// The nodes whose request got no answer (asking again may help).
-fn transient(errors: &[NodeError]) -> u64 {
+pub(super) fn transient(errors: &[NodeError]) -> u64 {
     errors
         .iter()
         .filter(|e| e.is_transient())

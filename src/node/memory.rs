@@ -126,9 +126,20 @@ impl MemoryNode {
         let now = Instant::now();
         let mut map = self.lock();
         // A first record is never overwritten, nor a lock someone holds at that name (as
-        // on Redis, where both live in one keyspace).
-        let taken = map.records.get(record_key).is_some_and(|(_, e)| *e > now)
-            || map.entries.get(record_key).is_some_and(|e| e.expires > now);
+        // on Redis, where both live in one keyspace). The same record again is the same
+        // completion asked again: stored.
+        let ours = |e: &Entry| e.token == token && e.expires > now;
+        match map.records.get(record_key) {
+            Some((r, e)) if *e > now && r[..] == *record => {
+                if map.entries.get(key).is_some_and(ours) {
+                    map.entries.remove(key);
+                }
+                return true;
+            }
+            Some((_, e)) if *e > now => return false,
+            _ => {}
+        }
+        let taken = map.entries.get(record_key).is_some_and(|e| e.expires > now);
         match map.entries.get(key) {
             Some(e) if !taken && e.token == token && e.expires > now => {
                 map.entries.remove(key);

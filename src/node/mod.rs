@@ -125,7 +125,9 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// For idempotent work, fenced by the lock: only if `key` holds `token`, store `record` at
     /// `record_key` with a time to live of `retention` and delete `key`, atomically. Returns
     /// whether it did: `false` when `key` no longer holds `token` (the lease expired or was
-    /// lost), so a stale answer is never stored.
+    /// lost), so a stale answer is never stored. Idempotent: asked again with the same
+    /// `record` after its answer was lost, it finds that record and answers `true` (deleting
+    /// `key` if it still holds `token`); a different record already there answers `false`.
     ///
     /// The default answers an error (see [`acquire_unless_completed`](Self::acquire_unless_completed)).
     fn complete<'a>(

@@ -207,6 +207,8 @@ pub async fn records_replay_instead_of_locking(node: &dyn Node, peek: &dyn Peek)
     // The record ended the lock, and answers every later request, byte for byte,
     // without locking anything.
     assert_eq!(peek.peek(0, "rec").await, None);
+    // The same completion asked again (its answer was lost): stored, nothing changed.
+    assert!(node.complete("rec", REC, T1, BLOB, LONG).await.unwrap());
     assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
     assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
     assert_eq!(peek.peek(0, "rec").await, None);
@@ -241,7 +243,7 @@ pub async fn records_never_take_a_lock_for_one(node: &dyn Node, peek: &dyn Peek)
     assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
 }
 
-pub async fn a_first_record_is_never_overwritten(node: &dyn Node, _: &dyn Peek) {
+pub async fn a_first_record_is_never_overwritten(node: &dyn Node, peek: &dyn Peek) {
     node.acquire_unless_completed("rec", REC, T1, LONG)
         .await
         .unwrap();
@@ -252,6 +254,8 @@ pub async fn a_first_record_is_never_overwritten(node: &dyn Node, _: &dyn Peek) 
         .complete("rec", REC, T2, b"second", LONG)
         .await
         .unwrap());
+    // The lock of the refused completion stays (it is not the record's).
+    assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
     assert_eq!(
         completed(node, "rec", T1).await.as_deref(),
         Some(&b"first"[..])

@@ -9,6 +9,15 @@ use redis::aio::ConnectionManagerConfig;
 /// [`RedisNodeOptions::restart_protection`]). Twice the HTTP layer's default ttl.
 pub const DEFAULT_FAILOVER_MAX_TTL: Duration = Duration::from_secs(60);
 
+/// Room for this many commands between the callers and a connection's writer (redis-rs
+/// defaults to 50). A request waits for room before it is written, and a request whose node
+/// timeout fires while it waits is never sent at all: under a flood (hundreds of requests in
+/// flight on one replica), a release or a completion that is never written leaves its lock
+/// held for the rest of the ttl, and acquires time out against healthy masters. Written late,
+/// it still takes effect. The room is a bound, not an allocation: slots are allocated as
+/// commands queue.
+const PIPELINE_BUFFER: usize = 4096;
+
 /// Connection settings of a [`RedisNode`](super::RedisNode).
 ///
 /// The defaults suit masters on the same network: connect within 1 s, reconnect in the
@@ -130,6 +139,7 @@ impl RedisNodeOptions {
             .set_min_delay(self.reconnect_min_delay)
             .set_max_delay(self.reconnect_max_delay)
             .set_number_of_retries(self.reconnect_retries)
+            .set_pipeline_buffer_size(PIPELINE_BUFFER)
     }
 
     /// The guard of a voter whose kind protects by default with `default` (or not: `None`).

@@ -73,10 +73,19 @@ return 0
     };
 }
 
-/// The completion of [`COMPLETE`] (also the end of [`COMPLETE_FENCED`]).
+/// The completion of [`COMPLETE`] (also the end of [`COMPLETE_FENCED`]). Idempotent: a
+/// completion asked again after its answer was lost finds its own record (the same bytes)
+/// and answers stored, ending the lock if it is still there.
 macro_rules! complete_lua {
     () => {
         r#"if redis.call('exists', KEYS[2]) == 1 then
+  if redis.call('type', KEYS[2]).ok == 'string'
+      and redis.call('get', KEYS[2]) == 'TRR1\n' .. ARGV[3] then
+    if redis.call('get', KEYS[1]) == ARGV[1] then
+      redis.call('del', KEYS[1])
+    end
+    return 1
+  end
   return 0
 end
 if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -143,7 +152,7 @@ return {0, redis.call('pttl', KEYS[1])}
 /// a stale answer).
 pub(crate) static COMPLETE: Script = Script {
     source: complete_lua!(),
-    sha1: "465311df18bdf01b301983738e1f6b548cd73864",
+    sha1: "07fea42fd54c7f3feac226e51c190dc4dfa87bb9",
 };
 
 /// Reads the fencing counter at the key `fkey` into `fence` (0 when absent); `foreign` is
@@ -284,7 +293,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_lua!()
     ),
-    sha1: "47e886251ffe596a39339e227cbb5d03c1cc0255",
+    sha1: "e7c1d212ac28984722262e78eb5ab86194975f01",
 };
 
 #[cfg(test)]

@@ -13,12 +13,17 @@
 //!   `cluster` feature); unset → the in-memory node (this process only);
 //! - `BIND_ADDR`: where to listen (default `127.0.0.1:3000`);
 //! - `WORK_MS`: how long the handler "works" (default 200);
-//! - `RUST_LOG`: log filter (e.g. `tower_redlock=debug`).
+//! - `RUST_LOG`: log filter (default `info`: one line per lock call, release and lease as
+//!   its span closes, with the outcome; `tower_redlock=debug` adds each try and node answer).
+//!
+//! Built with the feature `metrics`, it also serves `GET /metrics`: the `redlock_*` counters,
+//! histograms and gauges in the Prometheus text format.
 //!
 //! ```text
-//! cargo run --features axum --example axum_idempotent
+//! cargo run --features axum,metrics --example axum_idempotent
 //! curl -i localhost:3000/payments -H 'Idempotency-Key: "8e03978e-40d5-43e8"' \
 //!      -H 'content-type: application/json' -d '{"amount_cents": 1250}'
+//! curl -s localhost:3000/metrics | grep '^redlock_'
 //! ```
 
 use std::net::SocketAddr;
@@ -34,14 +39,18 @@ use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                // The crate logs every lock outcome (acquired, contended, released) at
-                // debug, per request: shown here by default; set RUST_LOG to change it.
-                .unwrap_or_else(|_| "info,tower_redlock=debug".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        // The crate's outcomes are fields of its info spans (`redlock.acquire`,
+        // `redlock.release`, …): print each span as it closes, with its fields and times.
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         // No colour codes in a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
+
+    // The recorder goes in before the client is built (which registers its metrics).
+    #[cfg(feature = "metrics")]
+    let prometheus = scrape::install()?;
 
     let bind: SocketAddr = std::env::var("BIND_ADDR")
         .unwrap_or_else(|_| "127.0.0.1:3000".into())
@@ -79,6 +88,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .route_layer(RedlockLayer::with_policy(policy)),
         )
         .route("/health", get(|| async { "ok" }));
+    #[cfg(feature = "metrics")]
+    let app = app.route("/metrics", get(move || scrape::render(prometheus.clone())));
 
     let listener = tokio::net::TcpListener::bind(bind).await?;
     println!(
@@ -108,4 +119,33 @@ async fn pay(lease: LeaseHandle, order: Value, work: Duration, replica: SocketAd
             "lost": lease.is_lost(),
         },
     }))
+}
+
+/// `GET /metrics` (feature `metrics`): Prometheus text, from a recorder installed globally.
+#[cfg(feature = "metrics")]
+mod scrape {
+    use std::time::Duration;
+
+    use axum::http::header::CONTENT_TYPE;
+    use axum::response::IntoResponse;
+    use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
+
+    /// Installs the recorder; its upkeep (draining histogram samples between scrapes) runs
+    /// every 5 s.
+    pub fn install() -> Result<PrometheusHandle, BuildError> {
+        let handle = PrometheusBuilder::new().install_recorder()?;
+        let upkeep = handle.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                upkeep.run_upkeep();
+            }
+        });
+        Ok(handle)
+    }
+
+    pub async fn render(handle: PrometheusHandle) -> impl IntoResponse {
+        let text = handle.render();
+        ([(CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    }
 }

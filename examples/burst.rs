@@ -1,6 +1,8 @@
 //! Sends rounds of concurrent `POST /payments` to one or more replicas of `axum_idempotent`
 //! (or `actix_idempotent`), prints a table of what came back, and exits non-zero when a
-//! round's answers are not the expected ones.
+//! round's answers are not the expected ones. Then prints a few of the lock's counters from
+//! each replica that serves `GET /metrics` (`axum_idempotent` built with the feature
+//! `metrics`).
 //!
 //! ```text
 //! cargo run --example burst -- http://127.0.0.1:3000 http://127.0.0.1:3001
@@ -138,6 +140,83 @@ async fn burst(
         }
     }
     tally
+}
+
+/// The counters printed after the rounds, and their columns.
+const COUNTERS: [(&str, &str); 6] = [
+    ("redlock_acquired_total", "acquired"),
+    ("redlock_contended_total", "contended"),
+    ("redlock_completed_total", "completed"),
+    ("redlock_replayed_total", "replayed"),
+    ("redlock_recorded_total", "recorded"),
+    ("redlock_unavailable_total", "unavailable"),
+];
+
+/// A sample of Prometheus text: the value of the first line whose series starts with `name`
+/// and carries every one of `labels` (e.g. `outcome="acquired"`).
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+        let matches = metric == name && labels.iter().all(|label| rest.contains(label));
+        matches.then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// Prints the lock's counters of every replica that serves `GET /metrics`, and their sums.
+async fn print_metrics(client: &reqwest::Client, targets: &[String]) {
+    let mut rows = Vec::new();
+    for target in targets {
+        let res = client.get(format!("{target}/metrics")).send().await;
+        let text = match res {
+            Ok(res) if res.status().is_success() => res.text().await.unwrap_or_default(),
+            _ => continue,
+        };
+        rows.push((target, text));
+    }
+    if rows.is_empty() {
+        println!("(no replica serves GET /metrics: build axum_idempotent with --features metrics)");
+        println!();
+        return;
+    }
+    println!(
+        "the lock's counters, from GET /metrics of {} replica(s):",
+        rows.len()
+    );
+    println!();
+    let head: Vec<&str> = COUNTERS.iter().map(|(_, column)| *column).collect();
+    println!(
+        "| replica | {} | p50 of acquire (acquired) |",
+        head.join(" | ")
+    );
+    println!("| --- |{} ---: |", " ---: |".repeat(COUNTERS.len()));
+    let mut sums = [0.0; COUNTERS.len()];
+    for (target, text) in &rows {
+        let mut cells = Vec::new();
+        for (sum, (name, _)) in sums.iter_mut().zip(COUNTERS) {
+            let value = sample(text, name, &[]).unwrap_or(0.0);
+            *sum += value;
+            cells.push(format!("{value}"));
+        }
+        let labels = [r#"outcome="acquired""#, r#"quantile="0.5""#];
+        let p50 =
+            sample(text, "redlock_acquire_duration_seconds", &labels).map_or("-".to_owned(), |s| {
+                match s * 1000.0 {
+                    ms if ms < 1.0 => format!("{:.0} µs", ms * 1000.0),
+                    ms => format!("{ms:.1} ms"),
+                }
+            });
+        println!("| {target} | {} | {p50} |", cells.join(" | "));
+    }
+    let sums: Vec<String> = sums.iter().map(|s| s.to_string()).collect();
+    println!("| all | {} | |", sums.join(" | "));
+    println!();
+    println!(
+        "(lock calls: acquired, contended — a split vote's retry counts again —, completed: \
+         answered with the key's completion record, then replayed or 422 for another body; \
+         recorded: responses stored for replay)"
+    );
+    println!();
 }
 
 /// A short list of `map`'s entries, `-` when empty.
@@ -278,6 +357,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!();
+    print_metrics(&client, &targets).await;
     if !failures.is_empty() {
         for f in &failures {
             println!("UNEXPECTED: {f}");

@@ -3,8 +3,10 @@
 # the actix-web example sharing them (idempotent POST /payments, replay on), and rounds of
 # concurrent requests spread over all three (`examples/burst.rs`): one key (one run, the rest
 # 409), the same key after it (all replayed, the same payment_id), the key with another body
-# (all 422), a distinct key each (all run). Prints a table of the answers, exits non-zero
-# when a count is not the expected one, and stops everything it started (by pid).
+# (all 422), a distinct key each (all run). Prints a table of the answers, then a few of the
+# lock's counters from the axum replicas' `GET /metrics` (built with the feature `metrics`),
+# exits non-zero when a count is not the expected one, and stops everything it started (by
+# pid).
 #
 # Without redis-server (and no way to install it) it runs one replica on the in-memory node
 # and says so. Environment: REQUESTS (per round, default 40), WORK_MS (default 200),
@@ -107,7 +109,7 @@ start_replica() {
 }
 
 echo "building the examples (release; the first build compiles every dependency and takes several minutes)..."
-cargo build --release --features axum,actix,cluster \
+cargo build --release --features axum,actix,cluster,metrics \
   --example axum_idempotent --example actix_idempotent --example burst
 
 if [ -n "${REDLOCK_URLS:-}" ]; then
@@ -133,4 +135,5 @@ else
 fi
 echo
 # Its exit status is the script's: non-zero when a round's answers are not the expected ones.
+# After the rounds it prints the counters of every replica that serves GET /metrics.
 "$target_dir/release/examples/burst" "${replicas[@]}"

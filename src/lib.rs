@@ -114,6 +114,32 @@
 //! | `actix` | [`RedlockMiddleware`] for actix-web 4, and the lease as an actix extractor |
 //! | `cluster` | Redis Cluster voters ([`node::RedisNode::cluster`], `redis+cluster://` URLs) |
 //! | `tls` | `rediss://` masters (and `rediss+sentinel://`, `rediss+cluster://`), via rustls |
+//! | `metrics` | counters, histograms and gauges (`redlock_*`) on the `metrics` facade: see [`metrics`] |
+//!
+//! ## Observability
+//!
+//! [`tracing`](https://docs.rs/tracing) spans, target `tower_redlock`, each with its
+//! outcome, votes, elapsed time and validity recorded as fields once known:
+//!
+//! | span (level) | one per | fields |
+//! | --- | --- | --- |
+//! | `redlock.acquire` (info) | lock call: [`Redlock::lock`] and its variants, [`Redlock::lock_unless_completed`], the middleware's | `key`, `ttl`, `replay`, `outcome` (`acquired`, `contended`, `unavailable`, `completed`, `invalid`), `attempts`, `votes_for`, `votes_held`, `votes_failed` (of the last try), `elapsed`, `validity` |
+//! | `redlock.lease` (info) | lease, while it is held (a child of the caller's span; follows from its acquire) | `key` |
+//! | `redlock.extend` (info) | extension, manual or keep-alive | `key`, `ttl`, `outcome` (`extended`, `lost`, `unavailable`, `limit`, `invalid`), votes, `elapsed`, `validity` |
+//! | `redlock.release` (info) | release: explicit, scoped or on drop | `key`, `outcome` (`released`, `failed`), `votes_for` (nodes released), `votes_failed`, `elapsed`, `validity` (left) |
+//! | `redlock.complete` (info) | [`Lease::complete`] | `key`, `outcome` (`completed`, `lost`, `unavailable`, `invalid`), votes, `elapsed`, `validity` (left) |
+//! | `redlock.keep_alive` (info) | [`Lease::keep_alive`] task | `key` |
+//! | `redlock.stragglers`, `redlock.settle`, `redlock.release_rest`, `redlock.cancelled` (debug) | background work: requests still in flight at a decision, a replay try's settling, a release's retries, a cancelled try's release | |
+//!
+//! Extensions, releases, completions and background work *follow from* the lease's span, so
+//! a release spawned by a dropped lease is still linked to the request that took it. `key`
+//! is never the key: it is the first 8 bytes, in hex, of the SHA-256 of the Redis key
+//! (`printf %s "$KEY" | sha256sum | cut -c1-16` finds it). Events: a lost lease and a
+//! failed release at **warn**, a suspended node at warn and its return at **info**, an
+//! unreachable quorum at info; each try's votes, each node's answer and each failed node
+//! request at **debug**. An outcome is a field, not a line of its own: to see one line per
+//! lock call, print the spans as they close (`tracing_subscriber::fmt().with_span_events(FmtSpan::CLOSE)`,
+//! as the axum example does). A disabled span costs no allocation and hashes nothing.
 //!
 //! Read the crate README's *Safety* section before relying on Redlock for correctness.
 //!
@@ -129,6 +155,12 @@ pub mod actix;
 mod error;
 pub mod http;
 mod lock;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
+// Without the feature: the same module, private, its recording functions empty.
+#[cfg(not(feature = "metrics"))]
+mod metrics;
 pub mod node;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]

@@ -20,7 +20,7 @@ use super::LeaseBody;
 use crate::http::replay::FingerprintBuilder;
 use crate::http::{
     AfterResponse, Collector, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
-    Running, StoredResponse, Unlocked, REPLAYED_HEADER,
+    Running, StoredResponse, Unlocked, Wire, REPLAYED_HEADER,
 };
 
 type Answer<B> = ServiceResponse<EitherBody<LeaseBody<B>>>;
@@ -75,6 +75,7 @@ pub(crate) async fn call<S, B>(
     policy: LockPolicy,
     key: LockKey,
     fingerprint: Option<(FingerprintBuilder, Option<usize>)>,
+    wire: Wire,
     mut req: ServiceRequest,
 ) -> Result<Answer<B>, actix_web::Error>
 where
@@ -83,7 +84,7 @@ where
 {
     let reject = |req: ServiceRequest, kind| {
         Ok(req
-            .into_response(rejection_response(policy.reject(kind)))
+            .into_response(rejection_response(policy.reject(kind, wire)))
             .map_into_right_body())
     };
     let fingerprint = match fingerprint {
@@ -107,7 +108,7 @@ where
             }
         }
     };
-    let (lease, recorder) = match policy.clone().acquire(key, fingerprint).await {
+    let (lease, recorder) = match policy.clone().acquire(key, fingerprint, wire).await {
         Decision::Reject(r) => {
             return Ok(req
                 .into_response(rejection_response(r))
@@ -154,17 +155,14 @@ where
     let status = res.status().as_u16();
     let size = res.response().body().size();
     let plan = running.recorder().map_or(Plan::Release, |recorder| {
-        let stored = recorder.stored_headers(
-            res.headers()
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_bytes())),
-        );
         let len = match size {
             BodySize::None => Some(0),
             BodySize::Sized(n) => Some(n),
             BodySize::Stream => None,
         };
-        recorder.plan(status, &stored, len)
+        let headers = res.headers().iter();
+        let headers = headers.map(|(n, v)| (n.as_str(), v.as_bytes()));
+        recorder.plan_response(status, headers, len)
     });
     match plan {
         Plan::Release => {
@@ -202,12 +200,9 @@ where
             match read.await.ok().flatten() {
                 Some(bytes) => {
                     let record = running.recorder().map(|recorder| {
-                        let stored = recorder.stored_headers(
-                            head.headers()
-                                .iter()
-                                .map(|(n, v)| (n.as_str(), v.as_bytes())),
-                        );
-                        recorder.response(status, &stored, &bytes)
+                        let headers = head.headers().iter();
+                        let headers = headers.map(|(n, v)| (n.as_str(), v.as_bytes()));
+                        recorder.response(status, headers, &bytes)
                     });
                     running
                         .complete(record.expect("a plan to store has a recorder"))

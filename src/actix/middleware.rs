@@ -8,7 +8,7 @@ use actix_web::HttpResponse;
 use futures_util::future::LocalBoxFuture;
 
 use super::{ActixRequestView, LeaseBody};
-use crate::http::{KeyExtractor, LockPolicy, RejectionResponse};
+use crate::http::{KeyExtractor, LockPolicy, RejectionResponse, Wire};
 use crate::Redlock;
 
 /// The actix-web middleware: lock a key per request. Attach it to the routes that need it
@@ -122,14 +122,14 @@ where
             // Only the lock's token reaches the inner service under this name.
             req.headers_mut().remove(name);
         }
-        let (key, fingerprint) = {
+        let (key, fingerprint, wire) = {
             let view = ActixRequestView::new(&req);
             let key = self.policy.key(&view);
             let fingerprint = match key {
                 Ok(Some(_)) => self.policy.fingerprint(&view),
                 _ => None,
             };
-            (key, fingerprint)
+            (key, fingerprint, Wire::of(&view))
         };
         let key = match key {
             Err(r) => {
@@ -151,6 +151,8 @@ where
         };
         let service = Rc::clone(&self.service);
         let policy = self.policy.clone();
-        Box::pin(async move { super::flow::call(&*service, policy, key, fingerprint, req).await })
+        Box::pin(
+            async move { super::flow::call(&*service, policy, key, fingerprint, wire, req).await },
+        )
     }
 }

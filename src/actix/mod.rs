@@ -4,7 +4,8 @@
 //! The same keys, policies and answers as [`RedlockLayer`](crate::RedlockLayer) —
 //! both are built on [`LockPolicy`](crate::http::LockPolicy) and differ only in framework
 //! glue: `409` + `Retry-After` on contention (or a bounded wait), `503` or fail-open when the
-//! quorum is unreachable, `400` for a bad key, problem+json bodies; with
+//! quorum is unreachable, `400` for a bad key, problem+json bodies (gRPC statuses for a
+//! gRPC request, see [`grpc`](crate::http::grpc)); with
 //! [replay](crate::http::replay), the stored response of a completed key (identical to the one
 //! an axum replica stores or replays), `422` for a reused key, `413` for a body over the
 //! limit. The handler gets the lease as a [`LeaseHandle`](crate::LeaseHandle) extractor.

@@ -24,7 +24,8 @@
 //!    * `Err(rejection)`: the key is missing, empty, too long, malformed or
 //!      sent twice; the middleware answers `400 Bad Request` with a
 //!      problem+json body built from [`KeyRejection::title`] and
-//!      [`KeyRejection::detail`].
+//!      [`KeyRejection::detail`] (a gRPC call gets `INVALID_ARGUMENT`, see
+//!      [`grpc`]).
 //! 3. With [`replay`] on, the request is fingerprinted (method, path, query, chosen
 //!    headers, the body's digest) and a key that already completed answers with its stored
 //!    response (or `422` when the fingerprint differs) instead of locking.
@@ -43,6 +44,7 @@
 //! | [`PathKey`] | the request path | never |
 //! | [`MethodPathKey`] | method and path | never |
 //! | [`RouteParamKey`] | one route parameter | missing, empty, too long |
+//! | [`GrpcMethodKey`] | the gRPC method path (`/package.Service/Method`) | not a method path, too long |
 //!
 //! Closures `Fn(&dyn RequestView) -> Result<Option<LockKey>, KeyRejection>`
 //! are extractors too (see [`key_fn`]).
@@ -51,7 +53,8 @@
 //!
 //! [`KeyExtractorExt`] scopes any extractor by the route
 //! ([`scoped_by_route`](KeyExtractorExt::scoped_by_route)), the method, a
-//! tenant header, a request extension (the authenticated principal) or a closure, and
+//! tenant header, a request extension (the authenticated principal), the gRPC method
+//! ([`scoped_by_grpc_method`](KeyExtractorExt::scoped_by_grpc_method)) or a closure, and
 //! replaces the Redis prefix
 //! ([`prefix`](KeyExtractorExt::prefix)). Scope is added to the raw material
 //! *before* hashing, so a scoped key costs one hash and one `String`.
@@ -101,6 +104,7 @@
     allow(dead_code, unused_imports)
 )]
 
+pub mod grpc;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod keep_alive;
 mod key;
@@ -111,6 +115,8 @@ mod release;
 pub mod replay;
 mod view;
 
+pub(crate) use grpc::Wire;
+pub use grpc::{is_grpc, GrpcCode, GrpcOr};
 #[cfg(feature = "tower")]
 pub(crate) use keep_alive::KeepAliveTimer;
 #[cfg(any(feature = "tower", feature = "actix"))]
@@ -127,10 +133,10 @@ pub use rejection::{
 pub(crate) use release::{release, AfterResponse, BodyTail};
 
 pub use key::{
-    key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial, KeyRejection,
-    KeyRejectionKind, KeySource, LockKey, MethodPathKey, PathKey, Prefixed, RouteParamKey,
-    ScopedBy, ScopedByExtension, ScopedByHeader, ScopedByMethod, ScopedByRoute, DEFAULT_KEY_PREFIX,
-    DEFAULT_MAX_KEY_LEN,
+    key_fn, GrpcMethodKey, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial,
+    KeyRejection, KeyRejectionKind, KeySource, LockKey, MethodPathKey, PathKey, Prefixed,
+    RouteParamKey, ScopedBy, ScopedByExtension, ScopedByGrpcMethod, ScopedByHeader, ScopedByMethod,
+    ScopedByRoute, DEFAULT_KEY_PREFIX, DEFAULT_MAX_KEY_LEN,
 };
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use replay::{Collector, Plan, Running, StoredResponse};

@@ -1,5 +1,6 @@
 //! The answers the middleware gives for itself: `400`, `409`, `413`, `422`, `503`, as
-//! `application/problem+json` (RFC 9457) bodies that the user can replace.
+//! `application/problem+json` (RFC 9457) bodies that the user can replace — or, to a gRPC
+//! call, as gRPC statuses (see [`grpc`](super::grpc)).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -7,35 +8,42 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::grpc::Wire;
 use super::key::{KeyRejection, KeyRejectionKind};
 
 /// The media type of the default rejections (RFC 9457).
 const PROBLEM_JSON: &str = "application/problem+json";
 
-/// Why the middleware answered instead of the handler.
+/// Why the middleware answered instead of the handler. Each kind has an HTTP status
+/// ([`Rejection::status`]) and a gRPC code ([`Rejection::grpc_code`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RejectionKind {
-    /// The request's key is missing, empty, too long, malformed or duplicated: `400`.
+    /// The request's key is missing, empty, too long, malformed or duplicated: `400`
+    /// (gRPC `INVALID_ARGUMENT`).
     BadKey,
-    /// Another request holds the key (and waiting, if enabled, timed out): `409`.
+    /// Another request holds the key (and waiting, if enabled, timed out): `409` (gRPC
+    /// `ABORTED`).
     Contended,
-    /// The lock quorum is unreachable and the policy fails closed: `503`.
+    /// The lock quorum is unreachable and the policy fails closed: `503` (gRPC
+    /// `UNAVAILABLE`).
     Unavailable,
-    /// The lock call was rejected as invalid (a misconfigured ttl): `500`.
+    /// The lock call was rejected as invalid (a misconfigured ttl): `500` (gRPC
+    /// `INTERNAL`).
     Misconfigured,
     /// Replay: the key was used before with a different request (method, path, query,
-    /// configured headers or body): `422`.
+    /// configured headers or body): `422` (gRPC `FAILED_PRECONDITION`).
     Mismatch,
-    /// Replay: the request body is larger than the fingerprint's body limit: `413`.
+    /// Replay: the request body is larger than the fingerprint's body limit: `413` (gRPC
+    /// `RESOURCE_EXHAUSTED`).
     BodyTooLarge,
     /// Replay: the request body could not be read (the client went away or sent a broken
-    /// body): `400`.
+    /// body): `400` (gRPC `CANCELLED`).
     BodyUnreadable,
     /// Replay: a request with this key completed, but its response was not stored (a
-    /// streamed body, or larger than the response limit), so it cannot be replayed: `409`
-    /// without `Retry-After` — a retry gets the same answer, and the handler never runs
-    /// twice.
+    /// streamed body — every gRPC response whose status comes in trailers —, or larger than
+    /// the response limit), so it cannot be replayed: `409` without `Retry-After` (gRPC
+    /// `ALREADY_EXISTS`) — a retry gets the same answer, and the handler never runs twice.
     CompletedNotStored,
 }
 
@@ -45,6 +53,8 @@ pub struct Rejection {
     kind: RejectionKind,
     retry_after: Option<Duration>,
     cause: Cause,
+    /// How the client expects the answer (HTTP or gRPC), from the request.
+    wire: Wire,
 }
 
 /// What a rejection comes from: a bad key (400), a lock error (409, 503, 500) or replay
@@ -62,6 +72,7 @@ impl Rejection {
             kind: RejectionKind::BadKey,
             retry_after: None,
             cause: Cause::Key(key),
+            wire: Wire::Http,
         }
     }
 
@@ -81,6 +92,7 @@ impl Rejection {
             kind,
             retry_after,
             cause: Cause::Lock(error),
+            wire: Wire::Http,
         }
     }
 
@@ -91,7 +103,20 @@ impl Rejection {
             kind,
             retry_after: None,
             cause: Cause::Replay,
+            wire: Wire::Http,
         }
+    }
+
+    /// The rejection of a request that came over `wire` (see [`Wire::of`]).
+    #[must_use]
+    pub(crate) fn on(mut self, wire: Wire) -> Self {
+        self.wire = wire;
+        self
+    }
+
+    /// How the client expects the answer.
+    pub(crate) fn wire(&self) -> Wire {
+        self.wire
     }
 
     /// What went wrong.
@@ -117,6 +142,14 @@ impl Rejection {
         self.retry_after.map(|d| {
             let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
             secs.max(1)
+        })
+    }
+
+    /// The same delay in milliseconds, rounded **up**, at least 1 (`grpc-retry-pushback-ms`).
+    pub(crate) fn retry_after_ms(&self) -> Option<u64> {
+        self.retry_after.map(|d| {
+            let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 > 0);
+            u64::try_from(ms).unwrap_or(u64::MAX).max(1)
         })
     }
 
@@ -382,8 +415,11 @@ fn is_header_value(s: &str) -> bool {
     s.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
-/// Turns a [`Rejection`] into a response. The default is [`ProblemJson`]; closures
-/// `Fn(&Rejection) -> RejectionResponse` are responders too.
+/// Turns a [`Rejection`] into a response. The default is
+/// [`GrpcOr`](super::GrpcOr)`(`[`ProblemJson`]`)` (a gRPC status for a gRPC call,
+/// problem+json otherwise); closures `Fn(&Rejection) -> RejectionResponse` are responders
+/// too. A responder answers every rejection, gRPC calls' included (see
+/// [`Rejection::is_grpc`]).
 ///
 /// ```
 /// use tower_redlock::http::{Rejection, RejectionResponse, Responder};
@@ -412,7 +448,9 @@ where
     }
 }
 
-/// The default responder: RFC 9457 `application/problem+json`.
+/// RFC 9457 `application/problem+json` for every request. The default responder is
+/// [`GrpcOr`](super::GrpcOr)`(ProblemJson)`: gRPC calls get gRPC statuses, every other
+/// request this; set `ProblemJson` alone to answer gRPC calls with problem+json too.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProblemJson;
 
@@ -461,6 +499,7 @@ mod tests {
             kind: RejectionKind::Contended,
             retry_after: Some(retry),
             cause: Cause::Lock(crate::Error::contended(1, 0, 1, Some(retry), Vec::new())),
+            wire: Wire::Http,
         }
     }
 

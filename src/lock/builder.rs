@@ -201,6 +201,11 @@ impl RedlockBuilder {
                 })
             })
             .collect::<Vec<_>>();
+        crate::metrics::describe();
+        for voter in &nodes {
+            // Every node's series exists from the start (0: not suspended).
+            crate::metrics::node_suspended(&voter.name, false);
+        }
         Ok(Redlock {
             inner: Arc::new(Inner {
                 quorum: quorum::quorum(nodes.len()),

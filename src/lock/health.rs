@@ -7,7 +7,7 @@
 //!
 //! A node is judged by Redis's behaviour, not by this process's scheduling:
 //! - a request whose timer fired late (this process was stalled) is given the time back
-//!   before it may time out at all (see `quorum::Request`);
+//!   before it may time out at all (see `request::Request`);
 //! - a node is suspended only after `trip_after` timeouts in a row **spanning at least one
 //!   node timeout** without a single answer in between: a burst of requests that queued
 //!   behind this process's own work and timed out together does not suspend a master that
@@ -109,16 +109,18 @@ impl Health {
         self.suspended.load(Relaxed) && self.start_probing()
     }
 
-    /// The node answered (a reply, even an error reply): it is reachable.
-    pub(crate) fn answered(&self) {
+    /// The node answered (a reply, even an error reply): it is reachable. Returns whether
+    /// this answer restored a suspended node.
+    pub(crate) fn answered(&self) -> bool {
         self.answers.fetch_add(1, Relaxed);
         // Stores only when there is something to reset.
         if self.timeouts.load(Relaxed) != 0 || self.suspended.load(Relaxed) {
             self.timeouts.store(0, Relaxed);
             self.streak_since.store(0, Relaxed);
             self.backoff_ms.store(ms(FIRST_BACKOFF), Relaxed);
-            self.suspended.store(false, Relaxed);
+            return self.suspended.swap(false, Relaxed);
         }
+        false
     }
 
     /// A request got no answer in time (or could not reach the node); `probe` says whether

@@ -1,12 +1,13 @@
 //! The held lock.
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tracing::Instrument;
 
-use super::Redlock;
+pub(crate) use super::state::{Grant, LeaseState};
+use super::{observe, Redlock};
 
 /// A lock token: 128 random bits from the OS CSPRNG (a UUID v4), as 32 lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -22,119 +23,6 @@ impl Token {
     pub(crate) fn as_str(&self) -> &str {
         // Always 32 ASCII hex digits.
         std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
-
-/// What a lease and its handles share.
-pub(crate) struct LeaseState {
-    key: Arc<str>,
-    prefix_len: usize,
-    token: Token,
-    ttl: Duration,
-    status: Mutex<Status>,
-    notify: Notify,
-    /// The nodes that may hold our token: those that voted for, and those whose request was
-    /// sent but not answered when the lock was granted (it may land; a release sent later on
-    /// the same connection follows it). The others — they said "held", were not asked, or
-    /// were never sent the request — hold nothing of ours, and releases skip them.
-    holders: u64,
-    /// The fencing token, with fencing on.
-    fence: Option<super::fencing::Fence>,
-}
-
-struct Status {
-    deadline: Instant,
-    extensions: u32,
-    /// False once the lease is released or known to be lost.
-    held: bool,
-}
-
-impl LeaseState {
-    pub(crate) fn new(
-        key: Arc<str>,
-        prefix_len: usize,
-        token: Token,
-        ttl: Duration,
-        deadline: Instant,
-        holders: u64,
-        fence: Option<super::fencing::Fence>,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            key,
-            prefix_len,
-            token,
-            ttl,
-            status: Mutex::new(Status {
-                deadline,
-                extensions: 0,
-                held: true,
-            }),
-            notify: Notify::new(),
-            holders,
-            fence,
-        })
-    }
-
-    fn status(&self) -> MutexGuard<'_, Status> {
-        // Updates are single assignments: a poisoned lock holds consistent data.
-        self.status.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn key(&self) -> &str {
-        &self.key
-    }
-
-    pub(crate) fn token(&self) -> &str {
-        self.token.as_str()
-    }
-
-    /// The fencing token and its counter, with fencing on.
-    pub(crate) fn fence(&self) -> Option<&super::fencing::Fence> {
-        self.fence.as_ref()
-    }
-
-    /// The nodes that may hold our token (see the field).
-    pub(crate) fn holders(&self) -> u64 {
-        self.holders
-    }
-
-    pub(crate) fn key_arc(&self) -> Arc<str> {
-        self.key.clone()
-    }
-
-    pub(crate) fn token_copy(&self) -> Token {
-        self.token
-    }
-
-    pub(crate) fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    pub(crate) fn deadline(&self) -> Instant {
-        self.status().deadline
-    }
-
-    pub(crate) fn extensions(&self) -> u32 {
-        self.status().extensions
-    }
-
-    /// Whether the lease is still held and its validity not yet over.
-    pub(crate) fn is_valid(&self) -> bool {
-        let s = self.status();
-        s.held && Instant::now() < s.deadline
-    }
-
-    /// Records a successful extension (the caller checked the cap and the new validity).
-    pub(crate) fn extended(&self, deadline: Instant) {
-        let mut s = self.status();
-        s.deadline = deadline;
-        s.extensions += 1;
-    }
-
-    /// Marks the lease as no longer held and wakes every waiter of [`LeaseHandle::lost`].
-    pub(crate) fn end(&self) {
-        self.status().held = false;
-        self.notify.notify_waiters();
     }
 }
 
@@ -288,7 +176,9 @@ impl Lease {
         if self.keep_alive.is_none() && !self.released {
             let client = self.client.clone();
             let state = self.state.clone();
-            self.keep_alive = Some(tokio::spawn(keep_alive(client, state, first)));
+            let span = observe::keep_alive_span(&state);
+            let task = keep_alive(client, state, first).instrument(span);
+            self.keep_alive = Some(tokio::spawn(task));
         }
     }
 
@@ -303,8 +193,8 @@ impl Lease {
     /// still expires after its ttl.
     pub async fn release(mut self) -> crate::Result<()> {
         self.stop_keep_alive();
-        self.state.end();
-        let result = self.client.release_state(&self.state).await;
+        let held = self.state.end();
+        let result = self.client.release_state(&self.state, held).await;
         // Only now: if this future is dropped before, `Drop` spawns the release.
         self.released = true;
         result
@@ -357,11 +247,20 @@ impl Lease {
         self.stop_keep_alive();
         // From here the lock is never released early, not even if this future is dropped.
         self.released = true;
-        let result = self
-            .client
-            .complete_state(&self.state, record, retention)
-            .await;
-        self.state.end();
+        let state = &*self.state;
+        let end = observe::Ending::start(state, true);
+        let valid = state.is_valid();
+        let completion = self.client.complete_state(state, record, retention);
+        let result = observe::within(&end.span, completion).await;
+        // Still held: the lease had expired, and nothing was stored. A loss found by the
+        // completion itself (its token gone from a quorum) counts too, once.
+        let ended = state.end();
+        if let Err(e) = &result {
+            if e.is_lost() && (valid || ended) {
+                observe::lost(state, "found by its completion");
+            }
+        }
+        end.done(state, &result);
         result
     }
 
@@ -378,18 +277,19 @@ impl Drop for Lease {
             return;
         }
         self.stop_keep_alive();
-        self.state.end();
+        let held = self.state.end();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let client = self.client.clone();
                 let state = self.state.clone();
-                // `release_state` logs a release that failed at warn.
+                // `release_state` runs in a `redlock.release` span linked to the lease's,
+                // and logs a release that failed at warn.
                 rt.spawn(async move {
-                    let _ = client.release_state(&state).await;
+                    let _ = client.release_state(&state, held).await;
                 });
             }
             Err(_) => tracing::warn!(
-                resource = %self.resource(),
+                key = %observe::hashed(self.key()),
                 "lease dropped outside a Tokio runtime: not released; the lock expires with its ttl"
             ),
         }
@@ -435,12 +335,7 @@ impl LeaseHandle {
 
     /// The remaining validity: zero once the lease expired, was released or was lost.
     pub fn validity(&self) -> Duration {
-        let s = self.state.status();
-        if s.held {
-            s.deadline.saturating_duration_since(Instant::now())
-        } else {
-            Duration::ZERO
-        }
+        self.state.validity()
     }
 
     /// The instant the validity ends, on the monotonic clock.
@@ -518,12 +413,13 @@ async fn keep_alive(client: Redlock, state: Arc<LeaseState>, first: Instant) {
                 return;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "lease lost while keeping it alive");
+                // A loss was counted and logged at warn by the extension.
+                tracing::debug!(error = %e, "keep-alive stopped");
                 break;
             }
         }
     }
-    state.end();
+    state.lose("the keep-alive could not extend it before its validity ran out");
 }
 
 #[cfg(test)]

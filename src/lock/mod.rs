@@ -6,8 +6,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use self::acquire::AcquireRequest;
-use self::lease::{LeaseState, Parked, Token};
+use self::lease::{Grant, LeaseState, Parked, Token};
+use self::observe::Acquiring;
 use self::options::Config;
 use self::quorum::{Skip, Vote, Voter};
 use self::release::{CancelGuard, Release};
@@ -16,14 +19,18 @@ use crate::node::{Acquire, MemoryNode};
 
 mod acquire;
 mod builder;
+mod extend;
 mod fencing;
 mod health;
 mod lease;
+mod observe;
 mod options;
 mod quorum;
 mod records;
 mod release;
+mod request;
 mod scope;
+mod state;
 
 pub use self::builder::RedlockBuilder;
 pub use self::health::NodeStatus;
@@ -173,8 +180,8 @@ impl Redlock {
         }
     }
 
-    /// The lock loop; with `replay`, a node's completion record ends it (see
-    /// [`Redlock::lock_unless_completed`]).
+    /// The lock loop, in a `redlock.acquire` span; with `replay`, a node's completion record
+    /// ends it (see [`Redlock::lock_unless_completed`]).
     pub(crate) async fn lock_inner(
         &self,
         resource: &str,
@@ -182,45 +189,46 @@ impl Redlock {
         retry: Retry,
         replay: bool,
     ) -> crate::Result<Claim> {
-        options::check_resource(resource)?;
-        let ttl = self.inner.config.check_ttl(ttl)?;
+        let obs = Acquiring::start(ttl, replay);
+        let checked = options::check_resource(resource).and_then(|()| self.check_ttl(ttl));
+        let ttl = match checked {
+            Ok(ttl) => ttl,
+            Err(e) => return obs.done(Err(e)),
+        };
         let prefix = &self.inner.config.key_prefix;
         let key: Arc<str> = if prefix.is_empty() {
             resource.into()
         } else {
             format!("{prefix}{resource}").into()
         };
+        obs.key(&key);
         let record_key = replay.then(|| records::record_key(&key));
         let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
 
-        let started = Instant::now();
-        let deadline = retry.max_wait().and_then(|w| started.checked_add(w));
+        let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
         let mut attempt = 0u32;
-        loop {
+        let result = loop {
             attempt = attempt.saturating_add(1);
             // A try decided without I/O (every node suspended, in-process nodes) must still
             // let other tasks run: a loop of tries would otherwise starve its runtime.
             tokio::task::consume_budget().await;
             let token = Token::new();
-            match self
-                .try_once(&key, record_key.as_ref(), fence_key.as_ref(), token, ttl)
-                .await
-            {
-                Ok(Try::Granted(Granted {
-                    deadline,
-                    holders,
-                    parked,
-                    fence,
-                })) => {
-                    tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "lock acquired");
-                    let state =
-                        LeaseState::new(key, prefix.len(), token, ttl, deadline, holders, fence);
-                    return Ok(Claim::Locked(Lease::new(self.clone(), state, parked)));
+            obs.attempt(attempt);
+            let (record_key, fence_key) = (record_key.as_ref(), fence_key.as_ref());
+            let try_once = || self.try_once(&key, record_key, fence_key, token, ttl, &obs);
+            // The try runs in the span only when it is enabled: wrapping the whole loop would
+            // cost every lock call a move of its future.
+            let tried = match &obs.span {
+                None => try_once().await,
+                Some(span) => try_once().instrument(span.clone()).await,
+            };
+            match tried {
+                Ok(Try::Granted(Granted { grant, parked })) => {
+                    let span = obs.lease_span(&key);
+                    let state = LeaseState::new(key, prefix.len(), token, ttl, grant, span);
+                    break Ok(Claim::Locked(Lease::new(self.clone(), state, parked)));
                 }
-                Ok(Try::Completed(record)) => {
-                    tracing::debug!(resource, attempt, elapsed = ?started.elapsed(), "work already completed");
-                    return Ok(Claim::Completed(record));
-                }
+                Ok(Try::Completed(record)) => break Ok(Claim::Completed(record)),
                 Err(e) => {
                     let pause = retry.next_delay();
                     // A try takes at most two node timeouts: the requests, then the release
@@ -234,13 +242,13 @@ impl Redlock {
                         );
                     if !more {
                         let e = self.ask_holder_ttl(&key, e).await;
-                        tracing::debug!(resource, attempt, contended = e.is_contended(), error = %e, "lock not acquired");
-                        return Err(e.with_attempts(attempt));
+                        break Err(e.with_attempts(attempt));
                     }
                     tokio::time::sleep(pause).await;
                 }
             }
-        }
+        };
+        obs.done(result)
     }
 
     /// One try: returns the grant, or an error after releasing what it took.
@@ -264,6 +272,7 @@ impl Redlock {
         fence_key: Option<&Arc<str>>,
         token: Token,
         ttl: Duration,
+        obs: &Acquiring,
     ) -> crate::Result<Try> {
         let inner = &*self.inner;
         let n = inner.nodes.len();
@@ -317,6 +326,7 @@ impl Redlock {
                 );
             }
         }
+        obs.tried(&tally);
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         if tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline {
             guard.disarm();
@@ -331,10 +341,13 @@ impl Redlock {
                     retention: request.retention,
                 });
             return Ok(Try::Granted(Granted {
-                deadline,
-                holders,
+                grant: Grant {
+                    start,
+                    deadline,
+                    holders,
+                    fence,
+                },
                 parked,
-                fence,
             }));
         }
         drop(sent);
@@ -424,109 +437,9 @@ impl Redlock {
         lease.extend(ttl).await
     }
 
-    pub(crate) async fn extend_state(
-        &self,
-        state: &LeaseState,
-        ttl: Duration,
-    ) -> crate::Result<()> {
-        let inner = &*self.inner;
-        let ttl = inner.config.check_ttl(ttl)?;
-        if !state.is_valid() {
-            return Err(Error::lost(
-                "the lease expired or was released; it cannot be extended",
-            ));
-        }
-        if state.extensions() >= inner.config.max_extensions {
-            return Err(Error::extension_limit(inner.config.max_extensions));
-        }
-        let start = Instant::now();
-        let n = inner.nodes.len();
-        let (key, token) = (state.key_arc(), state.token_copy());
-        let mut sent = quorum::send(
-            &inner.nodes,
-            quorum::all(n),
-            inner.config.node_timeout,
-            Skip::Suspended,
-            &|node| node.extend_now(&key, token.as_str(), ttl),
-            |v| {
-                let key = key.clone();
-                async move { v.node.extend(&key, token.as_str(), ttl).await }
-            },
-        );
-        let tally = quorum::count(&mut sent, n, inner.quorum, |ok| {
-            if ok {
-                Vote::For
-            } else {
-                Vote::Against(None)
-            }
-        })
-        .await;
-        quorum::finish_in_background(sent);
-        let deadline = start + ttl - inner.config.drift(ttl);
-        if tally.for_ >= inner.quorum && Instant::now() < deadline {
-            state.extended(deadline);
-            return Ok(());
-        }
-        let gone = n - tally.against < inner.quorum;
-        if gone || !state.is_valid() {
-            // Lost: the token is gone from too many nodes, or the validity ran out while the
-            // extension was on its way. The nodes that did extend would keep the token past
-            // what the lease reports: release them (in the background).
-            state.end();
-            if tally.for_mask != 0 {
-                let release = Release {
-                    key: key.clone(),
-                    token,
-                    mask: tally.for_mask,
-                    needed: 0,
-                    patience: Instant::now(),
-                    until: Instant::now() + ttl,
-                    fence: state.fence().cloned(),
-                };
-                let _ = self.release_token(release).await;
-            }
-            return Err(Error::lost(if gone {
-                format!(
-                    "{} of {n} nodes no longer hold the lease's token",
-                    tally.against
-                )
-            } else {
-                "the lease's validity ran out before a quorum extended it".to_owned()
-            }));
-        }
-        Err(Error::unavailable(
-            format!(
-                "could not extend on a quorum of {} of {n} nodes",
-                inner.quorum
-            ),
-            tally.errors,
-        ))
-    }
-
     /// Releases `lease` on every node. The same as [`Lease::release`].
     pub async fn unlock(&self, lease: Lease) -> crate::Result<()> {
         lease.release().await
-    }
-
-    pub(crate) async fn release_state(&self, state: &LeaseState) -> crate::Result<()> {
-        let n = self.inner.nodes.len();
-        // The nodes that hold none of our tokens need no release, and count as released: a
-        // quorum of released-or-never-ours nodes means the lock can no longer be held.
-        let holders = state.holders() & quorum::all(n);
-        if holders == 0 {
-            return Ok(());
-        }
-        let not_ours = n - holders.count_ones() as usize;
-        let release = Release {
-            key: state.key_arc(),
-            token: state.token_copy(),
-            mask: holders,
-            needed: self.inner.quorum.saturating_sub(not_ours).max(1),
-            patience: self.patience(state.deadline()),
-            until: state.deadline(),
-            fence: state.fence().cloned(),
-        };
-        self.release_token(release).await
     }
 
     /// Runs `work` while holding the lock on `resource`, and always releases it: on
@@ -584,12 +497,8 @@ enum Try {
 }
 
 struct Granted {
-    /// The end of the validity.
-    deadline: Instant,
-    /// The nodes that may hold our token.
-    holders: u64,
+    /// The validity, the nodes that may hold our token, the fencing token.
+    grant: Grant,
     /// The requests still unanswered, kept with the lease.
     parked: Option<Parked>,
-    /// The fencing token (with fencing on).
-    fence: Option<fencing::Fence>,
 }

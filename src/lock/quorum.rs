@@ -1,26 +1,21 @@
-//! Parallel fan-out to every node and vote counting.
-//!
-//! Every request to a node is a [`Request`]: the node's call, bounded by the node timeout as
-//! this process experiences it. A timer that fires late means this process did not run (a
-//! blocked thread, a starved CPU, a flooded runtime): the node is not blamed for that time,
-//! and the request gets it back before it may time out — up to [`MAX_EXCUSE`] node timeouts
-//! in all, [`MAX_EXCUSE_ANSWERING`] while the node answers other requests meanwhile (its
-//! answer to this one is then queued behind our own backlog). A timer that fires on time
-//! gets one last look a few milliseconds later, so that an answer already in the socket,
-//! whose reader may be queued behind this request, still counts. So a master that answers
-//! promptly is neither counted as failed nor suspended because this process was busy.
+//! Parallel fan-out to every node and vote counting. Every request to a node is a
+//! [`Request`] (see `request.rs`): the node's call, bounded by the node timeout as this
+//! process experiences it, reported to the node's health. Each answer is logged at debug.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::health::Health;
+use super::observe::{self, Background};
+pub(crate) use super::request::Request;
 use crate::error::NodeError;
 use crate::node::{Acquire, AnyNode, NodeFailure};
 
@@ -154,172 +149,6 @@ pub(crate) const fn all(n: usize) -> u64 {
 /// One node's answer: its index, and its result or why it has none.
 pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 
-/// The most time a request is given back for stalls of this process, in node timeouts.
-pub(crate) const MAX_EXCUSE: u32 = 4;
-/// ... and while the node keeps answering other requests meanwhile: a saturated replica
-/// reads answers up to seconds late (measured in `tests/flood.rs`) from masters that are
-/// fine. Either way at most [`MAX_EXCUSE_TIME`] in all.
-pub(crate) const MAX_EXCUSE_ANSWERING: u32 = 100;
-/// The most time a request is given back for stalls, whatever the node timeout.
-pub(crate) const MAX_EXCUSE_TIME: Duration = Duration::from_secs(5);
-
-/// How late a timer may fire before it counts as a stall of this process: the timer wheel's
-/// millisecond plus a tenth of the node timeout.
-fn stall_threshold(timeout: Duration) -> Duration {
-    timeout / 10 + Duration::from_millis(1)
-}
-
-pin_project_lite::pin_project! {
-    /// One request to one node, bounded by the node timeout as this process experiences it,
-    /// and reported to the node's health.
-    pub(crate) struct Request<F> {
-        #[pin]
-        call: F,
-        #[pin]
-        timer: tokio::time::Sleep,
-        voter: Arc<Voter>,
-        index: usize,
-        timeout: Duration,
-        // The time given back for stalls so far.
-        excused: Duration,
-        // Whether it was polled: a request never polled was never sent.
-        started: bool,
-        // Whether the on-time timer's last look was given.
-        looked: bool,
-        // The node's answer count when the request was made.
-        answers: u64,
-        // A suspended node's probe.
-        probe: bool,
-    }
-}
-
-impl<F> Request<F> {
-    fn new(call: F, voter: Arc<Voter>, index: usize, timeout: Duration, probe: bool) -> Self {
-        Self {
-            answers: voter.health.answers(),
-            call,
-            timer: tokio::time::sleep(timeout),
-            voter,
-            index,
-            timeout,
-            excused: Duration::ZERO,
-            started: false,
-            looked: false,
-            probe,
-        }
-    }
-}
-
-impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
-    type Output = Answer<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<T>> {
-        let mut this = self.project();
-        *this.started = true;
-        let (i, v) = (*this.index, &**this.voter);
-        if let Poll::Ready(r) = this.call.poll(cx) {
-            return Poll::Ready(match r {
-                Ok(x) => {
-                    v.health.answered();
-                    (i, Ok(x))
-                }
-                Err(e) => {
-                    if e.is_timeout() || e.is_unreachable() {
-                        no_answer(this.voter, i, *this.timeout, *this.probe);
-                    } else {
-                        // A reply, if an error reply: the node is there.
-                        v.health.answered();
-                    }
-                    (i, Err(NodeError::from_source(i, v.name.clone(), e)))
-                }
-            });
-        }
-        loop {
-            ready!(this.timer.as_mut().poll(cx));
-            // The timer's own clock (paused in users' tests with `tokio::time::pause`).
-            let now = tokio::time::Instant::now();
-            let late = now.saturating_duration_since(this.timer.deadline());
-            // While the node answers other requests, its answer to this one is likely queued
-            // behind our own backlog: a longer excuse.
-            let answering = v.health.answers() != *this.answers;
-            let times = if answering {
-                MAX_EXCUSE_ANSWERING
-            } else {
-                MAX_EXCUSE
-            };
-            let budget = this.timeout.saturating_mul(times).min(MAX_EXCUSE_TIME);
-            if late > stall_threshold(*this.timeout) && *this.excused < budget {
-                // This process was stalled: give the node that time back, so that its answer
-                // — likely read by now, or about to be — is not lost to our own delay.
-                let back = late.min(*this.timeout).min(budget - *this.excused);
-                *this.excused += back;
-                this.timer.as_mut().reset(now + back);
-                continue;
-            }
-            if !*this.looked {
-                // On time: one last look after the runtime had a turn to read the sockets.
-                *this.looked = true;
-                let look = stall_threshold(*this.timeout);
-                *this.excused += look;
-                this.timer.as_mut().reset(now + look);
-                continue;
-            }
-            no_answer(this.voter, i, *this.timeout, *this.probe);
-            let waited = *this.timeout + *this.excused;
-            return Poll::Ready((i, Err(NodeError::timeout(i, v.name.clone(), waited))));
-        }
-    }
-}
-
-/// A request to node `i` got no answer: counted against its health, which may suspend it —
-/// then a task probes it until it answers again.
-fn no_answer(voter: &Arc<Voter>, i: usize, timeout: Duration, probe: bool) {
-    if voter.health.timed_out(probe) {
-        tracing::warn!(node = %voter.name, "node suspended: no answer for a node timeout; probing it");
-        start_probing(voter, i, timeout);
-    }
-}
-
-/// Probes a suspended node in a task of its own, after each backoff, until it answers (its
-/// reply restores it, whoever gets it) or the client is gone. It runs whether or not locks
-/// are taken, so an idle client's `node_status` recovers too.
-fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        // No runtime: `Health::admit` lets an in-band probe through after a while.
-        return;
-    };
-    if !voter.health.start_probing() {
-        return;
-    }
-    let weak = Arc::downgrade(voter);
-    rt.spawn(async move {
-        loop {
-            let Some(backoff) = weak.upgrade().map(|v| v.health.backoff()) else {
-                return;
-            };
-            tokio::time::sleep(backoff).await;
-            let Some(v) = weak.upgrade() else {
-                return;
-            };
-            v.health.probing_alive();
-            if v.health.is_suspended() {
-                let node = v.clone();
-                let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN, None).await };
-                let answered = Request::new(call, v.clone(), i, timeout, true)
-                    .await
-                    .1
-                    .is_ok();
-                if !answered {
-                    continue;
-                }
-            }
-            if !v.health.stop_probing() {
-                return;
-            }
-        }
-    });
-}
-
 /// The requests of one fan-out: the answers known at once (in-process nodes, suspended
 /// nodes) and the requests in flight. As a stream, it yields the known answers first.
 ///
@@ -379,11 +208,6 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Stream for Sent<T, F> {
         }
     }
 }
-
-/// The key and token of a probe: a compare-and-delete of a key nobody holds, whose answer —
-/// any answer — shows that the node is back.
-const PROBE_KEY: &str = "tower-redlock:probe";
-const PROBE_TOKEN: &str = "-";
 
 /// Sends a request to every node in `mask` at once, each bounded by `timeout`: `now` answers
 /// for an in-process node at once (`None` for a remote one), `later` makes the request of a
@@ -445,19 +269,23 @@ where
     while let Some((i, answer)) = sent.next().await {
         tally.answered |= 1 << i;
         match answer {
-            Ok(v) => match vote(v) {
-                Vote::For => {
-                    tally.for_ += 1;
-                    tally.for_mask |= 1 << i;
+            Ok(v) => {
+                let v = vote(v);
+                observe::answered(i, &v);
+                match v {
+                    Vote::For => {
+                        tally.for_ += 1;
+                        tally.for_mask |= 1 << i;
+                    }
+                    Vote::Fenced(fence) => {
+                        tally.for_ += 1;
+                        tally.for_mask |= 1 << i;
+                        tally.fence = Some(tally.fence.map_or(fence, |f| f.max(fence)));
+                    }
+                    Vote::Against(remaining) => tally.held(i, remaining),
+                    Vote::Completed(record) => tally.completed(i, record),
                 }
-                Vote::Fenced(fence) => {
-                    tally.for_ += 1;
-                    tally.for_mask |= 1 << i;
-                    tally.fence = Some(tally.fence.map_or(fence, |f| f.max(fence)));
-                }
-                Vote::Against(remaining) => tally.held(i, remaining),
-                Vote::Completed(record) => tally.completed(i, record),
-            },
+            }
             Err(e) => {
                 if e.is_suspended() {
                     tally.not_ours |= 1 << i;
@@ -484,7 +312,11 @@ where
     F: Future<Output = Result<T, NodeFailure>> + Send + 'static,
 {
     drain_ready(&mut sent, |_| ());
-    (!sent.is_empty()).then(|| tokio::spawn(sent.for_each(|_| async {})))
+    let rest = |sent: Sent<T, F>| {
+        let span = observe::background(Background::Stragglers);
+        tokio::spawn(sent.for_each(|_| async {}).instrument(span))
+    };
+    (!sent.is_empty()).then(|| rest(sent))
 }
 
 /// Takes the answers of `sent` that are ready now, without waiting, handing each to `each`.

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use tracing::Instrument;
 
 use super::fencing::Fence;
 use super::lease::LeaseState;
+use super::observe::{self, Background};
 use super::quorum::{self, Answer, Skip, Tally, Vote};
 use super::release::{self, Release};
 use super::{Redlock, Retry, Token};
@@ -61,7 +63,7 @@ pub(super) fn settle_in_background<F>(
 ) where
     F: std::future::Future<Output = Result<Acquire, crate::node::NodeFailure>> + Send + 'static,
 {
-    tokio::spawn(async move {
+    let settle = async move {
         let mut late = Tally::default();
         while let Some(answer) = sent.next().await {
             late.late_acquire(answer, true);
@@ -79,7 +81,8 @@ pub(super) fn settle_in_background<F>(
             };
             let _ = client.release_token(release).await;
         }
-    });
+    };
+    tokio::spawn(settle.instrument(observe::background(Background::Settle)));
 }
 
 /// The answer of [`Redlock::lock_unless_completed`].
@@ -172,6 +175,8 @@ impl Redlock {
         };
         let mut sent = completion.send(inner, quorum::all(n));
         let tally = quorum::count(&mut sent, n, inner.quorum, vote).await;
+        // The first round's votes, on the `redlock.complete` span this runs in.
+        observe::votes_here(&tally);
         let (mut stored, mut failed) = (tally.for_, release::transient(&tally.errors));
         let lost = n - tally.against < inner.quorum;
         let patience = self.patience(state.deadline());
@@ -195,16 +200,17 @@ impl Redlock {
         if failed != 0 || !sent.is_empty() {
             let client = Arc::downgrade(&self.inner);
             let until = self.patience(state.deadline());
-            tokio::spawn(async move {
+            let rest = async move {
                 let resend = |inner: &super::Inner, mask| completion.send(inner, mask);
                 release::retry_rest(client, until, sent, failed, resend).await;
-            });
+            };
+            tokio::spawn(rest.instrument(observe::background(Background::Stragglers)));
         }
         if stored >= inner.quorum {
             return Ok(());
         }
         tracing::warn!(
-            key = %state.key(),
+            key = %observe::hashed(state.key()),
             stored_on = stored,
             "completion record not stored on a quorum: the lock stays until its ttl, so \
              duplicates are refused until then rather than run again"

@@ -14,9 +14,11 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use tracing::Instrument;
 
 use super::fencing::Fence;
-use super::lease::Token;
+use super::lease::{LeaseState, Token};
+use super::observe::{self, Background};
 use super::quorum::{self, Vote};
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
@@ -46,12 +48,57 @@ pub(crate) struct Release {
     pub(crate) fence: Option<super::fencing::Fence>,
 }
 
+/// How a release went: its result, the nodes that released (or answered), the nodes that
+/// failed in its last round.
+type Released = (crate::Result<()>, usize, usize);
+
 impl Redlock {
+    /// Releases a lease's token on every node that may hold it, in a `redlock.release` span
+    /// (linked to the lease's); its owner just ended it, and `held` says whether it was still
+    /// held then (not lost, nor released before).
+    pub(crate) async fn release_state(&self, state: &LeaseState, held: bool) -> crate::Result<()> {
+        let end = observe::Ending::start(state, false);
+        // The span is entered only when enabled: a wrapper would move the release's future.
+        let (result, released, failed) = match (self.lease_release(state, held), &end.span) {
+            (None, _) => (Ok(()), 0, 0),
+            (Some(r), None) => self.release_token(r).await,
+            (Some(r), Some(span)) => self.release_token(r).instrument(span.clone()).await,
+        };
+        end.released(released, failed);
+        end.done(state, &result);
+        result
+    }
+
+    /// What releasing a lease asks: `None` when no node may hold its token.
+    fn lease_release(&self, state: &LeaseState, held: bool) -> Option<Release> {
+        let (now, deadline) = (Instant::now(), state.deadline());
+        if held && now >= deadline {
+            observe::lost(state, "its validity ran out before it was released");
+        }
+        let n = self.inner.nodes.len();
+        // The nodes that hold none of our tokens need no release, and count as released: a
+        // quorum of released-or-never-ours nodes means the lock can no longer be held.
+        let holders = state.holders() & quorum::all(n);
+        if holders == 0 {
+            return None;
+        }
+        let not_ours = n - holders.count_ones() as usize;
+        Some(Release {
+            key: state.key_arc(),
+            token: state.token_copy(),
+            mask: holders,
+            needed: self.inner.quorum.saturating_sub(not_ours).max(1),
+            patience: deadline.min(now + self.inner.config.node_timeout.saturating_mul(PATIENCE)),
+            until: deadline,
+            fence: state.fence().cloned(),
+        })
+    }
+
     /// Releases `r.token` on the nodes in `r.mask`: waits until `r.needed` of them answered,
     /// asking the failed ones again until `r.patience`; the rest — and the retries after the
     /// caller's patience, until `r.until` — go on in the background. Fails (logged at warn)
     /// when too few nodes answered within the patience.
-    pub(crate) async fn release_token(&self, r: Release) -> crate::Result<()> {
+    pub(crate) async fn release_token(&self, r: Release) -> Released {
         let inner = &*self.inner;
         let timeout = inner.config.node_timeout;
         if r.needed == 0 {
@@ -65,7 +112,7 @@ impl Redlock {
                 r.fence.as_ref(),
             );
             self.release_in_background(r, sent, 0);
-            return Ok(());
+            return (Ok(()), 0, 0);
         }
         let (mut todo, mut released, mut pause) = (r.mask, 0, FIRST_PAUSE);
         loop {
@@ -87,21 +134,23 @@ impl Redlock {
                         failed |= 1 << i;
                     }
                 });
+                let failures = failed.count_ones() as usize;
                 if failed != 0 || !sent.is_empty() {
                     self.release_in_background(r, sent, failed);
                 }
-                return Ok(());
+                return (Ok(()), released, failures);
             }
             // Too few: every node asked has answered (or timed out) by now. Ask again those
             // that gave no answer.
             todo = failed;
             if todo == 0 || Instant::now() + pause >= r.patience.min(r.until) {
+                let failures = tally.errors.len();
                 let err = release_failed(&r.key, released, r.needed, tally.errors);
                 if todo != 0 {
                     let none = send_release(&inner.nodes, 0, timeout, &r.key, r.token, None);
                     self.release_in_background(r, none, todo);
                 }
-                return Err(err);
+                return (Err(err), released, failures);
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_PAUSE);
@@ -120,7 +169,8 @@ impl Redlock {
         let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
         r.until = r.until.min(Instant::now() + patience);
         let client = Arc::downgrade(&self.inner);
-        tokio::spawn(release_rest(client, r, sent, failed));
+        let span = observe::background(Background::ReleaseRest);
+        tokio::spawn(release_rest(client, r, sent, failed).instrument(span));
     }
 
     /// The latest instant a caller waits for a release of a lock valid until `deadline`.
@@ -142,7 +192,7 @@ where
     };
     if let Some(left) = retry_rest(client, until, sent, failed, resend).await {
         tracing::debug!(
-            resource = %key,
+            key = %observe::hashed(&key),
             nodes = left.count_ones(),
             "a minority of nodes did not answer the release; their keys expire with the ttl"
         );
@@ -218,7 +268,7 @@ fn release_failed(key: &str, released: usize, needed: usize, errors: Vec<NodeErr
         ),
         errors,
     );
-    tracing::warn!(resource = %key, error = %err, "release failed");
+    tracing::warn!(key = %observe::hashed(key), error = %err, "release failed");
     err
 }
 
@@ -248,7 +298,8 @@ impl Drop for CancelGuard {
             return;
         };
         let (key, token, deadline) = (self.key.clone(), self.token, self.deadline);
-        rt.spawn(async move {
+        let span = observe::background(Background::Cancelled);
+        let release = async move {
             let inner = &*client.inner;
             let all = quorum::all(inner.nodes.len());
             // Every node may hold it; a quorum released means it is no longer ours.
@@ -262,7 +313,8 @@ impl Drop for CancelGuard {
                 fence: None,
             };
             let _ = client.release_token(release).await;
-        });
+        };
+        rt.spawn(release.instrument(span));
     }
 }
 

@@ -75,12 +75,12 @@ impl<'a> Scope<'a> {
         } else {
             Some(work(handle).await)
         };
-        let resource = lease.resource().to_owned();
         let released = lease.release().await;
         match out {
             Some(out) => {
                 if let Err(e) = released {
-                    tracing::debug!(resource, error = %e, "release after scoped work failed; the lock expires with its ttl");
+                    // Logged at warn, with the hashed key, by the release itself.
+                    tracing::debug!(error = %e, "release after scoped work failed; the lock expires with its ttl");
                 }
                 Ok(out)
             }

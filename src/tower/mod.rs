@@ -17,7 +17,9 @@
 //! | key reused with another request (replay on) | `422` |
 //! | request body over the fingerprint limit (replay on) | `413` |
 //!
-//! Rejections are `application/problem+json` bodies, replaceable with
+//! Rejections are `application/problem+json` bodies (a gRPC call, e.g. from tonic, gets a
+//! gRPC status instead: `ABORTED`, `UNAVAILABLE`, `INVALID_ARGUMENT`, …; see
+//! [`grpc`](crate::http::grpc)), replaceable with
 //! [`LockPolicyBuilder::responder`](crate::http::LockPolicyBuilder::responder). The inner
 //! error type is unchanged (axum's `Infallible` holds). The handler sees the lease as a
 //! [`LeaseHandle`](crate::LeaseHandle) in the request extensions (and, with the `axum`

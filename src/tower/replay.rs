@@ -16,7 +16,7 @@ use super::RequestBody;
 use crate::http::replay::FingerprintBuilder;
 use crate::http::{
     AfterResponse, Collector, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
-    Running, StoredResponse, Unlocked, REPLAYED_HEADER,
+    Running, StoredResponse, Unlocked, Wire, REPLAYED_HEADER,
 };
 use crate::Lease;
 
@@ -31,8 +31,8 @@ pub(crate) enum Replayed<R> {
 }
 
 impl<R> Replayed<R> {
-    fn rejection(policy: &LockPolicy, kind: RejectionKind) -> Self {
-        let (head, body) = rejection_head(policy.reject(kind));
+    fn rejection(policy: &LockPolicy, kind: RejectionKind, wire: Wire) -> Self {
+        let (head, body) = rejection_head(policy.reject(kind, wire));
         Self::Full(head, body)
     }
 }
@@ -80,13 +80,14 @@ fn exact_len<B: Body>(body: &B) -> Option<u64> {
     hint.exact()
 }
 
-/// The whole replay flow for one keyed request.
+/// The whole replay flow for one keyed request: `fingerprint` is the fingerprint of all but
+/// the body and the body limit (`None`: the body is not fingerprinted).
 pub(crate) async fn call<S, ReqBody, ResBody>(
     policy: LockPolicy,
     key: LockKey,
-    fingerprint: FingerprintBuilder,
-    body_limit: Option<usize>,
+    (fingerprint, body_limit): (FingerprintBuilder, Option<usize>),
     fencing: Option<http::HeaderName>,
+    wire: Wire,
     mut inner: S,
     req: Request<ReqBody>,
 ) -> Result<Replayed<Response<ResBody>>, S::Error>
@@ -104,18 +105,22 @@ where
                 .get(http::header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
             if declared.is_some_and(|len| len > limit as u64) {
-                return Ok(Replayed::rejection(&policy, RejectionKind::BodyTooLarge));
+                return Ok(Replayed::rejection(
+                    &policy,
+                    RejectionKind::BodyTooLarge,
+                    wire,
+                ));
             }
             match collect(body, limit).await {
                 Ok(bytes) => (
                     fingerprint.finish(Some(&bytes)),
                     RequestBody::buffered(bytes),
                 ),
-                Err(kind) => return Ok(Replayed::rejection(&policy, kind)),
+                Err(kind) => return Ok(Replayed::rejection(&policy, kind, wire)),
             }
         }
     };
-    let (lease, recorder) = match policy.clone().acquire(key, Some(fingerprint)).await {
+    let (lease, recorder) = match policy.clone().acquire(key, Some(fingerprint), wire).await {
         Decision::Reject(r) => {
             let (head, body) = rejection_head(r);
             return Ok(Replayed::Full(head, body));
@@ -152,12 +157,9 @@ where
     };
     let status = res.status().as_u16();
     let plan = running.recorder().map_or(Plan::Release, |recorder| {
-        let stored = recorder.stored_headers(
-            res.headers()
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_bytes())),
-        );
-        recorder.plan(status, &stored, exact_len(res.body()))
+        let headers = res.headers().iter();
+        let headers = headers.map(|(n, v)| (n.as_str(), v.as_bytes()));
+        recorder.plan_response(status, headers, exact_len(res.body()))
     });
     match plan {
         Plan::Release => {
@@ -186,10 +188,9 @@ where
             match tokio::time::timeout_at(until.into(), collect(body, body_len)).await {
                 Ok(Ok(bytes)) => {
                     let record = running.recorder().map(|recorder| {
-                        let stored = recorder.stored_headers(
-                            head.headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes())),
-                        );
-                        recorder.response(status, &stored, &bytes)
+                        let headers = head.headers.iter();
+                        let headers = headers.map(|(n, v)| (n.as_str(), v.as_bytes()));
+                        recorder.response(status, headers, &bytes)
                     });
                     running
                         .complete(record.expect("a plan to store has a recorder"))

@@ -6,7 +6,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::{HttpRequestView, RequestBody, ResponseBody, ResponseFuture};
-use crate::http::LockPolicy;
+use crate::http::{LockPolicy, Wire};
 
 /// The middleware service of [`RedlockLayer`](crate::RedlockLayer).
 #[derive(Debug, Clone)]
@@ -68,14 +68,14 @@ where
             http::HeaderName::from_bytes(name.as_bytes())
                 .expect("checked when the policy was built")
         });
-        let (key, fingerprint) = {
+        let (key, fingerprint, wire) = {
             let view = HttpRequestView::new(&mut parts);
             let key = self.policy.key(&view);
             let fingerprint = match key {
                 Ok(Some(_)) => self.policy.fingerprint(&view),
                 _ => None,
             };
-            (key, fingerprint)
+            (key, fingerprint, Wire::of(&view))
         };
         match key {
             Err(rejection) => ResponseFuture::rejected(rejection),
@@ -88,22 +88,22 @@ where
                 // call (tower's `mem::replace` idiom).
                 let clone = self.inner.clone();
                 let inner = std::mem::replace(&mut self.inner, clone);
-                if let Some((fingerprint, body_limit)) = fingerprint {
+                if let Some(fingerprint) = fingerprint {
                     let req = Request::from_parts(parts, body);
                     let policy = self.policy.clone();
                     return ResponseFuture::replaying(Box::pin(super::replay::call(
                         policy,
                         key,
                         fingerprint,
-                        body_limit,
                         fencing,
+                        wire,
                         inner,
                         req,
                     )));
                 }
                 let req = Request::from_parts(parts, RequestBody::new(body));
                 ResponseFuture::acquiring(
-                    Box::pin(self.policy.clone().acquire(key, None)),
+                    Box::pin(self.policy.clone().acquire(key, None, wire)),
                     inner,
                     req,
                     self.policy.release_on(),

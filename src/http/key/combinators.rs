@@ -35,6 +35,37 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
         ScopedByMethod { inner: self }
     }
 
+    /// Scopes the key by the gRPC method (the request path `/package.Service/Method`): the
+    /// same `idempotency-key` metadata on two methods takes two locks. Unlike
+    /// [`scoped_by_route`](Self::scoped_by_route) it reads the method path also behind a
+    /// router that matched a wider route (axum matches a tonic service as
+    /// `/package.Service/{*rest}`).
+    ///
+    /// When the inner extractor finds a key, the path must be a method path: one that is
+    /// not `/service/method` (ASCII letters, digits, `_`, `.`, `-`, `$`) or is longer than
+    /// 255 bytes ([`ScopedByGrpcMethod::max_len`]) is rejected as malformed or too long (gRPC
+    /// `INVALID_ARGUMENT`), never echoed.
+    ///
+    /// ```
+    /// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+    ///
+    /// let extractor = IdempotencyKey::required().scoped_by_grpc_method();
+    /// let call = |method: &str| {
+    ///     let req = SimpleRequest::new("POST", method)
+    ///         .header("content-type", "application/grpc")
+    ///         .header("idempotency-key", "k-1"); // metadata are headers
+    ///     extractor.extract(&req).unwrap().unwrap()
+    /// };
+    /// assert_ne!(call("/shop.Orders/Create"), call("/shop.Orders/Cancel"));
+    /// assert_eq!(call("/shop.Orders/Create"), call("/shop.Orders/Create"));
+    /// ```
+    fn scoped_by_grpc_method(self) -> ScopedByGrpcMethod<Self> {
+        ScopedByGrpcMethod {
+            inner: self,
+            max_len: DEFAULT_MAX_KEY_LEN,
+        }
+    }
+
     /// Scopes the key by a header's value, e.g. a tenant id: each tenant has
     /// its own key space.
     ///

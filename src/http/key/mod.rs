@@ -4,6 +4,7 @@
 
 mod combinators;
 mod extractor;
+mod grpc;
 mod header;
 mod material;
 mod parse;
@@ -17,6 +18,7 @@ pub use self::combinators::{
     ScopedByRoute,
 };
 pub use self::extractor::{key_fn, KeyExtractor};
+pub use self::grpc::{GrpcMethodKey, ScopedByGrpcMethod};
 pub use self::header::{HeaderKey, IdempotencyKey};
 pub use self::material::{KeyMaterial, LockKey};
 pub use self::rejection::{KeyRejection, KeyRejectionKind, KeySource};
@@ -58,12 +60,14 @@ const TAG_PATH: &[u8] = b"path";
 const TAG_METHOD_PATH: &[u8] = b"method-path";
 const TAG_ROUTE_PARAM: &[u8] = b"route-param";
 const TAG_FN: &[u8] = b"fn";
+const TAG_GRPC_METHOD: &[u8] = b"grpc-method";
 const TAG_SCOPE_ROUTE: &[u8] = b"scope:route";
 const TAG_SCOPE_METHOD: &[u8] = b"scope:method";
 const TAG_SCOPE_HEADER: &[u8] = b"scope:header";
 const TAG_SCOPE_FN_SOME: &[u8] = b"scope:fn";
 const TAG_SCOPE_FN_NONE: &[u8] = b"scope:fn-none";
 const TAG_SCOPE_EXTENSION: &[u8] = b"scope:extension";
+const TAG_SCOPE_GRPC_METHOD: &[u8] = b"scope:grpc-method";
 
 // Public types cross tasks: keep them `Send + Sync`.
 const _: () = {
@@ -75,6 +79,7 @@ const _: () = {
     assert_send_sync::<IdempotencyKey>();
     assert_send_sync::<HeaderKey>();
     assert_send_sync::<RouteParamKey>();
+    assert_send_sync::<GrpcMethodKey>();
     assert_send_sync::<Box<dyn KeyExtractor>>();
     assert_send_sync::<Arc<dyn KeyExtractor>>();
 };

@@ -152,7 +152,11 @@ impl LockPolicyBuilder {
         self
     }
 
-    /// Replace the problem+json rejections with your own responses.
+    /// Replace the middleware's own answers with yours. The default,
+    /// [`GrpcOr`](crate::http::GrpcOr)`(`[`ProblemJson`](crate::http::ProblemJson)`)`,
+    /// answers gRPC calls with gRPC statuses and other requests with problem+json;
+    /// `responder` replaces it whole, so your responder answers gRPC calls too — wrap it
+    /// in `GrpcOr` to keep their gRPC statuses (see [`grpc`](crate::http::grpc)).
     pub fn responder(mut self, responder: impl Responder) -> Self {
         self.inner.responder = Box::new(responder);
         self

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::grpc::{GrpcOr, Wire};
 use super::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
 use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
 use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
@@ -144,7 +145,7 @@ impl LockPolicy {
     /// Defaults: only [`DEFAULT_LOCKED_METHODS`] are locked (other requests pass through
     /// untouched); ttl 30 s, kept alive while the handler runs; `409` at once on
     /// contention; `503` when the quorum is unreachable (`Retry-After: 1`); release when
-    /// the response is produced; problem+json rejections.
+    /// the response is produced; problem+json rejections (gRPC statuses for gRPC calls).
     pub fn builder(redlock: Redlock, extractor: impl KeyExtractor) -> LockPolicyBuilder {
         LockPolicyBuilder {
             inner: PolicyInner {
@@ -157,7 +158,7 @@ impl LockPolicy {
                 release: ReleaseOn::Response,
                 keep_alive: true,
                 methods: Some(DEFAULT_LOCKED_METHODS.iter().map(|&m| m.into()).collect()),
-                responder: Box::new(ProblemJson),
+                responder: Box::new(GrpcOr(ProblemJson)),
                 replay: None,
                 fencing_header: None,
             },
@@ -202,9 +203,12 @@ impl LockPolicy {
         Some((FingerprintBuilder::new(replay, req), replay.body_limit))
     }
 
-    /// The answer for a replay step's rejection (`413`, `400` for an unreadable body).
-    pub(crate) fn reject(&self, kind: RejectionKind) -> RejectionResponse {
-        self.inner.responder.respond(&Rejection::replay(kind))
+    /// The answer for a replay step's rejection (`413`, `400` for an unreadable body) to a
+    /// client on `wire`.
+    pub(crate) fn reject(&self, kind: RejectionKind, wire: Wire) -> RejectionResponse {
+        self.inner
+            .responder
+            .respond(&Rejection::replay(kind).on(wire))
     }
 
     /// The request header the lease's fencing token is passed in to the inner service, if
@@ -249,7 +253,8 @@ impl LockPolicy {
         }
         self.inner.extractor.extract(req).map_err(|k| {
             tracing::debug!(rejection = %k, "lock key rejected");
-            self.inner.responder.respond(&Rejection::bad_key(k))
+            let rejection = Rejection::bad_key(k).on(Wire::of(req));
+            self.inner.responder.respond(&rejection)
         })
     }
 
@@ -269,8 +274,14 @@ impl LockPolicy {
     }
 
     /// Step 2: take the lock for `key` according to the policy; with replay on
-    /// (`fingerprint`), a completed request's response is the answer instead.
-    pub(crate) async fn acquire(self, key: LockKey, fingerprint: Option<Fingerprint>) -> Decision {
+    /// (`fingerprint`), a completed request's response is the answer instead. A rejection
+    /// is answered for a client on `wire` (gRPC or HTTP).
+    pub(crate) async fn acquire(
+        self,
+        key: LockKey,
+        fingerprint: Option<Fingerprint>,
+        wire: Wire,
+    ) -> Decision {
         let p = &*self.inner;
         let retry = match p.contention {
             OnContention::Reject => Retry::never(),
@@ -307,7 +318,7 @@ impl LockPolicy {
                     }
                     Err(kind) => {
                         tracing::debug!(key = %key, ?kind, "completed request not replayed");
-                        Decision::Reject(self.reject(kind))
+                        Decision::Reject(self.reject(kind, wire))
                     }
                 }
             }
@@ -328,7 +339,7 @@ impl LockPolicy {
                 } else {
                     tracing::warn!(key = %key, error = %e, "lock quorum unreachable");
                 }
-                let rejection = Rejection::from_lock_error(e, p.unavailable_retry_after);
+                let rejection = Rejection::from_lock_error(e, p.unavailable_retry_after).on(wire);
                 Decision::Reject(p.responder.respond(&rejection))
             }
         }

@@ -91,10 +91,23 @@ mod record;
 mod recorder;
 
 pub(crate) use fingerprint::{Fingerprint, FingerprintBuilder};
-pub(crate) use record::{answer, StoredResponse};
+pub(crate) use record::StoredResponse;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use recorder::Running;
 pub(crate) use recorder::{Collector, Plan, Recorder};
+
+/// The answer for a completed request's `record`: its stored response — counted as
+/// `redlock_replayed_total` with the feature `metrics` — or why it cannot be replayed.
+pub(crate) fn answer(
+    record: &bytes::Bytes,
+    fingerprint: &Fingerprint,
+) -> Result<StoredResponse, crate::http::RejectionKind> {
+    let answer = record::answer(record, fingerprint);
+    if answer.is_ok() {
+        crate::metrics::replayed();
+    }
+    answer
+}
 
 /// The header added to a replayed response.
 pub const REPLAYED_HEADER: &str = "idempotency-replayed";
@@ -212,6 +225,17 @@ impl Replay {
 
     /// Which statuses are stored (default: below `500`). A response that is not stored
     /// releases the lock, and a retry runs the handler again.
+    ///
+    /// A gRPC response (HTTP `200` with a gRPC `content-type`) reaches `f` as its HTTP
+    /// equivalent: a trailers-only one (a call that failed before its first message) as the
+    /// [`GrpcCode::http_equivalent`](crate::http::GrpcCode::http_equivalent) of its
+    /// `grpc-status` — except `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`,
+    /// `RESOURCE_EXHAUSTED` and `UNAVAILABLE`, which invite a retry and reach it as `503`, and
+    /// an unknown code, as `500` —; one whose status comes in the trailers as `200`, but its
+    /// response is never stored (trailers are not): when `f` accepts `200` its key is marked
+    /// completed without a response, else the lock is released.
+    /// `content-type`, `grpc-status` and `grpc-message` of a stored gRPC response are kept
+    /// even if [`drop_header`](Self::drop_header) names them.
     pub fn store_if(mut self, f: impl Fn(u16) -> bool + Send + Sync + 'static) -> Self {
         self.store_if = Arc::new(f);
         self

@@ -10,6 +10,18 @@ use super::record::{encode_completed, encode_response, response_len};
 use super::{Fingerprint, Replay};
 use crate::Lease;
 
+/// The headers of a gRPC response that are stored whatever [`Replay::drop_header`] says:
+/// its type and, for a trailers-only one, its status.
+const GRPC_KEPT: [&str; 3] = ["content-type", "grpc-status", "grpc-message"];
+
+/// The first value of the header `name` among `headers`.
+fn header<'a>(headers: &[(&str, &'a [u8])], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| *v)
+}
+
 /// Records the response of a request that runs under a replay policy.
 #[derive(Clone)]
 pub(crate) struct Recorder {
@@ -40,36 +52,53 @@ impl Recorder {
     }
 
     /// The response headers that are stored, from all of them: not those the replay leaves
-    /// out, nor those the `Connection` header names (hop-by-hop, RFC 9110 §7.6.1).
-    pub(crate) fn stored_headers<'a, I>(&self, headers: I) -> Vec<(&'a str, &'a [u8])>
-    where
-        I: Iterator<Item = (&'a str, &'a [u8])>,
-    {
-        let all: Vec<_> = headers.collect();
+    /// out, nor those the `Connection` header names (hop-by-hop, RFC 9110 §7.6.1). A gRPC
+    /// response (a gRPC `content-type`) always keeps [`GRPC_KEPT`]: without them its replay
+    /// would not be a gRPC answer, or not the same one.
+    fn stored_headers<'a>(&self, all: &[(&'a str, &'a [u8])]) -> Vec<(&'a str, &'a [u8])> {
         let hop_by_hop: Vec<&[u8]> = all
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
             .flat_map(|(_, v)| v.split(|&b| b == b','))
             .map(<[u8]>::trim_ascii)
             .collect();
-        all.into_iter()
-            .filter(|(n, _)| self.replay.stores_header(n))
+        let grpc = header(all, "content-type").is_some_and(crate::http::is_grpc);
+        let kept = |n: &str| grpc && GRPC_KEPT.iter().any(|k| k.eq_ignore_ascii_case(n));
+        all.iter()
+            .copied()
             .filter(|(n, _)| {
-                !hop_by_hop
-                    .iter()
-                    .any(|h| h.eq_ignore_ascii_case(n.as_bytes()))
+                kept(n)
+                    || (self.replay.stores_header(n)
+                        && !hop_by_hop
+                            .iter()
+                            .any(|h| h.eq_ignore_ascii_case(n.as_bytes())))
             })
             .collect()
     }
 
-    /// The plan for a response with `status`, the headers to store and a body of `body_len`
-    /// bytes (`None`: unknown, a stream).
-    pub(crate) fn plan(
+    /// The plan for a response with `status`, all its `headers` (unfiltered: a gRPC response
+    /// is judged by its `content-type` and `grpc-status`, whatever is stored) and a body of
+    /// `body_len` bytes (`None`: unknown, a stream). A gRPC response is judged by its gRPC
+    /// status (see `grpc::replay_view`); one whose status comes in trailers is never stored.
+    pub(crate) fn plan_response<'a>(
         &self,
         status: u16,
-        stored: &[(&str, &[u8])],
+        headers: impl Iterator<Item = (&'a str, &'a [u8])>,
         body_len: Option<u64>,
     ) -> Plan {
+        let all: Vec<_> = headers.collect();
+        let (judged, body_len) = crate::http::grpc::replay_view(
+            status,
+            header(&all, "content-type"),
+            header(&all, "grpc-status"),
+            body_len,
+        );
+        self.plan(judged, &self.stored_headers(&all), body_len)
+    }
+
+    /// The plan for a response judged as `status`, with the headers to store and a body of
+    /// `body_len` bytes.
+    fn plan(&self, status: u16, stored: &[(&str, &[u8])], body_len: Option<u64>) -> Plan {
         if !self.replay.stores(status) {
             return Plan::Release;
         }
@@ -84,9 +113,17 @@ impl Recorder {
         }
     }
 
-    /// The record of a response.
-    pub(crate) fn response(&self, status: u16, stored: &[(&str, &[u8])], body: &[u8]) -> Bytes {
-        encode_response(&self.fingerprint, status, stored.iter().copied(), body)
+    /// The record of a response with `status`, all its `headers` (those stored are picked as
+    /// for [`plan_response`](Self::plan_response)) and `body`.
+    pub(crate) fn response<'a>(
+        &self,
+        status: u16,
+        headers: impl Iterator<Item = (&'a str, &'a [u8])>,
+        body: &[u8],
+    ) -> Bytes {
+        let all: Vec<_> = headers.collect();
+        let stored = self.stored_headers(&all);
+        encode_response(&self.fingerprint, status, stored.into_iter(), body)
     }
 
     /// The record "completed, response not stored".
@@ -243,22 +280,16 @@ mod tests {
     #[test]
     fn the_plan_follows_status_length_and_limit() {
         let r = recorder(Replay::new().response_limit(1000));
-        let stored = r.stored_headers(
-            [
-                ("content-type", &b"application/json"[..]),
-                ("set-cookie", b"s=1"),
-            ]
-            .into_iter(),
-        );
+        let stored = r.stored_headers(&[
+            ("content-type", &b"application/json"[..]),
+            ("set-cookie", b"s=1"),
+        ]);
         assert_eq!(stored, [("content-type", &b"application/json"[..])]);
-        let listed = r.stored_headers(
-            [
-                ("connection", &b"X-Hop, keep-alive"[..]),
-                ("x-hop", b"1"),
-                ("x-kept", b"2"),
-            ]
-            .into_iter(),
-        );
+        let listed = r.stored_headers(&[
+            ("connection", &b"X-Hop, keep-alive"[..]),
+            ("x-hop", b"1"),
+            ("x-kept", b"2"),
+        ]);
         assert_eq!(listed, [("x-kept", &b"2"[..])]);
         assert_eq!(r.plan(200, &stored, Some(10)), Plan::Store { body_len: 10 });
         assert_eq!(r.plan(404, &stored, Some(0)), Plan::Store { body_len: 0 });
@@ -266,6 +297,69 @@ mod tests {
         assert_eq!(r.plan(200, &stored, None), Plan::MarkCompleted);
         assert_eq!(r.plan(200, &stored, Some(990)), Plan::MarkCompleted);
         assert_eq!(r.plan(200, &stored, Some(u64::MAX)), Plan::MarkCompleted);
+    }
+
+    /// A trailers-only gRPC answer with `grpc-status: code`.
+    fn trailers_only(code: &str) -> [(&str, &[u8]); 4] {
+        [
+            ("content-type", b"application/grpc"),
+            ("grpc-status", code.as_bytes()),
+            ("grpc-message", b"not%20found"),
+            ("x-trace", b"t-1"),
+        ]
+    }
+
+    #[test]
+    fn grpc_responses_are_judged_by_their_unfiltered_headers() {
+        // Dropping the gRPC headers changes neither the judgment nor what is stored.
+        let r = recorder(
+            Replay::new()
+                .drop_header("grpc-status")
+                .drop_header("Content-Type")
+                .drop_header("grpc-message")
+                .drop_header("x-trace"),
+        );
+        let headers = trailers_only("5");
+        assert_eq!(
+            r.plan_response(200, headers.into_iter(), Some(0)),
+            Plan::Store { body_len: 0 }
+        );
+        assert_eq!(r.stored_headers(&headers), headers[..3]);
+        // A code that invites a retry is not stored, whatever is dropped.
+        for code in ["1", "4", "8", "10", "14"] {
+            let headers = trailers_only(code);
+            assert_eq!(
+                r.plan_response(200, headers.into_iter(), Some(0)),
+                Plan::Release,
+                "{code}"
+            );
+        }
+        // The status in trailers: never stored.
+        let streamed = [("content-type", &b"application/grpc+proto"[..])];
+        assert_eq!(
+            r.plan_response(200, streamed.into_iter(), Some(5)),
+            Plan::MarkCompleted
+        );
+        // The record keeps them too.
+        let record = r.response(200, headers.into_iter(), b"");
+        let crate::http::replay::record::Record::Response(_, stored) =
+            crate::http::replay::record::decode(&record)
+        else {
+            panic!("a response record");
+        };
+        let names: Vec<_> = stored.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["content-type", "grpc-status", "grpc-message"]);
+
+        // Not gRPC: dropped as asked.
+        let json = [
+            ("content-type", &b"application/json"[..]),
+            ("grpc-status", b"5"),
+        ];
+        assert!(r.stored_headers(&json).is_empty());
+        assert_eq!(
+            r.plan_response(200, json.into_iter(), Some(2)),
+            Plan::Store { body_len: 2 }
+        );
     }
 
     #[test]

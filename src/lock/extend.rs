@@ -1,0 +1,113 @@
+//! Extending a lease: compare-and-`PEXPIRE` on every node, counted at quorum.
+
+use std::time::{Duration, Instant};
+
+use super::lease::LeaseState;
+use super::observe;
+use super::quorum::{self, Skip, Vote};
+use super::release::Release;
+use super::Redlock;
+use crate::error::Error;
+
+impl Redlock {
+    /// Extends `state` to `ttl` from now, in a `redlock.extend` span (see [`Redlock::extend`]).
+    pub(crate) async fn extend_state(
+        &self,
+        state: &LeaseState,
+        ttl: Duration,
+    ) -> crate::Result<()> {
+        let span = observe::extend_span(state, ttl);
+        let t0 = observe::clock(&span);
+        let extension = self.extend_quorum(state, ttl, span.as_ref());
+        let result = observe::within(&span, extension).await;
+        observe::extended(&span, t0, state, &result);
+        result
+    }
+
+    async fn extend_quorum(
+        &self,
+        state: &LeaseState,
+        ttl: Duration,
+        span: Option<&tracing::Span>,
+    ) -> crate::Result<()> {
+        let inner = &*self.inner;
+        let ttl = inner.config.check_ttl(ttl)?;
+        if !state.is_valid() {
+            // Still held past its validity: lost (counted once); released: not a loss.
+            state.lose("its validity ran out before an extension");
+            return Err(Error::lost(
+                "the lease expired or was released; it cannot be extended",
+            ));
+        }
+        if state.extensions() >= inner.config.max_extensions {
+            return Err(Error::extension_limit(inner.config.max_extensions));
+        }
+        let start = Instant::now();
+        let n = inner.nodes.len();
+        let (key, token) = (state.key_arc(), state.token_copy());
+        let mut sent = quorum::send(
+            &inner.nodes,
+            quorum::all(n),
+            inner.config.node_timeout,
+            Skip::Suspended,
+            &|node| node.extend_now(&key, token.as_str(), ttl),
+            |v| {
+                let key = key.clone();
+                async move { v.node.extend(&key, token.as_str(), ttl).await }
+            },
+        );
+        let tally = quorum::count(&mut sent, n, inner.quorum, |ok| {
+            if ok {
+                Vote::For
+            } else {
+                Vote::Against(None)
+            }
+        })
+        .await;
+        observe::votes(span, &tally);
+        quorum::finish_in_background(sent);
+        let deadline = start + ttl - inner.config.drift(ttl);
+        if tally.for_ >= inner.quorum && Instant::now() < deadline {
+            state.extended(deadline);
+            return Ok(());
+        }
+        let gone = n - tally.against < inner.quorum;
+        if gone || !state.is_valid() {
+            // Lost: the token is gone from too many nodes, or the validity ran out while the
+            // extension was on its way. The nodes that did extend would keep the token past
+            // what the lease reports: release them (in the background).
+            state.lose(if gone {
+                "its token is gone from too many nodes"
+            } else {
+                "its validity ran out before a quorum extended it"
+            });
+            if tally.for_mask != 0 {
+                let release = Release {
+                    key: key.clone(),
+                    token,
+                    mask: tally.for_mask,
+                    needed: 0,
+                    patience: Instant::now(),
+                    until: Instant::now() + ttl,
+                    fence: state.fence().cloned(),
+                };
+                let _ = self.release_token(release).await;
+            }
+            return Err(Error::lost(if gone {
+                format!(
+                    "{} of {n} nodes no longer hold the lease's token",
+                    tally.against
+                )
+            } else {
+                "the lease's validity ran out before a quorum extended it".to_owned()
+            }));
+        }
+        Err(Error::unavailable(
+            format!(
+                "could not extend on a quorum of {} of {n} nodes",
+                inner.quorum
+            ),
+            tally.errors,
+        ))
+    }
+}

@@ -1,0 +1,220 @@
+//! One request to one node: the node's call, bounded by the node timeout as this process
+//! experiences it, and reported to the node's health (and counted in the metrics).
+//!
+//! A timer that fires late means this process did not run (a blocked thread, a starved CPU,
+//! a flooded runtime): the node is not blamed for that time, and the request gets it back
+//! before it may time out — up to [`MAX_EXCUSE`] node timeouts in all,
+//! [`MAX_EXCUSE_ANSWERING`] while the node answers other requests meanwhile (its answer to
+//! this one is then queued behind our own backlog). A timer that fires on time gets one last
+//! look a few milliseconds later, so that an answer already in the socket, whose reader may
+//! be queued behind this request, still counts. So a master that answers promptly is neither
+//! counted as failed nor suspended because this process was busy.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use super::quorum::{Answer, Voter};
+use crate::error::NodeError;
+use crate::metrics;
+use crate::node::NodeFailure;
+
+/// The most time a request is given back for stalls of this process, in node timeouts.
+pub(crate) const MAX_EXCUSE: u32 = 4;
+/// ... and while the node keeps answering other requests meanwhile: a saturated replica
+/// reads answers up to seconds late (measured in `tests/flood.rs`) from masters that are
+/// fine. Either way at most [`MAX_EXCUSE_TIME`] in all.
+pub(crate) const MAX_EXCUSE_ANSWERING: u32 = 100;
+/// The most time a request is given back for stalls, whatever the node timeout.
+pub(crate) const MAX_EXCUSE_TIME: Duration = Duration::from_secs(5);
+
+/// How late a timer may fire before it counts as a stall of this process: the timer wheel's
+/// millisecond plus a tenth of the node timeout.
+fn stall_threshold(timeout: Duration) -> Duration {
+    timeout / 10 + Duration::from_millis(1)
+}
+
+pin_project_lite::pin_project! {
+    /// One request to one node, bounded by the node timeout as this process experiences it,
+    /// and reported to the node's health.
+    pub(crate) struct Request<F> {
+        #[pin]
+        call: F,
+        #[pin]
+        timer: tokio::time::Sleep,
+        voter: Arc<Voter>,
+        pub(super) index: usize,
+        timeout: Duration,
+        // The time given back for stalls so far.
+        excused: Duration,
+        // Whether it was polled: a request never polled was never sent.
+        pub(super) started: bool,
+        // Whether the on-time timer's last look was given.
+        looked: bool,
+        // The node's answer count when the request was made.
+        answers: u64,
+        // A suspended node's probe.
+        probe: bool,
+    }
+}
+
+impl<F> Request<F> {
+    pub(super) fn new(
+        call: F,
+        voter: Arc<Voter>,
+        index: usize,
+        timeout: Duration,
+        probe: bool,
+    ) -> Self {
+        Self {
+            answers: voter.health.answers(),
+            call,
+            timer: tokio::time::sleep(timeout),
+            voter,
+            index,
+            timeout,
+            excused: Duration::ZERO,
+            started: false,
+            looked: false,
+            probe,
+        }
+    }
+}
+
+impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
+    type Output = Answer<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<T>> {
+        let mut this = self.project();
+        *this.started = true;
+        let (i, v) = (*this.index, &**this.voter);
+        if let Poll::Ready(r) = this.call.poll(cx) {
+            return Poll::Ready(match r {
+                Ok(x) => {
+                    heard_from(v);
+                    (i, Ok(x))
+                }
+                Err(e) => {
+                    if e.is_timeout() || e.is_unreachable() {
+                        no_answer(this.voter, i, *this.timeout, *this.probe);
+                    } else {
+                        // A reply, if an error reply: the node is there.
+                        heard_from(v);
+                    }
+                    let e = NodeError::from_source(i, v.name.clone(), e);
+                    failed(v, &e, *this.probe);
+                    (i, Err(e))
+                }
+            });
+        }
+        loop {
+            ready!(this.timer.as_mut().poll(cx));
+            // The timer's own clock (paused in users' tests with `tokio::time::pause`).
+            let now = tokio::time::Instant::now();
+            let late = now.saturating_duration_since(this.timer.deadline());
+            // While the node answers other requests, its answer to this one is likely queued
+            // behind our own backlog: a longer excuse.
+            let answering = v.health.answers() != *this.answers;
+            let times = if answering {
+                MAX_EXCUSE_ANSWERING
+            } else {
+                MAX_EXCUSE
+            };
+            let budget = this.timeout.saturating_mul(times).min(MAX_EXCUSE_TIME);
+            if late > stall_threshold(*this.timeout) && *this.excused < budget {
+                // This process was stalled: give the node that time back, so that its answer
+                // — likely read by now, or about to be — is not lost to our own delay.
+                let back = late.min(*this.timeout).min(budget - *this.excused);
+                *this.excused += back;
+                this.timer.as_mut().reset(now + back);
+                continue;
+            }
+            if !*this.looked {
+                // On time: one last look after the runtime had a turn to read the sockets.
+                *this.looked = true;
+                let look = stall_threshold(*this.timeout);
+                *this.excused += look;
+                this.timer.as_mut().reset(now + look);
+                continue;
+            }
+            no_answer(this.voter, i, *this.timeout, *this.probe);
+            let waited = *this.timeout + *this.excused;
+            let e = NodeError::timeout(i, v.name.clone(), waited);
+            failed(v, &e, *this.probe);
+            return Poll::Ready((i, Err(e)));
+        }
+    }
+}
+
+/// A request to node `i` got no answer: counted against its health, which may suspend it —
+/// then a task probes it until it answers again.
+fn no_answer(voter: &Arc<Voter>, i: usize, timeout: Duration, probe: bool) {
+    if voter.health.timed_out(probe) {
+        tracing::warn!(node = %voter.name, "node suspended: no answer for a node timeout; probing it");
+        metrics::node_suspended(&voter.name, true);
+        start_probing(voter, i, timeout);
+    }
+}
+
+/// The node answered (a reply, even an error reply): if that restored it, say so.
+fn heard_from(voter: &Voter) {
+    if voter.health.answered() {
+        tracing::info!(node = %voter.name, "node restored: it answered again");
+        metrics::node_suspended(&voter.name, false);
+    }
+}
+
+/// A request failed: logged at debug and counted (not a suspended node's probes).
+fn failed(voter: &Voter, e: &NodeError, probe: bool) {
+    tracing::debug!(node = %voter.name, error = %e, "node request failed");
+    if !probe {
+        metrics::node_failed(&voter.name, e.is_timeout());
+    }
+}
+
+/// Probes a suspended node in a task of its own, after each backoff, until it answers (its
+/// reply restores it, whoever gets it) or the client is gone. It runs whether or not locks
+/// are taken, so an idle client's `node_status` recovers too.
+fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        // No runtime: `Health::admit` lets an in-band probe through after a while.
+        return;
+    };
+    if !voter.health.start_probing() {
+        return;
+    }
+    let weak = Arc::downgrade(voter);
+    rt.spawn(async move {
+        loop {
+            let Some(backoff) = weak.upgrade().map(|v| v.health.backoff()) else {
+                return;
+            };
+            tokio::time::sleep(backoff).await;
+            let Some(v) = weak.upgrade() else {
+                return;
+            };
+            v.health.probing_alive();
+            if v.health.is_suspended() {
+                let node = v.clone();
+                let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN, None).await };
+                let answered = Request::new(call, v.clone(), i, timeout, true)
+                    .await
+                    .1
+                    .is_ok();
+                if !answered {
+                    continue;
+                }
+            }
+            if !v.health.stop_probing() {
+                return;
+            }
+        }
+    });
+}
+
+/// The key and token of a probe: a compare-and-delete of a key nobody holds, whose answer —
+/// any answer — shows that the node is back.
+const PROBE_KEY: &str = "tower-redlock:probe";
+const PROBE_TOKEN: &str = "-";

@@ -1,0 +1,291 @@
+//! The metrics (feature `metrics`) move as the requests say, on real masters: a Prometheus
+//! recorder is installed once for this test binary, and each test compares the rendered
+//! counters before and after its requests. The tests share that recorder, so they run one
+//! at a time (`SERIAL`).
+
+use tower_redlock_testkit as support;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::Router;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use support::{eventually, warm_up, HttpApp, Masters};
+use tower_redlock::http::LockPolicy;
+use tower_redlock::{Claim, Redlock, RedlockLayer, Retry};
+
+const TTL: Duration = Duration::from_secs(10);
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// One test at a time: the counters are global.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Takes this binary's turn, with the recorder installed (before any client is built: a
+/// client registers its metrics' descriptions and nodes with the recorder in place).
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    let turn = SERIAL.lock().await;
+    prometheus();
+    turn
+}
+
+/// The recorder of this test binary, installed on first use.
+fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this test binary")
+    })
+}
+
+/// The rendered metrics, read by series.
+struct Snapshot(String);
+
+impl Snapshot {
+    fn take() -> Self {
+        Self(prometheus().render())
+    }
+
+    /// The value of `series` (`name` or `name{labels}`), 0 when absent.
+    fn get(&self, series: &str) -> f64 {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let (name, value) = l.rsplit_once(' ')?;
+                (name == series).then(|| value.parse().ok())?
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// How much `series` grew since `before`.
+    fn delta(&self, before: &Snapshot, series: &str) -> f64 {
+        self.get(series) - before.get(series)
+    }
+}
+
+fn hist_count(name: &str, outcome: &str) -> String {
+    format!("{name}_count{{outcome=\"{outcome}\"}}")
+}
+
+#[tokio::test]
+async fn metrics_count_acquisitions_releases_and_latency() {
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let client = m.client();
+    warm_up(&client, &m).await;
+    let before = Snapshot::take();
+    const N: usize = 5;
+    for i in 0..N {
+        let lease = client
+            .lock(&format!("metrics-resource:{i}"), TTL)
+            .await
+            .unwrap();
+        lease.release().await.unwrap();
+    }
+    let after = Snapshot::take();
+    assert_eq!(after.delta(&before, "redlock_acquired_total"), N as f64);
+    assert_eq!(after.delta(&before, "redlock_released_total"), N as f64);
+    assert_eq!(after.delta(&before, "redlock_release_failed_total"), 0.0);
+    let latency = hist_count("redlock_acquire_duration_seconds", "acquired");
+    assert_eq!(after.delta(&before, &latency), N as f64);
+    assert_eq!(
+        after.delta(&before, "redlock_hold_duration_seconds_count"),
+        N as f64
+    );
+    assert_eq!(
+        after.delta(&before, "redlock_validity_left_seconds_count"),
+        N as f64
+    );
+    // Every lease was released well within its validity.
+    let left = after.delta(&before, "redlock_validity_left_seconds_sum");
+    assert!(left > N as f64 * 5.0, "validity left in all: {left} s");
+    // Bounded labels only: no key, no resource name.
+    assert!(!after.0.contains("metrics-resource"), "{}", after.0);
+    // Described: the exporter prints the help lines.
+    assert!(
+        after.0.contains("# HELP redlock_acquired_total"),
+        "{}",
+        after.0
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_contention() {
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let (a, b) = (m.client(), m.client());
+    warm_up(&a, &m).await;
+    warm_up(&b, &m).await;
+    let before = Snapshot::take();
+    let held = a.lock("metrics-contended", TTL).await.unwrap();
+    for _ in 0..3 {
+        let e = b.try_lock("metrics-contended", TTL).await.unwrap_err();
+        assert!(e.is_contended(), "{e}");
+    }
+    held.release().await.unwrap();
+    let after = Snapshot::take();
+    assert_eq!(after.delta(&before, "redlock_contended_total"), 3.0);
+    assert_eq!(after.delta(&before, "redlock_acquired_total"), 1.0);
+    assert_eq!(after.delta(&before, "redlock_unavailable_total"), 0.0);
+    let latency = hist_count("redlock_acquire_duration_seconds", "contended");
+    assert_eq!(after.delta(&before, &latency), 3.0);
+}
+
+#[tokio::test]
+async fn metrics_count_extensions_and_lost_leases() {
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let client = m.client();
+    warm_up(&client, &m).await;
+    let before = Snapshot::take();
+
+    // Two extensions, then the token is gone from every master: the next one finds the
+    // lease lost — counted once, not again by its release.
+    let lease = client.lock("metrics-extend", TTL).await.unwrap();
+    lease.extend(TTL).await.unwrap();
+    lease.extend(TTL).await.unwrap();
+    m.del_on("metrics-extend", &[0, 1, 2]).await;
+    let e = lease.extend(TTL).await.unwrap_err();
+    assert!(e.is_lost(), "{e}");
+    assert!(lease.extend(TTL).await.unwrap_err().is_lost());
+    lease.release().await.unwrap();
+    let mid = Snapshot::take();
+    assert_eq!(mid.delta(&before, "redlock_extended_total"), 2.0);
+    assert_eq!(mid.delta(&before, "redlock_lost_total"), 1.0);
+
+    // A lease whose validity runs out while its holder works: lost, counted at its release.
+    let short = client
+        .lock("metrics-expired", Duration::from_millis(300))
+        .await
+        .unwrap();
+    short.handle().lost().await;
+    short.release().await.unwrap();
+    let after = Snapshot::take();
+    assert_eq!(after.delta(&mid, "redlock_lost_total"), 1.0);
+    assert_eq!(after.delta(&mid, "redlock_released_total"), 1.0);
+    // Released with no validity left.
+    assert_eq!(after.delta(&mid, "redlock_validity_left_seconds_sum"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_unavailable_and_node_failures() {
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let client = m
+        .builder()
+        .node_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    warm_up(&client, &m).await;
+    let node = |i: usize| m[i].addr();
+    let suspended = |i: usize| format!("redlock_node_suspended{{node=\"{}\"}}", node(i));
+    let failures = |s: &Snapshot, i: usize| {
+        s.get(&format!(
+            "redlock_node_errors_total{{node=\"{}\"}}",
+            node(i)
+        )) + s.get(&format!(
+            "redlock_node_timeouts_total{{node=\"{}\"}}",
+            node(i)
+        ))
+    };
+    let before = Snapshot::take();
+    assert_eq!(before.get(&suspended(0)), 0.0, "{}", before.0);
+
+    m[0].stop();
+    m[1].stop();
+    let e = client
+        .try_lock("metrics-unavailable", TTL)
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    let after = Snapshot::take();
+    assert_eq!(after.delta(&before, "redlock_unavailable_total"), 1.0);
+    let latency = hist_count("redlock_acquire_duration_seconds", "unavailable");
+    assert_eq!(after.delta(&before, &latency), 1.0);
+    for i in [0, 1] {
+        assert!(failures(&after, i) > failures(&before, i), "{}", after.0);
+    }
+    assert_eq!(failures(&after, 2), failures(&before, 2), "{}", after.0);
+
+    // Failing again and again over a node timeout, they are suspended; restarted, restored.
+    eventually("masters 0 and 1 are suspended", WITHIN, || async {
+        let _ = client.try_lock("metrics-unavailable", TTL).await;
+        let s = Snapshot::take();
+        s.get(&suspended(0)) == 1.0 && s.get(&suspended(1)) == 1.0
+    })
+    .await;
+    assert!(client.node_status()[0].is_suspended());
+    m[0].restart();
+    m[1].restart();
+    eventually("masters 0 and 1 are restored", WITHIN, || async {
+        let s = Snapshot::take();
+        s.get(&suspended(0)) == 0.0 && s.get(&suspended(1)) == 0.0
+    })
+    .await;
+    assert_eq!(Snapshot::take().get(&suspended(2)), 0.0);
+}
+
+#[tokio::test]
+async fn metrics_count_replays_over_http() {
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let redlock = m.builder().retry(Retry::never()).build().unwrap();
+    warm_up(&redlock, &m).await;
+    let policy = LockPolicy::idempotent(redlock.clone()).build().unwrap();
+    let app = HttpApp::serve(Router::new().route(
+        "/payments",
+        post(|| async { "charged" }).route_layer(RedlockLayer::with_policy(policy)),
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let pay = || {
+        http.post(app.url("/payments"))
+            .header("idempotency-key", "\"metrics-key-1\"")
+            .body("{}")
+            .send()
+    };
+    let before = Snapshot::take();
+    let first = pay().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotency-replayed").is_none());
+    for _ in 0..3 {
+        let again = pay().await.unwrap();
+        assert_eq!(again.status(), 200);
+        assert_eq!(again.headers()["idempotency-replayed"], "true");
+    }
+    let after = Snapshot::take();
+    assert_eq!(after.delta(&before, "redlock_acquired_total"), 1.0);
+    assert_eq!(after.delta(&before, "redlock_recorded_total"), 1.0);
+    assert_eq!(after.delta(&before, "redlock_completed_total"), 3.0);
+    assert_eq!(after.delta(&before, "redlock_replayed_total"), 3.0);
+    let latency = hist_count("redlock_acquire_duration_seconds", "completed");
+    assert_eq!(after.delta(&before, &latency), 3.0);
+    assert!(!after.0.contains("metrics-key-1"));
+
+    // The client's own completion records count the same way, without HTTP.
+    let done = || redlock.lock_unless_completed("metrics-work", TTL, Retry::never());
+    match done().await.unwrap() {
+        Claim::Locked(lease) => lease.complete("ok", TTL).await.unwrap(),
+        Claim::Completed(_) => panic!("first run"),
+    }
+    assert!(matches!(done().await.unwrap(), Claim::Completed(_)));
+    let last = Snapshot::take();
+    assert_eq!(last.delta(&after, "redlock_recorded_total"), 1.0);
+    assert_eq!(last.delta(&after, "redlock_completed_total"), 1.0);
+    assert_eq!(last.delta(&after, "redlock_replayed_total"), 0.0);
+}
+
+/// A client built before anything is rendered still shows every node's gauge at 0.
+#[tokio::test]
+async fn metrics_show_every_node_from_the_start() {
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let _client: Redlock = m.client();
+    let s = Snapshot::take();
+    for i in 0..3 {
+        let series = format!("redlock_node_suspended{{node=\"{}\"}}", m[i].addr());
+        assert!(s.0.contains(&series), "{series} missing in\n{}", s.0);
+    }
+}

@@ -19,7 +19,7 @@
 //! | [`redlock_recorded_total`](RECORDED) | counter | | [`Lease::complete`](crate::Lease::complete) calls that stored the completion record on a quorum |
 //! | [`redlock_record_failed_total`](RECORD_FAILED) | counter | | `Lease::complete` calls that did not (the lock stays until its ttl) |
 //! | [`redlock_replayed_total`](REPLAYED) | counter | | HTTP requests answered with a stored response (replay) |
-//! | [`redlock_acquire_duration_seconds`](ACQUIRE_SECONDS) | histogram | `outcome`: `acquired`, `contended`, `unavailable`, `completed` | the time of a lock call, its retries included |
+//! | [`redlock_acquire_duration_seconds`](ACQUIRE_SECONDS) | histogram | `outcome`: `acquired`, `contended`, `unavailable`, `completed`, `cancelled` (the caller dropped the call before its outcome: no counter moves) | the time of a lock call, its retries included |
 //! | [`redlock_hold_duration_seconds`](HOLD_SECONDS) | histogram | | from the lock request to the release or completion |
 //! | [`redlock_validity_left_seconds`](VALIDITY_LEFT_SECONDS) | histogram | | the validity a lease had left at its release or completion (0: it ran out) |
 //! | [`redlock_node_errors_total`](NODE_ERRORS) | counter | `node` | node requests that failed with an answer or a connection error |
@@ -144,6 +144,8 @@ pub(crate) enum Acquire {
     Contended,
     Unavailable,
     Completed,
+    /// The caller dropped the call before its outcome: histogram only.
+    Cancelled,
 }
 
 impl Acquire {
@@ -153,6 +155,7 @@ impl Acquire {
             Self::Contended => "contended",
             Self::Unavailable => "unavailable",
             Self::Completed => "completed",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -162,12 +165,15 @@ pub(crate) fn acquire(outcome: Acquire, latency: Duration) {
     #[cfg(feature = "metrics")]
     {
         let name = match outcome {
-            Acquire::Acquired => ACQUIRED,
-            Acquire::Contended => CONTENDED,
-            Acquire::Unavailable => UNAVAILABLE,
-            Acquire::Completed => COMPLETED,
+            Acquire::Acquired => Some(ACQUIRED),
+            Acquire::Contended => Some(CONTENDED),
+            Acquire::Unavailable => Some(UNAVAILABLE),
+            Acquire::Completed => Some(COMPLETED),
+            Acquire::Cancelled => None,
         };
-        ::metrics::counter!(name).increment(1);
+        if let Some(name) = name {
+            ::metrics::counter!(name).increment(1);
+        }
         ::metrics::histogram!(ACQUIRE_SECONDS, "outcome" => outcome.as_str())
             .record(latency.as_secs_f64());
     }

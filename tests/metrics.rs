@@ -124,6 +124,10 @@ async fn metrics_count_contention() {
         let e = b.try_lock("metrics-contended", TTL).await.unwrap_err();
         assert!(e.is_contended(), "{e}");
     }
+    // A caller that gives up while waiting (its future dropped): `cancelled`, no counter.
+    let waiting = b.lock_with("metrics-contended", TTL, Retry::until(TTL));
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), waiting).await;
+    assert!(gave_up.is_err(), "the lock is held: the wait cannot end");
     held.release().await.unwrap();
     let after = Snapshot::take();
     assert_eq!(after.delta(&before, "redlock_contended_total"), 3.0);
@@ -131,6 +135,8 @@ async fn metrics_count_contention() {
     assert_eq!(after.delta(&before, "redlock_unavailable_total"), 0.0);
     let latency = hist_count("redlock_acquire_duration_seconds", "contended");
     assert_eq!(after.delta(&before, &latency), 3.0);
+    let cancelled = hist_count("redlock_acquire_duration_seconds", "cancelled");
+    assert_eq!(after.delta(&before, &cancelled), 1.0);
 }
 
 #[tokio::test]

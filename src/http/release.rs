@@ -8,16 +8,17 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use super::ReleaseOn;
+use crate::lock::hashed;
 use crate::Lease;
 
 /// Releases a lease and logs the outcome (used by both glues). A release that reaches no
 /// quorum is logged at warn, with the (hashed) key, by the lock itself.
 pub(crate) async fn release(lease: Lease) {
     let started = Instant::now();
-    let resource = tracing::enabled!(tracing::Level::DEBUG).then(|| lease.resource().to_owned());
+    let key = tracing::enabled!(tracing::Level::DEBUG).then(|| hashed(lease.key()).to_string());
     let released = lease.release().await.is_ok();
-    if let Some(resource) = resource.filter(|_| released) {
-        tracing::debug!(key = %resource, elapsed = ?started.elapsed(), "lock released");
+    if let Some(key) = key.filter(|_| released) {
+        tracing::debug!(key, elapsed = ?started.elapsed(), "lock released");
     }
 }
 

@@ -204,7 +204,7 @@ impl RedlockBuilder {
         crate::metrics::describe();
         for voter in &nodes {
             // Every node's series exists from the start (0: not suspended).
-            crate::metrics::node_suspended(&voter.name, false);
+            super::request::report_suspended(voter);
         }
         Ok(Redlock {
             inner: Arc::new(Inner {

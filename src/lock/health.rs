@@ -50,6 +50,8 @@ pub(crate) struct Health {
     probing: AtomicBool,
     /// When a probe loop last showed it is alive, in ms after `epoch` (+1).
     probed_at: AtomicU64,
+    /// Serializes reports of `suspended` (the metrics gauge): taken only when it changes.
+    report: std::sync::Mutex<()>,
 }
 
 impl Health {
@@ -65,6 +67,7 @@ impl Health {
             backoff_ms: AtomicU64::new(ms(FIRST_BACKOFF)),
             probing: AtomicBool::new(false),
             probed_at: AtomicU64::new(0),
+            report: std::sync::Mutex::new(()),
         }
     }
 
@@ -183,6 +186,17 @@ impl Health {
     /// Whether the node is suspended now.
     pub(crate) fn is_suspended(&self) -> bool {
         self.suspended.load(Relaxed)
+    }
+
+    /// Reports whether the node is suspended, read under a lock that every report takes:
+    /// of two changes racing, the last report reads the state after both (a gauge set
+    /// outside it could end on the state of the first).
+    pub(crate) fn report_suspended(&self, report: impl FnOnce(bool)) {
+        let _one_at_a_time = self
+            .report
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        report(self.is_suspended());
     }
 
     /// Timeouts since the node last answered.

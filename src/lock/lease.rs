@@ -250,7 +250,9 @@ impl Lease {
         let state = &*self.state;
         let end = observe::Ending::start(state, true);
         let valid = state.is_valid();
-        let completion = self.client.complete_state(state, record, retention);
+        let completion = self
+            .client
+            .complete_state(state, record, retention, end.span.as_ref());
         let result = observe::within(&end.span, completion).await;
         // Still held: the lease had expired, and nothing was stored. A loss found by the
         // completion itself (its token gone from a quorum) counts too, once.

@@ -11,6 +11,7 @@ use tracing::Instrument;
 use self::acquire::AcquireRequest;
 use self::lease::{Grant, LeaseState, Parked, Token};
 use self::observe::Acquiring;
+pub(crate) use self::observe::{hashed, KeyHash};
 use self::options::Config;
 use self::quorum::{Skip, Vote, Voter};
 use self::release::{CancelGuard, Release};
@@ -139,6 +140,11 @@ impl Redlock {
             .collect()
     }
 
+    /// How `resource`'s Redis key appears in logs: its short hash, as on the lock's spans.
+    pub(crate) fn key_hash<'a>(&'a self, resource: &'a str) -> KeyHash<'a> {
+        observe::hashed_in(&self.inner.config.key_prefix, resource)
+    }
+
     /// Checks that `ttl` is usable with this client's drift allowance.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> crate::Result<Duration> {
         self.inner.config.check_ttl(ttl)
@@ -207,6 +213,7 @@ impl Redlock {
 
         let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
         let mut attempt = 0u32;
+        let mut split_vote_retried = false;
         let result = loop {
             attempt = attempt.saturating_add(1);
             // A try decided without I/O (every node suspended, in-process nodes) must still
@@ -230,16 +237,21 @@ impl Redlock {
                 }
                 Ok(Try::Completed(record)) => break Ok(Claim::Completed(record)),
                 Err(e) => {
-                    let pause = retry.next_delay();
+                    let mut pause = retry.next_delay();
                     // A try takes at most two node timeouts: the requests, then the release
                     // round of a failed try (a contended one rarely has any: it won no vote),
                     // or the holder's ttl, asked once for the last error.
-                    let more = attempt <= retry.retry_count()
-                        && Retry::fits(
-                            deadline,
-                            pause,
-                            self.inner.config.node_timeout.saturating_mul(2),
-                        );
+                    let try_time = self.inner.config.node_timeout.saturating_mul(2);
+                    let mut more =
+                        attempt <= retry.retry_count() && Retry::fits(deadline, pause, try_time);
+                    if !more && !split_vote_retried {
+                        // A split vote between concurrent callers, not a holder: everyone
+                        // backed off, so one quick try after a random pause usually settles it.
+                        if let Some(p) = retry.split_vote_pause(&e) {
+                            split_vote_retried = true;
+                            (pause, more) = (p, Retry::fits(deadline, p, try_time));
+                        }
+                    }
                     if !more {
                         let e = self.ask_holder_ttl(&key, e).await;
                         break Err(e.with_attempts(attempt));

@@ -26,17 +26,25 @@ use crate::metrics::{self, Acquire};
 /// How a Redis key appears in logs and spans: the first 8 bytes of its SHA-256, in hex —
 /// never the key itself. Hashed only when formatted.
 pub(crate) fn hashed(key: &str) -> KeyHash<'_> {
-    KeyHash(key)
+    KeyHash("", key)
 }
 
-/// A key shown by its short hash (see [`hashed`]).
+/// [`hashed`] of the Redis key `prefix` + `resource`, without building it.
+pub(crate) fn hashed_in<'a>(prefix: &'a str, resource: &'a str) -> KeyHash<'a> {
+    KeyHash(prefix, resource)
+}
+
+/// A key (prefix, rest) shown by its short hash (see [`hashed`]).
 #[derive(Clone, Copy)]
-pub(crate) struct KeyHash<'a>(&'a str);
+pub(crate) struct KeyHash<'a>(&'a str, &'a str);
 
 impl fmt::Display for KeyHash<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(self.0.as_bytes());
+        let digest = Sha256::new()
+            .chain_update(self.0.as_bytes())
+            .chain_update(self.1.as_bytes())
+            .finalize();
         digest.iter().take(8).try_for_each(|b| write!(f, "{b:02x}"))
     }
 }
@@ -87,14 +95,6 @@ pub(crate) fn votes(span: Option<&Span>, t: &Tally) {
     }
 }
 
-/// Records a count of votes on the current span (one that has these fields).
-#[inline]
-pub(crate) fn votes_here(t: &Tally) {
-    if on(LevelFilter::INFO) {
-        votes(Some(&Span::current()), t);
-    }
-}
-
 /// Node `i`'s answer, at debug.
 #[inline]
 pub(crate) fn answered(i: usize, vote: &Vote) {
@@ -117,6 +117,9 @@ pub(crate) struct Acquiring {
     /// The span the caller was in (the request's): the lease span's parent.
     caller: Option<Span>,
     pub(crate) started: Instant,
+    /// Whether the outcome was recorded: a call dropped before it (its caller gave up)
+    /// is recorded as `cancelled` when this is dropped.
+    finished: bool,
 }
 
 impl Acquiring {
@@ -144,6 +147,7 @@ impl Acquiring {
             span,
             caller,
             started,
+            finished: false,
         }
     }
 
@@ -192,7 +196,8 @@ impl Acquiring {
 
     /// The call's outcome: recorded, counted, and logged when exceptional; returned.
     #[inline]
-    pub(crate) fn done(&self, result: crate::Result<Claim>) -> crate::Result<Claim> {
+    pub(crate) fn done(mut self, result: crate::Result<Claim>) -> crate::Result<Claim> {
+        self.finished = true;
         if cfg!(feature = "metrics") || self.span.is_some() {
             self.record(&result);
         }
@@ -229,6 +234,23 @@ impl Acquiring {
                     tracing::info!(parent: span, error = %e, "lock call refused");
                 }
             }
+        }
+    }
+}
+
+impl Drop for Acquiring {
+    /// A lock call whose future was dropped before its outcome (a request cancelled while
+    /// it waited for the lock): `outcome = cancelled` on its span and in the acquire-time
+    /// histogram; no counter moves (it neither got nor was refused the lock).
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let elapsed = self.started.elapsed();
+        metrics::acquire(Acquire::Cancelled, elapsed);
+        if let Some(span) = &self.span {
+            span.record("outcome", Acquire::Cancelled.as_str());
+            span.record("elapsed", debug(elapsed));
         }
     }
 }
@@ -515,5 +537,10 @@ mod tests {
         assert_ne!(h, hashed("resource_kez").to_string());
         assert!(!h.contains("resource"));
         assert_eq!(format!("{:?}", hashed("")), "e3b0c44298fc1c14");
+        // The HTTP layer's events hash prefix and resource apart: the same value.
+        assert_eq!(
+            super::hashed_in("app:", "resource_key").to_string(),
+            hashed("app:resource_key").to_string()
+        );
     }
 }

@@ -27,6 +27,9 @@ pub struct Retry {
     delay: Duration,
     jitter: Duration,
     max_wait: Option<Duration>,
+    /// One more try, after a random pause of at most 20 ms, when the last one lost a split
+    /// vote (contended, yet some node voted for us): the middleware's, inside one lock call.
+    split_vote_retry: bool,
 }
 
 impl Default for Retry {
@@ -36,6 +39,7 @@ impl Default for Retry {
             delay: Duration::from_millis(200),
             jitter: Duration::from_millis(50),
             max_wait: None,
+            split_vote_retry: false,
         }
     }
 }
@@ -48,6 +52,7 @@ impl Retry {
             delay: Duration::ZERO,
             jitter: Duration::ZERO,
             max_wait: None,
+            split_vote_retry: false,
         }
     }
 
@@ -101,6 +106,18 @@ impl Retry {
     /// The number of retries after the first try.
     pub fn retry_count(&self) -> u32 {
         self.retries
+    }
+
+    /// With one extra try when the tries run out on a split vote (see `split_vote_retry`).
+    pub(crate) const fn settling_split_votes(mut self) -> Self {
+        self.split_vote_retry = true;
+        self
+    }
+
+    /// The pause before one extra try after a split vote, if this policy takes one.
+    pub(crate) fn split_vote_pause(&self, e: &crate::Error) -> Option<Duration> {
+        (self.split_vote_retry && e.is_contended() && e.votes_won() > 0)
+            .then(|| Duration::from_micros(fastrand::u64(0..=20_000)))
     }
 
     /// The pause before the next try: `delay` + a uniform random jitter.
@@ -248,5 +265,39 @@ mod tests {
         assert!(check_resource("").unwrap_err().is_invalid_input());
         assert!(check_resource(&"x".repeat(MAX_RESOURCE_LEN + 1)).is_err());
         assert!(check_resource("a").is_ok());
+    }
+
+    /// The middleware's split-vote retry is one more try inside the same lock call: the
+    /// caller sees one call (one outcome, counted once) of two attempts; without it, one.
+    #[tokio::test]
+    async fn a_split_vote_gets_one_more_try_in_the_same_call() {
+        use crate::{node::MemoryNode, Redlock};
+        let (a, b, c) = (MemoryNode::new(), MemoryNode::new(), MemoryNode::new());
+        let holder = Redlock::builder()
+            .node(a.clone())
+            .node(b.clone())
+            .build()
+            .unwrap();
+        let _held = holder.try_lock("k", Duration::from_secs(30)).await.unwrap();
+        let client = Redlock::builder().node(a).node(b).node(c).build().unwrap();
+        let ttl = Duration::from_secs(30);
+
+        let plain = client
+            .lock_with("k", ttl, Retry::never())
+            .await
+            .unwrap_err();
+        assert!(plain.is_contended() && plain.votes_won() == 1, "{plain:?}");
+        assert_eq!(plain.attempts(), 1);
+
+        let settling = Retry::never().settling_split_votes();
+        let split = client.lock_with("k", ttl, settling).await.unwrap_err();
+        assert!(split.is_contended(), "{split:?}");
+        assert_eq!(split.attempts(), 2, "one extra try after the split vote");
+
+        // No vote won: a plain holder, no extra try.
+        let all = Redlock::builder().node(MemoryNode::new()).build().unwrap();
+        let _all_held = all.try_lock("k", ttl).await.unwrap();
+        let lost = all.lock_with("k", ttl, settling).await.unwrap_err();
+        assert_eq!((lost.votes_won(), lost.attempts()), (0, 1));
     }
 }

@@ -147,6 +147,7 @@ impl Redlock {
         state: &LeaseState,
         record: Bytes,
         retention: Duration,
+        span: Option<&tracing::Span>,
     ) -> crate::Result<()> {
         let inner = &*self.inner;
         if !state.is_valid() {
@@ -175,8 +176,8 @@ impl Redlock {
         };
         let mut sent = completion.send(inner, quorum::all(n));
         let tally = quorum::count(&mut sent, n, inner.quorum, vote).await;
-        // The first round's votes, on the `redlock.complete` span this runs in.
-        observe::votes_here(&tally);
+        // The first round's votes, on the `redlock.complete` span.
+        observe::votes(span, &tally);
         let (mut stored, mut failed) = (tally.for_, release::transient(&tally.errors));
         let lost = n - tally.against < inner.quorum;
         let patience = self.patience(state.deadline());

@@ -153,7 +153,7 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
 fn no_answer(voter: &Arc<Voter>, i: usize, timeout: Duration, probe: bool) {
     if voter.health.timed_out(probe) {
         tracing::warn!(node = %voter.name, "node suspended: no answer for a node timeout; probing it");
-        metrics::node_suspended(&voter.name, true);
+        report_suspended(voter);
         start_probing(voter, i, timeout);
     }
 }
@@ -162,8 +162,15 @@ fn no_answer(voter: &Arc<Voter>, i: usize, timeout: Duration, probe: bool) {
 fn heard_from(voter: &Voter) {
     if voter.health.answered() {
         tracing::info!(node = %voter.name, "node restored: it answered again");
-        metrics::node_suspended(&voter.name, false);
+        report_suspended(voter);
     }
+}
+
+/// Sets the node's `redlock_node_suspended` gauge to its state now (after a change).
+pub(crate) fn report_suspended(voter: &Voter) {
+    voter
+        .health
+        .report_suspended(|suspended| metrics::node_suspended(&voter.name, suspended));
 }
 
 /// A request failed: logged at debug and counted (not a suspended node's probes).

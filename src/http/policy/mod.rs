@@ -284,26 +284,20 @@ impl LockPolicy {
     ) -> Decision {
         let p = &*self.inner;
         let retry = match p.contention {
-            OnContention::Reject => Retry::never(),
+            // With one quick extra try after a split vote between concurrent requests, in
+            // the same lock call (counted once).
+            OnContention::Reject => Retry::never().settling_split_votes(),
             OnContention::Wait { max_wait, delay } => {
                 Retry::until(max_wait).delay(delay).jitter(delay / 2)
             }
         };
         let started = Instant::now();
         let replay = p.replay.as_ref().zip(fingerprint);
-        let mut result = self.claim(&key, retry, replay.is_some()).await;
-        if let Err(e) = &result {
-            if e.is_contended() && e.votes_won() > 0 && p.contention == OnContention::Reject {
-                // A split vote between concurrent requests, not a holder: everyone backed
-                // off, so one quick retry after a random pause usually settles it.
-                tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=20_000))).await;
-                result = self.claim(&key, Retry::never(), replay.is_some()).await;
-            }
-        }
+        let result = self.claim(&key, retry, replay.is_some()).await;
         match result {
             Ok(Claim::Locked(lease)) => {
                 // The keep-alive (`p.keep_alive`) is the glue's: see `keep_alive.rs`.
-                tracing::debug!(key = %key, elapsed = ?started.elapsed(), "lock acquired");
+                tracing::debug!(key = %p.redlock.key_hash(key.as_str()), elapsed = ?started.elapsed(), "lock acquired");
                 let recorder = replay.map(|(r, fp)| Recorder::new(Arc::clone(r), fp));
                 Decision::Locked(lease, recorder)
             }
@@ -313,11 +307,11 @@ impl LockPolicy {
                     .expect("only a replay claim completes");
                 match super::replay::answer(&record, &fingerprint) {
                     Ok(response) => {
-                        tracing::debug!(key = %key, elapsed = ?started.elapsed(), "replayed");
+                        tracing::debug!(key = %p.redlock.key_hash(key.as_str()), elapsed = ?started.elapsed(), "replayed");
                         Decision::Replay(response)
                     }
                     Err(kind) => {
-                        tracing::debug!(key = %key, ?kind, "completed request not replayed");
+                        tracing::debug!(key = %p.redlock.key_hash(key.as_str()), ?kind, "completed request not replayed");
                         Decision::Reject(self.reject(kind, wire))
                     }
                 }
@@ -328,16 +322,16 @@ impl LockPolicy {
                     && e.held_by() == 0
                     && p.unavailable == OnUnavailable::FailOpen =>
             {
-                tracing::warn!(key = %key, error = %e, "lock quorum unreachable; running unlocked (fail-open)");
+                tracing::warn!(key = %p.redlock.key_hash(key.as_str()), error = %e, "lock quorum unreachable; running unlocked (fail-open)");
                 Decision::Unlocked
             }
             Err(e) => {
                 if e.is_contended() {
-                    tracing::debug!(key = %key, elapsed = ?started.elapsed(), held_by = e.held_by(), "lock contended");
+                    tracing::debug!(key = %p.redlock.key_hash(key.as_str()), elapsed = ?started.elapsed(), held_by = e.held_by(), "lock contended");
                 } else if e.is_invalid_input() {
-                    tracing::error!(key = %key, error = %e, "lock call rejected: fix the lock policy");
+                    tracing::error!(key = %p.redlock.key_hash(key.as_str()), error = %e, "lock call rejected: fix the lock policy");
                 } else {
-                    tracing::warn!(key = %key, error = %e, "lock quorum unreachable");
+                    tracing::warn!(key = %p.redlock.key_hash(key.as_str()), error = %e, "lock quorum unreachable");
                 }
                 let rejection = Rejection::from_lock_error(e, p.unavailable_retry_after).on(wire);
                 Decision::Reject(p.responder.respond(&rejection))

@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::record::{encode_completed, encode_response, response_len};
 use super::{Fingerprint, Replay};
+use crate::lock::hashed;
 use crate::Lease;
 
 /// The headers of a gRPC response that are stored whatever [`Replay::drop_header`] says:
@@ -136,11 +137,11 @@ impl Recorder {
     /// lock; the response is sent either way.
     pub(crate) async fn complete(&self, lease: Lease, record: Bytes) {
         let started = Instant::now();
-        let key = tracing::enabled!(tracing::Level::DEBUG).then(|| lease.resource().to_owned());
+        let key = tracing::enabled!(tracing::Level::DEBUG).then(|| hashed(lease.key()).to_string());
         match lease.complete(record, self.replay.retention).await {
             Ok(()) => {
                 if let Some(key) = key {
-                    tracing::debug!(key = %key, elapsed = ?started.elapsed(), "response stored for replay");
+                    tracing::debug!(key, elapsed = ?started.elapsed(), "response stored for replay");
                 }
             }
             Err(e) => tracing::warn!(error = %e, "response not stored for replay"),
@@ -212,7 +213,7 @@ impl Drop for Running {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                tracing::debug!(key = %lease.resource(), "request cancelled after its handler started: marked completed");
+                tracing::debug!(key = %hashed(lease.key()), "request cancelled after its handler started: marked completed");
                 rt.spawn(async move { recorder.complete(lease, recorder.completed()).await });
             }
             // The lease's drop logs that it could not release either; the lock expires.

@@ -212,7 +212,7 @@ async fn print_metrics(client: &reqwest::Client, targets: &[String]) {
     println!("| all | {} | |", sums.join(" | "));
     println!();
     println!(
-        "(lock calls: acquired, contended — a split vote's retry counts again —, completed: \
+        "(lock calls, each once: acquired, contended, completed: \
          answered with the key's completion record, then replayed or 422 for another body; \
          recorded: responses stored for replay)"
     );

@@ -151,7 +151,7 @@ pub async fn lock_reaches_every_node<B: Backend>(backend: &B) {
         .unwrap();
     // Every node runs each call once first (for Redis: the client's connections, shared
     // with these node handles, are up and the scripts are cached), so this checks the
-    // fan-out itself. Redis-specific late-node cases are in tests/redlock.rs.
+    // fan-out itself. Redis-specific late-node cases are in tests/redlock/faults.rs.
     for i in 0..3 {
         let node = backend.node(i);
         assert_eq!(

@@ -1,0 +1,167 @@
+//! Extension: the lock kept past its ttl; an extension after expiry or after the keys
+//! vanished is lost and re-creates nothing; a wrong token releases and extends nothing; the
+//! extension cap.
+
+use std::time::Duration;
+
+use tower_redlock::node::{Node, RedisNode};
+
+use crate::support::{eventually, warm_up, Masters};
+use crate::{gone_everywhere, ms, SECOND, TTL};
+
+#[tokio::test]
+async fn extend_keeps_the_lock() {
+    let m = Masters::start(3);
+    let c = m.client();
+    warm_up(&c, &m).await;
+    let ttl = Duration::from_millis(1000);
+    let lease = c.lock("extend", ttl).await.unwrap();
+
+    eventually(
+        "the PTTL drops below 700 ms",
+        Duration::from_secs(2),
+        || async {
+            let p = m.pttls("extend").await;
+            p.iter().filter(|p| **p > 0 && **p < 700).count() >= 2
+        },
+    )
+    .await;
+    let before = lease.validity();
+    lease.extend(ttl).await.unwrap();
+    assert_eq!(lease.extensions(), 1);
+    assert!(
+        lease.validity() > before,
+        "{:?} <= {before:?}",
+        lease.validity()
+    );
+    let p = m.pttls("extend").await;
+    assert!(
+        p.iter().filter(|p| **p > 800 && **p <= 1000).count() >= 2,
+        "the PTTL did not grow back: {p:?}"
+    );
+
+    c.extend(&lease, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(lease.extensions(), 2);
+    assert!(lease.validity() > ttl);
+    let p = m.pttls("extend").await;
+    assert!(p.iter().filter(|p| **p > 1000).count() >= 2, "{p:?}");
+    assert_eq!(m.holding("extend", lease.value()).await, 3);
+    lease.release().await.unwrap();
+    gone_everywhere(&m, "extend").await;
+}
+
+#[tokio::test]
+async fn extend_after_expiry_is_lost_and_does_not_recreate() {
+    let m = Masters::start(3);
+    let c = m.client();
+    warm_up(&c, &m).await;
+    let lease = c.lock("expired", Duration::from_millis(100)).await.unwrap();
+    eventually(
+        "the lock expires everywhere",
+        Duration::from_secs(3),
+        || async { !lease.is_valid() && m.absent_everywhere("expired").await },
+    )
+    .await;
+    let err = lease.extend(TTL).await.unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert!(
+        m.absent_everywhere("expired").await,
+        "extend re-created the key"
+    );
+    assert_eq!(lease.validity(), Duration::ZERO);
+    // Someone else can have it.
+    c.try_lock("expired", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn extend_after_keys_vanished_is_lost_and_does_not_recreate() {
+    let m = Masters::start(3);
+    let c = m.client();
+    warm_up(&c, &m).await;
+
+    // Gone on every master while the lease still believes it is valid.
+    let lease = c.lock("vanished", TTL).await.unwrap();
+    eventually("every master holds the lock", SECOND, || {
+        m.everywhere("vanished", lease.value())
+    })
+    .await;
+    m.del_on("vanished", &[0, 1, 2]).await;
+    assert!(lease.is_valid());
+    let err = lease.extend(TTL).await.unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert!(!lease.is_valid(), "a lost lease is no longer valid");
+    assert!(lease.handle().is_lost());
+    assert!(
+        m.absent_everywhere("vanished").await,
+        "extend re-created the key"
+    );
+
+    // Gone on a majority only: lost too, and not re-created there.
+    let lease = c.lock("vanished-2", TTL).await.unwrap();
+    eventually("every master holds the lock", SECOND, || {
+        m.everywhere("vanished-2", lease.value())
+    })
+    .await;
+    m.del_on("vanished-2", &[0, 2]).await;
+    let err = lease.extend(TTL).await.unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    assert_eq!(m[0].get("vanished-2").await, None);
+    assert_eq!(m[2].get("vanished-2").await, None);
+    lease.release().await.unwrap();
+    gone_everywhere(&m, "vanished-2").await;
+}
+
+#[tokio::test]
+async fn wrong_token_release_and_extend_do_nothing() {
+    let m = Masters::start(3);
+    let c = m.client();
+    warm_up(&c, &m).await;
+    let lease = c.lock("owned", TTL).await.unwrap();
+    let value = lease.value().to_owned();
+    eventually("every master holds the lock", SECOND, || {
+        m.everywhere("owned", &value)
+    })
+    .await;
+
+    let node = RedisNode::open(&m[0].url()).unwrap();
+    assert!(!node.release("owned", "wrong").await.unwrap());
+    assert_eq!(m[0].get("owned").await.as_deref(), Some(value.as_str()));
+    assert!(!node
+        .extend("owned", "wrong", Duration::from_secs(100))
+        .await
+        .unwrap());
+    let pttl = m[0].pttl("owned").await;
+    assert!(pttl > 0 && pttl <= ms(TTL), "PTTL {pttl}");
+    assert_eq!(m[0].get("owned").await.as_deref(), Some(value.as_str()));
+
+    // The owner's token does work through the same node.
+    assert!(node
+        .extend("owned", &value, Duration::from_secs(100))
+        .await
+        .unwrap());
+    assert!(m[0].pttl("owned").await > ms(TTL));
+    lease.release().await.unwrap();
+    gone_everywhere(&m, "owned").await;
+}
+
+#[tokio::test]
+async fn extensions_are_capped() {
+    let m = Masters::start(3);
+    let c = m.builder().max_extensions(2).build().unwrap();
+    let lease = c.lock("capped", Duration::from_secs(5)).await.unwrap();
+    lease.extend(Duration::from_secs(5)).await.unwrap();
+    lease.extend(Duration::from_secs(5)).await.unwrap();
+    let err = lease.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(err.is_extension_limit(), "{err:?}");
+    assert!(!err.is_lost());
+    assert_eq!(lease.extensions(), 2);
+    assert!(lease.is_valid(), "hitting the cap does not end the lease");
+    assert!(m.holding("capped", lease.value()).await >= 2);
+    lease.release().await.unwrap();
+    gone_everywhere(&m, "capped").await;
+}

@@ -96,7 +96,7 @@ pub struct Stall {
     pub ticks: u64,
     /// This client's keys on the masters after the settle.
     pub keys_left: u64,
-    /// The tasks were not all done [`JOIN_CAP`] after the window (given up on).
+    /// The tasks were not all done `JOIN_CAP` after the window (given up on).
     pub hung: bool,
     /// Why the run was stopped early, if it was.
     pub aborted: Option<String>,

@@ -11,8 +11,9 @@ use std::ops::Index;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::launch::{free_port, Launch, ScratchDir};
 use crate::sentinel::{ask, block_on, until};
-use crate::{free_port, Launch, RedisServer, ScratchDir};
+use crate::server::RedisServer;
 
 /// `cluster-node-timeout`: how long a node may not answer before the others deem it failing.
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);

@@ -7,7 +7,7 @@
 //! for longer than `DOWN_AFTER` is failed over automatically; [`SentinelGroup::failover`]
 //! forces one.
 //!
-//! Also the small helpers the topologies share ([`block_on`], [`ask`], [`until`]): every
+//! Also the small helpers the topologies share (`block_on`, `ask`, `until`): every
 //! wait is bounded and reports the last thing it saw when it gives up.
 
 use std::collections::HashMap;
@@ -16,7 +16,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::{describe, Launch, RedisServer, ScratchDir};
+use crate::launch::{Launch, ScratchDir};
+use crate::server::{describe, RedisServer};
 
 /// `sentinel down-after-milliseconds`: how long a master may not answer before a sentinel
 /// deems it down.

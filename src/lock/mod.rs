@@ -223,8 +223,9 @@ impl Redlock {
             obs.attempt(attempt);
             let (record_key, fence_key) = (record_key.as_ref(), fence_key.as_ref());
             let try_once = || self.try_once(&key, record_key, fence_key, token, ttl, &obs);
-            // The try runs in the span only when it is enabled: wrapping the whole loop would
-            // cost every lock call a move of its future.
+            // The try runs in the span only when it is enabled, and awaited in place
+            // otherwise: a wrapper (`observe::within`, or one around the whole loop) would
+            // cost every lock call a move of its future (measured: ~270 instructions).
             let tried = match &obs.span {
                 None => try_once().await,
                 Some(span) => try_once().instrument(span.clone()).await,

@@ -58,7 +58,9 @@ impl Redlock {
     /// held then (not lost, nor released before).
     pub(crate) async fn release_state(&self, state: &LeaseState, held: bool) -> crate::Result<()> {
         let end = observe::Ending::start(state, false);
-        // The span is entered only when enabled: a wrapper would move the release's future.
+        // The span is entered only when enabled, and the release awaited in place otherwise:
+        // `observe::within` would move the release's future (measured: ~75 instructions a
+        // release).
         let (result, released, failed) = match (self.lease_release(state, held), &end.span) {
             (None, _) => (Ok(()), 0, 0),
             (Some(r), None) => self.release_token(r).await,
@@ -88,7 +90,7 @@ impl Redlock {
             token: state.token_copy(),
             mask: holders,
             needed: self.inner.quorum.saturating_sub(not_ours).max(1),
-            patience: deadline.min(now + self.inner.config.node_timeout.saturating_mul(PATIENCE)),
+            patience: self.patience_from(now, deadline),
             until: deadline,
             fence: state.fence().cloned(),
         })
@@ -175,8 +177,13 @@ impl Redlock {
 
     /// The latest instant a caller waits for a release of a lock valid until `deadline`.
     pub(crate) fn patience(&self, deadline: Instant) -> Instant {
+        self.patience_from(Instant::now(), deadline)
+    }
+
+    /// [`patience`](Self::patience) counted from `now`.
+    fn patience_from(&self, now: Instant, deadline: Instant) -> Instant {
         let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
-        deadline.min(Instant::now() + patience)
+        deadline.min(now + patience)
     }
 }
 

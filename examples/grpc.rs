@@ -34,7 +34,7 @@ use tonic::metadata::MetadataValue;
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
-use tower_redlock::http::{key_fn, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy};
+use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy};
 use tower_redlock::{Redlock, RedlockLayer};
 
 /// How long a single answer may take before the demo gives up (a safety bound, not a wait).
@@ -183,14 +183,9 @@ where
 /// a call of any other one (health checks, reflection) gets no key and passes through
 /// unlocked, where `IdempotencyKey::required()` alone would refuse it.
 fn payments_key() -> impl KeyExtractor {
-    let keyed = IdempotencyKey::required().scoped_by_grpc_method();
-    key_fn(move |req| {
-        if req.path().starts_with("/shop.Payments/") {
-            keyed.extract(req)
-        } else {
-            Ok(None)
-        }
-    })
+    IdempotencyKey::required()
+        .scoped_by_grpc_method()
+        .only_grpc_service("shop.Payments")
 }
 
 /// A `Pay` call with this `idempotency-key` metadata (none: `None`).

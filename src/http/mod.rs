@@ -134,9 +134,9 @@ pub(crate) use release::{release, AfterResponse, BodyTail};
 
 pub use key::{
     key_fn, GrpcMethodKey, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyMaterial,
-    KeyRejection, KeyRejectionKind, KeySource, LockKey, MethodPathKey, PathKey, Prefixed,
-    RouteParamKey, ScopedBy, ScopedByExtension, ScopedByGrpcMethod, ScopedByHeader, ScopedByMethod,
-    ScopedByRoute, DEFAULT_KEY_PREFIX, DEFAULT_MAX_KEY_LEN,
+    KeyRejection, KeyRejectionKind, KeySource, LockKey, MethodPathKey, OnlyGrpcService, PathKey,
+    Prefixed, RouteParamKey, ScopedBy, ScopedByExtension, ScopedByGrpcMethod, ScopedByHeader,
+    ScopedByMethod, ScopedByRoute, DEFAULT_KEY_PREFIX, DEFAULT_MAX_KEY_LEN,
 };
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use replay::{Collector, Plan, Running, StoredResponse};

@@ -5,9 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tonic::Code;
-use tower_redlock::http::{
-    key_fn, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, Replay,
-};
+use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, Replay};
 
 use crate::server::{Layout, Server};
 use crate::service::PayRequest;
@@ -105,14 +103,9 @@ async fn grpc_missing_or_too_long_key_is_invalid_argument() {
 /// The key extractor of a server whose every service is behind the layer: the
 /// `idempotency-key` metadata scoped by method on `shop.Payments`, no key elsewhere.
 fn payments_key() -> impl KeyExtractor {
-    let keyed = IdempotencyKey::required().scoped_by_grpc_method();
-    key_fn(move |req| {
-        if req.path().starts_with("/shop.Payments/") {
-            keyed.extract(req)
-        } else {
-            Ok(None)
-        }
-    })
+    IdempotencyKey::required()
+        .scoped_by_grpc_method()
+        .only_grpc_service("shop.Payments")
 }
 
 /// `Server::builder().layer(..)` locks every service of the server: with

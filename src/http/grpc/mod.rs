@@ -31,8 +31,9 @@
 //! [`Rejection::detail`], which never contains the raw key.
 //!
 //! A layer on a whole tonic server (`Server::builder().layer(..)`) also sees its health
-//! checks and reflection: give them no key (an extractor that returns `Ok(None)` outside
-//! the protected service, see [`key_fn`](super::key_fn)), or they are refused with
+//! checks and reflection: give them no key
+//! ([`only_grpc_service`](super::KeyExtractorExt::only_grpc_service), or any extractor that
+//! returns `Ok(None)` outside the protected service), or they are refused with
 //! `INVALID_ARGUMENT`. For streaming methods, see
 //! [`Replay::without_body`](super::Replay::without_body) and
 //! [`release_on_body_end`](super::LockPolicyBuilder::release_on_body_end) (the README's

@@ -66,6 +66,35 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
         }
     }
 
+    /// Keys only the calls of the gRPC service `service` (`package.Service`, as in the
+    /// method path `/package.Service/Method`); every other request gets no key and passes
+    /// through unlocked. For a layer on a whole tonic server, which also sees health
+    /// checks (`/grpc.health.v1.Health/Check`, Kubernetes gRPC probes) and reflection:
+    /// with a required key alone they would be refused with `INVALID_ARGUMENT`.
+    ///
+    /// ```
+    /// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+    ///
+    /// let extractor = IdempotencyKey::required()
+    ///     .scoped_by_grpc_method()
+    ///     .only_grpc_service("shop.Payments");
+    /// let grpc = |path: &str| {
+    ///     SimpleRequest::new("POST", path).header("content-type", "application/grpc")
+    /// };
+    /// let pay = grpc("/shop.Payments/Pay").header("idempotency-key", "k-1");
+    /// assert!(extractor.extract(&pay).unwrap().is_some());
+    /// // A health check: no key, not refused — it runs unlocked.
+    /// assert_eq!(extractor.extract(&grpc("/grpc.health.v1.Health/Check")).unwrap(), None);
+    /// // A call of the service without its key is still refused.
+    /// assert!(extractor.extract(&grpc("/shop.Payments/Pay")).unwrap_err().is_missing());
+    /// ```
+    fn only_grpc_service(self, service: &str) -> OnlyGrpcService<Self> {
+        OnlyGrpcService {
+            inner: self,
+            prefix: format!("/{service}/"),
+        }
+    }
+
     /// Scopes the key by a header's value, e.g. a tenant id: each tenant has
     /// its own key space.
     ///

@@ -124,8 +124,49 @@ impl<E: KeyExtractor> KeyExtractor for ScopedByGrpcMethod<E> {
     }
 }
 
+/// Keys only the calls of one gRPC service; see
+/// [`KeyExtractorExt::only_grpc_service`].
+#[derive(Clone, Debug)]
+pub struct OnlyGrpcService<E> {
+    pub(super) inner: E,
+    /// `/package.Service/`: the start of the service's method paths.
+    pub(super) prefix: String,
+}
+
+impl<E: KeyExtractor> KeyExtractor for OnlyGrpcService<E> {
+    fn extract_into(
+        &self,
+        req: &dyn RequestView,
+        material: &mut KeyMaterial,
+    ) -> Result<bool, KeyRejection> {
+        if !req.path().starts_with(self.prefix.as_str()) {
+            // Another service (a health check, reflection): no key, through unlocked.
+            return Ok(false);
+        }
+        self.inner.extract_into(req, material)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_the_named_service_is_keyed() {
+        let e = IdempotencyKey::required()
+            .scoped_by_grpc_method()
+            .only_grpc_service("shop.Payments");
+        let keyed = e.extract(&call("/shop.Payments/Pay")).unwrap();
+        let scoped = IdempotencyKey::required().scoped_by_grpc_method();
+        assert_eq!(keyed, scoped.extract(&call("/shop.Payments/Pay")).unwrap());
+        let health = SimpleRequest::new("POST", "/grpc.health.v1.Health/Check")
+            .header("content-type", "application/grpc");
+        assert_eq!(e.extract(&health).unwrap(), None, "no key, not refused");
+        // A service whose name only starts like it is another service.
+        assert_eq!(e.extract(&call("/shop.PaymentsAdmin/Pay")).unwrap(), None);
+        // The named service's calls still need their key.
+        let keyless = SimpleRequest::new("POST", "/shop.Payments/Pay");
+        assert!(e.extract(&keyless).unwrap_err().is_missing());
+    }
     use super::*;
 
     fn call(path: &str) -> SimpleRequest {

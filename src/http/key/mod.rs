@@ -18,7 +18,7 @@ pub use self::combinators::{
     ScopedByRoute,
 };
 pub use self::extractor::{key_fn, KeyExtractor};
-pub use self::grpc::{GrpcMethodKey, ScopedByGrpcMethod};
+pub use self::grpc::{GrpcMethodKey, OnlyGrpcService, ScopedByGrpcMethod};
 pub use self::header::{HeaderKey, IdempotencyKey};
 pub use self::material::{KeyMaterial, LockKey};
 pub use self::rejection::{KeyRejection, KeyRejectionKind, KeySource};

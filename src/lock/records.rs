@@ -187,9 +187,9 @@ impl Redlock {
             pause = (pause * 2).min(release::MAX_PAUSE);
             failed &= !release::suspended(inner);
             sent = completion.send(inner, failed);
-            let retry = quorum::count(&mut sent, failed.count_ones() as usize, n, vote).await;
-            stored += retry.for_;
-            failed = release::transient(&retry.errors);
+            let (more, again) = count_stores(&mut sent, inner.quorum - stored).await;
+            stored += more;
+            failed = again;
         }
         // The slower nodes store it too, and those that gave no answer are asked again, in
         // the background while the lease is valid.
@@ -230,6 +230,29 @@ impl Redlock {
             ))
         }
     }
+}
+
+/// Counts a completion retry round's answers until `needed` more nodes stored the record,
+/// or every node asked has answered: how many stored it, and the nodes that gave no answer
+/// (to ask again). Unlike the first round's tally, a refusal decides nothing here: the nodes
+/// asked again are the first round's failures, any of which may still store it.
+async fn count_stores<S>(sent: &mut S, needed: usize) -> (usize, u64)
+where
+    S: Stream<Item = Answer<bool>> + Unpin,
+{
+    let (mut stored, mut failed) = (0, 0u64);
+    while stored < needed {
+        let Some((i, answer)) = sent.next().await else {
+            break;
+        };
+        match answer {
+            Ok(true) => stored += 1,
+            Ok(false) => {}
+            Err(e) if e.is_transient() => failed |= 1 << i,
+            Err(_) => {}
+        }
+    }
+    (stored, failed)
 }
 
 /// What a completion stores, owned, so that its retries can go on in the background.

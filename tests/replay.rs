@@ -154,6 +154,53 @@ async fn a_write_that_misses_its_quorum_keeps_duplicates_out() {
     assert_eq!(completed(claim(&client, "pay:5").await), b"charged pay_5");
 }
 
+/// The minority-record case continued: the record lands on one master only (the other two
+/// paused past the caller's patience — a completion's first retries give up then), the two
+/// come back while they still hold the lock, then the one master with the record is paused.
+/// A duplicate must still get the record, never a second run: while a completion lacks its
+/// quorum, it is retried where the lease still holds (and the lock kept there), so the record
+/// reaches the masters that come back before their lock expires.
+#[tokio::test]
+async fn minority_record_then_expiry_and_a_paused_record_holder_runs_nothing_twice() {
+    let m = Masters::start(3);
+    // 200 ms node timeouts: the caller waits ten of them (2 s) for a completion.
+    let (a, b) = (m.client(), m.client());
+    let ttl = Duration::from_secs(6);
+    let lease = match a
+        .lock_unless_completed("pay:minority", ttl, Retry::never())
+        .await
+    {
+        Ok(Claim::Locked(lease)) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    };
+    m[1].freeze();
+    m[2].freeze();
+    let e = lease.complete("charged pay_m", DAY).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    // Paused a while longer than the caller waited, well inside the lock's ttl.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    m[1].thaw();
+    m[2].thaw();
+    assert_eq!(
+        m[0].get("pay:minority:record").await,
+        stored("charged pay_m")
+    );
+    // The lock on the two masters that came back ends: by the record's write, or by expiry.
+    eventually("no lock is left on masters 1 and 2", WITHIN, || async {
+        m[1].get("pay:minority").await.is_none() && m[2].get("pay:minority").await.is_none()
+    })
+    .await;
+    // The only master sure to have the record stops answering: a duplicate must not run.
+    m[0].freeze();
+    let again = claim(&b, "pay:minority").await;
+    m[0].thaw();
+    assert_eq!(completed(again), b"charged pay_m");
+    assert_eq!(
+        m.values("pay:minority:record").await,
+        vec![stored("charged pay_m"); 3]
+    );
+}
+
 /// A completion whose requests time out (two masters paused for a moment: a stalled
 /// replica or masters under load) is asked again where it got no answer: it reaches the
 /// quorum once they are back, within the caller's patience, and no lock is left behind.

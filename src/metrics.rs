@@ -18,6 +18,7 @@
 //! | [`redlock_lost_total`](LOST) | counter | | leases lost while held: an extension found them gone, or their validity ran out before they were released or completed (once per lease) |
 //! | [`redlock_recorded_total`](RECORDED) | counter | | [`Lease::complete`](crate::Lease::complete) calls that stored the completion record on a quorum |
 //! | [`redlock_record_failed_total`](RECORD_FAILED) | counter | | `Lease::complete` calls that did not (the lock stays until its ttl) |
+//! | [`redlock_record_minority_total`](RECORD_MINORITY) | counter | | completions whose record never reached a quorum, also after their retries in the background: a second run of the key is possible (see the crate's Safety docs) |
 //! | [`redlock_replayed_total`](REPLAYED) | counter | | HTTP requests answered with a stored response (replay) |
 //! | [`redlock_acquire_duration_seconds`](ACQUIRE_SECONDS) | histogram | `outcome`: `acquired`, `contended`, `unavailable`, `completed`, `cancelled` (the caller dropped the call before its outcome: no counter moves) | the time of a lock call, its retries included |
 //! | [`redlock_hold_duration_seconds`](HOLD_SECONDS) | histogram | | from the lock request to the release or completion |
@@ -77,6 +78,9 @@ pub const LOST: &str = "redlock_lost_total";
 pub const RECORDED: &str = "redlock_recorded_total";
 /// Counter: `Lease::complete` calls that did not store their record on a quorum.
 pub const RECORD_FAILED: &str = "redlock_record_failed_total";
+/// Counter: completion records that never reached a quorum, also after their retries in
+/// the background.
+pub const RECORD_MINORITY: &str = "redlock_record_minority_total";
 /// Counter: HTTP requests answered with a stored response (replay).
 pub const REPLAYED: &str = "redlock_replayed_total";
 /// Histogram (seconds), label `outcome`: the time of a lock call, its retries included.
@@ -115,6 +119,10 @@ pub fn describe() {
         describe_counter!(LOST, "Leases lost while held.");
         describe_counter!(RECORDED, "Completion records stored on a quorum.");
         describe_counter!(RECORD_FAILED, "Completion records not stored on a quorum.");
+        describe_counter!(
+            RECORD_MINORITY,
+            "Completion records that never reached a quorum, also after their retries."
+        );
         describe_counter!(REPLAYED, "HTTP requests answered with a stored response.");
         describe_histogram!(
             ACQUIRE_SECONDS,
@@ -206,6 +214,12 @@ pub(crate) fn ended(completed: bool, ok: bool, held: Duration, left: Duration) {
         ::metrics::histogram!(HOLD_SECONDS).record(held.as_secs_f64());
         ::metrics::histogram!(VALIDITY_LEFT_SECONDS).record(left.as_secs_f64());
     }
+}
+
+/// A completion record never reached a quorum, also after its retries in the background.
+pub(crate) fn record_minority() {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(RECORD_MINORITY).increment(1);
 }
 
 /// An HTTP request was answered with its stored response.

@@ -295,3 +295,39 @@ async fn metrics_show_every_node_from_the_start() {
         assert!(s.0.contains(&series), "{series} missing in\n{}", s.0);
     }
 }
+
+/// A completion whose record never reaches a quorum — two of three masters down until the
+/// lock has expired where they are — is counted once it gives up, besides the failed
+/// `Lease::complete` call.
+#[tokio::test]
+async fn metrics_count_a_record_that_never_reaches_its_quorum() {
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let client = m.client();
+    warm_up(&client, &m).await;
+    let lease = match client
+        .lock_unless_completed("minority", Duration::from_millis(500), Retry::never())
+        .await
+    {
+        Ok(Claim::Locked(lease)) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    };
+    let before = Snapshot::take();
+    m[1].stop();
+    m[2].stop();
+    let e = lease
+        .complete("done", Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    eventually("the completion gives up and is counted", WITHIN, || async {
+        Snapshot::take().delta(&before, "redlock_record_minority_total") == 1.0
+    })
+    .await;
+    let after = Snapshot::take();
+    assert_eq!(after.delta(&before, "redlock_record_failed_total"), 1.0);
+    assert_eq!(
+        m[0].get("minority:record").await.as_deref(),
+        Some("TRR1\ndone")
+    );
+}

@@ -201,6 +201,88 @@ async fn minority_record_then_expiry_and_a_paused_record_holder_runs_nothing_twi
     );
 }
 
+/// A master out of memory (`maxmemory` reached under `noeviction`) refuses the record's write
+/// with an error reply but still takes extensions: while the record lacks its quorum, the
+/// lock is kept there past its ttl, so a duplicate is refused (not run) even with the one
+/// master that has the record paused; once memory is back, the record lands.
+#[tokio::test]
+async fn minority_record_on_masters_out_of_memory_keeps_their_lock_until_the_write_lands() {
+    let m = Masters::start(3);
+    let (a, b) = (m.client(), m.client());
+    let ttl = Duration::from_secs(2);
+    let lease = match a
+        .lock_unless_completed("pay:oom", ttl, Retry::never())
+        .await
+    {
+        Ok(Claim::Locked(lease)) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    };
+    let maxmemory = |bytes: &'static str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .clone()
+    };
+    for i in [1, 2] {
+        let _: () = m[i].query(&maxmemory("1")).await;
+    }
+    let expired = lease.deadline() + ttl;
+    let e = lease.complete("charged pay_o", DAY).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    // Well past the lock's ttl: it is still held where the record could not be written.
+    tokio::time::sleep_until(expired.into()).await;
+    for i in [1, 2] {
+        assert!(
+            m[i].pttl("pay:oom").await > 0,
+            "the lock was kept on master {i}"
+        );
+    }
+    m[0].freeze();
+    let busy = claim(&b, "pay:oom").await;
+    m[0].thaw();
+    // Refused (held, or the masters out of memory refusing the acquire): never run.
+    let busy = busy.unwrap_err();
+    assert!(
+        busy.is_contended() || busy.is_unavailable(),
+        "a duplicate is refused, not run: {busy}"
+    );
+    for i in [1, 2] {
+        let _: () = m[i].query(&maxmemory("0")).await;
+    }
+    eventually("the record is on every master", WITHIN, || async {
+        m.values("pay:oom:record").await == vec![stored("charged pay_o"); 3]
+    })
+    .await;
+    no_lock_left(&m, "pay:oom").await;
+    assert_eq!(completed(claim(&b, "pay:oom").await), b"charged pay_o");
+}
+
+/// A completion whose caller goes away midway (a timeout around it, a dropped task) while
+/// two masters are paused is not abandoned: it goes on in the background and the record
+/// reaches the masters once they are back.
+#[tokio::test]
+async fn minority_record_of_a_dropped_completion_still_reaches_its_quorum() {
+    let m = Masters::start(3);
+    let client = m.client();
+    let lease = locked(claim(&client, "pay:dropped").await);
+    m[1].freeze();
+    m[2].freeze();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        lease.complete("charged pay_d", DAY),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the caller gave up first: {gave_up:?}");
+    m[1].thaw();
+    m[2].thaw();
+    eventually("the record is on every master", WITHIN, || async {
+        m.values("pay:dropped:record").await == vec![stored("charged pay_d"); 3]
+    })
+    .await;
+    no_lock_left(&m, "pay:dropped").await;
+}
+
 /// A completion whose requests time out (two masters paused for a moment: a stalled
 /// replica or masters under load) is asked again where it got no answer: it reaches the
 /// quorum once they are back, within the caller's patience, and no lock is left behind.

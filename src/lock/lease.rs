@@ -211,8 +211,11 @@ impl Lease {
     /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
     /// expired or was lost (nothing stale is stored where it no longer holds),
     /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
-    /// released early: it stays until its ttl, so duplicates are refused rather than run a
-    /// second time. The same holds if this future is dropped midway.
+    /// released early: the record is asked again, in the background, where the lock still
+    /// holds (and the lock extended where the write is refused with an error reply), until a
+    /// quorum has it or the lock has expired there, so duplicates are refused rather than
+    /// run a second time. The same holds if this future is dropped midway. See the crate's
+    /// Safety docs for the one case left open.
     ///
     /// [`Error::is_lost`]: crate::Error::is_lost
     /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input

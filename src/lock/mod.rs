@@ -20,6 +20,7 @@ use crate::node::{Acquire, MemoryNode};
 
 mod acquire;
 mod builder;
+mod completion;
 mod extend;
 mod fencing;
 mod health;

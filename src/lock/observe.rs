@@ -415,6 +415,7 @@ pub(crate) fn background(kind: Background) -> Span {
         Background::Settle => tracing::debug_span!(parent: None, "redlock.settle"),
         Background::ReleaseRest => tracing::debug_span!(parent: None, "redlock.release_rest"),
         Background::Cancelled => tracing::debug_span!(parent: None, "redlock.cancelled"),
+        Background::Completing => tracing::debug_span!(parent: None, "redlock.completing"),
     };
     if !span.is_disabled() {
         span.follows_from(Span::current());
@@ -433,6 +434,8 @@ pub(crate) enum Background {
     ReleaseRest,
     /// The release of a try whose caller went away mid-flight.
     Cancelled,
+    /// A completion that lacks its quorum, asked again where the lease's lock may hold.
+    Completing,
 }
 
 #[cfg(test)]

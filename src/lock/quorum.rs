@@ -163,6 +163,14 @@ pub(crate) struct Sent<T, F> {
 impl<T, F> Unpin for Sent<T, F> {}
 
 impl<T, F> Sent<T, F> {
+    /// No request at all.
+    pub(crate) fn empty() -> Self {
+        Self {
+            now: Vec::new(),
+            later: None,
+        }
+    }
+
     /// Whether every answer has been taken.
     pub(crate) fn is_empty(&self) -> bool {
         self.now.is_empty() && self.later.as_ref().is_none_or(FuturesUnordered::is_empty)
@@ -170,13 +178,7 @@ impl<T, F> Sent<T, F> {
 
     /// Takes the requests out, leaving none.
     pub(crate) fn take(&mut self) -> Self {
-        std::mem::replace(
-            self,
-            Self {
-                now: Vec::new(),
-                later: None,
-            },
-        )
+        std::mem::replace(self, Self::empty())
     }
 
     /// The nodes whose request is still in flight and was sent (polled at least once): it

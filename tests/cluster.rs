@@ -507,3 +507,69 @@ async fn cluster_restart_protection_abstains_per_slot_until_old_enough() {
     assert_ne!(second_run, first_run);
     assert!(mark.starts_with(&format!("{second_run}:")), "{mark}");
 }
+
+/// redis-rs' cluster connection sends a command again after its connection dropped (its
+/// retries also follow `MOVED`/`ASK`, which resharding needs). When the first send ran — the
+/// connection reset after the command was forwarded, before its reply came back — the
+/// second finds the voter's own token on the key. That is a grant, for the plain, replay and
+/// fenced acquires alike: the lock is ours (not "held by another", which would strand it for
+/// its ttl and report the try as contended against itself).
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_retry_after_a_reset_finds_its_own_token_acquired() {
+    let c = tokio::task::spawn_blocking(|| Cluster::start(3))
+        .await
+        .unwrap();
+    let mut proxies = Vec::new();
+    for i in 0..c.len() {
+        let upstream = c[i].addr().parse().expect("a socket address");
+        proxies.push(support::proxy::FaultProxy::start(upstream).await);
+    }
+    for (i, proxy) in proxies.iter().enumerate() {
+        c.announce_port(i, proxy.addr().port()).await;
+    }
+    let seeds: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let options = RedisNodeOptions::new().no_protection();
+    for mode in ["plain", "replay", "fenced"] {
+        let voter = RedisNode::cluster_with(node::Cluster::new(&seeds).unwrap(), &options)
+            .expect("a cluster voter");
+        answered(&voter).await;
+        let client = Redlock::builder()
+            .node(voter)
+            // Room for the reconnection and the command sent again.
+            .node_timeout(Duration::from_secs(2))
+            .retry(Retry::never())
+            .fencing(mode == "fenced")
+            .build()
+            .unwrap();
+        let key = format!("reset-{mode}");
+        let owner = c.node_for_key(&key).await;
+        proxies[owner].drop_next_reply();
+        let lease = if mode == "replay" {
+            match client
+                .lock_unless_completed(&key, TTL, Retry::never())
+                .await
+            {
+                Ok(Claim::Locked(lease)) => Ok(lease),
+                Ok(Claim::Completed(r)) => panic!("{mode}: nothing was completed: {r:?}"),
+                Err(e) => Err(e),
+            }
+        } else {
+            client.try_lock(&key, TTL).await
+        };
+        assert!(
+            proxies[owner].reply_dropped(),
+            "{mode}: the reply to the acquire was dropped"
+        );
+        let lease = lease.unwrap_or_else(|e| panic!("{mode}: the lock is ours: {e}"));
+        assert_eq!(
+            c[owner].get(&key).await.as_deref(),
+            Some(lease.value()),
+            "{mode}"
+        );
+        if mode == "fenced" {
+            assert!(lease.fencing_token().is_some_and(|t| t > 0), "{mode}");
+        }
+        lease.release().await.unwrap();
+        assert_eq!(c[owner].get(&key).await, None, "{mode}: released");
+    }
+}

@@ -9,6 +9,7 @@
 
 use std::ops::Index;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::launch::{free_port, Launch, ScratchDir};
@@ -26,6 +27,9 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(20);
 pub struct Cluster {
     // Field order is drop order: the nodes first, the directory of their files last.
     nodes: Vec<RedisServer>,
+    /// The port each node advertises to clients instead of its own, if set
+    /// ([`Cluster::announce_port`]).
+    announced: Mutex<Vec<Option<u16>>>,
     dir: ScratchDir,
 }
 
@@ -74,7 +78,12 @@ impl Cluster {
                 .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect()
         });
-        let cluster = Self { nodes, dir };
+        let announced = Mutex::new(vec![None; n]);
+        let cluster = Self {
+            nodes,
+            announced,
+            dir,
+        };
         cluster.create();
         block_on(cluster.wait_ok());
         cluster
@@ -197,13 +206,52 @@ impl Cluster {
                 continue;
             };
             let addr = format!("{ip}:{port}");
+            let announced = self.announced.lock().unwrap().clone();
             return self
                 .nodes
                 .iter()
-                .position(|n| n.addr() == addr)
+                .zip(announced)
+                .position(|(n, a)| {
+                    n.addr() == addr || a.is_some_and(|a| ip == "127.0.0.1" && a == port)
+                })
                 .unwrap_or_else(|| panic!("slot {slot} is served by {addr}, not one of ours"));
         }
         panic!("which node serves {key} (slot {slot}): {last}");
+    }
+
+    /// Makes node `i` advertise `port` to clients instead of its own (`CONFIG SET
+    /// cluster-announce-port`): a [`FaultProxy`](crate::proxy::FaultProxy) in front of it
+    /// then carries every request a cluster client sends it after reading the slot map.
+    /// Waits (bounded) until every node's `CLUSTER SLOTS` names that port.
+    pub async fn announce_port(&self, i: usize, port: u16) {
+        let set = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-port")
+            .arg(port)
+            .clone();
+        ask::<()>(&self.nodes[i].addr(), &set)
+            .await
+            .unwrap_or_else(|e| panic!("announce port {port} for node {i}: {e}"));
+        self.announced.lock().unwrap()[i] = Some(port);
+        let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        until(
+            format!("every node names port {port} for node {i}"),
+            SETTLE_DEADLINE,
+            || async {
+                for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+                    let ranges: Vec<redis::Value> = ask(&node.addr(), &cmd).await?;
+                    if !ranges
+                        .iter()
+                        .filter_map(slot_range)
+                        .any(|(_, _, (_, p))| p == port)
+                    {
+                        return Err(format!("{} does not name port {port} yet", node.addr()));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await;
     }
 
     /// Waits (bounded) until every running node reports `cluster_state:ok` and knows all

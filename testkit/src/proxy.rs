@@ -1,6 +1,8 @@
 //! A TCP proxy in front of one master, switchable at run time between pass-through, added
 //! latency (each direction), black-hole (accept, never answer) and reset (drop every
-//! connection, refuse new ones). Bound to 127.0.0.1 on a free port; stops on drop.
+//! connection, refuse new ones); and a one-shot reset of the connection that carries the
+//! next reply, after its request ran ([`FaultProxy::drop_next_reply`]). Bound to 127.0.0.1
+//! on a free port; stops on drop.
 //!
 //! A black hole stalls the traffic instead of discarding it, as a network partition does to
 //! a live TCP connection: nothing is lost, it arrives when the partition heals. (Discarding
@@ -8,6 +10,8 @@
 //! protocol, which is not the fault under test.)
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,6 +37,9 @@ pub enum Fault {
 pub struct FaultProxy {
     addr: SocketAddr,
     fault: watch::Sender<Fault>,
+    /// Armed by [`FaultProxy::drop_next_reply`]: the next reply is not forwarded, its
+    /// connection is reset instead.
+    drop_reply: Arc<AtomicBool>,
     accept: JoinHandle<()>,
 }
 
@@ -42,12 +49,27 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         let (fault, watch) = watch::channel(Fault::Pass);
-        let accept = tokio::spawn(accept_loop(listener, upstream, watch));
+        let drop_reply = Arc::new(AtomicBool::new(false));
+        let accept = tokio::spawn(accept_loop(listener, upstream, watch, drop_reply.clone()));
         Self {
             addr,
             fault,
+            drop_reply,
             accept,
         }
+    }
+
+    /// Arms a one-shot fault: the next reply from upstream (on any connection) is not
+    /// forwarded — that connection is reset (RST both ways) instead. The request it answers
+    /// was forwarded and ran: the client sees a dropped connection after its command took
+    /// effect. Other traffic passes as the current [`Fault`] says.
+    pub fn drop_next_reply(&self) {
+        self.drop_reply.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether an armed [`FaultProxy::drop_next_reply`] has fired.
+    pub fn reply_dropped(&self) -> bool {
+        !self.drop_reply.load(Ordering::SeqCst)
     }
 
     /// Switches the proxy's behaviour; live connections follow at once.
@@ -78,7 +100,12 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: SocketAddr, fault: watch::Receiver<Fault>) {
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    fault: watch::Receiver<Fault>,
+    drop_reply: Arc<AtomicBool>,
+) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             continue;
@@ -88,6 +115,7 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, fault: watch::
             continue;
         }
         let fault = fault.clone();
+        let drop_reply = drop_reply.clone();
         tokio::spawn(async move {
             let Ok(server) = TcpStream::connect(upstream).await else {
                 reset(client);
@@ -100,8 +128,8 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, fault: watch::
             }
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
-            let mut up = tokio::spawn(pump(cr, sw, fault.clone()));
-            let mut down = tokio::spawn(pump(sr, cw, fault));
+            let mut up = tokio::spawn(pump(cr, sw, fault.clone(), None));
+            let mut down = tokio::spawn(pump(sr, cw, fault, Some(drop_reply)));
             // Either side ending ends both: the halves are dropped with their tasks.
             tokio::select! {
                 _ = &mut up => {}
@@ -126,11 +154,13 @@ fn reset(stream: TcpStream) {
     drop(stream);
 }
 
-/// Copies `from` to `to` under the current fault, until either side closes or a reset.
+/// Copies `from` to `to` under the current fault, until either side closes or a reset. With
+/// `drop_reply` armed, the next bytes read end the connection instead of being forwarded.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut fault: watch::Receiver<Fault>,
+    drop_reply: Option<Arc<AtomicBool>>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -158,6 +188,13 @@ async fn pump(
                 continue;
             }
         };
+        if drop_reply
+            .as_ref()
+            .is_some_and(|armed| armed.swap(false, Ordering::SeqCst))
+        {
+            // Both halves are dropped with their tasks: an RST each way (linger 0).
+            return;
+        }
         let delay = match *fault.borrow() {
             Fault::Latency(d) => Some(d),
             _ => None,

@@ -18,6 +18,16 @@ pub(super) enum Conn {
 }
 
 impl Conn {
+    /// Whether the connection may send a request a second time on its own (after a dropped
+    /// connection): redis-rs' cluster connection retries, the others never do.
+    pub(super) fn sends_again(&self) -> bool {
+        match self {
+            #[cfg(feature = "cluster")]
+            Self::Cluster(_) => true,
+            _ => false,
+        }
+    }
+
     /// A key a script reads or writes next to the lock `key`: as it is, except on a Cluster,
     /// where it is put in `key`'s hash slot (a script's keys must share one).
     pub(super) fn aux_key<'a>(&self, key: &str, aux: &'a str) -> Cow<'a, str> {

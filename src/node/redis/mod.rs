@@ -7,7 +7,7 @@ use redis::{Client, Cmd, RedisResult, Value};
 
 use self::conn::{query, Conn};
 use self::options::RestartGuard;
-use self::scripts::{Script, ACQUIRE_GUARDED, EXTEND, RELEASE};
+use self::scripts::{Script, ACQUIRE, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{Acquire, NodeFailure};
 
 #[cfg(feature = "cluster")]
@@ -297,9 +297,9 @@ impl RedisNode {
     ) -> Result<Acquire, NodeFailure> {
         // The rare paths are boxed, so that the common one's future (allocated per request)
         // stays small.
-        if let Some(guard) = &self.guard {
-            let v = Box::pin(self.acquire_guarded(guard, key, token, ttl)).await?;
-            // The script answers -3 when it set the key, else the holder's PTTL.
+        if !self.plain_acquire() {
+            let v = Box::pin(self.acquire_scripted(key, token, ttl)).await?;
+            // The script answers -3 when the key holds our token, else the holder's PTTL.
             return Ok(match int(&v)? {
                 -3 => Acquire::Acquired,
                 ms => held(ms),
@@ -353,10 +353,12 @@ impl RedisNode {
         script_cmd("EVALSHA", RELEASE.sha1(), &[key], token, None, None)
     }
 
-    /// Whether this node acquires with the plain `SET` of [`RedisNode::set_cmd`] (not the
-    /// restart-guarded script).
+    /// Whether this node acquires with the plain `SET` of [`RedisNode::set_cmd`]: not behind
+    /// tenure protection, and over a connection that never sends a request twice (a
+    /// Cluster's does, after a dropped connection: there the acquire is a script that takes
+    /// our own token for a grant, see [`ACQUIRE`]).
     pub(crate) fn plain_acquire(&self) -> bool {
-        self.guard.is_none()
+        self.guard.is_none() && !self.conn.sends_again()
     }
 
     /// Compare-and-delete: whether `key` held `token` and was deleted. With `prepared`
@@ -384,6 +386,21 @@ impl RedisNode {
             .run(&EXTEND, &[key], token, Some(ttl_ms(ttl)), None, None)
             .await?;
         Ok(int(&v)? == 1)
+    }
+
+    /// The acquire as a script: behind tenure protection, or [`ACQUIRE`].
+    async fn acquire_scripted(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Value, NodeFailure> {
+        match &self.guard {
+            Some(guard) => self.acquire_guarded(guard, key, token, ttl).await,
+            None => Ok(self
+                .run(&ACQUIRE, &[key], token, Some(ttl_ms(ttl)), None, None)
+                .await?),
+        }
     }
 
     /// The acquire script behind tenure (delayed-restart) protection: a master whose tenure is

@@ -42,24 +42,59 @@ end
     };
 }
 
-/// `SET key token NX PX ttl` behind tenure protection (restarts, failovers), answering -3
-/// when it set the key and the holder's `PTTL` when it is held (the unguarded acquire is a
-/// plain `SET`, see `RedisNode::acquire_key`). `KEYS[2]` is the tenure marker (see
-/// `tenure_lua!`); returns -4 without setting anything while the tenure is younger than
-/// `ARGV[3]` ms (the longest ttl in use).
+/// The lock's set, shared by the acquire scripts: `held` is the key's value before, and
+/// `mine` whether it already held our token `ARGV[1]` — a request sent again after its
+/// connection dropped, whose first send ran (redis-rs' cluster connection does that), finds
+/// it so, and that is a grant, not "held by another"; else, when the key is free, it is set
+/// to our token for `ARGV[2]` ms (and `set` is true). Reading first also answers "held" for
+/// a held key on a master out of memory, which refuses any `SET`.
+macro_rules! set_lua {
+    () => {
+        r#"local held = redis.call('get', KEYS[1])
+local mine, set = held == ARGV[1], false
+if not held then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  mine, set = true, true
+end
+"#
+    };
+}
+
+/// `SET key token NX PX ttl` as a script, for a voter whose connection may send a request
+/// twice (a Cluster's): answers -3 when the key holds our token — set now, or by the first
+/// send of this very request — and the holder's `PTTL` when another value holds it. (Over
+/// one master's connection, which never sends a request twice, the acquire is a plain
+/// `SET`: see `RedisNode::acquire_key`.)
+pub(crate) static ACQUIRE: Script = Script {
+    source: concat!(
+        set_lua!(),
+        r#"if mine then
+  return -3
+end
+return redis.call('pttl', KEYS[1])
+"#
+    ),
+    sha1: "1b44e759187a4a6badc3a3947577204e753b35d1",
+};
+
+/// [`ACQUIRE`] behind tenure protection (restarts, failovers). `KEYS[2]` is the tenure
+/// marker (see `tenure_lua!`); returns -4 without setting anything while the tenure is
+/// younger than `ARGV[3]` ms (the longest ttl in use).
 pub(crate) static ACQUIRE_GUARDED: Script = Script {
     source: concat!(
         tenure_lua!(),
         r#"if young then
   return -4
 end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+"#,
+        set_lua!(),
+        r#"if mine then
   return -3
 end
 return redis.call('pttl', KEYS[1])
 "#
     ),
-    sha1: "1a50304347c46d0bdd34b4b2509f3f4efa34348e",
+    sha1: "bccf860731aa6e7e238a35e1155106502db89ffd",
 };
 
 /// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]).
@@ -118,8 +153,8 @@ return 0
 /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
 /// (nothing is locked: the work is done). A record is stored behind the format tag
 /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
-/// that happens to be named `…:record`) is never taken for one. Otherwise `SET KEYS[1] token
-/// NX PX ttl` → `{1}`, or `{0, PTTL}` when held. With a third key, behind tenure protection
+/// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
+/// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With a third key, behind tenure protection
 /// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
 /// after it has shown any record it has (a record is only ever written by a holder, so one
 /// that survived is an answer; only "no record" needs a dataset old enough to trust).
@@ -136,13 +171,15 @@ if #KEYS == 3 then
   return {3}
 end
 end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+"#,
+        set_lua!(),
+        r#"if mine then
   return {1}
 end
 return {0, redis.call('pttl', KEYS[1])}
 "#
     ),
-    sha1: "d8ae2d3450862026dc0ca7a39dbb459be7d37128",
+    sha1: "4e94510c144075e4b498506c1ab7f50098139878",
 };
 
 /// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
@@ -208,8 +245,10 @@ macro_rules! fence_raise_lua {
 }
 
 /// The end of the fenced acquires, after the record and tenure checks: `{4}` when the
-/// counter's key is foreign (nothing set); else `SET KEYS[1] ARGV[1] NX PX ARGV[2]` and the
-/// bump, `{1, fence}`; or `{0, PTTL}` when held.
+/// counter's key is foreign (nothing set); else the lock's set (`set_lua!`) and, when it
+/// set the key, the bump: `{1, fence}` — also when the key already held our token (a
+/// request sent twice: the counter is as its first send left it) — or `{0, PTTL}` when
+/// another value holds it.
 macro_rules! fenced_set_lua {
     () => {
         concat!(
@@ -217,10 +256,14 @@ macro_rules! fenced_set_lua {
             r#"if foreign then
   return {4}
 end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+"#,
+            set_lua!(),
+            r#"if set then
 "#,
             fence_bump_lua!(),
-            r#"return {1, fence}
+            r#"end
+if mine then
+  return {1, fence}
 end
 return {0, redis.call('pttl', KEYS[1])}
 "#
@@ -243,7 +286,7 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "1e0d1df9b2da860ce9546f5e8952b258a5d686f3",
+    sha1: "532bbe87757ac55b82ccf7fdd211dfb736c78201",
 };
 
 /// The fenced replay acquire: KEYS lock, record, counter[, tenure marker]; ARGV as
@@ -266,7 +309,7 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "e81b111e68a9aa39cb09dd1ec88462b89506a4ad",
+    sha1: "3ae145c2f1c6021adf050e807ceaf194750f938e",
 };
 
 /// The fenced release: KEYS lock, counter; ARGV token, the lease's fencing token, the
@@ -303,6 +346,7 @@ mod tests {
     #[test]
     fn hashes_match_sources() {
         for s in [
+            &ACQUIRE,
             &ACQUIRE_GUARDED,
             &RELEASE,
             &EXTEND,

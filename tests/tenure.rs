@@ -133,3 +133,114 @@ async fn tenure_repromoted_master_abstains_for_the_protection_window() {
     );
     second.release().await.unwrap();
 }
+
+/// The guarded acquire of the versions of this crate before the second tenure marker, as
+/// they ship it (`KEYS`: lock, marker; `ARGV`: token, ttl, the longest ttl; -4 while young,
+/// -3 when set, else the holder's `PTTL`): a rolling deploy runs it beside this version's.
+const GUARDED_ACQUIRE_BEFORE_MARKER_2: &str = r#"local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local me = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local mark = redis.call('get', KEYS[#KEYS])
+local who, since
+if mark then
+  who, since = string.match(mark, '^(%x+):(%d+)$')
+end
+local young = true
+if who ~= me then
+  redis.call('set', KEYS[#KEYS], me .. ':' .. now)
+elseif now - tonumber(since) >= tonumber(ARGV[3]) then
+  young = false
+end
+if young then
+  return -4
+end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return -3
+end
+return redis.call('pttl', KEYS[1])
+"#;
+
+/// What the earlier version's guarded acquire answers for `key` on `server`.
+async fn earlier_version_acquires(server: &RedisServer, key: &str, max_ttl: Duration) -> i64 {
+    let marker = format!("tower-redlock:restart-guard:{}", max_ttl.as_millis());
+    let token = format!("{:032x}", fastrand::u128(..));
+    server
+        .query(
+            redis::cmd("EVAL")
+                .arg(GUARDED_ACQUIRE_BEFORE_MARKER_2)
+                .arg(2)
+                .arg(key)
+                .arg(&marker)
+                .arg(&token)
+                .arg(10_000)
+                .arg(max_ttl.as_millis() as u64),
+        )
+        .await
+}
+
+/// The tenure markers are a format two versions meet on one master during a rolling
+/// deploy: neither starts the other's clock again. Upgrade: the earlier version's tenure has
+/// grown old, and this version votes at once (it takes the first marker's time for its
+/// second marker), and the earlier one still does after it. The other way round: this
+/// version's tenure has grown old, and the earlier version votes at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn tenure_markers_of_two_versions_keep_each_others_clock() {
+    let max_ttl = Duration::from_millis(1500);
+    const SET: i64 = -3;
+    const YOUNG: i64 = -4;
+
+    // The earlier version first, then this one.
+    let upgraded = RedisServer::start();
+    assert_eq!(
+        earlier_version_acquires(&upgraded, "up-0", max_ttl).await,
+        YOUNG
+    );
+    let mut n = 0;
+    eventually("the earlier version's tenure is old", WITHIN, || {
+        n += 1;
+        let key = format!("up-{n}");
+        let server = &upgraded;
+        async move { earlier_version_acquires(server, &key, max_ttl).await == SET }
+    })
+    .await;
+    let this = guarded(&upgraded, max_ttl);
+    // The first request also connects: given a few tries, never a tenure's worth of them.
+    let start = Instant::now();
+    let lease = lock_eventually(&this, "up-this", max_ttl).await;
+    assert!(
+        start.elapsed() < max_ttl / 2,
+        "this version abstained {:?}: its clock started again",
+        start.elapsed()
+    );
+    lease.release().await.unwrap();
+    assert_eq!(
+        earlier_version_acquires(&upgraded, "up-after", max_ttl).await,
+        SET,
+        "the earlier version votes after this one wrote its markers"
+    );
+
+    // This version first, then the earlier one.
+    let mixed = RedisServer::start();
+    let this = guarded(&mixed, max_ttl);
+    let started = Instant::now();
+    lock_eventually(&this, "mix-this", max_ttl)
+        .await
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= max_ttl,
+        "a fresh tenure abstains first"
+    );
+    assert_eq!(
+        earlier_version_acquires(&mixed, "mix-earlier", max_ttl).await,
+        SET,
+        "the earlier version votes at once beside this one's old tenure"
+    );
+    this.try_lock("mix-again", max_ttl)
+        .await
+        .expect("this version still votes")
+        .release()
+        .await
+        .unwrap();
+}

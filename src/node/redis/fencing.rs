@@ -73,14 +73,14 @@ impl RedisNode {
         let retention_arg = ttl_ms(retention).to_string();
         let record_key = record_key.map(|r| self.conn.aux_key(key, r));
         let fence_key = self.conn.aux_key(key, fence_key);
-        let guard_key = self.guard.as_ref().map(|g| self.conn.aux_key(key, &g.key));
+        let markers = self.guard.as_ref().map(|g| self.markers(g, key));
         let mut keys = vec![key];
         keys.extend(record_key.as_deref());
         keys.push(fence_key.as_ref());
         let max_arg = match &self.guard {
             Some(guard) => {
                 guard.check(ttl)?;
-                keys.extend(guard_key.as_deref());
+                keys.extend(markers.iter().flatten().map(AsRef::as_ref));
                 ttl_ms(guard.max_ttl).to_string()
             }
             None => "0".to_owned(),

@@ -1,5 +1,6 @@
 //! A Redis master as a node.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
@@ -388,6 +389,15 @@ impl RedisNode {
         Ok(int(&v)? == 1)
     }
 
+    /// The tenure markers' keys for the lock `key` (in its slot on a Cluster): what the
+    /// guarded scripts take as their last two keys.
+    fn markers<'a>(&self, guard: &'a RestartGuard, key: &str) -> [Cow<'a, str>; 2] {
+        [
+            self.conn.aux_key(key, &guard.key),
+            self.conn.aux_key(key, &guard.repl_key),
+        ]
+    }
+
     /// The acquire as a script: behind tenure protection, or [`ACQUIRE`].
     async fn acquire_scripted(
         &self,
@@ -413,8 +423,8 @@ impl RedisNode {
         ttl: Duration,
     ) -> Result<Value, NodeFailure> {
         guard.check(ttl)?;
-        let guard_key = self.conn.aux_key(key, &guard.key);
-        let keys = [key, guard_key.as_ref()];
+        let [marker, repl_marker] = self.markers(guard, key);
+        let keys = [key, marker.as_ref(), repl_marker.as_ref()];
         let max_ms = Some(ttl_ms(guard.max_ttl));
         let v = self
             .run(

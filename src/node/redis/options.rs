@@ -100,19 +100,30 @@ impl RedisNodeOptions {
     /// by a failover may lack the newest ones (replication is asynchronous): if a lock it
     /// should hold is still valid on other voters, a second client could otherwise gain a
     /// quorum with the forgetful master's vote. With protection on, the acquire script
-    /// itself checks — in one atomic step, on the master's own clock — a marker key holding
-    /// *which server process* (its `run_id`) knows the dataset since when. A restart (with or
-    /// without persistence), a flush, or a promoted replica (the marker it replicated names
-    /// the old master) starts the clock again; a master whose tenure is younger than
-    /// `max_ttl` abstains (counts as failed). Locks the old master granted were granted
-    /// before that, with ttls up to `max_ttl`: they are gone everywhere when it votes again.
+    /// itself checks — in one atomic step, on the master's own clock — two marker keys:
+    /// *which server process* (its `run_id`) knows the dataset since when, and since when
+    /// *this replication history* (its `master_replid`, new at every promotion) is served as
+    /// master. A restart (with or without persistence), a flush, a promoted replica (the
+    /// markers it replicated name the old master), or a former master demoted, re-synced
+    /// and promoted again (the same process, a new history) starts the clock again; a
+    /// master whose tenure is younger than `max_ttl` abstains (counts as failed). Locks the
+    /// old master granted were granted before that, with ttls up to `max_ttl`: they are gone
+    /// everywhere when it votes again (`tests/tenure.rs`, `tests/sentinel.rs`).
+    ///
+    /// The markers are a format: `tower-redlock:restart-guard:<ms>` holds `<run_id>:<ms>`
+    /// (read and written the same way by every version of this crate), and
+    /// `tower-redlock:restart-guard:<ms>:repl` holds `TRT2:<master_replid>:<ms>`, which
+    /// versions before it neither read nor touch. During a rolling deploy neither starts
+    /// the other's clock again (`tenure_markers_of_two_versions_keep_each_others_clock`); a
+    /// master promoted again while only earlier versions lock on it is not detected by them.
     ///
     /// Trade-offs: after a restart, a failover, a `FLUSHALL`, or the first use of protection
     /// on a master, that voter is out of the quorum for `max_ttl`, so fewer failures are
     /// tolerated meanwhile; a client refuses locks with a ttl above `max_ttl` (an
-    /// invalid-input error); each master keeps one marker key per `max_ttl`
-    /// (`tower-redlock:restart-guard:<ms>`; on a Cluster, one per hash slot in use — each
-    /// slot's first lock starts its clock, so keep it off there unless you need it).
+    /// invalid-input error); each master keeps two marker keys per `max_ttl` (on a
+    /// Cluster, two per hash slot in use — each slot's first lock starts its clock, so keep
+    /// it off there unless you need it); each guarded acquire reads `INFO server` and `INFO
+    /// replication` inside its script.
     ///
     /// On by default for [`RedisNode::sentinel`](super::RedisNode::sentinel) voters (with
     /// [`DEFAULT_FAILOVER_MAX_TTL`]); [`no_protection`](Self::no_protection) turns it off.
@@ -156,8 +167,12 @@ impl RedisNodeOptions {
 #[derive(Debug, Clone)]
 pub(super) struct RestartGuard {
     pub(super) max_ttl: Duration,
-    /// The marker key: which server process knows the dataset since when.
+    /// The marker key: which server process knows the dataset since when (`run_id:ms`, the
+    /// first format; versions of this crate before the second marker read only this one).
     pub(super) key: String,
+    /// The second marker key: since when this dataset's replication history is served as
+    /// master (`TRT2:master_replid:ms`).
+    pub(super) repl_key: String,
 }
 
 impl RestartGuard {
@@ -173,9 +188,11 @@ impl RestartGuard {
     }
 
     fn new(max_ttl: Duration) -> Self {
+        let key = format!("tower-redlock:restart-guard:{}", max_ttl.as_millis());
         Self {
             max_ttl,
-            key: format!("tower-redlock:restart-guard:{}", max_ttl.as_millis()),
+            repl_key: format!("{key}:repl"),
+            key,
         }
     }
 }

@@ -21,14 +21,14 @@ impl RedisNode {
     ) -> Result<Acquire, NodeFailure> {
         let ttl_arg = ttl_ms(ttl).to_string();
         let record_key = self.conn.aux_key(key, record_key);
-        let guard_key = self.guard.as_ref().map(|g| self.conn.aux_key(key, &g.key));
+        let markers = self.guard.as_ref().map(|g| self.markers(g, key));
         let mut keys = vec![key, record_key.as_ref()];
         let mut args = vec![token.as_bytes(), ttl_arg.as_bytes()];
         let max_arg;
         if let Some(guard) = &self.guard {
             guard.check(ttl)?;
             max_arg = ttl_ms(guard.max_ttl).to_string();
-            keys.extend(guard_key.as_deref());
+            keys.extend(markers.iter().flatten().map(AsRef::as_ref));
             args.push(max_arg.as_bytes());
         }
         let reply = self

@@ -17,27 +17,51 @@ impl Script {
     }
 }
 
-/// The tenure check shared by the guarded scripts: sets `young` when the master serving
-/// the dataset has held it for less than `ARGV[3]` ms. The marker at the last key holds which
-/// server process (its `run_id`) knows the dataset since when, in the server's own clock
-/// (`TIME`, ms): a restart, a flush (the marker is gone) or a promoted replica (the marker it
-/// replicated names the old master) starts the clock again.
+/// The tenure check shared by the guarded scripts: sets `young` when the master serving the
+/// dataset has held it for less than `ARGV[3]` ms. Two markers, the last two keys, in the
+/// server's own clock (`TIME`, ms):
+///
+/// - `KEYS[#KEYS - 1]`, `<run_id>:<ms>` (the first format): which server process knows the
+///   dataset since when. A restart, a flush (the marker is gone) or a promoted replica (the
+///   marker it replicated names the old master) starts the clock again.
+/// - `KEYS[#KEYS]`, `TRT2:<master_replid>:<ms>` (format 2): since when this replication
+///   history is served as master. Every promotion changes the `master_replid`, so a master
+///   that was demoted, re-synced and promoted again — the same process, its `run_id`
+///   unchanged — starts the clock again too.
+///
+/// Rolling deploys: versions of this crate before the second marker read and write only the
+/// first, in the same format, and leave the second alone; a missing second marker beside a
+/// first one of this very process (written by such a version) takes its time, so an
+/// upgrade does not start the clock again.
 macro_rules! tenure_lua {
     () => {
         r#"local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-local mark = redis.call('get', KEYS[#KEYS])
-local who, since
+local repl = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or '0'
+local mkey, rkey = KEYS[#KEYS - 1], KEYS[#KEYS]
+local mark, rmark = redis.call('get', mkey), redis.call('get', rkey)
+local who, since, rid, rsince
 if mark then
   who, since = string.match(mark, '^(%x+):(%d+)$')
 end
-local young = true
-if who ~= me then
-  redis.call('set', KEYS[#KEYS], me .. ':' .. now)
-elseif now - tonumber(since) >= tonumber(ARGV[3]) then
-  young = false
+if rmark then
+  rid, rsince = string.match(rmark, '^TRT2:(%x+):(%d+)$')
 end
+if who ~= me then
+  since = now
+  redis.call('set', mkey, me .. ':' .. now)
+end
+if rid ~= repl then
+  if rmark or who ~= me then
+    rsince = now
+  else
+    rsince = since
+  end
+  redis.call('set', rkey, 'TRT2:' .. repl .. ':' .. rsince)
+end
+local young = now - tonumber(since) < tonumber(ARGV[3])
+  or now - tonumber(rsince) < tonumber(ARGV[3])
 "#
     };
 }
@@ -77,8 +101,8 @@ return redis.call('pttl', KEYS[1])
     sha1: "1b44e759187a4a6badc3a3947577204e753b35d1",
 };
 
-/// [`ACQUIRE`] behind tenure protection (restarts, failovers). `KEYS[2]` is the tenure
-/// marker (see `tenure_lua!`); returns -4 without setting anything while the tenure is
+/// [`ACQUIRE`] behind tenure protection (restarts, failovers). `KEYS[2]` and `KEYS[3]` are
+/// the tenure markers (see `tenure_lua!`); returns -4 without setting anything while the tenure is
 /// younger than `ARGV[3]` ms (the longest ttl in use).
 pub(crate) static ACQUIRE_GUARDED: Script = Script {
     source: concat!(
@@ -94,7 +118,7 @@ end
 return redis.call('pttl', KEYS[1])
 "#
     ),
-    sha1: "bccf860731aa6e7e238a35e1155106502db89ffd",
+    sha1: "76d068a050adc2065c0dbc9b5014e96295156227",
 };
 
 /// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]).
@@ -154,7 +178,7 @@ return 0
 /// (nothing is locked: the work is done). A record is stored behind the format tag
 /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
 /// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
-/// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With a third key, behind tenure protection
+/// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With the two tenure markers as third and fourth keys, behind tenure protection
 /// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
 /// after it has shown any record it has (a record is only ever written by a holder, so one
 /// that survived is an answer; only "no record" needs a dataset old enough to trust).
@@ -164,7 +188,7 @@ pub(crate) static ACQUIRE_UNLESS_COMPLETED: Script = Script {
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
   return {2, string.sub(record, 6)}
 end
-if #KEYS == 3 then
+if #KEYS == 4 then
 "#,
         tenure_lua!(),
         r#"if young then
@@ -179,7 +203,7 @@ end
 return {0, redis.call('pttl', KEYS[1])}
 "#
     ),
-    sha1: "4e94510c144075e4b498506c1ab7f50098139878",
+    sha1: "9dfdafd1cae77d226cc4761b0e7fee951b028b40",
 };
 
 /// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
@@ -271,13 +295,13 @@ return {0, redis.call('pttl', KEYS[1])}
     };
 }
 
-/// The fenced acquire: KEYS lock, counter[, tenure marker]; ARGV token, ttl, the longest ttl
+/// The fenced acquire: KEYS lock, counter[, the two tenure markers]; ARGV token, ttl, the longest ttl
 /// (tenure protection, as [`ACQUIRE_GUARDED`]: `{3}` while the tenure is young, setting
 /// nothing), the counter's retention. Answers as `fenced_set_lua!`.
 pub(crate) static ACQUIRE_FENCED: Script = Script {
     source: concat!(
         "local fkey, fret = KEYS[2], ARGV[4]\n",
-        "if #KEYS == 3 then\n",
+        "if #KEYS == 4 then\n",
         tenure_lua!(),
         r#"if young then
   return {3}
@@ -286,10 +310,10 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "532bbe87757ac55b82ccf7fdd211dfb736c78201",
+    sha1: "42673e174fd24ea86d4485a81647ac64a87ba327",
 };
 
-/// The fenced replay acquire: KEYS lock, record, counter[, tenure marker]; ARGV as
+/// The fenced replay acquire: KEYS lock, record, counter[, the two tenure markers]; ARGV as
 /// [`ACQUIRE_FENCED`]. `{2, record}` when the completion record exists (as
 /// [`ACQUIRE_UNLESS_COMPLETED`]), else as [`ACQUIRE_FENCED`].
 pub(crate) static ACQUIRE_UNLESS_COMPLETED_FENCED: Script = Script {
@@ -299,7 +323,7 @@ local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
   return {2, string.sub(record, 6)}
 end
-if #KEYS == 4 then
+if #KEYS == 5 then
 "#,
         tenure_lua!(),
         r#"if young then
@@ -309,7 +333,7 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "3ae145c2f1c6021adf050e807ceaf194750f938e",
+    sha1: "b6a2c5a9840ee058ddb82f3cbd4fd667e38a2807",
 };
 
 /// The fenced release: KEYS lock, counter; ARGV token, the lease's fencing token, the

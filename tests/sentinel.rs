@@ -453,3 +453,89 @@ async fn sentinel_with_passwords_for_the_master_and_the_sentinels() {
     }
     assert_eq!(g.master().get("auth-2").await, None);
 }
+
+/// A Sentinel voter votes only while a majority of its sentinels has named its master
+/// recently: cut from two of three sentinels, it stops granting and extending within its
+/// window (two refresh intervals), even though the one sentinel it still hears names the
+/// same master. Then it is cut from that one too and the others fail the master over:
+/// another client locks on the promoted master — after every lease the cut-off voter may
+/// have granted or extended has expired (the promoted master's tenure protection covers the
+/// window and the longest ttl).
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_its_window() {
+    let g = SentinelGroup::start("tr-majority");
+    let refresh = Duration::from_millis(200);
+    let window = refresh * 2;
+    let max_ttl = Duration::from_secs(3);
+    let opts = RedisNodeOptions::new().restart_protection(max_ttl);
+    // Client `a` reaches the sentinels through proxies, so it can be cut from them.
+    let mut proxies = Vec::new();
+    for addr in g.sentinel_addrs() {
+        proxies.push(support::proxy::FaultProxy::start(addr.parse().unwrap()).await);
+    }
+    let through: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
+    let voter = |sentinels: Vec<String>| {
+        let group = Sentinel::new(g.master_name(), sentinels)
+            .unwrap()
+            .refresh_interval(refresh);
+        Redlock::builder()
+            .node(RedisNode::sentinel_with(group, &opts).unwrap())
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (voter(through), voter(g.sentinel_addrs()));
+    let ttl = Duration::from_secs(1);
+    let mut lease = lock_eventually(&a, "job", ttl, FOLLOW).await;
+    lease.keep_alive();
+    let handle = lease.handle();
+
+    // `a` hears only sentinel 0 from now on, which still names the same master.
+    proxies[1].set(support::proxy::Fault::Reset);
+    proxies[2].set(support::proxy::Fault::Reset);
+    let cut = Instant::now();
+    let mut i = 0;
+    eventually("a stops granting", window + Duration::from_secs(2), || {
+        i += 1;
+        let key = format!("after-cut-{i}");
+        let a = &a;
+        async move {
+            match a.try_lock(&key, ttl).await {
+                Ok(lease) => {
+                    lease.release().await.unwrap();
+                    false
+                }
+                Err(e) => e.is_unavailable() && e.to_string().contains("majority"),
+            }
+        }
+    })
+    .await;
+    let abstained = cut.elapsed();
+    eventually("a's lease is lost", window + ttl * 2, || async {
+        handle.is_lost()
+    })
+    .await;
+    let last_valid = handle.deadline();
+    assert!(
+        last_valid <= cut + window + ttl + Duration::from_millis(500),
+        "a extended {:?} past the cut",
+        last_valid - cut
+    );
+
+    // Cut from every sentinel; the others fail the master over.
+    proxies[0].set(support::proxy::Fault::Reset);
+    g.failover().await;
+    let second = lock_eventually(&b, "job", ttl, FOLLOW).await;
+    let granted = Instant::now();
+    assert!(
+        granted >= last_valid,
+        "a second holder {:?} before a's last validity ended",
+        last_valid - granted
+    );
+    assert_eq!(g.master().get("job").await.as_deref(), Some(second.value()));
+    let err = a.try_lock("job-2", ttl).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    println!("a abstained {abstained:?} after the cut (window {window:?})");
+    drop(lease);
+}

@@ -81,7 +81,7 @@ impl RedisNode {
             Some(guard) => {
                 guard.check(ttl)?;
                 keys.extend(markers.iter().flatten().map(AsRef::as_ref));
-                ttl_ms(guard.max_ttl).to_string()
+                ttl_ms(guard.window).to_string()
             }
             None => "0".to_owned(),
         };

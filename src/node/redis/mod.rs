@@ -157,18 +157,21 @@ impl RedisNode {
     /// A voter that is a Sentinel-managed master group, with default [`RedisNodeOptions`]:
     /// failover protection on, for ttls up to [`DEFAULT_FAILOVER_MAX_TTL`].
     ///
-    /// The master is discovered through the sentinels (a majority's answer, checked with
-    /// `ROLE`), re-checked every [`Sentinel::refresh_interval`] and at once after a request
-    /// fails in a way a failover explains (the master gone, or `READONLY`): after a failover
-    /// the voter follows the new master without a new client. Until the first discovery
-    /// ends, requests wait for it (bounded by the client's node timeout); while no master is
-    /// known they fail at once, as an unreachable master does.
+    /// The master is discovered through the sentinels (the answer of a majority of all
+    /// the sentinels listed, checked with `ROLE`), re-checked every
+    /// [`Sentinel::refresh_interval`] and at once after a request fails in a way a failover
+    /// explains (the master gone, or `READONLY`): after a failover the voter follows the new
+    /// master without a new client. Until the first discovery ends, requests wait for it
+    /// (bounded by the client's node timeout); while no master is known they fail at once,
+    /// as an unreachable master does. The voter votes only while a majority of its
+    /// sentinels has named its master within its majority window (two refresh intervals);
+    /// otherwise it abstains (see [`Sentinel::refresh_interval`]).
     ///
     /// **Failover protection** ([`RedisNodeOptions::restart_protection`]): replication is
     /// asynchronous, so a promoted replica may lack a lock its old master granted; the new
-    /// master abstains until its tenure is as old as the longest ttl. Without it, a failover
-    /// can let a second client win a lock the first still holds (`tests/sentinel.rs` shows
-    /// both). Must be called inside a Tokio runtime.
+    /// master abstains until its tenure is as old as the longest ttl plus the majority
+    /// window. Without it, a failover can let a second client win a lock the first still
+    /// holds (`tests/sentinel.rs` shows both). Must be called inside a Tokio runtime.
     pub fn sentinel(group: Sentinel) -> crate::Result<Self> {
         Self::sentinel_with(group, &RedisNodeOptions::default())
     }
@@ -182,10 +185,13 @@ impl RedisNode {
             ));
         }
         let name = group.name();
+        let window = group.window();
         Ok(Self {
             conn: Conn::Sentinel(sentinel::SentinelConn::start(group, options)?),
             name,
-            guard: options.guard(Some(DEFAULT_FAILOVER_MAX_TTL)),
+            guard: options
+                .guard(Some(DEFAULT_FAILOVER_MAX_TTL))
+                .map(|g| g.widened(window)),
         })
     }
 
@@ -265,7 +271,7 @@ impl RedisNode {
                     &own
                 }
             };
-            match query(&mut conn, cmd).await {
+            match query(&mut conn, cmd, script.votes()).await {
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
                 r => return r,
@@ -275,7 +281,7 @@ impl RedisNode {
         Box::pin(async move {
             let mut conn = self.conn.clone();
             let cmd = script_cmd("EVAL", script.source(), keys, token, ttl_ms, extra);
-            query(&mut conn, &cmd).await
+            query(&mut conn, &cmd, script.votes()).await
         })
         .await
     }
@@ -315,7 +321,7 @@ impl RedisNode {
                 &own
             }
         };
-        match query(&mut conn, cmd).await? {
+        match query(&mut conn, cmd, true).await? {
             Value::Okay => Ok(Acquire::Acquired),
             // The holder's ttl is asked only if the caller needs it (`remaining_ttl`), from
             // one node: a contended try costs each master one command, as an uncontended one.
@@ -331,7 +337,7 @@ impl RedisNode {
         let mut conn = self.conn.clone();
         let mut cmd = Cmd::with_capacity(2, 4 + key.len());
         cmd.arg("PTTL").arg(key);
-        match held(int(&query(&mut conn, &cmd).await?)?) {
+        match held(int(&query(&mut conn, &cmd, false).await?)?) {
             Acquire::Held { remaining } => Ok(remaining),
             Acquire::Acquired | Acquire::Completed { .. } | Acquire::Fenced { .. } => Ok(None),
         }
@@ -425,7 +431,7 @@ impl RedisNode {
         guard.check(ttl)?;
         let [marker, repl_marker] = self.markers(guard, key);
         let keys = [key, marker.as_ref(), repl_marker.as_ref()];
-        let max_ms = Some(ttl_ms(guard.max_ttl));
+        let max_ms = Some(ttl_ms(guard.window));
         let v = self
             .run(
                 &ACQUIRE_GUARDED,
@@ -440,7 +446,7 @@ impl RedisNode {
             return Err(NodeFailure::new(format!(
                 "the master's tenure is younger than {:?} (a restart, a failover, a flush, \
                  or the first use of protection): abstains (delayed-restart protection)",
-                guard.max_ttl
+                guard.window
             )));
         }
         Ok(v)

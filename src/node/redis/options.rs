@@ -166,7 +166,12 @@ impl RedisNodeOptions {
 /// Tenure protection settings of one node.
 #[derive(Debug, Clone)]
 pub(super) struct RestartGuard {
+    /// The longest ttl accepted.
     pub(super) max_ttl: Duration,
+    /// How old a tenure must be to vote: `max_ttl`, plus what the voter kind needs on top
+    /// (a Sentinel voter's majority window: an old master it was cut from may have granted
+    /// or extended locks that long after the failover).
+    pub(super) window: Duration,
     /// The marker key: which server process knows the dataset since when (`run_id:ms`, the
     /// first format; versions of this crate before the second marker read only this one).
     pub(super) key: String,
@@ -191,8 +196,15 @@ impl RestartGuard {
         let key = format!("tower-redlock:restart-guard:{}", max_ttl.as_millis());
         Self {
             max_ttl,
+            window: max_ttl,
             repl_key: format!("{key}:repl"),
             key,
         }
+    }
+
+    /// The same, voting only once the tenure is `extra` older.
+    pub(super) fn widened(mut self, extra: Duration) -> Self {
+        self.window = self.max_ttl.saturating_add(extra);
+        self
     }
 }

@@ -27,7 +27,7 @@ impl RedisNode {
         let max_arg;
         if let Some(guard) = &self.guard {
             guard.check(ttl)?;
-            max_arg = ttl_ms(guard.max_ttl).to_string();
+            max_arg = ttl_ms(guard.window).to_string();
             keys.extend(markers.iter().flatten().map(AsRef::as_ref));
             args.push(max_arg.as_bytes());
         }
@@ -85,9 +85,10 @@ impl RedisNode {
             cmd
         };
         let mut conn = self.conn.clone();
-        match query(&mut conn, &cmd("EVALSHA", script.sha1())).await {
+        let votes = script.votes();
+        match query(&mut conn, &cmd("EVALSHA", script.sha1()), votes).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                Ok(query(&mut conn, &cmd("EVAL", script.source())).await?)
+                Ok(query(&mut conn, &cmd("EVAL", script.source()), votes).await?)
             }
             r => Ok(r?),
         }

@@ -5,6 +5,10 @@
 pub(crate) struct Script {
     source: &'static str,
     sha1: &'static str,
+    /// Whether its answer is a vote (it grants, extends or completes): a voter that must
+    /// abstain (a Sentinel voter without a recent majority) refuses to send it. Releases
+    /// are not votes.
+    votes: bool,
 }
 
 impl Script {
@@ -14,6 +18,10 @@ impl Script {
 
     pub(crate) fn sha1(&self) -> &'static str {
         self.sha1
+    }
+
+    pub(crate) fn votes(&self) -> bool {
+        self.votes
     }
 }
 
@@ -99,6 +107,7 @@ return redis.call('pttl', KEYS[1])
 "#
     ),
     sha1: "1b44e759187a4a6badc3a3947577204e753b35d1",
+    votes: true,
 };
 
 /// [`ACQUIRE`] behind tenure protection (restarts, failovers). `KEYS[2]` and `KEYS[3]` are
@@ -119,6 +128,7 @@ return redis.call('pttl', KEYS[1])
 "#
     ),
     sha1: "76d068a050adc2065c0dbc9b5014e96295156227",
+    votes: true,
 };
 
 /// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]).
@@ -161,6 +171,7 @@ return 0
 pub(crate) static RELEASE: Script = Script {
     source: release_lua!(),
     sha1: "1c3217d3f56fb4a69cec7b3c42af8182dce2e5c2",
+    votes: false,
 };
 
 /// Compare-and-`PEXPIRE`: set a new ttl only if the key holds our token. `PEXPIRE` on an
@@ -172,6 +183,7 @@ end
 return 0
 "#,
     sha1: "7a2d59e59d451095bd1eeb526d6f765e0fd9b022",
+    votes: true,
 };
 
 /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
@@ -204,6 +216,7 @@ return {0, redis.call('pttl', KEYS[1])}
 "#
     ),
     sha1: "9dfdafd1cae77d226cc4761b0e7fee951b028b40",
+    votes: true,
 };
 
 /// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
@@ -214,6 +227,7 @@ return {0, redis.call('pttl', KEYS[1])}
 pub(crate) static COMPLETE: Script = Script {
     source: complete_lua!(),
     sha1: "07fea42fd54c7f3feac226e51c190dc4dfa87bb9",
+    votes: true,
 };
 
 /// Reads the fencing counter at the key `fkey` into `fence` (0 when absent); `foreign` is
@@ -311,6 +325,7 @@ end
         fenced_set_lua!()
     ),
     sha1: "42673e174fd24ea86d4485a81647ac64a87ba327",
+    votes: true,
 };
 
 /// The fenced replay acquire: KEYS lock, record, counter[, the two tenure markers]; ARGV as
@@ -334,6 +349,7 @@ end
         fenced_set_lua!()
     ),
     sha1: "b6a2c5a9840ee058ddb82f3cbd4fd667e38a2807",
+    votes: true,
 };
 
 /// The fenced release: KEYS lock, counter; ARGV token, the lease's fencing token, the
@@ -348,6 +364,7 @@ pub(crate) static RELEASE_FENCED: Script = Script {
         release_lua!()
     ),
     sha1: "0549f710ac1c8111933a4b4c4713214208cb94e2",
+    votes: false,
 };
 
 /// The fenced completion: KEYS lock, record, counter; ARGV as [`COMPLETE`], then the lease's
@@ -361,6 +378,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
         complete_lua!()
     ),
     sha1: "e7c1d212ac28984722262e78eb5ab86194975f01",
+    votes: true,
 };
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! sentinels, re-checked in the background, and re-discovered after a failover.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
@@ -127,9 +128,22 @@ impl Sentinel {
 
     /// How often the voter asks the sentinels which master is current, besides at once
     /// after a failed request (default 1 s). A shorter period notices a failover sooner.
+    ///
+    /// It also sets the voter's **majority window**, twice this period (2 s by default): the
+    /// voter grants, extends and completes only while a majority of its sentinels (of all
+    /// those listed) has named its master within the window; otherwise it abstains — a
+    /// voter cut off from most of its sentinels (a zone split) stops voting within the
+    /// window, whatever the sentinels it still hears say. Releases always go through. The
+    /// failover protection of a promoted master covers this window on top of the longest
+    /// ttl (see [`RedisNode::sentinel`](super::RedisNode::sentinel)).
     pub fn refresh_interval(mut self, every: Duration) -> Self {
         self.refresh = every.max(Duration::from_millis(10));
         self
+    }
+
+    /// The majority window (see [`Sentinel::refresh_interval`]).
+    pub(super) fn window(&self) -> Duration {
+        self.refresh * 2
     }
 
     /// The voter's name in errors and logs: `sentinel:<master name>`.
@@ -205,6 +219,26 @@ struct Shared {
     state: watch::Sender<State>,
     /// Wakes the background task: a request failed in a way a failover explains.
     wake: Arc<Notify>,
+    /// When a majority of the sentinels last named the current master: the moment the
+    /// asking began, in ms after `epoch`, plus one (0: never).
+    confirmed: AtomicU64,
+    epoch: Instant,
+    /// The voter votes only while the last confirmation is younger than this.
+    window: Duration,
+}
+
+impl Shared {
+    fn confirm(&self, asked: Instant) {
+        let ms = asked.saturating_duration_since(self.epoch).as_millis() as u64 + 1;
+        self.confirmed.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// How long ago a majority last named the current master (`None`: never).
+    fn confirmed_ago(&self) -> Option<Duration> {
+        let ms = self.confirmed.load(Ordering::Relaxed).checked_sub(1)?;
+        let at = self.epoch + Duration::from_millis(ms);
+        Some(Instant::now().saturating_duration_since(at))
+    }
 }
 
 impl Drop for Shared {
@@ -246,6 +280,9 @@ impl SentinelConn {
         let shared = Arc::new(Shared {
             state: watch::Sender::new(State::Discovering),
             wake: wake.clone(),
+            confirmed: AtomicU64::new(0),
+            epoch: Instant::now(),
+            window: group.window(),
         });
         let task = Discovery {
             group,
@@ -261,8 +298,29 @@ impl SentinelConn {
     /// Sends `cmd` to the current master, waiting for the first discovery if it is under
     /// way (the client's node timeout bounds the wait). A failure a failover explains (the
     /// master gone, or demoted: `READONLY`) wakes the discovery.
-    pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+    ///
+    /// A request that `votes` (an acquire, an extension, a completion: anything but a
+    /// release) is refused unless a majority of the sentinels named this master within the
+    /// window (see [`Sentinel::refresh_interval`]): the voter abstains — an answer, not an
+    /// outage, so it does not count toward the voter's suspension.
+    pub(super) async fn query(&self, cmd: &Cmd, votes: bool) -> RedisResult<Value> {
         let mut conn = self.master().await?;
+        if votes {
+            let ago = self.shared.confirmed_ago();
+            if ago.is_none_or(|ago| ago > self.shared.window) {
+                self.shared.wake.notify_one();
+                return Err(RedisError::from((
+                    redis::ErrorKind::Client,
+                    "abstains",
+                    format!(
+                        "no majority of the sentinels named the master in the last {:?} \
+                         (last: {}): the voter abstains",
+                        self.shared.window,
+                        ago.map_or("never".to_owned(), |a| format!("{a:?} ago")),
+                    ),
+                )));
+            }
+        }
         let reply = conn.send_packed_command(cmd).await;
         let reply = match reply {
             Ok(v) => v.extract_error(),
@@ -341,21 +399,26 @@ impl Discovery {
         }
     }
 
-    /// One discovery; whether a master is known after it.
+    /// One discovery; whether a majority of the sentinels named a master that is usable.
     async fn step(&self, shared: &Shared) -> bool {
         let current = match &*shared.state.borrow() {
             State::Master { addr, conn } => Some((addr.clone(), conn.clone())),
             _ => None,
         };
+        let asked = Instant::now();
         let (host, port) = match self.ask_sentinels().await {
             Ok(addr) => addr,
             Err(why) => {
-                // Sentinels down say nothing of the master: keep a known one.
+                // No majority: the known master is kept (to vote again as soon as a majority
+                // names it), but not confirmed — the voter abstains once its confirmation is
+                // older than the window.
                 if current.is_none() {
                     tracing::warn!(voter = %self.group.name(), "{why}");
                     shared.state.send_replace(State::Failed(why.into()));
+                } else {
+                    tracing::debug!(voter = %self.group.name(), "{why}");
                 }
-                return current.is_some();
+                return false;
             }
         };
         let addr = format!("{host}:{port}");
@@ -363,6 +426,7 @@ impl Discovery {
             // The same master: kept unless it answers as a replica (a demoted master the
             // sentinels still name). No answer in time is not a reason to drop it.
             if *known == addr && self.role(conn.clone()).await != Some(false) {
+                shared.confirm(asked);
                 return true;
             }
         }
@@ -397,13 +461,14 @@ impl Discovery {
             ),
             _ => tracing::info!(voter = %self.group.name(), master = %addr, "master found"),
         }
+        shared.confirm(asked);
         shared.state.send_replace(State::Master { addr, conn });
         true
     }
 
-    /// Asks every sentinel at once; answers as soon as a majority of them agree on an
-    /// address, else (when all have answered or timed out) the address most of the answers
-    /// name.
+    /// Asks every sentinel at once; answers as soon as a majority of them (of all the
+    /// sentinels configured, not of those that answered) agree on an address, else — when
+    /// all have answered or timed out without a majority — an error saying what each said.
     async fn ask_sentinels(&self) -> Result<(String, u16), String> {
         let mut cmd = Cmd::new();
         cmd.arg("SENTINEL")
@@ -451,17 +516,22 @@ impl Discovery {
                 Err(e) => errors.push(format!("sentinel {name}: {e}")),
             }
         }
-        votes
-            .into_iter()
-            .max_by_key(|(_, n)| *n)
-            .map(|(addr, _)| addr)
-            .ok_or_else(|| {
-                format!(
-                    "no sentinel of `{}` named its master ({})",
-                    self.group.master_name,
-                    errors.join("; ")
-                )
-            })
+        let named: Vec<String> = votes
+            .iter()
+            .map(|((host, port), n)| format!("{host}:{port} by {n}"))
+            .collect();
+        Err(format!(
+            "no majority ({majority} of {}) of the sentinels of `{}` named one master \
+             (named: {}; {})",
+            self.sentinels.len(),
+            self.group.master_name,
+            if named.is_empty() {
+                "none".to_owned()
+            } else {
+                named.join(", ")
+            },
+            errors.join("; ")
+        ))
     }
 
     /// Whether the server behind `conn` answers `ROLE` as a master (`Some(true)`), as

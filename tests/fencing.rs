@@ -395,3 +395,105 @@ async fn fencing_tokens_on_leases_of_idempotent_work() {
     assert!(c > b, "{c} after {b}");
     next.release().await.unwrap();
 }
+
+/// A master whose clock is really 0.6 × ttl ahead (`RedisServer::start_with_clock_offset`),
+/// whose vote arrives last: it reaches the master late (a slow link) but in time to count,
+/// so the token is its counter — its clock, 0.6 s ahead. The holder then crashes (no
+/// release). Once its lock has expired on the other master that granted it, the next
+/// holder's quorum is that master and a third one (the skewed master, slow, not counted):
+/// their clocks are 0.6 s behind the first token. The next token must still be larger —
+/// whatever the skew (below the bound) and however long the first acquisition took.
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back() {
+    use support::proxy::{Fault, FaultProxy};
+    use support::RedisServer;
+    let ttl = Duration::from_secs(1);
+    let skew = Duration::from_millis(600);
+    let (a, c) = (RedisServer::start(), RedisServer::start());
+    let b = RedisServer::start_with_clock_offset(skew, true);
+    let offset = b.time_us().await - a.time_us().await;
+    assert!(
+        (450_000..750_000).contains(&offset),
+        "master b runs {offset} µs ahead, not about {skew:?}"
+    );
+    let mut proxies = Vec::new();
+    for m in [&a, &b, &c] {
+        proxies.push(FaultProxy::start(m.addr().parse().unwrap()).await);
+    }
+    let (pb, pc) = (&proxies[1], &proxies[2]);
+    let redlock = proxies
+        .iter()
+        .fold(Redlock::builder(), |r, p| r.redis(&p.url()))
+        .node_timeout(Duration::from_millis(900))
+        .suspend_after(0)
+        .retry(Retry::never())
+        .fencing(true)
+        .build()
+        .unwrap();
+    // Connections up, scripts cached.
+    for i in 0..5 {
+        token_once(&redlock, &format!("skew-warm-{i}")).await;
+    }
+
+    // c is down; b's requests arrive 850 ms late (its answers at once): a grant by a and b,
+    // with b's counter as the token, and some validity left.
+    pc.set(Fault::Reset);
+    pb.set(Fault::RequestLatency(Duration::from_millis(850)));
+    let mut first = None;
+    for _ in 0..20 {
+        let Ok(lease) = redlock.try_lock("skewed-job", ttl).await else {
+            continue;
+        };
+        let token = lease.fencing_token().expect("fencing is on");
+        // From b's clock (0.6 s ahead of a's, and read 850 ms after a's bump), not a's.
+        if token as i64 > a.time_us().await + 300_000 {
+            first = Some((token, lease));
+            break;
+        }
+        lease.release().await.unwrap();
+    }
+    let (t1, lease) = first.expect("a grant whose token came from the skewed master");
+    // The holder crashes: no release, no raise.
+    std::mem::forget(lease);
+    // c is back (and reached again: a lock of another key lands there — with b quick for
+    // a moment, so that a probe that misses c does not wait for b), while the crashed
+    // holder's lock still holds on a.
+    pc.set(Fault::Pass);
+    pb.set(Fault::Pass);
+    eventually("c votes again", Duration::from_secs(10), || async {
+        let Ok(lease) = redlock.try_lock("skew-probe", ttl).await else {
+            return false;
+        };
+        let on_c = c.get("skew-probe").await.as_deref() == Some(lease.value());
+        lease.release().await.unwrap();
+        on_c
+    })
+    .await;
+    pb.set(Fault::RequestLatency(Duration::from_millis(850)));
+    eventually(
+        "the lock expired on master a",
+        Duration::from_secs(5),
+        || async { a.pttl("skewed-job").await == -2 },
+    )
+    .await;
+    // b is still slow (not counted): the next grant is a's and c's, at once.
+    let mut next = None;
+    for _ in 0..100 {
+        match redlock.try_lock("skewed-job", ttl).await {
+            Ok(lease) => {
+                next = Some(lease);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+    let next = next.expect("a and c grant the lock");
+    let t2 = next.fencing_token().expect("fencing is on");
+    assert!(
+        t2 > t1,
+        "the next holder's token {t2} is {} µs below the crashed holder's {t1}",
+        t1 - t2
+    );
+    pb.set(Fault::Pass);
+    next.release().await.unwrap();
+}

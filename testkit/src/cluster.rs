@@ -68,6 +68,7 @@ impl Cluster {
                             Launch {
                                 config: None,
                                 args: args.iter().map(|a| a.to_string()).collect(),
+                                env: Vec::new(),
                             }
                         })
                     })

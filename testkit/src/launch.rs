@@ -65,6 +65,8 @@ pub(crate) struct Launch {
     pub(crate) config: Option<PathBuf>,
     /// Arguments after the defaults (a later directive overrides an earlier one).
     pub(crate) args: Vec<String>,
+    /// Environment variables of the process (a clock offset's `LD_PRELOAD`).
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// A fresh, empty directory under the temp dir for one topology's files (config files,
@@ -146,6 +148,7 @@ pub(crate) fn spawn_and_wait(
         // `--save ""`, and a shared `dump.rdb` would be loaded by any server that restarts.
         .args(["--dbfilename", &rdb_name(log)])
         .args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log_file)
         .stderr(Stdio::null())

@@ -20,6 +20,7 @@ mod launch;
 mod masters;
 mod serve;
 mod server;
+mod skew;
 mod wait;
 
 use std::path::{Path, PathBuf};

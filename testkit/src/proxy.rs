@@ -26,6 +26,9 @@ pub enum Fault {
     Pass,
     /// Forward everything after this delay, in each direction.
     Latency(Duration),
+    /// Forward requests (client to server) after this delay, replies at once: a request
+    /// that reaches the server late, and whose answer is back right after it ran.
+    RequestLatency(Duration),
     /// Keep connections open but forward nothing either way until the fault changes.
     BlackHole,
     /// Drop every connection (RST) and every new one at once.
@@ -129,6 +132,7 @@ async fn accept_loop(
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
             let mut up = tokio::spawn(pump(cr, sw, fault.clone(), None));
+            // (`drop_reply` is given to the replies' pump only: it also tells the direction.)
             let mut down = tokio::spawn(pump(sr, cw, fault, Some(drop_reply)));
             // Either side ending ends both: the halves are dropped with their tasks.
             tokio::select! {
@@ -174,7 +178,7 @@ async fn pump(
                 }
                 continue;
             }
-            Fault::Pass | Fault::Latency(_) => {}
+            Fault::Pass | Fault::Latency(_) | Fault::RequestLatency(_) => {}
         }
         let n = tokio::select! {
             read = from.read(&mut buf) => match read {
@@ -195,8 +199,10 @@ async fn pump(
             // Both halves are dropped with their tasks: an RST each way (linger 0).
             return;
         }
+        let request = drop_reply.is_none();
         let delay = match *fault.borrow() {
             Fault::Latency(d) => Some(d),
+            Fault::RequestLatency(d) if request => Some(d),
             _ => None,
         };
         if let Some(d) = delay {

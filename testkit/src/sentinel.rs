@@ -65,6 +65,7 @@ impl SentinelGroup {
             RedisServer::start_launch(false, |_port| Launch {
                 config: None,
                 args: vec!["--repl-diskless-sync-delay".to_owned(), "0".to_owned()],
+                env: Vec::new(),
             })
         };
         let (master, replica) = std::thread::scope(|s| {
@@ -108,6 +109,7 @@ impl SentinelGroup {
                             Launch {
                                 config: Some(config),
                                 args: vec!["--sentinel".to_owned()],
+                                env: Vec::new(),
                             }
                         })
                     })

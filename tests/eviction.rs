@@ -3,14 +3,22 @@
 //! completion record before its ttl, and then a second holder or a second run follows.
 //!
 //! Each test makes real masters into caches (a `maxmemory` a little above what they use,
-//! and an evicting policy), then writes junk until the key in question is really evicted.
+//! and an evicting policy) where it needs one. By default a voter over such a master
+//! abstains, with an error that names the policy; `RedisNodeOptions::allow_eviction` lets
+//! it vote, and then junk written until the lock key is really evicted lets a second client
+//! in (`eviction_allowed_breaks_exclusion`: what every voter did before the check). The
+//! policy is read on first use and after a reconnection (on every master of a Cluster),
+//! with no command added to a lock.
+//!
+//! Test names start with `eviction_`: `cargo test --all-features eviction` runs them.
 
 use std::time::Duration;
 
-use tower_redlock::{Claim, Redlock, Retry};
+use tower_redlock::node::RedisNodeOptions;
+use tower_redlock::{Claim, Error, Redlock, RedlockBuilder, Retry};
 use tower_redlock_testkit as support;
 
-use support::{Masters, RedisServer, NODE_TIMEOUT};
+use support::{eventually, Masters, RedisServer, NODE_TIMEOUT};
 
 const TTL: Duration = Duration::from_secs(30);
 const DAY: Duration = Duration::from_secs(86_400);
@@ -92,8 +100,68 @@ async fn fill_until_evicted(server: &RedisServer, key: &str) -> usize {
     );
 }
 
-/// Two of three masters are caches. A holds a lock; memory pressure evicts A's key from
-/// both caches; B must still not get the lock while A's lease is valid.
+/// The bound of every wait for a voter to notice a change (a reconnection, a failover).
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// A builder over `servers` with the tests' node timeout and no retries; the masters whose
+/// index is in `allowed` may evict.
+fn builder(servers: &[&RedisServer], allowed: &[usize]) -> RedlockBuilder {
+    let allow = RedisNodeOptions::new().allow_eviction();
+    servers
+        .iter()
+        .enumerate()
+        .fold(Redlock::builder(), |b, (i, s)| {
+            if allowed.contains(&i) {
+                b.redis_with(&s.url(), &allow)
+            } else {
+                b.redis(&s.url())
+            }
+        })
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+}
+
+fn client(servers: &[&RedisServer], allowed: &[usize]) -> Redlock {
+    builder(servers, allowed).build().expect("a valid client")
+}
+
+/// Whether `e` is a refusal because a master may evict under `policy`, with the fix in it.
+fn refused_for_eviction(e: &Error, policy: &str) -> bool {
+    let text = e.to_string();
+    e.is_unavailable()
+        && text.contains(&format!("maxmemory-policy {policy}"))
+        && text.contains("abstains")
+        && text.contains("noeviction")
+        && text.contains("allow_eviction")
+}
+
+/// `(eviction_policy, evicts, is_abstaining)` of every node.
+fn eviction_of(client: &Redlock) -> Vec<(Option<String>, bool, bool)> {
+    client
+        .node_status()
+        .iter()
+        .map(|s| {
+            (
+                s.eviction_policy().map(str::to_owned),
+                s.evicts(),
+                s.is_abstaining(),
+            )
+        })
+        .collect()
+}
+
+/// Waits (bounded) until [`eviction_of`] is `expected`: a try decided by some voters does
+/// not wait for the others' checks.
+async fn eviction_settles(client: &Redlock, expected: &[(Option<String>, bool, bool)]) {
+    eventually(format!("the nodes report {expected:?}"), WITHIN, || async {
+        eviction_of(client) == expected
+    })
+    .await;
+}
+
+/// Two of three masters are caches: both abstain, so nobody gets a lock that their
+/// evictions could hand to a second client (the scenario of
+/// `eviction_allowed_breaks_exclusion`, refused up front).
 #[tokio::test]
 async fn eviction_never_lets_a_second_holder_in() {
     const KEY: &str = "eviction:payment:42";
@@ -102,8 +170,43 @@ async fn eviction_never_lets_a_second_holder_in() {
     make_cache(&m[1], "allkeys-lru").await;
     let (a, b) = (m.client(), m.client());
 
-    let lease = a.try_lock(KEY, TTL).await.expect("A locks");
-    assert!(m.everywhere(KEY, lease.value()).await);
+    let e = a
+        .try_lock(KEY, TTL)
+        .await
+        .expect_err("two abstaining voters");
+    assert!(refused_for_eviction(&e, "allkeys-lru"), "{e}");
+    let cache = (Some("allkeys-lru".to_owned()), true, true);
+    let safe = (Some("noeviction".to_owned()), false, false);
+    eviction_settles(&a, &[cache.clone(), cache, safe]).await;
+    // The first requests went out beside the check: the failed try released what landed.
+    eventually("nothing is left locked", WITHIN, || {
+        m.absent_everywhere(KEY)
+    })
+    .await;
+    let e = b.try_lock(KEY, TTL).await.expect_err("B is refused too");
+    assert!(refused_for_eviction(&e, "allkeys-lru"), "{e}");
+}
+
+/// The same scenario with eviction allowed on the caches: they vote, A locks, memory
+/// pressure evicts A's key from both, and B gets the lock while A's lease is valid. This
+/// is what the opt-out costs (and what every voter did before the check).
+#[tokio::test]
+async fn eviction_allowed_breaks_exclusion() {
+    const KEY: &str = "eviction:payment:43";
+    let m = Masters::start(3);
+    make_cache(&m[0], "allkeys-lru").await;
+    make_cache(&m[1], "allkeys-lru").await;
+    let servers = [&m[0], &m[1], &m[2]];
+    let (a, b) = (client(&servers, &[0, 1]), client(&servers, &[0, 1]));
+
+    let lease = a.try_lock(KEY, TTL).await.expect("allowed: A locks");
+    let cache = (Some("allkeys-lru".to_owned()), true, false);
+    let safe = (Some("noeviction".to_owned()), false, false);
+    eviction_settles(&a, &[cache.clone(), cache, safe]).await;
+    eventually("A holds every master", WITHIN, || {
+        m.everywhere(KEY, lease.value())
+    })
+    .await;
     for cache in [&m[0], &m[1]] {
         fill_until_evicted(cache, KEY).await;
     }
@@ -113,47 +216,319 @@ async fn eviction_never_lets_a_second_holder_in() {
         "A's key was evicted from both caches, and only from them"
     );
 
-    let second = b.try_lock(KEY, TTL).await;
-    assert!(lease.is_valid(), "A's lease is still valid");
+    let second = b.try_lock(KEY, TTL).await.expect("the caches vote for B");
     assert!(
-        second.is_err(),
-        "B got the lock while A's lease is valid for {:?} more: two caches evicted A's key \
-         and voted for B",
+        lease.is_valid(),
+        "two holders at once: A's lease is valid for {:?} more",
         lease.validity()
     );
+    assert_ne!(second.value(), lease.value());
+}
+
+/// One master of three is a cache: it abstains (a key that lands there beside its first
+/// check does not count, so its eviction changes nothing), and the other two keep
+/// exclusion.
+#[tokio::test]
+async fn eviction_a_minority_abstains_and_the_quorum_holds() {
+    const KEY: &str = "eviction:payment:44";
+    let m = Masters::start(3);
+    make_cache(&m[0], "allkeys-random").await;
+    let (a, b) = (m.client(), m.client());
+
+    let lease = a.try_lock(KEY, TTL).await.expect("a quorum of two");
+    let cache = (Some("allkeys-random".to_owned()), true, true);
+    let safe = (Some("noeviction".to_owned()), false, false);
+    eviction_settles(&a, &[cache, safe.clone(), safe]).await;
+    assert!(m[1].get(KEY).await.as_deref() == Some(lease.value()));
+    assert!(m[2].get(KEY).await.as_deref() == Some(lease.value()));
+    // Whatever the cache holds or evicts, it votes for nobody.
+    m[0].del(KEY).await;
+    let e = b.try_lock(KEY, TTL).await.expect_err("A holds it");
+    assert!(e.is_contended(), "{e}");
+    lease.release().await.expect("released");
+    eventually("released everywhere", WITHIN, || m.absent_everywhere(KEY)).await;
 }
 
 /// One master, a cache whose policy evicts only keys with a ttl (`volatile-lru`): a
-/// completion record has one (its retention). Once the work is done and its record
-/// evicted, the same work must not run again.
+/// completion record has one (its retention). The voter abstains from the replay acquire,
+/// so no work runs whose record it could evict and then run again.
 #[tokio::test]
 async fn eviction_never_lets_work_run_twice() {
     const KEY: &str = "eviction:order:7";
     let server = RedisServer::start();
     make_cache(&server, "volatile-lru").await;
+    let client = client(&[&server], &[]);
+
+    let e = client
+        .lock_unless_completed(KEY, TTL, Retry::never())
+        .await
+        .expect_err("the voter abstains");
+    assert!(refused_for_eviction(&e, "volatile-lru"), "{e}");
+    eventually("nothing is left locked, nothing stored", WITHIN, || async {
+        server.dbsize().await == 0
+    })
+    .await;
+
+    // With eviction allowed the record is stored, evicted under pressure, and the work runs
+    // a second time.
+    let allowed = builder(&[&server], &[0]).build().expect("a client");
+    let Claim::Locked(lease) = allowed
+        .lock_unless_completed(KEY, TTL, Retry::never())
+        .await
+        .expect("allowed: the first run locks")
+    else {
+        panic!("nothing ran before");
+    };
+    lease
+        .complete("shipped: parcel 1", DAY)
+        .await
+        .expect("stored");
+    fill_until_evicted(&server, &format!("{KEY}:record")).await;
+    let again = allowed
+        .lock_unless_completed(KEY, TTL, Retry::never())
+        .await;
+    assert!(
+        matches!(again, Ok(Claim::Locked(_))),
+        "allowed, the evicted record lets the work run again: {again:?}"
+    );
+}
+
+/// Kills the client connections of `server` (not the tests' own).
+async fn kill_clients(server: &RedisServer) {
+    let _: i64 = server
+        .query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"))
+        .await;
+}
+
+/// A policy changed at run time is seen after the voter's next reconnection: it abstains,
+/// and votes again once the master is back to `noeviction`.
+#[tokio::test]
+async fn eviction_policy_change_is_seen_after_a_reconnection() {
+    const KEY: &str = "eviction:payment:45";
+    let server = RedisServer::start();
+    let client = client(&[&server], &[]);
+    client
+        .try_lock(KEY, TTL)
+        .await
+        .expect("noeviction: it votes")
+        .release()
+        .await
+        .expect("released");
+    assert_eq!(eviction_of(&client)[0].0.as_deref(), Some("noeviction"));
+
+    make_cache(&server, "volatile-ttl").await;
+    kill_clients(&server).await;
+    eventually("the voter abstains", WITHIN, || async {
+        match client.try_lock(KEY, TTL).await {
+            Ok(lease) => {
+                lease.release().await.expect("released");
+                false
+            }
+            Err(e) => refused_for_eviction(&e, "volatile-ttl"),
+        }
+    })
+    .await;
+    let cache = (Some("volatile-ttl".to_owned()), true, true);
+    assert_eq!(eviction_of(&client), [cache]);
+    eventually("nothing is left locked", WITHIN, || async {
+        server.dbsize().await == 0
+    })
+    .await;
+
+    // Refused requests never reach the master: the voter re-checks it every second while
+    // it abstains, and votes again without a reconnection once it is fixed.
+    let set = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .clone();
+    let _: () = server.query(&set).await;
+    eventually("the voter votes again", WITHIN, || async {
+        match client.try_lock(KEY, TTL).await {
+            Ok(lease) => lease.release().await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert_eq!(
+        eviction_of(&client),
+        [(Some("noeviction".to_owned()), false, false)]
+    );
+}
+
+/// `INFO` calls `server` served since its stats were last reset.
+async fn info_calls(server: &RedisServer) -> u64 {
+    let stats: String = server.query(redis::cmd("INFO").arg("commandstats")).await;
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_info:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn reset_stats(server: &RedisServer) {
+    let _: () = server.query(redis::cmd("CONFIG").arg("RESETSTAT")).await;
+}
+
+/// The check costs one `INFO` per connection, not a command per lock; and an evicting
+/// policy without a `maxmemory` evicts nothing (on 64-bit builds): the voter votes.
+#[tokio::test]
+async fn eviction_check_costs_no_command_per_lock() {
+    let server = RedisServer::start();
+    let policy = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .clone();
+    let _: () = server.query(&policy).await;
+    reset_stats(&server).await;
+    let client = client(&[&server], &[]);
+    for i in 0..20 {
+        let lease = client
+            .try_lock(&format!("eviction:many:{i}"), TTL)
+            .await
+            .expect("no maxmemory: it votes");
+        lease.extend(TTL).await.expect("extended");
+        lease.release().await.expect("released");
+    }
+    assert_eq!(
+        eviction_of(&client),
+        [(Some("allkeys-lru".to_owned()), false, false)]
+    );
+    // Read by the INFO that counts them: that one is not counted yet.
+    assert_eq!(info_calls(&server).await, 1, "one INFO for 20 locks");
+}
+
+/// A user whose ACL denies `INFO`: the policy is unknown, and the voter votes (it warns
+/// once) — even on a cache, which it cannot see.
+#[tokio::test]
+async fn eviction_unknown_policy_votes() {
+    let server = RedisServer::start();
+    make_cache(&server, "allkeys-lru").await;
+    let acl = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("on")
+        .arg(">locker-secret")
+        .arg("~*")
+        .arg("+@all")
+        .arg("-info")
+        .clone();
+    let _: () = server.query(&acl).await;
+    let url = format!("redis://locker:locker-secret@127.0.0.1:{}", server.port());
     let client = Redlock::builder()
-        .redis(&server.url())
+        .redis(&url)
         .node_timeout(NODE_TIMEOUT)
         .retry(Retry::never())
         .build()
-        .expect("a valid client");
-
-    match client
-        .lock_unless_completed(KEY, TTL, Retry::never())
+        .expect("a client");
+    let lease = client
+        .try_lock("eviction:unknown", TTL)
         .await
-        .expect("the first run locks")
-    {
-        Claim::Locked(lease) => lease
-            .complete("shipped: parcel 1", DAY)
-            .await
-            .expect("the record is stored"),
-        Claim::Completed(_) => panic!("nothing ran before"),
-    }
-    fill_until_evicted(&server, &format!("{KEY}:record")).await;
+        .expect("unknown policy: it votes");
+    assert_eq!(eviction_of(&client), [(None, false, false)]);
+    lease.release().await.expect("released");
+}
 
-    let again = client.lock_unless_completed(KEY, TTL, Retry::never()).await;
-    assert!(
-        !matches!(again, Ok(Claim::Locked(_))),
-        "the work runs a second time: the master evicted its completion record"
+/// A Cluster voter counts every master: one of three is a cache, and the voter abstains
+/// for every key, naming that master.
+#[cfg(feature = "cluster")]
+#[tokio::test]
+async fn eviction_cluster_counts_every_master() {
+    use support::cluster::Cluster;
+    use tower_redlock::node::{self, RedisNode};
+
+    let c = Cluster::start(3);
+    make_cache(&c[1], "volatile-random").await;
+    let voter = RedisNode::cluster(node::Cluster::new(c.addrs()).expect("addresses"))
+        .expect("a cluster voter");
+    let client = Redlock::builder()
+        .node(voter)
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .expect("a client");
+    // The first requests also connect (the slot map): tried until one is answered.
+    eventually("the voter abstains", WITHIN, || async {
+        match client.try_lock("eviction:cluster", TTL).await {
+            Ok(lease) => {
+                lease.release().await.expect("released");
+                false
+            }
+            Err(e) => {
+                refused_for_eviction(&e, "volatile-random") && e.to_string().contains(&c[1].addr())
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        eviction_of(&client),
+        [(Some("volatile-random".to_owned()), true, true)]
     );
+}
+
+/// What the tracing subscriber of [`eviction_warns_once_per_change_naming_the_voter`]
+/// wrote.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The warning comes once per change of the master's policy, names the voter and its
+/// policy, never a key.
+#[tokio::test(flavor = "current_thread")]
+async fn eviction_warns_once_per_change_naming_the_voter() {
+    const KEY: &str = "eviction:secret-resource";
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The current-thread runtime runs the voter's check task on this thread.
+    let _logging = tracing::subscriber::set_default(subscriber);
+
+    let server = RedisServer::start();
+    make_cache(&server, "allkeys-lru").await;
+    let client = client(&[&server], &[]);
+    for _ in 0..5 {
+        let e = client.try_lock(KEY, TTL).await.expect_err("abstains");
+        assert!(refused_for_eviction(&e, "allkeys-lru"), "{e}");
+    }
+    // Checked again (a reconnection, and every second while it abstains): the same policy
+    // is not warned of twice.
+    reset_stats(&server).await;
+    kill_clients(&server).await;
+    eventually("the voter checked again", WITHIN, || async {
+        let e = client.try_lock(KEY, TTL).await.expect_err("abstains");
+        assert!(refused_for_eviction(&e, "allkeys-lru"), "{e}");
+        info_calls(&server).await >= 2
+    })
+    .await;
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).expect("utf-8 logs");
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("may evict keys"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per change:\n{text}");
+    assert!(warnings[0].contains("WARN"), "{text}");
+    assert!(
+        warnings[0].contains(&server.addr()),
+        "names the voter: {text}"
+    );
+    assert!(
+        warnings[0].contains("allkeys-lru"),
+        "names the policy: {text}"
+    );
+    assert!(!text.contains("secret-resource"), "never a key: {text}");
 }

@@ -216,6 +216,7 @@ pub struct NodeStatus {
     pub(crate) name: String,
     pub(crate) suspended: bool,
     pub(crate) timeouts: u32,
+    pub(crate) eviction: crate::node::EvictionStatus,
 }
 
 impl NodeStatus {
@@ -234,6 +235,29 @@ impl NodeStatus {
     /// How many requests in a row timed out since the node last answered.
     pub fn consecutive_timeouts(&self) -> u32 {
         self.timeouts
+    }
+
+    /// A Redis voter's `maxmemory-policy` as its master last reported it (`INFO memory`; on
+    /// a Cluster, that of a master that evicts, if one does): `noeviction` is what a lock
+    /// voter must run. `None` before the first check (made on first use), when `INFO` is
+    /// denied (the voter then votes unchecked, with a warning), and for other nodes.
+    pub fn eviction_policy(&self) -> Option<&str> {
+        self.eviction.policy.as_deref()
+    }
+
+    /// Whether the master may evict keys before their ttl: a `maxmemory` with a policy
+    /// other than `noeviction` (`allkeys-*`, or `volatile-*`: locks and completion records
+    /// have a ttl). A lock or a record on it can vanish under memory pressure.
+    pub fn evicts(&self) -> bool {
+        self.eviction.evicts
+    }
+
+    /// Whether the voter abstains — its acquires and extensions fail at once, counting as
+    /// failed votes — because its master [`evicts`](Self::evicts) and its options do not
+    /// [allow eviction](crate::node::RedisNodeOptions::allow_eviction). Like a suspended node,
+    /// it does not help a quorum. It votes again once a check finds `noeviction`.
+    pub fn is_abstaining(&self) -> bool {
+        self.eviction.abstains
     }
 }
 

@@ -117,9 +117,11 @@ impl Redlock {
     }
 
     /// Each node's state, in the order the nodes were added: its name, whether it is
-    /// suspended after repeated timeouts (see [`RedlockBuilder::suspend_after`]), and its
-    /// timeouts in a row. For health checks: a client with fewer than
-    /// [`Redlock::quorum`] nodes not suspended cannot lock.
+    /// suspended after repeated timeouts (see [`RedlockBuilder::suspend_after`]), its
+    /// timeouts in a row, and a Redis master's eviction policy (whether it abstains for it,
+    /// see [`RedisNodeOptions::allow_eviction`](crate::node::RedisNodeOptions::allow_eviction)).
+    /// For health checks: a client with fewer than [`Redlock::quorum`] nodes neither
+    /// suspended nor abstaining cannot lock.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -127,6 +129,8 @@ impl Redlock {
     /// let status = redlock.node_status();
     /// assert_eq!(status[0].name(), "memory");
     /// assert!(!status[0].is_suspended());
+    /// assert!(!status[0].is_abstaining());
+    /// assert_eq!(status[0].eviction_policy(), None, "not a Redis master");
     /// # }
     /// ```
     pub fn node_status(&self) -> Vec<NodeStatus> {
@@ -137,6 +141,7 @@ impl Redlock {
                 name: v.name.to_string(),
                 suspended: v.health.is_suspended(),
                 timeouts: v.health.timeouts(),
+                eviction: v.node.eviction(),
             })
             .collect()
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 
-use super::{Acquire, FenceFloor, MemoryNode, Node, NodeFailure, NodeFuture, RedisNode};
+use super::{
+    Acquire, EvictionStatus, FenceFloor, MemoryNode, Node, NodeFailure, NodeFuture, RedisNode,
+};
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
 /// one costs no boxed future (measured in `bench/benches/profile.rs`: a box per request cost about
@@ -56,6 +58,15 @@ impl AnyNode {
 
     pub(crate) fn max_ttl(&self) -> Option<Duration> {
         self.as_node().max_ttl()
+    }
+
+    /// A Redis voter's eviction state (its master's `maxmemory-policy`); the default for
+    /// other nodes.
+    pub(crate) fn eviction(&self) -> EvictionStatus {
+        match self {
+            Self::Redis(n) => n.eviction_status(),
+            _ => EvictionStatus::default(),
+        }
     }
 
     /// An in-process node's answer to [`AnyNode::acquire`], at once; `None` for a remote node.

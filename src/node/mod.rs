@@ -21,6 +21,7 @@ mod memory;
 mod redis;
 
 pub(crate) use self::any::AnyNode;
+pub(crate) use self::redis::EvictionStatus;
 
 pub use self::memory::MemoryNode;
 #[cfg(feature = "cluster")]

@@ -28,8 +28,16 @@ impl RedisNode {
         ttl: Duration,
         retention: Duration,
     ) -> Result<Acquire, NodeFailure> {
-        self.fenced_acquire(&ACQUIRE_FENCED, key, None, fence_key, token, ttl, retention)
-            .await
+        self.gated(self.fenced_acquire(
+            &ACQUIRE_FENCED,
+            key,
+            None,
+            fence_key,
+            token,
+            ttl,
+            retention,
+        ))
+        .await
     }
 
     /// The fenced replay acquire (see
@@ -44,7 +52,7 @@ impl RedisNode {
         retention: Duration,
     ) -> Result<Acquire, NodeFailure> {
         let script = &ACQUIRE_UNLESS_COMPLETED_FENCED;
-        self.fenced_acquire(
+        self.gated(self.fenced_acquire(
             script,
             key,
             Some(record_key),
@@ -52,7 +60,7 @@ impl RedisNode {
             token,
             ttl,
             retention,
-        )
+        ))
         .await
     }
 

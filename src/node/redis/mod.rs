@@ -1,12 +1,14 @@
 //! A Redis master as a node.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{Client, Cmd, RedisResult, Value};
 
 use self::conn::{query, Conn};
+use self::eviction::Eviction;
 use self::options::RestartGuard;
 use self::scripts::{Script, ACQUIRE, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{Acquire, NodeFailure};
@@ -14,6 +16,7 @@ use super::{Acquire, NodeFailure};
 #[cfg(feature = "cluster")]
 mod cluster;
 mod conn;
+mod eviction;
 mod fencing;
 mod node;
 mod options;
@@ -28,6 +31,8 @@ pub use self::options::{RedisNodeOptions, DEFAULT_FAILOVER_MAX_TTL};
 pub use self::sentinel::Sentinel;
 pub use self::url::split_urls;
 
+pub(crate) use self::eviction::EvictionStatus;
+
 /// A Redis voter: one master, a Sentinel-managed master group
 /// ([`RedisNode::sentinel`]), or a Redis Cluster ([`RedisNode::cluster`], feature `cluster`).
 /// Each is one voter of the quorum — one independent failure domain.
@@ -40,6 +45,10 @@ pub use self::url::split_urls;
 ///
 /// Scripts run with `EVALSHA` and fall back to `EVAL` when the master answers `NOSCRIPT`
 /// (after a restart or `SCRIPT FLUSH`).
+///
+/// The master must not evict keys (`maxmemory-policy noeviction`): the voter reads its
+/// policy on first use and after every reconnection, and abstains while it may evict (see
+/// [`RedisNodeOptions::allow_eviction`]).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), tower_redlock::Error> {
@@ -57,6 +66,7 @@ pub struct RedisNode {
     conn: Conn,
     name: String,
     guard: Option<RestartGuard>,
+    eviction: Eviction,
 }
 
 impl std::fmt::Debug for RedisNode {
@@ -149,6 +159,7 @@ impl RedisNode {
             })?;
         Ok(Self {
             conn: Conn::Manager(manager),
+            eviction: eviction(&name, options),
             name,
             guard: options.guard(None),
         })
@@ -188,6 +199,7 @@ impl RedisNode {
         let window = group.window();
         Ok(Self {
             conn: Conn::Sentinel(sentinel::SentinelConn::start(group, options)?),
+            eviction: eviction(&name, options),
             name,
             guard: options
                 .guard(Some(DEFAULT_FAILOVER_MAX_TTL))
@@ -220,18 +232,24 @@ impl RedisNode {
                 "a RedisNode must be created inside a Tokio runtime",
             ));
         }
+        let name = cluster.name();
         Ok(Self {
             conn: Conn::Cluster(cluster::ClusterConn::start(&cluster, options)?),
-            name: cluster.name(),
+            eviction: eviction(&name, options),
+            name,
             guard: options.guard(None),
         })
     }
 
-    /// A node over an existing auto-reconnecting [`ConnectionManager`].
+    /// A node over an existing auto-reconnecting [`ConnectionManager`], with the default
+    /// [`RedisNodeOptions`]' eviction check (a reconnection made by a command of your own is
+    /// noticed at the next periodic check).
     pub fn from_connection_manager(manager: ConnectionManager, name: impl Into<String>) -> Self {
+        let name = name.into();
         Self {
             conn: Conn::Manager(manager),
-            name: name.into(),
+            eviction: eviction(&name, &RedisNodeOptions::default()),
+            name,
             guard: None,
         }
     }
@@ -239,11 +257,28 @@ impl RedisNode {
     /// A node over an existing [`MultiplexedConnection`]. It does not reconnect by itself:
     /// prefer [`RedisNode::open`] or [`RedisNode::from_connection_manager`].
     pub fn from_multiplexed(conn: MultiplexedConnection, name: impl Into<String>) -> Self {
+        let name = name.into();
         Self {
             conn: Conn::Multiplexed(conn),
-            name: name.into(),
+            eviction: eviction(&name, &RedisNodeOptions::default()),
+            name,
             guard: None,
         }
+    }
+
+    /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status).
+    pub(crate) fn eviction_status(&self) -> EvictionStatus {
+        self.eviction.status()
+    }
+
+    /// A [`query`]'s reply, noted: a lost connection has the next acquires and extensions
+    /// checked again for eviction (the new connection may reach another server). Not an
+    /// `async` wrapper: the request's future (allocated per request) stays as small.
+    fn noted(&self, reply: RedisResult<Value>) -> RedisResult<Value> {
+        if let Err(e) = &reply {
+            self.eviction.failed(e);
+        }
+        reply
     }
 
     /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given,
@@ -271,7 +306,7 @@ impl RedisNode {
                     &own
                 }
             };
-            match query(&mut conn, cmd, script.votes()).await {
+            match self.noted(query(&mut conn, cmd, script.votes()).await) {
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
                 r => return r,
@@ -281,7 +316,7 @@ impl RedisNode {
         Box::pin(async move {
             let mut conn = self.conn.clone();
             let cmd = script_cmd("EVAL", script.source(), keys, token, ttl_ms, extra);
-            query(&mut conn, &cmd, script.votes()).await
+            self.noted(query(&mut conn, &cmd, script.votes()).await)
         })
         .await
     }
@@ -295,7 +330,20 @@ impl RedisNode {
     /// With `prepared` ([`RedisNode::set_cmd`]), the `SET` packed once for every master of a
     /// fan-out (measured in `bench/benches/profile.rs`: a command per node cost about a tenth of the
     /// throughput at five masters).
-    pub(crate) async fn acquire_key(
+    ///
+    /// Gated by the eviction check ([`RedisNode::gated`]).
+    pub(crate) fn acquire_key<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        prepared: Option<&'a Cmd>,
+    ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
+        self.gated(self.acquire_key_unchecked(key, token, ttl, prepared))
+    }
+
+    /// [`RedisNode::acquire_key`] without the eviction check.
+    async fn acquire_key_unchecked(
         &self,
         key: &str,
         token: &str,
@@ -321,7 +369,7 @@ impl RedisNode {
                 &own
             }
         };
-        match query(&mut conn, cmd, true).await? {
+        match self.noted(query(&mut conn, cmd, true).await)? {
             Value::Okay => Ok(Acquire::Acquired),
             // The holder's ttl is asked only if the caller needs it (`remaining_ttl`), from
             // one node: a contended try costs each master one command, as an uncontended one.
@@ -337,7 +385,7 @@ impl RedisNode {
         let mut conn = self.conn.clone();
         let mut cmd = Cmd::with_capacity(2, 4 + key.len());
         cmd.arg("PTTL").arg(key);
-        match held(int(&query(&mut conn, &cmd, false).await?)?) {
+        match held(int(&self.noted(query(&mut conn, &cmd, false).await)?)?) {
             Acquire::Held { remaining } => Ok(remaining),
             Acquire::Acquired | Acquire::Completed { .. } | Acquire::Fenced { .. } => Ok(None),
         }
@@ -382,8 +430,18 @@ impl RedisNode {
         Ok(int(&v)? == 1)
     }
 
-    /// Compare-and-`PEXPIRE`: whether `key` held `token` and now has the ttl `ttl`.
-    pub(crate) async fn extend_key(
+    /// Compare-and-`PEXPIRE`: whether `key` held `token` and now has the ttl `ttl`. Gated by
+    /// the eviction check ([`RedisNode::gated`]).
+    pub(crate) fn extend_key<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+        self.gated(self.extend_key_unchecked(key, token, ttl))
+    }
+
+    async fn extend_key_unchecked(
         &self,
         key: &str,
         token: &str,
@@ -451,6 +509,15 @@ impl RedisNode {
         }
         Ok(v)
     }
+}
+
+/// The eviction check of the voter `name` with `options`.
+fn eviction(name: &str, options: &RedisNodeOptions) -> Eviction {
+    Eviction::new(
+        name,
+        options.allow_eviction,
+        options.eviction_check_timeout(),
+    )
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

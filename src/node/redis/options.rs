@@ -31,6 +31,25 @@ const PIPELINE_BUFFER: usize = 4096;
 /// Tenure protection ([`restart_protection`](Self::restart_protection)) is off by default
 /// for a plain master and a Cluster, and on for a Sentinel group (with
 /// [`DEFAULT_FAILOVER_MAX_TTL`]): failovers are what a Sentinel group is for.
+///
+/// # What the masters must run
+///
+/// A lock voter's master must keep every key until its ttl: **`maxmemory-policy
+/// noeviction`** (or no `maxmemory`). A Redis shared with a cache (`allkeys-*`, or
+/// `volatile-*`: locks and completion records have a ttl) evicts them under memory pressure,
+/// and a second holder or a second run follows. The voter reads its master's policy
+/// (`INFO memory`) on first use, after every reconnection and every 30 s, and **abstains**
+/// while the master may evict (see [`allow_eviction`](Self::allow_eviction));
+/// [`NodeStatus`](crate::NodeStatus) shows the policy. Completion records that must outlive
+/// a restart also need persistence: `appendonly yes` with `appendfsync always` (or
+/// `everysec`, losing up to a second of them).
+///
+/// ```text
+/// # redis.conf of a lock voter
+/// maxmemory-policy noeviction
+/// appendonly yes
+/// appendfsync always
+/// ```
 #[derive(Debug, Clone)]
 pub struct RedisNodeOptions {
     pub(super) connect_timeout: Duration,
@@ -39,6 +58,7 @@ pub struct RedisNodeOptions {
     reconnect_max_delay: Duration,
     reconnect_retries: usize,
     protection: Protection,
+    pub(super) allow_eviction: bool,
 }
 
 /// Whether a voter keeps a master of a new tenure out of the quorum.
@@ -59,6 +79,7 @@ impl Default for RedisNodeOptions {
             reconnect_max_delay: Duration::from_secs(1),
             reconnect_retries: 3,
             protection: Protection::Default,
+            allow_eviction: false,
         }
     }
 }
@@ -140,6 +161,50 @@ impl RedisNodeOptions {
     pub fn no_protection(mut self) -> Self {
         self.protection = Protection::Off;
         self
+    }
+
+    /// Lets the voter vote while its master may evict keys (a `maxmemory` with a policy
+    /// other than `noeviction`). By default such a voter **abstains**: its acquires and
+    /// extensions fail at once (a failed vote) with a message naming the policy, and
+    /// [`NodeStatus::is_abstaining`](crate::NodeStatus::is_abstaining) says so.
+    ///
+    /// An evicting master can drop a lock before its ttl, and then a second client can gain a
+    /// quorum while the first still holds its lease; it can drop a completion record, and
+    /// then the work runs again (`tests/eviction.rs` shows both). Allow it only where that is
+    /// acceptable (locks for efficiency, not correctness); the voter then logs a warning
+    /// when it sees the policy. The right fix is on the master:
+    /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.
+    ///
+    /// The policy is read with `INFO memory` (usually allowed where `CONFIG` is not) on first
+    /// use — the first acquire waits for it — after every reconnection, after a Sentinel
+    /// failover, and every 30 s. `maxmemory 0` means no eviction (on 64-bit builds; a 32-bit
+    /// build reports its implicit 3 GB limit with `noeviction`). A master whose `INFO` is
+    /// denied (an ACL without `+info`) votes unchecked, with a warning. On a Cluster every
+    /// master's policy counts: one that evicts makes the voter abstain (best effort: while a
+    /// master does not answer, the policy is unknown and the voter votes; it is asked again
+    /// every second).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::{node::RedisNodeOptions, Redlock};
+    ///
+    /// // A cache, known to evict: its votes may be lost under memory pressure.
+    /// let cache = RedisNodeOptions::new().allow_eviction();
+    /// let redlock = Redlock::builder()
+    ///     .redis("redis://10.0.0.1:6379")
+    ///     .redis("redis://10.0.0.2:6379")
+    ///     .redis_with("redis://10.0.0.3:6379", &cache)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn allow_eviction(mut self) -> Self {
+        self.allow_eviction = true;
+        self
+    }
+
+    /// How long one eviction check may take: it may have to connect first.
+    pub(super) fn eviction_check_timeout(&self) -> Duration {
+        self.connect_timeout.saturating_mul(2)
     }
 
     /// The redis-rs settings of a master's auto-reconnecting connection.

@@ -11,8 +11,20 @@ use super::{held, int, query, ttl_ms, RedisNode};
 use crate::node::{Acquire, NodeFailure};
 
 impl RedisNode {
-    /// The replay acquire (see [`Node::acquire_unless_completed`](crate::node::Node)).
+    /// The replay acquire (see [`Node::acquire_unless_completed`](crate::node::Node)), gated
+    /// by the eviction check (a record on a master that evicts may be gone).
     pub(crate) async fn acquire_unless_completed_key(
+        &self,
+        key: &str,
+        record_key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Acquire, NodeFailure> {
+        self.gated(self.acquire_unless_completed_unchecked(key, record_key, token, ttl))
+            .await
+    }
+
+    async fn acquire_unless_completed_unchecked(
         &self,
         key: &str,
         record_key: &str,
@@ -86,9 +98,9 @@ impl RedisNode {
         };
         let mut conn = self.conn.clone();
         let votes = script.votes();
-        match query(&mut conn, &cmd("EVALSHA", script.sha1()), votes).await {
+        match self.noted(query(&mut conn, &cmd("EVALSHA", script.sha1()), votes).await) {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                Ok(query(&mut conn, &cmd("EVAL", script.source()), votes).await?)
+                Ok(self.noted(query(&mut conn, &cmd("EVAL", script.source()), votes).await)?)
             }
             r => Ok(r?),
         }

@@ -1,0 +1,187 @@
+//! What a master's `INFO memory` says of eviction: its `maxmemory` and `maxmemory_policy`
+//! (on a Cluster, every master's; the worst counts).
+
+use redis::Value;
+
+/// What a master's `INFO memory` says of eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Every key stays until its ttl: `noeviction`, or no `maxmemory` (64-bit builds evict
+    /// nothing then; a 32-bit build sets an implicit limit with `noeviction`).
+    Keeps { policy: String },
+    /// Keys may be evicted before their ttl; `master` names the Cluster master that does.
+    Evicts {
+        policy: String,
+        maxmemory: u64,
+        master: Option<String>,
+    },
+    /// `INFO memory` answered without the fields, or with an error (an ACL without `INFO`).
+    Unknown(String),
+}
+
+/// The verdict of an `INFO memory` reply: one master's text, or a Cluster's map of master
+/// addresses to their texts (the worst of them counts).
+pub(super) fn verdict(reply: &Value) -> Verdict {
+    match reply {
+        Value::BulkString(text) => of_text(&String::from_utf8_lossy(text)),
+        Value::VerbatimString { text, .. } | Value::SimpleString(text) => of_text(text),
+        Value::Map(masters) if !masters.is_empty() => {
+            let mut worst: Option<Verdict> = None;
+            for (addr, reply) in masters {
+                let verdict = match verdict(reply) {
+                    Verdict::Evicts {
+                        policy, maxmemory, ..
+                    } => Verdict::Evicts {
+                        policy,
+                        maxmemory,
+                        master: Some(text_of(addr)),
+                    },
+                    other => other,
+                };
+                let rank = |v: &Verdict| match v {
+                    Verdict::Keeps { .. } => 0,
+                    Verdict::Unknown(_) => 1,
+                    Verdict::Evicts { .. } => 2,
+                };
+                if worst.as_ref().is_none_or(|w| rank(&verdict) > rank(w)) {
+                    worst = Some(verdict);
+                }
+            }
+            worst.unwrap_or_else(|| Verdict::Unknown("no master answered".to_owned()))
+        }
+        Value::ServerError(e) => Verdict::Unknown(format!("INFO memory: {e:?}")),
+        other => Verdict::Unknown(format!("unexpected reply to INFO memory: {other:?}")),
+    }
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => s.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The verdict of one master's `INFO memory` text.
+fn of_text(info: &str) -> Verdict {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let (Some(maxmemory), Some(policy)) = (
+        field("maxmemory").and_then(|m| m.parse::<u64>().ok()),
+        field("maxmemory_policy"),
+    ) else {
+        return Verdict::Unknown("INFO memory has no maxmemory or maxmemory_policy".to_owned());
+    };
+    let policy = policy.to_owned();
+    if maxmemory == 0 || policy == "noeviction" {
+        Verdict::Keeps { policy }
+    } else {
+        // Any other policy — allkeys-*, volatile-* (a lock has a ttl), or one unknown
+        // today — may evict.
+        Verdict::Evicts {
+            policy,
+            maxmemory,
+            master: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(maxmemory: u64, policy: &str) -> String {
+        format!(
+            "# Memory\r\nused_memory:914752\r\nmaxmemory:{maxmemory}\r\n\
+             maxmemory_human:0B\r\nmaxmemory_policy:{policy}\r\nmem_fragmentation_ratio:9.1\r\n"
+        )
+    }
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn reads_the_policy_and_the_limit() {
+        let keeps = |p: &str| Verdict::Keeps {
+            policy: p.to_owned(),
+        };
+        assert_eq!(verdict(&bulk(&info(0, "noeviction"))), keeps("noeviction"));
+        assert_eq!(
+            verdict(&bulk(&info(1 << 20, "noeviction"))),
+            keeps("noeviction")
+        );
+        // No limit: nothing is evicted, whatever the policy (64-bit builds).
+        assert_eq!(
+            verdict(&bulk(&info(0, "allkeys-lru"))),
+            keeps("allkeys-lru")
+        );
+        for policy in [
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+            "a-policy-of-tomorrow",
+        ] {
+            assert_eq!(
+                verdict(&bulk(&info(1 << 20, policy))),
+                Verdict::Evicts {
+                    policy: policy.to_owned(),
+                    maxmemory: 1 << 20,
+                    master: None
+                },
+                "{policy}"
+            );
+        }
+        // RESP3's verbatim string.
+        let verbatim = Value::VerbatimString {
+            format: redis::VerbatimFormat::Text,
+            text: info(5, "volatile-ttl"),
+        };
+        assert!(matches!(verdict(&verbatim), Verdict::Evicts { .. }));
+        // `maxmemory` is not `maxmemory_human` nor `maxmemory_policy`.
+        assert!(matches!(
+            verdict(&bulk(
+                "maxmemory_policy:allkeys-lru\r\nmaxmemory_human:1M\r\n"
+            )),
+            Verdict::Unknown(_)
+        ));
+        assert!(matches!(verdict(&Value::Nil), Verdict::Unknown(_)));
+    }
+
+    #[test]
+    fn a_cluster_counts_its_worst_master() {
+        let map = |entries: Vec<(&str, Value)>| {
+            Value::Map(entries.into_iter().map(|(a, v)| (bulk(a), v)).collect())
+        };
+        let all_keep = map(vec![
+            ("10.0.0.1:7000", bulk(&info(0, "noeviction"))),
+            ("10.0.0.2:7000", bulk(&info(0, "noeviction"))),
+        ]);
+        assert!(matches!(verdict(&all_keep), Verdict::Keeps { .. }));
+        let one_evicts = map(vec![
+            ("10.0.0.1:7000", bulk(&info(0, "noeviction"))),
+            ("10.0.0.2:7000", bulk(&info(100, "allkeys-lfu"))),
+            ("10.0.0.3:7000", bulk("no fields")),
+        ]);
+        assert_eq!(
+            verdict(&one_evicts),
+            Verdict::Evicts {
+                policy: "allkeys-lfu".to_owned(),
+                maxmemory: 100,
+                master: Some("10.0.0.2:7000".to_owned()),
+            }
+        );
+        let one_unknown = map(vec![
+            ("10.0.0.1:7000", bulk(&info(0, "noeviction"))),
+            ("10.0.0.3:7000", bulk("no fields")),
+        ]);
+        assert!(matches!(verdict(&one_unknown), Verdict::Unknown(_)));
+    }
+}

@@ -7,8 +7,8 @@
 //! abstains, with an error that names the policy; `RedisNodeOptions::allow_eviction` lets
 //! it vote, and then junk written until the lock key is really evicted lets a second client
 //! in (`eviction_allowed_breaks_exclusion`: what every voter did before the check). The
-//! policy is read on first use and after a reconnection (on every master of a Cluster),
-//! with no command added to a lock.
+//! policy is read on first use and after a reconnection (also of a Sentinel voter's new
+//! master, and on every master of a Cluster), with no command added to a lock.
 //!
 //! Test names start with `eviction_`: `cargo test --all-features eviction` runs them.
 
@@ -428,6 +428,56 @@ async fn eviction_unknown_policy_votes() {
         .expect("unknown policy: it votes");
     assert_eq!(eviction_of(&client), [(None, false, false)]);
     lease.release().await.expect("released");
+}
+
+/// A Sentinel voter checks each master it follows: the replica it fails over to is a
+/// cache, and the voter abstains from then on (no new client).
+#[tokio::test(flavor = "multi_thread")]
+async fn eviction_sentinel_checks_the_promoted_master() {
+    use support::sentinel::SentinelGroup;
+    use tower_redlock::node::{RedisNode, Sentinel};
+
+    let g = SentinelGroup::start("tr-eviction");
+    let group = Sentinel::new(g.master_name(), g.sentinel_addrs()).expect("a group");
+    // No tenure protection: the eviction check alone decides.
+    let options = RedisNodeOptions::new().no_protection();
+    let client = Redlock::builder()
+        .node(RedisNode::sentinel_with(group, &options).expect("a voter"))
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .expect("a client");
+    eventually("the voter locks on the master", WITHIN, || async {
+        match client.try_lock("eviction:before", TTL).await {
+            Ok(lease) => lease.release().await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert_eq!(eviction_of(&client)[0].0.as_deref(), Some("noeviction"));
+
+    make_cache(g.replica(), "allkeys-lfu").await;
+    let replica = g.replica().addr();
+    g.failover().await;
+    assert_eq!(g.master_addr(), replica);
+    eventually(
+        "the voter abstains on the promoted cache",
+        WITHIN,
+        || async {
+            match client.try_lock("eviction:after", TTL).await {
+                Ok(lease) => {
+                    lease.release().await.expect("released");
+                    false
+                }
+                Err(e) => refused_for_eviction(&e, "allkeys-lfu"),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        eviction_of(&client),
+        [(Some("allkeys-lfu".to_owned()), true, true)]
+    );
 }
 
 /// A Cluster voter counts every master: one of three is a cache, and the voter abstains

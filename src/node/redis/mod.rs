@@ -197,13 +197,18 @@ impl RedisNode {
         }
         let name = group.name();
         let window = group.window();
+        let eviction = eviction(&name, options);
         Ok(Self {
-            conn: Conn::Sentinel(sentinel::SentinelConn::start(group, options)?),
-            eviction: eviction(&name, options),
+            conn: Conn::Sentinel(sentinel::SentinelConn::start(
+                group,
+                options,
+                eviction.on_new_master(),
+            )?),
             name,
             guard: options
                 .guard(Some(DEFAULT_FAILOVER_MAX_TTL))
                 .map(|g| g.widened(window)),
+            eviction,
         })
     }
 

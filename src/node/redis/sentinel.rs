@@ -14,6 +14,7 @@ use redis::{
 };
 use tokio::sync::{watch, Notify};
 
+use super::eviction::NewMaster;
 use super::options::RedisNodeOptions;
 
 /// A Redis Sentinel group, for [`RedisNode::sentinel`](super::RedisNode::sentinel): the
@@ -259,8 +260,13 @@ enum State {
 }
 
 impl SentinelConn {
-    /// Starts the background discovery. Must be called inside a Tokio runtime.
-    pub(super) fn start(group: Sentinel, options: &RedisNodeOptions) -> crate::Result<Self> {
+    /// Starts the background discovery; `new_master` is told of each master it adopts. Must
+    /// be called inside a Tokio runtime.
+    pub(super) fn start(
+        group: Sentinel,
+        options: &RedisNodeOptions,
+        new_master: NewMaster,
+    ) -> crate::Result<Self> {
         if group.tls && !cfg!(feature = "tls") {
             return Err(crate::Error::invalid(format!(
                 "{} asks for TLS: enable the `tls` feature of tower-redlock",
@@ -290,6 +296,7 @@ impl SentinelConn {
             sentinels,
             shared: Arc::downgrade(&shared),
             wake,
+            new_master,
         };
         tokio::spawn(task.run());
         Ok(Self { shared })
@@ -370,6 +377,8 @@ struct Discovery {
     sentinels: Vec<(String, ConnectionManager)>,
     shared: Weak<Shared>,
     wake: Arc<Notify>,
+    /// Has each new master's `maxmemory-policy` checked before it votes.
+    new_master: NewMaster,
 }
 
 const MIN_GAP: Duration = Duration::from_millis(50);
@@ -461,6 +470,8 @@ impl Discovery {
             ),
             _ => tracing::info!(voter = %self.group.name(), master = %addr, "master found"),
         }
+        // Before any request reaches it: the new master is checked before it votes.
+        self.new_master.adopted();
         shared.confirm(asked);
         shared.state.send_replace(State::Master { addr, conn });
         true

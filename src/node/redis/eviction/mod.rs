@@ -8,8 +8,8 @@
 //!   the check along with it (no time of its own; a request that times out still reaches
 //!   the master, as any does), and the answer counts only if the check lets the voter vote;
 //! - after a connection error (redis-rs reconnects after one: the new connection may reach
-//!   another server, or one restarted with another configuration): the next acquires and
-//!   extensions are checked so again;
+//!   another server, or one restarted with another configuration), and after a Sentinel
+//!   voter adopts another master: the next acquires and extensions are checked so again;
 //! - every [`RECHECK_EVERY`] in the background, for a `CONFIG SET` on a live connection
 //!   (every [`RECHECK_ABSTAINING`] while the voter abstains, so that a fixed master votes
 //!   again soon).
@@ -198,6 +198,13 @@ impl Eviction {
         self.inner.reset();
     }
 
+    /// A handle for a Sentinel voter's discovery, to reset the check when it adopts another
+    /// master. Weak: the check's task keeps the discovery alive (through the connection), so
+    /// the discovery must not keep the check alive in turn.
+    pub(super) fn on_new_master(&self) -> NewMaster {
+        NewMaster(Arc::downgrade(&self.inner))
+    }
+
     /// The state for [`Redlock::node_status`](crate::Redlock::node_status).
     pub(crate) fn status(&self) -> EvictionStatus {
         let state = self.inner.state();
@@ -227,6 +234,19 @@ impl Eviction {
         };
         tokio::spawn(task.run());
         true
+    }
+}
+
+/// Resets a voter's eviction check when its Sentinel discovery adopts another master (see
+/// [`Eviction::on_new_master`]).
+pub(crate) struct NewMaster(Weak<Inner>);
+
+impl NewMaster {
+    /// The discovery adopts another master: call before any request can reach it.
+    pub(super) fn adopted(&self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.reset();
+        }
     }
 }
 

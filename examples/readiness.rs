@@ -1,7 +1,7 @@
 //! A readiness endpoint on [`Redlock::node_status`]: `GET /ready` answers `200` while a
-//! quorum of the voters is not suspended — the client can lock — and `503` otherwise, with
-//! a JSON body listing every voter's status (its name, `host:port` for a master: never a
-//! password). Point a load balancer's or Kubernetes' readiness probe at it, so that a
+//! quorum of the voters is neither suspended nor abstaining — the client can lock — and
+//! `503` otherwise, with a JSON body listing every voter's status (its name, `host:port` for
+//! a master: never a password). Point a load balancer's or Kubernetes' readiness probe at it, so that a
 //! replica that cannot lock is taken out of rotation instead of answering `503` to clients.
 //!
 //! ```text
@@ -21,7 +21,9 @@
 //! is one the client does not even ask, so `/ready` turns `503` only once a majority of the
 //! voters stopped answering — not on a slow request. It reflects the requests made so far:
 //! a client that has asked nothing yet reports every voter up (the self-check locks once
-//! first for that reason).
+//! first for that reason). A voter *abstains* while its master may evict keys (a
+//! `maxmemory` with a policy other than `noeviction`; see
+//! `RedisNodeOptions::allow_eviction`): its `eviction_policy` says which.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -33,10 +35,14 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tower_redlock::Redlock;
 
-/// `GET /ready`: 200 with a quorum of voters not suspended, else 503; the status of each.
+/// `GET /ready`: 200 with a quorum of voters neither suspended nor abstaining (a master that
+/// may evict keys), else 503; the status of each.
 async fn ready(State(redlock): State<Redlock>) -> (StatusCode, Json<Value>) {
     let status = redlock.node_status();
-    let up = status.iter().filter(|s| !s.is_suspended()).count();
+    let up = status
+        .iter()
+        .filter(|s| !s.is_suspended() && !s.is_abstaining())
+        .count();
     let ready = up >= redlock.quorum();
     let nodes: Vec<Value> = status
         .iter()
@@ -45,6 +51,8 @@ async fn ready(State(redlock): State<Redlock>) -> (StatusCode, Json<Value>) {
                 "name": s.name(),
                 "suspended": s.is_suspended(),
                 "consecutive_timeouts": s.consecutive_timeouts(),
+                "eviction_policy": s.eviction_policy(),
+                "abstaining": s.is_abstaining(),
             })
         })
         .collect();

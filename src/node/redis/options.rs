@@ -176,13 +176,14 @@ impl RedisNodeOptions {
     /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.
     ///
     /// The policy is read with `INFO memory` (usually allowed where `CONFIG` is not) on first
-    /// use — the first acquire waits for it — after every reconnection, after a Sentinel
-    /// failover, and every 30 s. `maxmemory 0` means no eviction (on 64-bit builds; a 32-bit
-    /// build reports its implicit 3 GB limit with `noeviction`). A master whose `INFO` is
-    /// denied (an ACL without `+info`) votes unchecked, with a warning. On a Cluster every
-    /// master's policy counts: one that evicts makes the voter abstain (best effort: while a
-    /// master does not answer, the policy is unknown and the voter votes; it is asked again
-    /// every second).
+    /// use — beside the first acquires, whose answers count only if it lets the voter vote —
+    /// after every reconnection, after a Sentinel failover, and every 30 s (every second
+    /// while the voter abstains). No command is added to a lock. `maxmemory 0` means no
+    /// eviction (on 64-bit builds; a 32-bit build reports its implicit 3 GB limit with
+    /// `noeviction`). A master whose `INFO` is denied (an ACL without `+info`) votes
+    /// unchecked, with a warning. On a Cluster every master's policy counts: one that evicts
+    /// makes the voter abstain (best effort: while a master does not answer, the policy is
+    /// unknown and the voter votes; it is asked again every second).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), tower_redlock::Error> {

@@ -181,7 +181,8 @@ impl Eviction {
     }
 
     /// A request failed: when the connection is gone (redis-rs makes a new one, maybe to
-    /// another server), the next acquire or extension waits for a fresh check.
+    /// another server), the next acquires and extensions are checked again (beside a check,
+    /// see [`RedisNode::gated`]).
     pub(super) fn failed(&self, e: &RedisError) {
         if e.is_io_error()
             || e.is_connection_dropped()
@@ -505,7 +506,7 @@ mod tests {
         };
         for allow in [false, true] {
             let e = Eviction::new("127.0.0.1:6379", allow, Duration::from_secs(1));
-            assert!(!e.votes(), "unchecked: a request waits for a check");
+            assert!(!e.votes(), "unchecked: a request goes beside a check");
             assert_eq!(e.status(), EvictionStatus::default());
             e.inner.record(0, Ok(evicts.clone()));
             assert_eq!(e.votes(), allow);
@@ -521,7 +522,7 @@ mod tests {
             assert_eq!(status.policy.as_deref(), Some("allkeys-lru"));
             assert!(status.evicts);
             assert_eq!(status.abstains, !allow);
-            // A lost connection: the next acquire waits for a fresh check; the status keeps
+            // A lost connection: the next acquire goes beside a fresh check; the status keeps
             // the last verdict meanwhile.
             e.reset();
             assert!(!e.votes());

@@ -3,23 +3,37 @@
 //! Each node keeps a counter per resource. The fenced acquire bumps it in the same atomic
 //! step as the `SET`, to the larger of its value plus one and the node's clock in
 //! microseconds; a lease's token is the largest counter among the nodes that granted it
-//! (counted until the decision; in replay, every vote counted for the grant). The fenced
-//! release — and the fenced completion of idempotent work — first raises the counter of
-//! every node it reaches to the lease's token.
+//! (counted until the decision; in replay, every vote counted for the grant).
 //!
-//! Why the next holder's token is larger: its quorum shares a node `m` with this lease's.
-//! On `m` this lease's key was released — the counter was raised to this token there, and
-//! the next bump exceeds it — or it expired: then at least a ttl passed on `m`'s clock since
-//! this lease's bump there, and the next bump is at least `m`'s clock, which is then above
-//! every token of this lease as long as the nodes' clocks differ by less than the ttl
-//! (tokens are at most the granting nodes' clocks, or counters raised by earlier tokens). A
-//! counter expires `retention` after its last use (≥ twice the ttl), so an expired one
-//! restarts from the clock too: memory stays bounded, tokens never go back.
+//! **Settling the token** (before the lease is handed out): the granting nodes whose counter
+//! is below the token have it raised to the token ([`Node::extend_fenced`], only where the
+//! lock is still ours), until at least `N − quorum + 1` nodes holding our lock carry it —
+//! enough to share a node with every later quorum. If that cannot be done while the lease is
+//! valid, the try fails (and releases what it took).
+//!
+//! Why the next holder's token is larger: its quorum shares a node `m` with those that carry
+//! this lease's token, and it can bump `m`'s counter only after this lease's lock is gone
+//! from `m` — after the raise, so its bump is above the token. No clock enters it as long as
+//! the counters live: the fenced release (and completion) raises them again, and a counter
+//! expires only `retention` after its last use (≥ twice the ttl, at least 10 s). A counter
+//! that expired or was lost (a restart without persistence) starts again from the node's
+//! clock, which is above every token it carried as long as the nodes' clocks differ by less
+//! than the time that took: the retention, or the restart protection's window (≥ the
+//! longest ttl) — not the acquisition's duration (`tests/fencing.rs`:
+//! `fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back`).
 //!
 //! [`RedlockBuilder::fencing`]: crate::RedlockBuilder::fencing
+//! [`Node::extend_fenced`]: crate::node::Node::extend_fenced
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use super::lease::Token;
+use super::quorum::{self, Skip};
+use super::Redlock;
+use crate::error::Error;
 
 /// A lease's fencing token, and what its release needs to raise the counters to it.
 #[derive(Debug, Clone)]
@@ -50,4 +64,73 @@ pub(crate) fn fence_key(key: &str) -> Arc<str> {
 /// How long a counter is kept after its last use: twice the ttl, at least 10 s.
 pub(crate) fn retention(ttl: Duration) -> Duration {
     ttl.saturating_mul(2).max(Duration::from_secs(10))
+}
+
+impl Redlock {
+    /// Settles a fenced grant's token (see the module docs): raises the counters of the
+    /// granting nodes below `fence.token` (`fences`: each vote's counter, by node) until at
+    /// least `N − quorum + 1` nodes holding our lock carry it, before `deadline`. The
+    /// requests still in flight when that is reached finish in the background.
+    pub(super) async fn settle_fence(
+        &self,
+        key: &Arc<str>,
+        token: Token,
+        ttl: Duration,
+        fence: &Fence,
+        fences: &[(usize, u64)],
+        deadline: Instant,
+    ) -> crate::Result<()> {
+        let inner = &*self.inner;
+        let need = inner.nodes.len() - inner.quorum + 1;
+        let carry = fences
+            .iter()
+            .filter(|(_, f)| *f >= fence.token)
+            .fold(0u64, |m, (i, _)| m | 1 << i);
+        let mut have = carry.count_ones() as usize;
+        if have >= need {
+            return Ok(());
+        }
+        let below = fences
+            .iter()
+            .filter(|(_, f)| *f < fence.token)
+            .fold(0u64, |m, (i, _)| m | 1 << i);
+        let floor = fence.floor();
+        let mut sent = quorum::send(
+            &inner.nodes,
+            below,
+            inner.config.node_timeout,
+            Skip::Suspended,
+            &|node| node.extend_fenced_now(key, token.as_str(), ttl, floor),
+            |v| {
+                let (key, fence) = (key.clone(), fence.clone());
+                async move {
+                    v.node
+                        .extend_fenced(&key, token.as_str(), ttl, fence.floor())
+                        .await
+                }
+            },
+        );
+        let mut errors = Vec::new();
+        while have < need {
+            let next = tokio::time::timeout_at(deadline.into(), sent.next()).await;
+            match next {
+                Ok(Some((_, Ok(true)))) => have += 1,
+                Ok(Some((_, Ok(false)))) => {}
+                Ok(Some((_, Err(e)))) => errors.push(e),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        quorum::finish_in_background(sent);
+        if have >= need && Instant::now() < deadline {
+            return Ok(());
+        }
+        Err(Error::unavailable(
+            format!(
+                "the fencing token was settled on {have} of the {need} nodes it needs \
+                 (the counters of the nodes that granted the lock, raised to the token) \
+                 while the lock was valid"
+            ),
+            errors,
+        ))
+    }
 }

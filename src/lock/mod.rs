@@ -347,18 +347,29 @@ impl Redlock {
         }
         obs.tried(&tally);
         let holders = (tally.answered & !tally.not_ours) | sent.started();
-        if tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline {
+        let granted =
+            tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline;
+        let fence = fence_key
+            .zip(tally.fence)
+            .filter(|_| granted)
+            .map(|(key, token)| fencing::Fence {
+                token,
+                key: key.clone(),
+                retention: request.retention,
+            });
+        // A fenced grant is handed out only once its token is settled (see `fencing`). Boxed:
+        // the plain try's future (allocated per lock call) does not carry its state.
+        let settled = match &fence {
+            Some(f) => {
+                Box::pin(self.settle_fence(key, token, ttl, f, &tally.fences, deadline)).await
+            }
+            None => Ok(()),
+        };
+        if granted && settled.is_ok() {
             guard.disarm();
             // The stragglers are kept, unpolled, with the lease (see `Lease`): what was handed
             // to a connection is written, what was not is never sent.
             let parked = (!sent.is_empty()).then(|| Parked::new(sent));
-            let fence = fence_key
-                .zip(tally.fence)
-                .map(|(key, token)| fencing::Fence {
-                    token,
-                    key: key.clone(),
-                    retention: request.retention,
-                });
             return Ok(Try::Granted(Granted {
                 grant: Grant {
                     start,
@@ -393,7 +404,9 @@ impl Redlock {
         if let Some(record) = tally.record {
             return Ok(Try::Completed(record));
         }
-        let err = if tally.for_ >= inner.quorum {
+        let err = if let Err(unsettled) = settled {
+            unsettled
+        } else if tally.for_ >= inner.quorum {
             Error::unavailable(
                 format!(
                     "a quorum answered, but too slowly to leave any validity of the {ttl:?} ttl"

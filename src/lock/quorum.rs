@@ -69,6 +69,8 @@ pub(crate) struct Tally {
     pub(crate) record: Option<bytes::Bytes>,
     /// The largest fencing counter among the votes for (fenced acquire).
     pub(crate) fence: Option<u64>,
+    /// Each vote's fencing counter, by node (fenced acquire).
+    pub(crate) fences: Vec<(usize, u64)>,
 }
 
 impl Tally {
@@ -112,7 +114,7 @@ impl Tally {
                 if replay {
                     // A vote counted for the lease: its counter counts for the token.
                     self.for_ += 1;
-                    self.fence = Some(self.fence.map_or(fence, |f| f.max(fence)));
+                    self.fenced(i, fence);
                 }
             }
             Ok(Acquire::Held { remaining }) => self.held(i, remaining),
@@ -125,6 +127,12 @@ impl Tally {
                 self.errors.push(e)
             }
         }
+    }
+
+    /// Takes node `i`'s fencing counter (its vote is counted by the caller).
+    fn fenced(&mut self, i: usize, fence: u64) {
+        self.fence = Some(self.fence.map_or(fence, |f| f.max(fence)));
+        self.fences.push((i, fence));
     }
 
     /// Counts node `i`'s completion record: it locked nothing.
@@ -282,7 +290,7 @@ where
                     Vote::Fenced(fence) => {
                         tally.for_ += 1;
                         tally.for_mask |= 1 << i;
-                        tally.fence = Some(tally.fence.map_or(fence, |f| f.max(fence)));
+                        tally.fenced(i, fence);
                     }
                     Vote::Against(remaining) => tally.held(i, remaining),
                     Vote::Completed(record) => tally.completed(i, record),

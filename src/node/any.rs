@@ -308,6 +308,35 @@ impl AnyNode {
         }
     }
 
+    /// An in-process node's answer to [`Node::extend_fenced`], at once.
+    pub(crate) fn extend_fenced_now(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        fence: FenceFloor<'_>,
+    ) -> Option<Result<bool, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.extend_fenced_now(key, token, ttl, fence))),
+            _ => None,
+        }
+    }
+
+    /// See [`Node::extend_fenced`].
+    pub(crate) fn extend_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        match self {
+            Self::Redis(n) => Box::pin(n.extend_fenced_key(key, token, ttl, fence)),
+            Self::Memory(n) => Box::pin(ready(Ok(n.extend_fenced_now(key, token, ttl, fence)))),
+            Self::Custom(n) => n.extend_fenced(key, token, ttl, fence),
+        }
+    }
+
     /// An in-process node's answer to [`Node::acquire_unless_completed_fenced`], at once.
     pub(crate) fn acquire_unless_completed_fenced_now(
         &self,

@@ -279,6 +279,31 @@ impl MemoryNode {
         self.release_now(key, token)
     }
 
+    pub(crate) fn extend_fenced_now(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        fence: FenceFloor<'_>,
+    ) -> bool {
+        let now = Instant::now();
+        let mut map = self.lock();
+        match map.entries.get_mut(key) {
+            Some(e) if e.token == token && e.expires > now => e.expires = now + ttl,
+            _ => return false,
+        }
+        let below = map
+            .fences
+            .get(fence.key)
+            .is_none_or(|(v, expires)| *expires <= now || *v < fence.floor);
+        if below {
+            let expires = expiry(now, fence.retention);
+            map.fences
+                .insert(fence.key.to_owned(), (fence.floor, expires));
+        }
+        true
+    }
+
     pub(crate) fn complete_fenced_now(
         &self,
         key: &str,
@@ -398,6 +423,16 @@ impl Node for MemoryNode {
     ) -> NodeFuture<'a, bool> {
         let answer = self.complete_fenced_now(key, record_key, token, record, retention, fence);
         Box::pin(std::future::ready(Ok(answer)))
+    }
+
+    fn extend_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        Box::pin(async move { Ok(self.extend_fenced_now(key, token, ttl, fence)) })
     }
 
     fn release_fenced<'a>(

@@ -181,6 +181,29 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
     }
 
+    /// For fencing tokens: only if `key` holds `token`, raise the counter `fence.key` to
+    /// `fence.floor` as [`release_fenced`](Self::release_fenced) does, and then set the
+    /// time to live of `key` to `ttl` as [`extend`](Self::extend) does, in one atomic step.
+    /// Returns whether it did (`false`: the key does not hold `token`; nothing changed).
+    ///
+    /// The client calls it right after a fenced grant, before it hands the lease out, on
+    /// nodes that granted it with a counter below the lease's token (the largest counter of
+    /// the grant), so that enough of them to meet every later quorum carry the token: the
+    /// next holder's token is then larger whatever the nodes' clocks say.
+    ///
+    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)): such a
+    /// node's counter is never raised, and a grant that needs it fails.
+    fn extend_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        let _ = (key, token, ttl, fence);
+        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
+    }
+
     /// For fencing tokens with idempotent work: what
     /// [`acquire_unless_completed`](Self::acquire_unless_completed) does and, when it sets
     /// the key, the counter's bump of [`acquire_fenced`](Self::acquire_fenced), in one atomic
@@ -219,8 +242,8 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     }
 }
 
-/// A fencing counter to raise before a lease's lock is deleted
-/// ([`Node::complete_fenced`]).
+/// A fencing counter to raise: before a lease's lock is deleted ([`Node::complete_fenced`]),
+/// or right after its grant ([`Node::extend_fenced`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FenceFloor<'a> {
     /// The counter's key.

@@ -1,7 +1,7 @@
 //! Fencing counters on a Redis master: the fenced acquires (the lock and the counter's bump,
-//! one script; with or without the completion record's check), and the fenced release and
-//! completion (the counter raised to the lease's token, then compare-and-delete or the
-//! record's store).
+//! one script; with or without the completion record's check), the fenced extension that
+//! settles a grant's token, and the fenced release and completion (the counter raised to the
+//! lease's token, then `PEXPIRE`, compare-and-delete or the record's store).
 
 use std::time::Duration;
 
@@ -9,7 +9,8 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::scripts::{
-    Script, ACQUIRE_FENCED, ACQUIRE_UNLESS_COMPLETED_FENCED, COMPLETE_FENCED, RELEASE_FENCED,
+    Script, ACQUIRE_FENCED, ACQUIRE_UNLESS_COMPLETED_FENCED, COMPLETE_FENCED, EXTEND_FENCED,
+    RELEASE_FENCED,
 };
 use super::{held, int, ttl_ms, RedisNode};
 use crate::node::{Acquire, FenceFloor, NodeFailure};
@@ -145,6 +146,30 @@ impl RedisNode {
         let args = [token.as_bytes(), floor.as_bytes(), retention.as_bytes()];
         let reply = self
             .run_binary(&RELEASE_FENCED, &[key, fence_key.as_ref()], &args)
+            .await?;
+        Ok(int(&reply)? == 1)
+    }
+
+    /// The fenced extension (see [`Node::extend_fenced`](crate::node::Node)).
+    pub(crate) async fn extend_fenced_key(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        fence: FenceFloor<'_>,
+    ) -> Result<bool, NodeFailure> {
+        let ttl = ttl_ms(ttl).to_string();
+        let floor = fence.floor.to_string();
+        let retention = ttl_ms(fence.retention).to_string();
+        let fence_key = self.conn.aux_key(key, fence.key);
+        let args = [
+            token.as_bytes(),
+            ttl.as_bytes(),
+            floor.as_bytes(),
+            retention.as_bytes(),
+        ];
+        let reply = self
+            .run_binary(&EXTEND_FENCED, &[key, fence_key.as_ref()], &args)
             .await?;
         Ok(int(&reply)? == 1)
     }

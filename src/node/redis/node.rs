@@ -74,6 +74,16 @@ impl Node for RedisNode {
         Box::pin(self.release_fenced_key(key, fence_key, token, floor, retention))
     }
 
+    fn extend_fenced<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl: Duration,
+        fence: FenceFloor<'a>,
+    ) -> NodeFuture<'a, bool> {
+        Box::pin(self.extend_fenced_key(key, token, ttl, fence))
+    }
+
     fn acquire_unless_completed_fenced<'a>(
         &'a self,
         key: &'a str,

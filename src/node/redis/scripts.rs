@@ -328,6 +328,26 @@ end
     votes: true,
 };
 
+/// The fenced extension, which settles a fenced lease's token right after its grant: only
+/// if `KEYS[1]` holds our token `ARGV[1]`, raise the counter `KEYS[2]` to the token `ARGV[3]`
+/// (`fence_raise_lua!`, kept for `ARGV[4]` ms) and `PEXPIRE` the lock to `ARGV[2]` ms;
+/// answers 1, else 0 (nothing done).
+pub(crate) static EXTEND_FENCED: Script = Script {
+    source: concat!(
+        r#"if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local fkey = KEYS[2]
+"#,
+        fence_read_lua!(),
+        fence_raise_lua!("ARGV[3]", "ARGV[4]"),
+        r#"return redis.call('pexpire', KEYS[1], ARGV[2])
+"#
+    ),
+    sha1: "40a6d8452d1cd71de70c9eabed5b5137525f3344",
+    votes: true,
+};
+
 /// The fenced replay acquire: KEYS lock, record, counter[, the two tenure markers]; ARGV as
 /// [`ACQUIRE_FENCED`]. `{2, record}` when the completion record exists (as
 /// [`ACQUIRE_UNLESS_COMPLETED`]), else as [`ACQUIRE_FENCED`].
@@ -398,6 +418,7 @@ mod tests {
             &ACQUIRE_UNLESS_COMPLETED_FENCED,
             &RELEASE_FENCED,
             &COMPLETE_FENCED,
+            &EXTEND_FENCED,
         ] {
             assert_eq!(
                 redis::Script::new(s.source()).get_hash(),

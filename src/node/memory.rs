@@ -215,7 +215,8 @@ impl MemoryNode {
     }
 
     /// The plain acquire and, when it set the key, the counter's bump: to its value plus
-    /// one, or this process's clock in microseconds if that is larger.
+    /// one, or this process's clock in microseconds when it has none (expired, or never
+    /// set).
     /// The live completion record at `record_key`, as the replay acquire answers it.
     fn completed_in(map: &Map, now: Instant, record_key: &str) -> Option<Acquire> {
         match map.records.get(record_key) {
@@ -237,12 +238,11 @@ impl MemoryNode {
     ) -> Acquire {
         match Self::acquire_in(map, now, key, token, ttl) {
             Acquire::Acquired => {
-                let last = map
+                let fence = map
                     .fences
                     .get(fence_key)
                     .filter(|(_, expires)| *expires > now)
-                    .map_or(0, |(v, _)| *v);
-                let fence = last.saturating_add(1).max(clock_micros());
+                    .map_or_else(clock_micros, |(v, _)| v.saturating_add(1));
                 map.fences
                     .insert(fence_key.to_owned(), (fence, expiry(now, retention)));
                 Acquire::Fenced { fence }

@@ -145,10 +145,12 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
 
     /// For fencing tokens ([`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)): what
     /// [`acquire`](Self::acquire) does and, when it sets the key, in the same atomic step,
-    /// raise the counter at `fence_key` to the larger of its value plus one and this node's
-    /// clock in microseconds since 1970 (so that a counter that expired or was lost starts
-    /// again above the tokens it gave), keeping it for `retention`; answer
-    /// [`Acquire::Fenced`] with the new value.
+    /// bump the counter at `fence_key` to its value plus one — or, when it has none (it
+    /// expired or was lost), to this node's clock in microseconds since 1970, so that it
+    /// starts again above the tokens it gave — keeping it for `retention`; answer
+    /// [`Acquire::Fenced`] with the new value. (Bumping an existing counter to the clock when
+    /// that is larger is allowed too; the built-in nodes do not, so that counters kept level
+    /// by [`extend_fenced`](Self::extend_fenced) and the releases stay level.)
     ///
     /// The default answers an error: a node without counters never grants a fenced lock.
     fn acquire_fenced<'a>(

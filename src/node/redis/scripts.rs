@@ -249,15 +249,20 @@ end
 }
 
 /// The fencing counter's bump, for the fenced acquires (after `fence_read_lua!`): `fence`
-/// becomes the counter plus one, or the server's clock in microseconds if that is larger (a
-/// counter that expired, or was lost in a restart, starts again above the tokens it gave),
-/// kept for `fret` ms. Lua numbers are doubles: exact below 2^53 (microseconds since 1970
-/// stay below it until the year 2255); stored with `%.0f`, never in exponent form, behind
-/// the tag `TRF1:`.
+/// becomes the counter plus one — or, when there is none (it expired, or was lost in a
+/// restart), the server's clock in microseconds, so that it starts again above the tokens it
+/// gave — kept for `fret` ms. Counters kept level by the settling and the raises bump to the
+/// same value on every master, so a grant rarely needs settling. Lua numbers are doubles:
+/// exact below 2^53 (microseconds since 1970 stay below it until the year 2255); stored with
+/// `%.0f`, never in exponent form, behind the tag `TRF1:`.
 macro_rules! fence_bump_lua {
     () => {
-        r#"local ft = redis.call('TIME')
-fence = math.max(fence + 1, tonumber(ft[1]) * 1000000 + tonumber(ft[2]))
+        r#"if raw then
+  fence = fence + 1
+else
+  local ft = redis.call('TIME')
+  fence = tonumber(ft[1]) * 1000000 + tonumber(ft[2])
+end
 redis.call('set', fkey, 'TRF1:' .. string.format('%.0f', fence), 'PX', fret)
 "#
     };
@@ -324,7 +329,7 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "42673e174fd24ea86d4485a81647ac64a87ba327",
+    sha1: "861e64e73a8e273e916a06c96182b9ca6264dbc1",
     votes: true,
 };
 
@@ -368,7 +373,7 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "b6a2c5a9840ee058ddb82f3cbd4fd667e38a2807",
+    sha1: "c497385d15101d9d64f07c774dfa2b879b0af764",
     votes: true,
 };
 

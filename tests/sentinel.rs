@@ -550,3 +550,36 @@ async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_it
     println!("a abstained {abstained:?} after the cut (window {window:?})");
     drop(lease);
 }
+
+/// With every sentinel up, the majority window never lapses, whatever the refresh interval:
+/// a voter asked to refresh faster than its discovery can run (20 ms) still confirms its
+/// master well inside the window, and never abstains. (The window covers the discovery's own
+/// pace and duration, not just the interval.)
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_majority_window_never_lapses_with_every_sentinel_up() {
+    let g = SentinelGroup::start("tr-window");
+    let group = group_of(&g).refresh_interval(Duration::from_millis(20));
+    let redlock = Redlock::builder()
+        .node(RedisNode::sentinel_with(group, &RedisNodeOptions::new().no_protection()).unwrap())
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    lock_eventually(&redlock, "warm", Duration::from_secs(10), FOLLOW)
+        .await
+        .release()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let mut tries = 0;
+    while start.elapsed() < Duration::from_secs(3) {
+        tries += 1;
+        let lease = redlock
+            .try_lock(&format!("w-{tries}"), Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("try {tries} after {:?}: {e}", start.elapsed()));
+        lease.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(tries > 50, "only {tries} tries");
+}

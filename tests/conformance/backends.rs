@@ -123,6 +123,10 @@ mod cluster {
                 cluster[cluster.node_for_key(key).await].get(key).await
             })
         }
+
+        fn sends_again(&self) -> bool {
+            true
+        }
     }
 
     impl Backend for Cluster {

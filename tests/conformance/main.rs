@@ -34,6 +34,12 @@ type PeekFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
 /// Reads a backend's raw state: the value stored at `key` on node `i`, if any.
 trait Peek: Send + Sync {
     fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a>;
+
+    /// Whether the nodes' connection may send a request twice (a Cluster's): their acquire
+    /// then answers "acquired" for the holder's own token (see `Acquire::Held`).
+    fn sends_again(&self) -> bool {
+        false
+    }
 }
 
 /// A set of nodes of one kind, and a way to peek at them.

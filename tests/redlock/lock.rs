@@ -314,3 +314,52 @@ async fn sixteen_tasks_never_overlap() {
     })
     .await;
 }
+
+/// A key of another type (a list someone keeps under the resource's name) is held by another
+/// value for every acquire — the plain `SET`, and the scripts of the guarded, replay and
+/// fenced acquires, which read the key first: contended (409), not unavailable (503), and
+/// the list is left alone.
+#[tokio::test]
+async fn a_key_of_another_type_is_held_for_every_acquire() {
+    use tower_redlock::node::RedisNodeOptions;
+    let m = Masters::start(3);
+    for server in m.iter() {
+        let _: i64 = server
+            .query(redis::cmd("RPUSH").arg("listed").arg("x"))
+            .await;
+    }
+    // The guarded voters abstain for a second first (a fresh tenure).
+    let guarded = RedisNodeOptions::new().restart_protection(SECOND);
+    let clients = [
+        ("plain", m.client()),
+        ("fenced", m.builder().fencing(true).build().unwrap()),
+        (
+            "guarded",
+            m.iter()
+                .fold(Redlock::builder(), |b, s| b.redis_with(&s.url(), &guarded))
+                .node_timeout(crate::support::NODE_TIMEOUT)
+                .retry(Retry::never())
+                .build()
+                .unwrap(),
+        ),
+    ];
+    for (name, client) in &clients {
+        eventually(format!("{name}: held"), Duration::from_secs(5), || async {
+            client
+                .try_lock("listed", SECOND)
+                .await
+                .is_err_and(|e| e.is_contended())
+        })
+        .await;
+    }
+    let replay = clients[0]
+        .1
+        .lock_unless_completed("listed", TTL, Retry::never())
+        .await
+        .unwrap_err();
+    assert!(replay.is_contended(), "replay: {replay}");
+    for server in m.iter() {
+        let len: i64 = server.query(redis::cmd("LLEN").arg("listed")).await;
+        assert_eq!(len, 1, "the list is left alone");
+    }
+}

@@ -38,15 +38,21 @@ impl Script {
 ///   unchanged — starts the clock again too.
 ///
 /// Rolling deploys: versions of this crate before the second marker read and write only the
-/// first, in the same format, and leave the second alone; a missing second marker beside a
-/// first one of this very process (written by such a version) takes its time, so an
-/// upgrade does not start the clock again.
+/// first, in the same format, and leave the second alone. A missing second marker beside a
+/// first one of this very process (written by such a version) takes its time — so an
+/// upgrade does not start the clock again — only if this process was never promoted
+/// (`second_repl_offset:-1`); a master promoted at some point starts it again once.
 macro_rules! tenure_lua {
     () => {
         r#"local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-local repl = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or '0'
+if not me then
+  return redis.error_reply('INFO server names no run_id: tenure protection cannot work here')
+end
+local info = redis.call('INFO', 'replication')
+local repl = string.match(info, 'master_replid:(%x+)') or '0'
+local promoted = string.match(info, 'second_repl_offset:(%-?%d+)') ~= '-1'
 local mkey, rkey = KEYS[#KEYS - 1], KEYS[#KEYS]
 local mark, rmark = redis.call('get', mkey), redis.call('get', rkey)
 local who, since, rid, rsince
@@ -61,7 +67,7 @@ if who ~= me then
   redis.call('set', mkey, me .. ':' .. now)
 end
 if rid ~= repl then
-  if rmark or who ~= me then
+  if rmark or who ~= me or promoted then
     rsince = now
   else
     rsince = since
@@ -79,10 +85,11 @@ local young = now - tonumber(since) < tonumber(ARGV[3])
 /// connection dropped, whose first send ran (redis-rs' cluster connection does that), finds
 /// it so, and that is a grant, not "held by another"; else, when the key is free, it is set
 /// to our token for `ARGV[2]` ms (and `set` is true). Reading first also answers "held" for
-/// a held key on a master out of memory, which refuses any `SET`.
+/// a held key on a master out of memory, which refuses any `SET`; a key of another type
+/// (`WRONGTYPE`, caught by `pcall`) is held by another value too.
 macro_rules! set_lua {
     () => {
-        r#"local held = redis.call('get', KEYS[1])
+        r#"local held = redis.pcall('get', KEYS[1])
 local mine, set = held == ARGV[1], false
 if not held then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -106,7 +113,7 @@ end
 return redis.call('pttl', KEYS[1])
 "#
     ),
-    sha1: "1b44e759187a4a6badc3a3947577204e753b35d1",
+    sha1: "6ea14a0a47a726d848cf0be414d912cdc7537eea",
     votes: true,
 };
 
@@ -127,7 +134,7 @@ end
 return redis.call('pttl', KEYS[1])
 "#
     ),
-    sha1: "76d068a050adc2065c0dbc9b5014e96295156227",
+    sha1: "b2413ddfb9aae99135b0a5c22210b29597afd745",
     votes: true,
 };
 
@@ -215,7 +222,7 @@ end
 return {0, redis.call('pttl', KEYS[1])}
 "#
     ),
-    sha1: "9dfdafd1cae77d226cc4761b0e7fee951b028b40",
+    sha1: "4792de0c75bea12673e2aa6f25d68b07529120ba",
     votes: true,
 };
 
@@ -329,7 +336,7 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "861e64e73a8e273e916a06c96182b9ca6264dbc1",
+    sha1: "4bab749cd81df14ca0b4902e573d47b772b45218",
     votes: true,
 };
 
@@ -373,7 +380,7 @@ end
 "#,
         fenced_set_lua!()
     ),
-    sha1: "c497385d15101d9d64f07c774dfa2b879b0af764",
+    sha1: "66fe72986ae6b4f26a315e466350abbf80075dc2",
     votes: true,
 };
 

@@ -456,8 +456,8 @@ async fn sentinel_with_passwords_for_the_master_and_the_sentinels() {
 
 /// A Sentinel voter votes only while a majority of its sentinels has named its master
 /// recently: cut from two of three sentinels, it stops granting and extending within its
-/// window (two refresh intervals), even though the one sentinel it still hears names the
-/// same master. Then it is cut from that one too and the others fail the master over:
+/// window (two refresh intervals and two connect timeouts), even though the one sentinel it
+/// still hears names the same master. Then it is cut from that one too and the others fail the master over:
 /// another client locks on the promoted master — after every lease the cut-off voter may
 /// have granted or extended has expired (the promoted master's tenure protection covers the
 /// window and the longest ttl).
@@ -465,9 +465,13 @@ async fn sentinel_with_passwords_for_the_master_and_the_sentinels() {
 async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_its_window() {
     let g = SentinelGroup::start("tr-majority");
     let refresh = Duration::from_millis(200);
-    let window = refresh * 2;
+    let connect = Duration::from_millis(200);
+    // The window: two refresh intervals and two connect timeouts.
+    let window = refresh * 2 + connect * 2;
     let max_ttl = Duration::from_secs(3);
-    let opts = RedisNodeOptions::new().restart_protection(max_ttl);
+    let opts = RedisNodeOptions::new()
+        .restart_protection(max_ttl)
+        .connect_timeout(connect);
     // Client `a` reaches the sentinels through proxies, so it can be cut from them.
     let mut proxies = Vec::new();
     for addr in g.sentinel_addrs() {

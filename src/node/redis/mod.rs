@@ -196,7 +196,7 @@ impl RedisNode {
             ));
         }
         let name = group.name();
-        let window = group.window();
+        let window = group.window(options);
         let eviction = eviction(&name, options);
         Ok(Self {
             conn: Conn::Sentinel(sentinel::SentinelConn::start(

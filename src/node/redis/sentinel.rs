@@ -128,23 +128,34 @@ impl Sentinel {
     }
 
     /// How often the voter asks the sentinels which master is current, besides at once
-    /// after a failed request (default 1 s). A shorter period notices a failover sooner.
+    /// after a failed request (default 1 s; at least 50 ms). A shorter period notices a
+    /// failover sooner.
     ///
-    /// It also sets the voter's **majority window**, twice this period (2 s by default): the
-    /// voter grants, extends and completes only while a majority of its sentinels (of all
-    /// those listed) has named its master within the window; otherwise it abstains — a
-    /// voter cut off from most of its sentinels (a zone split) stops voting within the
-    /// window, whatever the sentinels it still hears say. Releases always go through. The
-    /// failover protection of a promoted master covers this window on top of the longest
-    /// ttl (see [`RedisNode::sentinel`](super::RedisNode::sentinel)).
+    /// It also sets the voter's **majority window**: twice this period plus twice the
+    /// connect timeout ([`RedisNodeOptions::connect_timeout`], which bounds each question to
+    /// the sentinels and to the master) — 4 s by default. The voter grants, extends and
+    /// completes only while a majority of its sentinels (of all those listed) has named its
+    /// master within the window; otherwise it abstains — a voter cut off from most of its
+    /// sentinels (a zone split) stops voting within the window, whatever the sentinels it
+    /// still hears say. Releases always go through. The failover protection of a promoted
+    /// master covers this window on top of the longest ttl (see
+    /// [`RedisNode::sentinel`](super::RedisNode::sentinel)): **every client of a group must
+    /// use the same refresh interval, connect timeout and protection window**, or the
+    /// promoted master may vote while a client with a longer window still votes on the old
+    /// one.
     pub fn refresh_interval(mut self, every: Duration) -> Self {
-        self.refresh = every.max(Duration::from_millis(10));
+        self.refresh = every.max(MIN_GAP);
         self
     }
 
-    /// The majority window (see [`Sentinel::refresh_interval`]).
-    pub(super) fn window(&self) -> Duration {
-        self.refresh * 2
+    /// The majority window (see [`Sentinel::refresh_interval`]). A confirmation is dated
+    /// when its discovery starts; the next lands a refresh interval and two discoveries
+    /// later. A discovery is two questions (the sentinels, then the master's `ROLE`), each
+    /// bounded by the connect timeout: the window leaves room for a refresh interval more
+    /// and for discoveries of up to a connect timeout each, so a healthy group (answers in
+    /// milliseconds) never lets it lapse.
+    pub(super) fn window(&self, options: &RedisNodeOptions) -> Duration {
+        self.refresh * 2 + options.connect_timeout * 2
     }
 
     /// The voter's name in errors and logs: `sentinel:<master name>`.
@@ -288,7 +299,7 @@ impl SentinelConn {
             wake: wake.clone(),
             confirmed: AtomicU64::new(0),
             epoch: Instant::now(),
-            window: group.window(),
+            window: group.window(options),
         });
         let task = Discovery {
             group,

@@ -257,15 +257,21 @@ impl Drop for KeepOnDrop {
         let Some(keep) = self.0.take() else {
             return;
         };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let progress = Progress {
-                retry: quorum::all(keep.nodes),
-                ..Progress::default()
-            };
-            let sent = quorum::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
-            let span = observe::background(Background::Completing);
-            rt.spawn(keep_completing(keep, progress, sent).instrument(span));
-        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                key = %observe::hashed(&keep.completion.key),
+                "completion dropped outside a Tokio runtime: not asked again; the lock \
+                 expires with its ttl where the record is missing"
+            );
+            return;
+        };
+        let progress = Progress {
+            retry: quorum::all(keep.nodes),
+            ..Progress::default()
+        };
+        let sent = quorum::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
+        let span = observe::background(Background::Completing);
+        rt.spawn(keep_completing(keep, progress, sent).instrument(span));
     }
 }
 
@@ -290,7 +296,12 @@ where
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
         let Some(inner) = keep.client.upgrade() else {
-            break;
+            // The application dropped its client (shutting down): nothing to report for it.
+            tracing::debug!(
+                key = %observe::hashed(&keep.completion.key),
+                "the client was dropped: its completions in the background end"
+            );
+            return;
         };
         let ask = (progress.retry | progress.kept) & !release::suspended(&inner);
         if ask == 0 {

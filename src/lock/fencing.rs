@@ -68,9 +68,11 @@ pub(crate) fn retention(ttl: Duration) -> Duration {
 
 impl Redlock {
     /// Settles a fenced grant's token (see the module docs): raises the counters of the
-    /// granting nodes below `fence.token` (`fences`: each vote's counter, by node) until at
-    /// least `N − quorum + 1` nodes holding our lock carry it, before `deadline`. The
+    /// nodes holding our lock (`holding`: every vote for, also those that came after the
+    /// decision) that do not carry `fence.token` yet (`fences`: the counted votes' counters,
+    /// by node) until at least `N − quorum + 1` of them carry it, before `deadline`. The
     /// requests still in flight when that is reached finish in the background.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn settle_fence(
         &self,
         key: &Arc<str>,
@@ -78,6 +80,7 @@ impl Redlock {
         ttl: Duration,
         fence: &Fence,
         fences: &[(usize, u64)],
+        holding: u64,
         deadline: Instant,
     ) -> crate::Result<()> {
         let inner = &*self.inner;
@@ -90,10 +93,7 @@ impl Redlock {
         if have >= need {
             return Ok(());
         }
-        let below = fences
-            .iter()
-            .filter(|(_, f)| *f < fence.token)
-            .fold(0u64, |m, (i, _)| m | 1 << i);
+        let below = holding & !carry;
         let floor = fence.floor();
         let mut sent = quorum::send(
             &inner.nodes,

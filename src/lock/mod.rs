@@ -361,7 +361,10 @@ impl Redlock {
         // the plain try's future (allocated per lock call) does not carry its state.
         let settled = match &fence {
             Some(f) => {
-                Box::pin(self.settle_fence(key, token, ttl, f, &tally.fences, deadline)).await
+                let holding = tally.for_mask;
+                let settle =
+                    self.settle_fence(key, token, ttl, f, &tally.fences, holding, deadline);
+                Box::pin(settle).await
             }
             None => Ok(()),
         };

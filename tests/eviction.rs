@@ -356,6 +356,119 @@ async fn eviction_policy_change_is_seen_after_a_reconnection() {
     );
 }
 
+/// Sends `try_lock` every 50 ms for `long`: each must be refused for `policy` (the voter
+/// abstains, whatever its checks meanwhile got).
+async fn refused_for(client: &Redlock, policy: &str, long: Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < long {
+        match client.try_lock("eviction:meanwhile", TTL).await {
+            Ok(lease) => panic!("the voter voted for a master that evicts: {lease:?}"),
+            Err(e) => assert!(refused_for_eviction(&e, policy), "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A check that gets no answer (the master hangs past the check's bound, twice the connect
+/// timeout, without a reset of the connection: a fork stall, a slow script) is not the
+/// last: the voter keeps abstaining meanwhile, and votes again soon after the master is
+/// fixed.
+#[tokio::test]
+async fn eviction_a_check_without_answer_is_tried_again() {
+    let server = RedisServer::start();
+    make_cache(&server, "allkeys-lru").await;
+    // Checks bounded by 400 ms.
+    let options = RedisNodeOptions::new().connect_timeout(Duration::from_millis(200));
+    let client = Redlock::builder()
+        .redis_with(&server.url(), &options)
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .expect("a client");
+    let e = client
+        .try_lock("eviction:stall", TTL)
+        .await
+        .expect_err("abstains");
+    assert!(refused_for_eviction(&e, "allkeys-lru"), "{e}");
+
+    // Frozen for longer than a re-check (every second while it abstains) and its bound.
+    server.freeze();
+    refused_for(&client, "allkeys-lru", Duration::from_millis(1_800)).await;
+    server.thaw();
+
+    let set = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .clone();
+    let _: () = server.query(&set).await;
+    let took = eventually("the voter votes again", WITHIN, || async {
+        match client.try_lock("eviction:stall", TTL).await {
+            Ok(lease) => lease.release().await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert!(took < Duration::from_secs(5), "re-checked soon: {took:?}");
+    assert_eq!(
+        eviction_of(&client),
+        [(Some("noeviction".to_owned()), false, false)]
+    );
+}
+
+/// An error reply to `INFO` other than a denial (`-BUSY` from a long script, `-LOADING`)
+/// is a failed check, not an unknown policy: the voter keeps abstaining on a cache.
+#[tokio::test(flavor = "multi_thread")]
+async fn eviction_an_error_reply_keeps_the_voter_abstaining() {
+    let server = RedisServer::start();
+    make_cache(&server, "allkeys-lru").await;
+    let threshold = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(100)
+        .clone();
+    let _: () = server.query(&threshold).await;
+    let client = client(&[&server], &[]);
+    let e = client
+        .try_lock("eviction:busy", TTL)
+        .await
+        .expect_err("abstains");
+    assert!(refused_for_eviction(&e, "allkeys-lru"), "{e}");
+
+    // A script that runs until killed: every other command is answered -BUSY meanwhile.
+    let mut script_conn = server.conn().await;
+    let script = tokio::spawn(async move {
+        redis::cmd("EVAL")
+            .arg("while true do end")
+            .arg(0)
+            .query_async::<()>(&mut script_conn)
+            .await
+    });
+    let probe = server.conn().await;
+    eventually("the master answers BUSY", WITHIN, || {
+        let mut probe = probe.clone();
+        async move {
+            let pong = redis::cmd("PING").query_async::<String>(&mut probe).await;
+            matches!(&pong, Err(e) if e.code() == Some("BUSY"))
+        }
+    })
+    .await;
+    // Long enough for re-checks (every second while it abstains) to be answered -BUSY.
+    refused_for(&client, "allkeys-lru", Duration::from_millis(2_500)).await;
+    let () = redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query_async(&mut probe.clone())
+        .await
+        .expect("the script is killed");
+    assert!(script.await.expect("joined").is_err(), "killed");
+
+    refused_for(&client, "allkeys-lru", Duration::from_millis(500)).await;
+    assert_eq!(
+        eviction_of(&client),
+        [(Some("allkeys-lru".to_owned()), true, true)]
+    );
+}
+
 /// `INFO` calls `server` served since its stats were last reset.
 async fn info_calls(server: &RedisServer) -> u64 {
     let stats: String = server.query(redis::cmd("INFO").arg("commandstats")).await;

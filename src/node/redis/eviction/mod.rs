@@ -541,6 +541,32 @@ mod tests {
         }
     }
 
+    /// A check that gets no answer changes no verdict, and the next one comes within the
+    /// re-check period (a second while the voter abstains): the checks never stop.
+    #[test]
+    fn a_failed_check_keeps_the_verdict_and_the_rechecks() {
+        let evicts = Verdict::Evicts {
+            policy: "allkeys-lru".to_owned(),
+            maxmemory: 1 << 20,
+            master: None,
+        };
+        let keeps = Verdict::Keeps {
+            policy: "noeviction".to_owned(),
+        };
+        for (verdict, period) in [(evicts, RECHECK_ABSTAINING), (keeps, RECHECK_EVERY)] {
+            let e = Eviction::new("127.0.0.1:6379", false, Duration::from_secs(1));
+            e.inner.record(0, Ok(verdict.clone()));
+            let (votes, status) = (e.votes(), e.status());
+            let failed = Outcome::Failed {
+                why: "no answer to INFO within 2s".into(),
+                timeout: true,
+            };
+            let next = e.inner.record(0, Err(failed));
+            assert!(next.is_some_and(|n| n <= period), "{verdict:?}: {next:?}");
+            assert_eq!((e.votes(), e.status()), (votes, status), "{verdict:?}");
+        }
+    }
+
     #[test]
     fn an_unknown_policy_votes() {
         let e = Eviction::new("127.0.0.1:6379", false, Duration::from_secs(1));

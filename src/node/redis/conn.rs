@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, RedisError, RedisResult, Value};
 
 use super::sentinel::SentinelConn;
 
@@ -55,4 +55,14 @@ pub(super) async fn query(conn: &mut Conn, cmd: &Cmd, votes: bool) -> RedisResul
         Conn::Cluster(c) => c.query(cmd).await?,
     };
     v.extract_error()
+}
+
+/// Whether `e` means no reply came and the connection is gone: redis-rs makes a new one for
+/// the next request (maybe to another server, or one restarted with another configuration).
+/// A timeout counts (an I/O error); an error reply never does.
+pub(crate) fn connection_lost(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
 }

@@ -31,6 +31,7 @@ pub use self::options::{RedisNodeOptions, DEFAULT_FAILOVER_MAX_TTL};
 pub use self::sentinel::Sentinel;
 pub use self::url::split_urls;
 
+pub(super) use self::conn::connection_lost;
 pub(crate) use self::eviction::EvictionStatus;
 
 /// A Redis voter: one master, a Sentinel-managed master group

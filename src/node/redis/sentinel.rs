@@ -345,10 +345,7 @@ impl SentinelConn {
             Err(e) => Err(e),
         };
         if let Err(e) = &reply {
-            if e.is_io_error()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal()
-                || e.is_timeout()
+            if super::conn::connection_lost(e)
                 || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
             {
                 self.shared.wake.notify_one();

@@ -34,7 +34,7 @@ use redis::{Cmd, RedisError};
 use tokio::sync::{watch, Notify};
 
 use self::info::{verdict, Verdict};
-use super::conn::{query, Conn};
+use super::conn::{connection_lost, query, Conn};
 use super::RedisNode;
 use crate::node::NodeFailure;
 
@@ -184,11 +184,7 @@ impl Eviction {
     /// another server), the next acquires and extensions are checked again (beside a check,
     /// see [`RedisNode::gated`]).
     pub(super) fn failed(&self, e: &RedisError) {
-        if e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_unrecoverable_error()
-        {
+        if connection_lost(e) {
             self.reset();
         }
     }
@@ -434,12 +430,7 @@ impl Task {
                 if let Some(inner) = self.inner.upgrade() {
                     Eviction { inner }.failed(&e);
                 }
-                if !(e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.is_timeout()
-                    || e.is_unrecoverable_error())
-                {
+                if !connection_lost(&e) {
                     // An error reply: the master is there, its policy unknown.
                     let hint = if e.code() == Some("NOPERM") {
                         " (allow INFO for its user: ACL +info)"

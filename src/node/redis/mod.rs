@@ -203,7 +203,7 @@ impl RedisNode {
             conn: Conn::Sentinel(sentinel::SentinelConn::start(
                 group,
                 options,
-                eviction.on_new_master(),
+                eviction.clone(),
             )?),
             name,
             guard: options
@@ -272,8 +272,10 @@ impl RedisNode {
         }
     }
 
-    /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status).
+    /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status)
+    /// (starts a check in the background if one is due).
     pub(crate) fn eviction_status(&self) -> EvictionStatus {
+        self.eviction.refresh(&self.conn);
         self.eviction.status()
     }
 

@@ -177,8 +177,10 @@ impl RedisNodeOptions {
     ///
     /// The policy is read with `INFO memory` (usually allowed where `CONFIG` is not) on first
     /// use — beside the first acquires, whose answers count only if it lets the voter vote —
-    /// after every reconnection, after a Sentinel failover, and every 30 s (every second
-    /// while the voter abstains). No command is added to a lock. `maxmemory 0` means no
+    /// after every reconnection, after a Sentinel failover, and in the background when a
+    /// request or a status read finds the last check older than 30 s (a second while the
+    /// voter abstains, or after a check that got no answer or an error reply: the last
+    /// verdict stands meanwhile). No command is added to a lock. `maxmemory 0` means no
     /// eviction (on 64-bit builds; a 32-bit build reports its implicit 3 GB limit with
     /// `noeviction`). A master whose `INFO` is denied (an ACL without `+info`) votes
     /// unchecked, with a warning. On a Cluster every master's policy counts: one that evicts

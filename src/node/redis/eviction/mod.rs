@@ -3,35 +3,38 @@
 //! before its ttl under memory pressure, and a second holder or a second run follows.
 //!
 //! The master's `INFO memory` (`maxmemory`, `maxmemory_policy`; `INFO` is usually allowed
-//! where `CONFIG` is not) is read by a task of the voter's own:
-//! - on first use, beside the first acquire or extension: the request is sent at once and
-//!   the check along with it (no time of its own; a request that times out still reaches
-//!   the master, as any does), and the answer counts only if the check lets the voter vote;
-//! - after a connection error (redis-rs reconnects after one: the new connection may reach
-//!   another server, or one restarted with another configuration), and after a Sentinel
-//!   voter adopts another master: the next acquires and extensions are checked so again;
-//! - every [`RECHECK_EVERY`] in the background, for a `CONFIG SET` on a live connection
-//!   (every [`RECHECK_ABSTAINING`] while the voter abstains, so that a fixed master votes
-//!   again soon).
+//! where `CONFIG` is not) is read, one check at a time, each bounded by a timeout:
+//! - on first use, beside the first acquires and extensions: they are sent at once and the
+//!   check along with them (no time of its own; a request that times out still reaches the
+//!   master, as any does), and their answers count only if the check lets the voter vote;
+//! - so again after a connection error (redis-rs reconnects after one: the new connection
+//!   may reach another server, or one restarted with another configuration), and after a
+//!   Sentinel voter adopts another master;
+//! - in the background, when an acquire, an extension or a status read finds the last
+//!   check older than [`RECHECK_EVERY`] (for a `CONFIG SET` on a live connection), or
+//!   [`RECHECK_ABSTAINING`] while the voter abstains (so that a fixed master votes again
+//!   soon) or after a check that failed; the request goes by the last verdict meanwhile.
 //!
-//! Between checks an acquire costs one atomic load: no command is added to a lock. A check
-//! that gets no answer fails the requests beside it (their master is unreachable); an
-//! answer without the fields (`INFO` denied by an ACL) leaves the policy unknown: the voter
-//! votes, and says so once. A master that evicts abstains — its acquires and extensions fail
-//! at once, unsent, with a message naming its policy — unless its options allow eviction
+//! Between checks an acquire costs a clock read and one atomic load: no command is added
+//! to a lock. A check that gets no answer in time, or an error reply (`-BUSY`), leaves the
+//! last verdict standing; with none yet, it fails the requests beside it (on a Cluster,
+//! where one master down fails it, the policy is unknown until every master answers). One
+//! that loses the connection leaves the voter unchecked. A denied `INFO` (`NOPERM`: an
+//! ACL without `+info`) leaves the policy unknown: the voter votes, and says so once. A
+//! master that evicts abstains — its acquires and extensions fail at once, unsent, with a
+//! message naming its policy — unless its options allow eviction
 //! ([`RedisNodeOptions::allow_eviction`](super::RedisNodeOptions::allow_eviction)). A
 //! request sent beside a check that then refuses is a failed vote, released as any is.
 //! Releases and completions are never held back, so nothing is stranded.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-use futures_util::future::{join, Either};
+use futures_util::future::{join, BoxFuture, Either, FutureExt, Shared};
 use redis::{Cmd, RedisError};
-use tokio::sync::{watch, Notify};
 
 use self::info::{verdict, Verdict};
 use super::conn::{connection_lost, query, Conn};
@@ -41,17 +44,22 @@ use crate::node::NodeFailure;
 mod info;
 
 /// How often a checked master is checked again: a `CONFIG SET maxmemory-policy` on a live
-/// connection goes unnoticed for at most this long.
+/// connection goes unnoticed for at most this long (while the voter is used).
 pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(30);
-/// ... and a master the voter abstains for: set to `noeviction`, it votes again within
-/// about this long (its requests, refused before they reach it, notice no reconnection).
+/// ... and a master the voter abstains for (set to `noeviction`, it votes again within
+/// about this long: its requests, refused before they reach it, notice no reconnection),
+/// or whose last check failed.
 pub(crate) const RECHECK_ABSTAINING: Duration = Duration::from_secs(1);
 
-/// A voter's eviction check, shared by its clones. See the module docs.
+/// A voter's eviction check, shared by its clones and, on a Sentinel voter, its discovery.
+/// See the module docs.
 #[derive(Clone)]
 pub(crate) struct Eviction {
     inner: Arc<Inner>,
 }
+
+/// What a Sentinel voter's discovery holds: it calls [`Eviction::adopted`].
+pub(super) type NewMaster = Eviction;
 
 struct Inner {
     /// The voter's name, for the logs.
@@ -60,47 +68,37 @@ struct Inner {
     allow: bool,
     /// The bound of one check (it may have to connect first).
     timeout: Duration,
-    /// The fast path: whether acquires and extensions may go straight to the master (the
-    /// current connection's master was checked, and may vote).
-    votes: AtomicBool,
+    /// The clock of `votes_until` and [`State::due`], in milliseconds.
+    epoch: Instant,
+    /// The fast path: until when acquires and extensions go straight to the master (the
+    /// last verdict lets the voter vote, and no check is due); 0 when they do not.
+    votes_until: AtomicU64,
     state: Mutex<State>,
-    /// Each check's outcome, for the requests waiting for one.
-    outcome: watch::Sender<Outcome>,
-    /// Wakes the task: a request waits for a check.
-    wake: Arc<Notify>,
-    /// Whether the task was started.
-    started: AtomicBool,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Ends the task now rather than at its next period.
-        self.wake.notify_one();
-    }
 }
 
 #[derive(Default)]
 struct State {
-    /// Whether the current connection's master was checked.
-    checked: bool,
+    /// The last check's answer, for the status and the logs (kept across a reset).
+    verdict: Option<Verdict>,
+    /// When the current connection's master is due for a check again; `None` while it is
+    /// not checked (first use, and after a reset): requests then go beside a check.
+    due: Option<u64>,
     /// Counts the resets: a check begun before one says nothing of the server after it.
     generation: u64,
-    /// The last check's answer, for the status and the logs (kept while a new check is due).
-    verdict: Option<Verdict>,
+    /// The check under way (at most one), and when it began.
+    check: Option<(u64, Check)>,
 }
 
-/// What became of the last check, for the requests waiting for one: answered (its verdict
-/// is in the state), or not (the requests beside it fail as their own would have).
-#[derive(Debug, Clone, Default)]
-enum Outcome {
-    /// No check yet.
-    #[default]
-    None,
-    Answered,
-    Failed {
-        why: Arc<str>,
-        timeout: bool,
-    },
+/// A check, shared by the requests beside it: the verdict, or why there is none.
+type Check = Shared<BoxFuture<'static, Result<Verdict, Failed>>>;
+
+/// Why a check got no verdict.
+#[derive(Debug, Clone)]
+struct Failed {
+    why: Arc<str>,
+    timeout: bool,
+    /// The connection is gone (no reply came).
+    lost: bool,
 }
 
 /// A voter's eviction state as [`Redlock::node_status`](crate::Redlock::node_status)
@@ -124,82 +122,88 @@ impl Eviction {
                 name: name.to_owned(),
                 allow,
                 timeout,
-                votes: AtomicBool::new(false),
+                epoch: Instant::now(),
+                votes_until: AtomicU64::new(0),
                 state: Mutex::new(State::default()),
-                outcome: watch::Sender::new(Outcome::None),
-                wake: Arc::new(Notify::new()),
-                started: AtomicBool::new(false),
             }),
         }
     }
 
-    /// Whether an acquire or an extension may go to the master at once, unchecked (see
+    /// Whether an acquire or an extension may go to the master at once (see
     /// [`RedisNode::gated`]).
     #[inline]
     fn votes(&self) -> bool {
-        self.inner.votes.load(Ordering::Acquire)
+        self.inner.now() < self.inner.votes_until.load(Ordering::Acquire)
     }
 
-    /// The verdict on the current connection's master, if it was checked: `Ok` when the
-    /// voter may vote, else why it abstains.
-    fn settled(&self) -> Option<Result<(), NodeFailure>> {
-        let state = self.inner.state();
-        state.checked.then(|| self.inner.admits(&state))
-    }
-
-    /// Waits for a check of the current connection's master if none was made, then: `Ok` when
-    /// the voter may vote, else why it abstains. A check that got no answer fails the
-    /// request as unreachable (or timed out).
-    async fn admit(&self, conn: &Conn) -> Result<(), NodeFailure> {
-        loop {
-            let mut outcomes = self.inner.outcome.subscribe();
-            {
-                let state = self.inner.state();
-                if state.checked {
-                    return self.inner.admits(&state);
-                }
+    /// For a request that may not go at once: the check to send it beside (the master was
+    /// not checked), else the last verdict — `Ok` to send it, or why the voter abstains —
+    /// after starting a check in the background if one is due.
+    fn admit(&self, conn: &Conn) -> Result<Option<Check>, NodeFailure> {
+        let mut state = self.inner.state();
+        match (state.due, &state.verdict) {
+            (Some(_), Some(verdict)) => {
+                let admits = self.inner.admits(verdict);
+                self.renew(&mut state, conn);
+                admits.map(|()| None)
             }
-            if !self.start(conn) {
-                self.inner.wake.notify_one();
-            }
-            if outcomes.changed().await.is_err() {
-                return Err(NodeFailure::new("the voter is shutting down").with_unreachable());
-            }
-            let outcome = outcomes.borrow_and_update().clone();
-            if let Outcome::Failed { why, timeout } = outcome {
-                let failure = NodeFailure::new(format!(
-                    "could not check the master's maxmemory-policy: {why}"
-                ));
-                return Err(if timeout {
-                    failure.with_timeout()
-                } else {
-                    failure.with_unreachable()
-                });
-            }
-            // Answered: its verdict is read above (a connection lost since asks again).
+            _ => Ok(Some(self.check(&mut state, conn))),
         }
+    }
+
+    /// A status read: starts a check in the background if one is due (an abstaining voter
+    /// that gets no requests notices a fixed master all the same).
+    pub(super) fn refresh(&self, conn: &Conn) {
+        self.renew(&mut self.inner.state(), conn);
+    }
+
+    fn renew(&self, state: &mut State, conn: &Conn) {
+        if state.due.is_some_and(|due| due <= self.inner.now()) {
+            let _background = self.check(state, conn);
+        }
+    }
+
+    /// The check under way, or a new one, run in the background (driven by those waiting
+    /// for it as well).
+    fn check(&self, state: &mut State, conn: &Conn) -> Check {
+        let now = self.inner.now();
+        if let Some((began, check)) = &state.check {
+            // One older than twice its bound was dropped unfinished (with its runtime).
+            if now.saturating_sub(*began) <= 2 * ms(self.inner.timeout) {
+                return check.clone();
+            }
+        }
+        let (inner, generation) = (Arc::downgrade(&self.inner), state.generation);
+        let (mut conn, timeout) = (conn.clone(), self.inner.timeout);
+        let check = async move {
+            let answer = ask(&mut conn, timeout).await;
+            match inner.upgrade() {
+                Some(inner) => inner.record(generation, answer, is_cluster(&conn)),
+                None => answer,
+            }
+        }
+        .boxed()
+        .shared();
+        state.check = Some((now, check.clone()));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(check.clone());
+        }
+        check
     }
 
     /// A request failed: when the connection is gone (redis-rs makes a new one, maybe to
-    /// another server), the next acquires and extensions are checked again (beside a check,
-    /// see [`RedisNode::gated`]).
+    /// another server), the next acquires and extensions go beside a check.
     pub(super) fn failed(&self, e: &RedisError) {
         if connection_lost(e) {
-            self.reset();
+            self.adopted();
         }
     }
 
-    /// The voter now talks to another server: the next acquires and extensions are checked
+    /// The voter talks to another server (a Sentinel voter's discovery adopts another
+    /// master: call before any request can reach it): the next acquires and extensions go
     /// beside a check of it.
-    fn reset(&self) {
-        self.inner.reset();
-    }
-
-    /// A handle for a Sentinel voter's discovery, to reset the check when it adopts another
-    /// master. Weak: the check's task keeps the discovery alive (through the connection), so
-    /// the discovery must not keep the check alive in turn.
-    pub(super) fn on_new_master(&self) -> NewMaster {
-        NewMaster(Arc::downgrade(&self.inner))
+    pub(super) fn adopted(&self) {
+        self.inner.reset(&mut self.inner.state());
     }
 
     /// The state for [`Redlock::node_status`](crate::Redlock::node_status).
@@ -216,35 +220,6 @@ impl Eviction {
             abstains: evicts && !self.inner.allow,
         }
     }
-
-    /// Starts the task, once: it checks at once, then every [`RECHECK_EVERY`] and whenever
-    /// a request waits for a check. Returns whether this call started it.
-    fn start(&self, conn: &Conn) -> bool {
-        if self.inner.started.swap(true, Ordering::AcqRel) {
-            return false;
-        }
-        let task = Task {
-            inner: Arc::downgrade(&self.inner),
-            wake: self.inner.wake.clone(),
-            conn: conn.clone(),
-            timeout: self.inner.timeout,
-        };
-        tokio::spawn(task.run());
-        true
-    }
-}
-
-/// Resets a voter's eviction check when its Sentinel discovery adopts another master (see
-/// [`Eviction::on_new_master`]).
-pub(crate) struct NewMaster(Weak<Inner>);
-
-impl NewMaster {
-    /// The discovery adopts another master: call before any request can reach it.
-    pub(super) fn adopted(&self) {
-        if let Some(inner) = self.0.upgrade() {
-            inner.reset();
-        }
-    }
 }
 
 /// A request's future, boxed on the rare path.
@@ -252,8 +227,8 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>> + Send +
 
 impl RedisNode {
     /// `request` (an acquire or an extension) as the eviction check allows it: at once on a
-    /// voter that votes (one atomic load); beside a check on a master not checked yet; not
-    /// at all, failing at once, on a voter that abstains.
+    /// voter that votes (a clock read and one atomic load); beside a check on a master not
+    /// checked yet; not at all, failing at once, on a voter that abstains.
     pub(super) fn gated<'a, T, F>(&'a self, request: F) -> Either<F, Boxed<'a, T>>
     where
         F: Future<Output = Result<T, NodeFailure>> + Send + 'a,
@@ -262,17 +237,18 @@ impl RedisNode {
         if self.eviction.votes() {
             return Either::Left(request);
         }
-        // Boxed: the common path's future (allocated per request) stays small.
-        Either::Right(Box::pin(async move {
-            if let Some(verdict) = self.eviction.settled() {
-                verdict?;
-                return request.await;
-            }
+        match self.eviction.admit(&self.conn) {
+            Ok(None) => Either::Left(request),
+            // Boxed: the common path's future (allocated per request) stays small.
+            Err(abstains) => Either::Right(Box::pin(async move { Err(abstains) })),
             // Sent at once, beside the check: a request that times out still reaches the
             // master (as any does), and the check costs no round trip of its own.
-            let (admitted, answer) = join(self.eviction.admit(&self.conn), request).await;
-            admitted.and(answer)
-        }))
+            Ok(Some(check)) => Either::Right(Box::pin(async move {
+                let (checked, answer) = join(check, request).await;
+                self.eviction.inner.admits(&checked?)?;
+                answer
+            })),
+        }
     }
 }
 
@@ -281,21 +257,26 @@ impl Inner {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn reset(&self) {
-        let mut state = self.state();
-        state.checked = false;
-        state.generation = state.generation.wrapping_add(1);
-        self.votes.store(false, Ordering::Release);
+    fn now(&self) -> u64 {
+        ms(self.epoch.elapsed())
     }
 
-    /// Whether a checked voter votes, else why it abstains.
-    fn admits(&self, state: &State) -> Result<(), NodeFailure> {
-        match &state.verdict {
-            Some(Verdict::Evicts {
+    /// The voter now talks to another server: it is not checked.
+    fn reset(&self, state: &mut State) {
+        state.due = None;
+        state.check = None;
+        state.generation = state.generation.wrapping_add(1);
+        self.votes_until.store(0, Ordering::Release);
+    }
+
+    /// Whether a voter votes with `verdict`, else why it abstains.
+    fn admits(&self, verdict: &Verdict) -> Result<(), NodeFailure> {
+        match verdict {
+            Verdict::Evicts {
                 policy,
                 maxmemory,
                 master,
-            }) if !self.allow => Err(NodeFailure::new(format!(
+            } if !self.allow => Err(NodeFailure::new(format!(
                 "the master{} may evict keys (maxmemory-policy {policy}, maxmemory {maxmemory} \
                  bytes): a lock or a completion record could vanish before its ttl, so this \
                  voter abstains. Set `maxmemory-policy noeviction` on it (a Redis not shared \
@@ -306,35 +287,63 @@ impl Inner {
         }
     }
 
-    /// Records the answer of a check begun at `generation` (or why it got none) and tells
-    /// the waiting requests; logs a verdict that changed. A check begun before a reset
-    /// leaves the voter unchecked: its waiters ask again. Returns when to check again by
-    /// itself (`None`: only when a request waits for it).
-    fn record(&self, generation: u64, answer: Result<Verdict, Outcome>) -> Option<Duration> {
-        let mut next = None;
-        let outcome = match answer {
-            Ok(verdict) => {
-                let mut state = self.state();
-                if state.verdict.as_ref() != Some(&verdict) {
-                    self.log(state.verdict.as_ref(), &verdict);
-                }
-                let votes = !matches!(verdict, Verdict::Evicts { .. }) || self.allow;
-                if state.generation == generation {
-                    state.checked = true;
-                    self.votes.store(votes, Ordering::Release);
-                }
-                state.verdict = Some(verdict);
-                next = Some(if votes {
-                    RECHECK_EVERY
-                } else {
-                    RECHECK_ABSTAINING
-                });
-                Outcome::Answered
+    /// Records the answer of a check begun at `generation` (or why it got none) and logs a
+    /// verdict that changed; returns what the requests beside it go by (they reached the
+    /// server it asked). One begun before a reset leaves the voter unchecked.
+    fn record(
+        &self,
+        generation: u64,
+        answer: Result<Verdict, Failed>,
+        cluster: bool,
+    ) -> Result<Verdict, Failed> {
+        let mut state = self.state();
+        let current = state.generation == generation;
+        if current {
+            state.check = None;
+        }
+        let (verdict, failed) = match answer {
+            Ok(verdict) => (verdict, false),
+            Err(failed) if !current => return Err(failed),
+            Err(failed) if failed.lost && !cluster => {
+                self.reset(&mut state);
+                return Err(failed);
             }
-            Err(failed) => failed,
+            Err(failed) => match (state.due, &state.verdict) {
+                (Some(_), Some(verdict)) => {
+                    let (voter, why) = (self.name.as_str(), &failed.why);
+                    tracing::debug!(voter, %why, "eviction check failed: the last verdict stands");
+                    (verdict.clone(), true)
+                }
+                // One master down fails a Cluster's INFO, not the requests to the others'
+                // slots: best effort, unknown until every master answers.
+                _ if cluster => {
+                    let why = format!(
+                        "not every master of the cluster answered INFO: {}",
+                        failed.why
+                    );
+                    (Verdict::Unknown(why), true)
+                }
+                _ => return Err(failed),
+            },
         };
-        self.outcome.send_replace(outcome);
-        next
+        if state.verdict.as_ref() != Some(&verdict) {
+            self.log(state.verdict.as_ref(), &verdict);
+        }
+        state.verdict = Some(verdict.clone());
+        if !current {
+            return Ok(verdict);
+        }
+        let votes = self.admits(&verdict).is_ok();
+        let period = if votes && !failed {
+            RECHECK_EVERY
+        } else {
+            RECHECK_ABSTAINING
+        };
+        let due = self.now() + ms(period);
+        self.votes_until
+            .store(if votes { due } else { 0 }, Ordering::Release);
+        state.due = Some(due);
+        Ok(verdict)
     }
 
     /// A change of verdict, once: never a key, the voter's name and its master's settings.
@@ -347,27 +356,21 @@ impl Inner {
                 master,
             } => {
                 let (master, policy) = (master.as_deref().unwrap_or(""), policy.as_str());
-                if self.allow {
-                    tracing::warn!(
-                        voter,
-                        master,
-                        policy,
-                        maxmemory,
-                        "the master may evict keys: a lock or a completion record can vanish \
-                         before its ttl and a second holder follow; it votes all the same \
-                         (allow_eviction). Set maxmemory-policy noeviction to be safe"
-                    );
+                let then = if self.allow {
+                    "it votes all the same (allow_eviction). Set maxmemory-policy noeviction \
+                     to be safe"
                 } else {
-                    tracing::warn!(
-                        voter,
-                        master,
-                        policy,
-                        maxmemory,
-                        "the master may evict keys: a lock or a completion record could vanish \
-                         before its ttl, so this voter abstains until its maxmemory-policy is \
-                         noeviction (or its options allow eviction)"
-                    );
-                }
+                    "so this voter abstains until its maxmemory-policy is noeviction (or its \
+                     options allow eviction)"
+                };
+                tracing::warn!(
+                    voter,
+                    master,
+                    policy,
+                    maxmemory,
+                    "the master may evict keys: a lock or a completion record could vanish \
+                     before its ttl and a second holder follow; {then}"
+                );
             }
             Verdict::Unknown(why) => tracing::warn!(
                 voter,
@@ -385,78 +388,45 @@ impl Inner {
     }
 }
 
-/// The voter's checks, in a task of their own.
-struct Task {
-    inner: Weak<Inner>,
-    wake: Arc<Notify>,
-    conn: Conn,
-    timeout: Duration,
+/// One `INFO memory`, bounded by `timeout`. A denial (`NOPERM`) leaves the policy unknown;
+/// any other error reply (`-BUSY`, `-LOADING`) fails the check, as no answer does.
+async fn ask(conn: &mut Conn, timeout: Duration) -> Result<Verdict, Failed> {
+    let mut cmd = Cmd::new();
+    cmd.arg("INFO").arg("memory");
+    match tokio::time::timeout(timeout, query(conn, &cmd, false)).await {
+        Ok(Ok(reply)) => Ok(verdict(&reply)),
+        Ok(Err(e)) if e.code() == Some("NOPERM") => Ok(Verdict::Unknown(format!(
+            "INFO memory: {e} (allow INFO for its user: ACL +info)"
+        ))),
+        Ok(Err(e)) => Err(Failed {
+            why: e.to_string().into(),
+            timeout: e.is_timeout(),
+            lost: connection_lost(&e),
+        }),
+        Err(_) => Err(Failed {
+            why: format!("no answer to INFO within {timeout:?}").into(),
+            timeout: true,
+            lost: false,
+        }),
+    }
 }
 
-impl Task {
-    async fn run(mut self) {
-        let _alive = Alive(self.inner.clone());
-        loop {
-            let Some(generation) = self.inner.upgrade().map(|i| i.state().generation) else {
-                return;
-            };
-            let (answer, soon) = self.check().await;
-            let Some(inner) = self.inner.upgrade() else {
-                return;
-            };
-            // Without an answer, the next check waits for a request that needs it.
-            let mut period = inner.record(generation, answer).unwrap_or(Duration::MAX);
-            if soon {
-                period = period.min(RECHECK_ABSTAINING);
-            }
-            drop(inner);
-            tokio::select! {
-                _ = tokio::time::sleep(period) => {}
-                _ = self.wake.notified() => {}
-            }
+impl From<Failed> for NodeFailure {
+    fn from(failed: Failed) -> Self {
+        let why = NodeFailure::new(format!(
+            "could not check the maxmemory-policy: {}",
+            failed.why
+        ));
+        match (failed.timeout, failed.lost) {
+            (true, _) => why.with_timeout(),
+            (false, true) => why.with_unreachable(),
+            (false, false) => why,
         }
     }
+}
 
-    /// One `INFO memory`, bounded by the timeout; and whether to check again soon (not every
-    /// master of a Cluster answered).
-    async fn check(&mut self) -> (Result<Verdict, Outcome>, bool) {
-        let mut cmd = Cmd::new();
-        cmd.arg("INFO").arg("memory");
-        let reply = tokio::time::timeout(self.timeout, query(&mut self.conn, &cmd, false)).await;
-        let (why, timeout) = match reply {
-            Ok(Ok(reply)) => return (Ok(verdict(&reply)), false),
-            Err(_) => (format!("no answer to INFO within {:?}", self.timeout), true),
-            Ok(Err(e)) => {
-                if let Some(inner) = self.inner.upgrade() {
-                    Eviction { inner }.failed(&e);
-                }
-                if !connection_lost(&e) {
-                    // An error reply: the master is there, its policy unknown.
-                    let hint = if e.code() == Some("NOPERM") {
-                        " (allow INFO for its user: ACL +info)"
-                    } else {
-                        ""
-                    };
-                    return (
-                        Ok(Verdict::Unknown(format!("INFO memory: {e}{hint}"))),
-                        false,
-                    );
-                }
-                (e.to_string(), e.is_timeout())
-            }
-        };
-        if is_cluster(&self.conn) {
-            // One master down fails a Cluster's INFO, not the requests to the others' slots:
-            // best effort, unknown until every master answers (checked again soon).
-            let why = format!("not every master of the cluster answered INFO memory: {why}");
-            return (Ok(Verdict::Unknown(why)), true);
-        }
-        let failed = Outcome::Failed {
-            why: why.into(),
-            timeout,
-        };
-        (Err(failed), false)
-    }
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn is_cluster(conn: &Conn) -> bool {
@@ -468,40 +438,33 @@ fn is_cluster(conn: &Conn) -> bool {
     false
 }
 
-/// Lives as long as the task: a task dropped with its runtime lets the next request start
-/// another (and fails the requests that waited for it).
-struct Alive(Weak<Inner>);
-
-impl Drop for Alive {
-    fn drop(&mut self) {
-        if let Some(inner) = self.0.upgrade() {
-            inner.started.store(false, Ordering::Release);
-            inner.outcome.send_replace(Outcome::Failed {
-                why: "the check's task ended (its runtime shut down?)".into(),
-                timeout: false,
-            });
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_evicting_master_abstains_unless_allowed() {
-        let evicts = Verdict::Evicts {
+    fn evicts() -> Verdict {
+        Verdict::Evicts {
             policy: "allkeys-lru".to_owned(),
             maxmemory: 1 << 20,
             master: None,
-        };
+        }
+    }
+
+    fn keeps() -> Verdict {
+        Verdict::Keeps {
+            policy: "noeviction".to_owned(),
+        }
+    }
+
+    #[test]
+    fn an_evicting_master_abstains_unless_allowed() {
         for allow in [false, true] {
             let e = Eviction::new("127.0.0.1:6379", allow, Duration::from_secs(1));
             assert!(!e.votes(), "unchecked: a request goes beside a check");
             assert_eq!(e.status(), EvictionStatus::default());
-            e.inner.record(0, Ok(evicts.clone()));
+            e.inner.record(0, Ok(evicts()), false).expect("a verdict");
             assert_eq!(e.votes(), allow);
-            let admitted = e.inner.admits(&e.inner.state());
+            let admitted = e.inner.admits(&evicts());
             assert_eq!(admitted.is_ok(), allow);
             if let Err(why) = admitted {
                 let why = why.to_string();
@@ -515,54 +478,68 @@ mod tests {
             assert_eq!(status.abstains, !allow);
             // A lost connection: the next acquire goes beside a fresh check; the status keeps
             // the last verdict meanwhile.
-            e.reset();
+            e.adopted();
             assert!(!e.votes());
+            assert!(e.inner.state().due.is_none());
             assert_eq!(e.status(), status);
-            let keeps = || {
-                Ok(Verdict::Keeps {
-                    policy: "noeviction".to_owned(),
-                })
-            };
             // A check begun before the reset says nothing of the new connection's server.
-            e.inner.record(0, keeps());
+            e.inner.record(0, Ok(keeps()), false).expect("its answer");
             assert!(!e.votes());
-            e.inner.record(1, keeps());
+            e.inner.record(1, Ok(keeps()), false).expect("a verdict");
             assert!(e.votes());
             assert!(!e.status().abstains);
-        }
-    }
-
-    /// A check that gets no answer changes no verdict, and the next one comes within the
-    /// re-check period (a second while the voter abstains): the checks never stop.
-    #[test]
-    fn a_failed_check_keeps_the_verdict_and_the_rechecks() {
-        let evicts = Verdict::Evicts {
-            policy: "allkeys-lru".to_owned(),
-            maxmemory: 1 << 20,
-            master: None,
-        };
-        let keeps = Verdict::Keeps {
-            policy: "noeviction".to_owned(),
-        };
-        for (verdict, period) in [(evicts, RECHECK_ABSTAINING), (keeps, RECHECK_EVERY)] {
-            let e = Eviction::new("127.0.0.1:6379", false, Duration::from_secs(1));
-            e.inner.record(0, Ok(verdict.clone()));
-            let (votes, status) = (e.votes(), e.status());
-            let failed = Outcome::Failed {
-                why: "no answer to INFO within 2s".into(),
-                timeout: true,
-            };
-            let next = e.inner.record(0, Err(failed));
-            assert!(next.is_some_and(|n| n <= period), "{verdict:?}: {next:?}");
-            assert_eq!((e.votes(), e.status()), (votes, status), "{verdict:?}");
         }
     }
 
     #[test]
     fn an_unknown_policy_votes() {
         let e = Eviction::new("127.0.0.1:6379", false, Duration::from_secs(1));
-        e.inner.record(0, Ok(Verdict::Unknown("NOPERM".to_owned())));
+        let unknown = Verdict::Unknown("NOPERM".to_owned());
+        e.inner.record(0, Ok(unknown), false).expect("a verdict");
         assert!(e.votes());
         assert_eq!(e.status(), EvictionStatus::default());
+    }
+
+    /// A check that gets no answer changes no verdict, and the next one comes within the
+    /// re-check period (a second while the voter abstains): the checks never stop.
+    #[test]
+    fn a_failed_check_keeps_the_verdict_and_the_rechecks() {
+        for (verdict, period) in [(evicts(), RECHECK_ABSTAINING), (keeps(), RECHECK_EVERY)] {
+            let e = Eviction::new("127.0.0.1:6379", false, Duration::from_secs(1));
+            e.inner
+                .record(0, Ok(verdict.clone()), false)
+                .expect("a verdict");
+            let (votes, status) = (e.votes(), e.status());
+            let failed = Failed {
+                why: "no answer to INFO within 2s".into(),
+                timeout: true,
+                lost: false,
+            };
+            let kept = e.inner.record(0, Err(failed), false);
+            assert_eq!(kept.ok(), Some(verdict.clone()), "the verdict stands");
+            let due = e.inner.state().due.expect("checked");
+            let next = Duration::from_millis(due.saturating_sub(e.inner.now()));
+            assert!(next <= period, "{verdict:?}: next check in {next:?}");
+            assert_eq!((e.votes(), e.status()), (votes, status), "{verdict:?}");
+        }
+    }
+
+    /// Unchecked, a failed check fails the requests beside it (on a Cluster, the policy is
+    /// unknown: it votes); a lost connection leaves the voter unchecked.
+    #[test]
+    fn a_failed_first_check_fails_its_requests() {
+        let failed = |lost| Failed {
+            why: "connection refused".into(),
+            timeout: false,
+            lost,
+        };
+        let e = Eviction::new("127.0.0.1:6379", false, Duration::from_secs(1));
+        assert!(e.inner.record(0, Err(failed(false)), false).is_err());
+        assert!(e.inner.state().due.is_none());
+        let unknown = e.inner.record(0, Err(failed(true)), true);
+        assert!(matches!(unknown, Ok(Verdict::Unknown(_))), "{unknown:?}");
+        assert!(e.votes());
+        assert!(e.inner.record(0, Err(failed(true)), false).is_err());
+        assert!(!e.votes() && e.inner.state().due.is_none(), "reset");
     }
 }

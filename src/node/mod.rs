@@ -352,7 +352,7 @@ impl std::error::Error for NodeFailure {
 impl From<::redis::RedisError> for NodeFailure {
     fn from(e: ::redis::RedisError) -> Self {
         let timeout = e.is_timeout();
-        let unreachable = self::redis::connection_lost(&e);
+        let unreachable = self::redis::conn::connection_lost(&e);
         let mut f = Self::from_error(e);
         f.timeout = timeout;
         f.unreachable = unreachable;

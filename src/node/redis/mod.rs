@@ -15,7 +15,7 @@ use super::{Acquire, NodeFailure};
 
 #[cfg(feature = "cluster")]
 mod cluster;
-mod conn;
+pub(super) mod conn;
 mod eviction;
 mod fencing;
 mod node;
@@ -31,7 +31,6 @@ pub use self::options::{RedisNodeOptions, DEFAULT_FAILOVER_MAX_TTL};
 pub use self::sentinel::Sentinel;
 pub use self::url::split_urls;
 
-pub(super) use self::conn::connection_lost;
 pub(crate) use self::eviction::EvictionStatus;
 
 /// A Redis voter: one master, a Sentinel-managed master group
@@ -272,11 +271,9 @@ impl RedisNode {
         }
     }
 
-    /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status)
-    /// (starts a check in the background if one is due).
+    /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status).
     pub(crate) fn eviction_status(&self) -> EvictionStatus {
-        self.eviction.refresh(&self.conn);
-        self.eviction.status()
+        self.eviction.status(&self.conn)
     }
 
     /// A [`query`]'s reply, noted: a lost connection has the next acquires and extensions

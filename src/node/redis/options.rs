@@ -170,9 +170,9 @@ impl RedisNodeOptions {
     ///
     /// An evicting master can drop a lock before its ttl, and then a second client can gain a
     /// quorum while the first still holds its lease; it can drop a completion record, and
-    /// then the work runs again (`tests/eviction.rs` shows both). Allow it only where that is
-    /// acceptable (locks for efficiency, not correctness); the voter then logs a warning
-    /// when it sees the policy. The right fix is on the master:
+    /// then the work runs again (`tests/eviction/main.rs` shows both). Allow it only where
+    /// that is acceptable (locks for efficiency, not correctness); the voter then logs a
+    /// warning when it sees the policy. The right fix is on the master:
     /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.
     ///
     /// The policy is read with `INFO memory` (usually allowed where `CONFIG` is not) on first

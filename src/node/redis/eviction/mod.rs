@@ -151,12 +151,6 @@ impl Eviction {
         }
     }
 
-    /// A status read: starts a check in the background if one is due (an abstaining voter
-    /// that gets no requests notices a fixed master all the same).
-    pub(super) fn refresh(&self, conn: &Conn) {
-        self.renew(&mut self.inner.state(), conn);
-    }
-
     fn renew(&self, state: &mut State, conn: &Conn) {
         if state.due.is_some_and(|due| due <= self.inner.now()) {
             let _background = self.check(state, conn);
@@ -206,8 +200,16 @@ impl Eviction {
         self.inner.reset(&mut self.inner.state());
     }
 
-    /// The state for [`Redlock::node_status`](crate::Redlock::node_status).
-    pub(crate) fn status(&self) -> EvictionStatus {
+    /// The state for [`Redlock::node_status`](crate::Redlock::node_status); starts a check
+    /// in the background if one is due (an abstaining voter that gets no requests notices a
+    /// fixed master all the same).
+    pub(crate) fn status(&self, conn: &Conn) -> EvictionStatus {
+        self.renew(&mut self.inner.state(), conn);
+        self.last()
+    }
+
+    /// The state as last checked.
+    fn last(&self) -> EvictionStatus {
         let state = self.inner.state();
         let (policy, evicts) = match &state.verdict {
             None | Some(Verdict::Unknown(_)) => (None, false),
@@ -461,7 +463,7 @@ mod tests {
         for allow in [false, true] {
             let e = Eviction::new("127.0.0.1:6379", allow, Duration::from_secs(1));
             assert!(!e.votes(), "unchecked: a request goes beside a check");
-            assert_eq!(e.status(), EvictionStatus::default());
+            assert_eq!(e.last(), EvictionStatus::default());
             e.inner.record(0, Ok(evicts()), false).expect("a verdict");
             assert_eq!(e.votes(), allow);
             let admitted = e.inner.admits(&evicts());
@@ -472,7 +474,7 @@ mod tests {
                     assert!(why.contains(part), "{part} in {why}");
                 }
             }
-            let status = e.status();
+            let status = e.last();
             assert_eq!(status.policy.as_deref(), Some("allkeys-lru"));
             assert!(status.evicts);
             assert_eq!(status.abstains, !allow);
@@ -481,13 +483,13 @@ mod tests {
             e.adopted();
             assert!(!e.votes());
             assert!(e.inner.state().due.is_none());
-            assert_eq!(e.status(), status);
+            assert_eq!(e.last(), status);
             // A check begun before the reset says nothing of the new connection's server.
             e.inner.record(0, Ok(keeps()), false).expect("its answer");
             assert!(!e.votes());
             e.inner.record(1, Ok(keeps()), false).expect("a verdict");
             assert!(e.votes());
-            assert!(!e.status().abstains);
+            assert!(!e.last().abstains);
         }
     }
 
@@ -497,7 +499,7 @@ mod tests {
         let unknown = Verdict::Unknown("NOPERM".to_owned());
         e.inner.record(0, Ok(unknown), false).expect("a verdict");
         assert!(e.votes());
-        assert_eq!(e.status(), EvictionStatus::default());
+        assert_eq!(e.last(), EvictionStatus::default());
     }
 
     /// A check that gets no answer changes no verdict, and the next one comes within the
@@ -509,7 +511,7 @@ mod tests {
             e.inner
                 .record(0, Ok(verdict.clone()), false)
                 .expect("a verdict");
-            let (votes, status) = (e.votes(), e.status());
+            let (votes, status) = (e.votes(), e.last());
             let failed = Failed {
                 why: "no answer to INFO within 2s".into(),
                 timeout: true,
@@ -520,7 +522,7 @@ mod tests {
             let due = e.inner.state().due.expect("checked");
             let next = Duration::from_millis(due.saturating_sub(e.inner.now()));
             assert!(next <= period, "{verdict:?}: next check in {next:?}");
-            assert_eq!((e.votes(), e.status()), (votes, status), "{verdict:?}");
+            assert_eq!((e.votes(), e.last()), (votes, status), "{verdict:?}");
         }
     }
 

@@ -1,225 +1,20 @@
-//! A Sentinel-managed master group as one voter: the master is discovered through the
-//! sentinels, re-checked in the background, and re-discovered after a failover.
+//! The voter's connection to the current master, and the background discovery that finds
+//! it: a majority of the sentinels asked every refresh interval (and at once after a request
+//! failed the way a failover does), the master checked with `ROLE`, each confirmation dated
+//! for the majority window.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
-use redis::{
-    Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo,
-    RedisError, RedisResult, Value,
-};
+use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::{watch, Notify};
 
-use super::eviction::NewMaster;
-use super::options::RedisNodeOptions;
-
-/// A Redis Sentinel group, for [`RedisNode::sentinel`](super::RedisNode::sentinel): the
-/// sentinels' addresses and the name of the master they watch, with the master's and the
-/// sentinels' credentials and TLS.
-///
-/// ```no_run
-/// # #[tokio::main] async fn main() -> Result<(), tower_redlock::Error> {
-/// use tower_redlock::node::{RedisNode, Sentinel};
-///
-/// let group = Sentinel::new("payments", ["10.0.1.1:26379", "10.0.1.2:26379", "10.0.1.3:26379"])?
-///     .master_password(None, "master-secret")
-///     .sentinel_password(None, "sentinel-secret");
-/// let voter = RedisNode::sentinel(group)?;
-/// # Ok(()) }
-/// ```
-///
-/// The same voter by URL (what [`RedisNode::open`](super::RedisNode::open),
-/// [`Redlock::new`](crate::Redlock::new) and the examples' `REDLOCK_URLS` accept):
-/// `redis+sentinel://:master-secret@10.0.1.1:26379,10.0.1.2:26379,10.0.1.3:26379/payments?sentinel_password=sentinel-secret`.
-#[derive(Clone)]
-pub struct Sentinel {
-    master_name: String,
-    sentinels: Vec<(String, u16)>,
-    master: RedisConnectionInfo,
-    sentinel_auth: RedisConnectionInfo,
-    tls: bool,
-    #[cfg(feature = "tls")]
-    certs: Option<redis::TlsCertificates>,
-    refresh: Duration,
-}
-
-impl fmt::Debug for Sentinel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sentinel")
-            .field("master_name", &self.master_name)
-            .field("sentinels", &self.sentinels)
-            .field("tls", &self.tls)
-            .field("refresh", &self.refresh)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Sentinel {
-    /// The group whose master the sentinels know as `master_name`, through the sentinels at
-    /// `sentinels` (`host:port`, `[v6]:port`; the port defaults to 26379). An empty name,
-    /// no sentinel, or an address that does not parse is an invalid-input error.
-    pub fn new<I, S>(master_name: &str, sentinels: I) -> crate::Result<Self>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        if master_name.is_empty() || master_name.chars().any(char::is_whitespace) {
-            return Err(crate::Error::invalid(format!(
-                "a Sentinel master name must be a non-empty word, not `{master_name}`"
-            )));
-        }
-        let sentinels = sentinels
-            .into_iter()
-            .map(|s| host_port(s.as_ref(), 26379))
-            .collect::<crate::Result<Vec<_>>>()?;
-        if sentinels.is_empty() {
-            return Err(crate::Error::invalid(format!(
-                "the Sentinel group `{master_name}` needs at least one sentinel address"
-            )));
-        }
-        Ok(Self {
-            master_name: master_name.to_owned(),
-            sentinels,
-            master: RedisConnectionInfo::default(),
-            sentinel_auth: RedisConnectionInfo::default(),
-            tls: false,
-            #[cfg(feature = "tls")]
-            certs: None,
-            refresh: Duration::from_secs(1),
-        })
-    }
-
-    /// `AUTH` for the master (and for the replica a failover promotes).
-    pub fn master_password(mut self, username: Option<&str>, password: &str) -> Self {
-        self.master = with_auth(self.master, username, password);
-        self
-    }
-
-    /// The master's database (default 0).
-    pub fn master_db(mut self, db: i64) -> Self {
-        self.master = self.master.set_db(db);
-        self
-    }
-
-    /// `AUTH` for the sentinels.
-    pub fn sentinel_password(mut self, username: Option<&str>, password: &str) -> Self {
-        self.sentinel_auth = with_auth(self.sentinel_auth, username, password);
-        self
-    }
-
-    /// TLS to the sentinels and the master (needs the `tls` feature; without it, building
-    /// the voter is an invalid-input error), verified against the web PKI roots or
-    /// [`tls_certificates`](Self::tls_certificates).
-    pub fn tls(mut self) -> Self {
-        self.tls = true;
-        self
-    }
-
-    /// TLS with a private CA or client certificates, to the sentinels and the master.
-    #[cfg(feature = "tls")]
-    pub fn tls_certificates(mut self, certs: redis::TlsCertificates) -> Self {
-        self.tls = true;
-        self.certs = Some(certs);
-        self
-    }
-
-    /// How often the voter asks the sentinels which master is current, besides at once
-    /// after a failed request (default 1 s; at least 50 ms). A shorter period notices a
-    /// failover sooner.
-    ///
-    /// It also sets the voter's **majority window**: twice this period plus twice the
-    /// connect timeout ([`RedisNodeOptions::connect_timeout`], which bounds each question to
-    /// the sentinels and to the master) — 4 s by default. The voter grants, extends and
-    /// completes only while a majority of its sentinels (of all those listed) has named its
-    /// master within the window; otherwise it abstains — a voter cut off from most of its
-    /// sentinels (a zone split) stops voting within the window, whatever the sentinels it
-    /// still hears say. Releases always go through. The failover protection of a promoted
-    /// master covers this window on top of the longest ttl (see
-    /// [`RedisNode::sentinel`](super::RedisNode::sentinel)): **every client of a group must
-    /// use the same refresh interval, connect timeout and protection window**, or the
-    /// promoted master may vote while a client with a longer window still votes on the old
-    /// one.
-    pub fn refresh_interval(mut self, every: Duration) -> Self {
-        self.refresh = every.max(MIN_GAP);
-        self
-    }
-
-    /// The majority window (see [`Sentinel::refresh_interval`]). A confirmation is dated
-    /// when its discovery starts; the next lands a refresh interval and two discoveries
-    /// later. A discovery is two questions (the sentinels, then the master's `ROLE`), each
-    /// bounded by the connect timeout: the window leaves room for a refresh interval more
-    /// and for discoveries of up to a connect timeout each, so a healthy group (answers in
-    /// milliseconds) never lets it lapse.
-    pub(super) fn window(&self, options: &RedisNodeOptions) -> Duration {
-        self.refresh * 2 + options.connect_timeout * 2
-    }
-
-    /// The voter's name in errors and logs: `sentinel:<master name>`.
-    pub(super) fn name(&self) -> String {
-        format!("sentinel:{}", self.master_name)
-    }
-
-    fn client(&self, host: &str, port: u16, auth: &RedisConnectionInfo) -> RedisResult<Client> {
-        let addr = if self.tls {
-            ConnectionAddr::TcpTls {
-                host: host.to_owned(),
-                port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(host.to_owned(), port)
-        };
-        let info: ConnectionInfo = addr
-            .into_connection_info()?
-            .set_redis_settings(auth.clone());
-        #[cfg(feature = "tls")]
-        if let Some(certs) = &self.certs {
-            return Client::build_with_tls(info, certs.clone());
-        }
-        Client::open(info)
-    }
-}
-
-fn with_auth(
-    info: RedisConnectionInfo,
-    username: Option<&str>,
-    password: &str,
-) -> RedisConnectionInfo {
-    let info = info.set_password(password);
-    match username {
-        Some(user) => info.set_username(user),
-        None => info,
-    }
-}
-
-/// `host:port`, `[v6]:port` or `host` (with `default_port`).
-pub(super) fn host_port(s: &str, default_port: u16) -> crate::Result<(String, u16)> {
-    let bad = || crate::Error::invalid(format!("`{s}` is not a `host:port` address"));
-    let s = s.trim();
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
-        match after.strip_prefix(':') {
-            Some(p) => (host, p.parse().map_err(|_| bad())?),
-            None if after.is_empty() => (host, default_port),
-            None => return Err(bad()),
-        }
-    } else {
-        match s.rsplit_once(':') {
-            Some((host, p)) if !host.contains(':') => (host, p.parse().map_err(|_| bad())?),
-            Some(_) => return Err(bad()),
-            None => (s, default_port),
-        }
-    };
-    if host.is_empty() || host.contains(['/', '@', ' ', ',']) || port == 0 {
-        return Err(bad());
-    }
-    Ok((host.to_owned(), port))
-}
+use super::{Sentinel, MIN_GAP};
+use crate::node::redis::eviction::NewMaster;
+use crate::node::redis::options::RedisNodeOptions;
 
 /// The voter's connection: the current master's, as the background task last found it.
 #[derive(Clone)]
@@ -273,7 +68,7 @@ enum State {
 impl SentinelConn {
     /// Starts the background discovery; `new_master` is told of each master it adopts. Must
     /// be called inside a Tokio runtime.
-    pub(super) fn start(
+    pub(crate) fn start(
         group: Sentinel,
         options: &RedisNodeOptions,
         new_master: NewMaster,
@@ -321,7 +116,7 @@ impl SentinelConn {
     /// release) is refused unless a majority of the sentinels named this master within the
     /// window (see [`Sentinel::refresh_interval`]): the voter abstains — an answer, not an
     /// outage, so it does not count toward the voter's suspension.
-    pub(super) async fn query(&self, cmd: &Cmd, votes: bool) -> RedisResult<Value> {
+    pub(crate) async fn query(&self, cmd: &Cmd, votes: bool) -> RedisResult<Value> {
         let mut conn = self.master().await?;
         if votes {
             let ago = self.shared.confirmed_ago();
@@ -345,7 +140,7 @@ impl SentinelConn {
             Err(e) => Err(e),
         };
         if let Err(e) = &reply {
-            if super::conn::connection_lost(e)
+            if crate::node::redis::conn::connection_lost(e)
                 || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
             {
                 self.shared.wake.notify_one();
@@ -388,8 +183,6 @@ struct Discovery {
     /// Has each new master's `maxmemory-policy` checked before it votes.
     new_master: NewMaster,
 }
-
-const MIN_GAP: Duration = Duration::from_millis(50);
 
 impl Discovery {
     async fn run(self) {
@@ -585,40 +378,6 @@ fn parse_addr(v: &Value) -> Option<(String, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_sentinel_addresses() {
-        assert_eq!(
-            host_port("10.0.0.1:26380", 26379).unwrap(),
-            ("10.0.0.1".into(), 26380)
-        );
-        assert_eq!(
-            host_port("sentinel-a", 26379).unwrap(),
-            ("sentinel-a".into(), 26379)
-        );
-        assert_eq!(
-            host_port("[::1]:5000", 26379).unwrap(),
-            ("::1".into(), 5000)
-        );
-        assert_eq!(host_port("[::1]", 26379).unwrap(), ("::1".into(), 26379));
-        for bad in [
-            "", ":1", "h:0", "h:x", "h:70000", "::1:5", "[::1", "a b:1", "u@h:1",
-        ] {
-            assert!(host_port(bad, 26379).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_group_needs_a_name_and_a_sentinel() {
-        assert!(Sentinel::new("", ["h:1"]).is_err());
-        assert!(Sentinel::new("a b", ["h:1"]).is_err());
-        assert!(Sentinel::new("m", Vec::<&str>::new()).is_err());
-        let g = Sentinel::new("m", ["h:1", "[::1]:2"]).unwrap();
-        assert_eq!(g.name(), "sentinel:m");
-        // Credentials stay out of Debug.
-        let g = g.master_password(Some("u"), "hunter2");
-        assert!(!format!("{g:?}").contains("hunter2"));
-    }
 
     #[test]
     fn reads_the_master_address() {

@@ -516,6 +516,7 @@ async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_it
     })
     .await;
     let abstained = cut.elapsed();
+    assert!(a.node_status()[0].is_abstaining(), "node_status says so");
     eventually("a's lease is lost", window + ttl * 2, || async {
         handle.is_lost()
     })

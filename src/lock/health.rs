@@ -254,8 +254,11 @@ impl NodeStatus {
 
     /// Whether the voter abstains — its acquires and extensions fail at once, counting as
     /// failed votes — because its master [`evicts`](Self::evicts) and its options do not
-    /// [allow eviction](crate::node::RedisNodeOptions::allow_eviction). Like a suspended node,
-    /// it does not help a quorum. It votes again once a check finds `noeviction`.
+    /// [allow eviction](crate::node::RedisNodeOptions::allow_eviction) (it votes again once a
+    /// check finds `noeviction`), or, for a Sentinel voter, because no majority of its
+    /// sentinels named its master within its window (see
+    /// [`Sentinel::refresh_interval`](crate::node::Sentinel::refresh_interval)). Like a
+    /// suspended node, it does not help a quorum.
     pub fn is_abstaining(&self) -> bool {
         self.eviction.abstains
     }

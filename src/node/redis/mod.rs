@@ -270,9 +270,14 @@ impl RedisNode {
         }
     }
 
-    /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status).
+    /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status);
+    /// a Sentinel voter without a recent majority abstains too.
     pub(crate) fn eviction_status(&self) -> EvictionStatus {
-        self.eviction.status(&self.conn)
+        let mut status = self.eviction.status(&self.conn);
+        if let Conn::Sentinel(c) = &self.conn {
+            status.abstains |= !c.majority_is_recent();
+        }
+        status
     }
 
     /// A [`query`]'s reply, noted: a lost connection has the next acquires and extensions

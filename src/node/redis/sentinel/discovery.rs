@@ -118,21 +118,19 @@ impl SentinelConn {
     /// outage, so it does not count toward the voter's suspension.
     pub(crate) async fn query(&self, cmd: &Cmd, votes: bool) -> RedisResult<Value> {
         let mut conn = self.master().await?;
-        if votes {
+        if votes && !self.majority_is_recent() {
+            self.shared.wake.notify_one();
             let ago = self.shared.confirmed_ago();
-            if ago.is_none_or(|ago| ago > self.shared.window) {
-                self.shared.wake.notify_one();
-                return Err(RedisError::from((
-                    redis::ErrorKind::Client,
-                    "abstains",
-                    format!(
-                        "no majority of the sentinels named the master in the last {:?} \
-                         (last: {}): the voter abstains",
-                        self.shared.window,
-                        ago.map_or("never".to_owned(), |a| format!("{a:?} ago")),
-                    ),
-                )));
-            }
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "abstains",
+                format!(
+                    "no majority of the sentinels named the master in the last {:?} \
+                     (last: {}): the voter abstains",
+                    self.shared.window,
+                    ago.map_or("never".to_owned(), |a| format!("{a:?} ago")),
+                ),
+            )));
         }
         let reply = conn.send_packed_command(cmd).await;
         let reply = match reply {
@@ -147,6 +145,14 @@ impl SentinelConn {
             }
         }
         reply
+    }
+
+    /// Whether a majority of the sentinels named the master within the window: the voter
+    /// votes (see [`SentinelConn::query`]).
+    pub(crate) fn majority_is_recent(&self) -> bool {
+        self.shared
+            .confirmed_ago()
+            .is_some_and(|ago| ago <= self.shared.window)
     }
 
     async fn master(&self) -> RedisResult<ConnectionManager> {

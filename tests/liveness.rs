@@ -439,3 +439,106 @@ async fn a_killed_master_is_suspended_and_restored_after_its_restart() {
     .await;
     all_empty(&masters).await;
 }
+
+/// The lock keys on `master` of the keys starting with `prefix` (not records, not counters).
+async fn lock_keys(master: &support::RedisServer, prefix: &str) -> Vec<String> {
+    let keys: Vec<String> = master
+        .query(redis::cmd("KEYS").arg(format!("{prefix}*")))
+        .await;
+    keys.into_iter()
+        .filter(|k| !k.ends_with(":record") && !k.ends_with(":fence"))
+        .collect()
+}
+
+/// A master that froze (SIGSTOP) for about a second in the middle of a burst and came back
+/// keeps none of the locks it granted or was sent: 20 keys, each a plain lock and release, a
+/// completion of idempotent work, a lease dropped, or a request cancelled mid-try — a second
+/// master frozen for a moment too, so that some tries fail. Within a second of the frozen
+/// master answering again (and of the last request's end), no lock key is left on any master.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_that_froze_and_came_back_keeps_no_lock() {
+    use tower_redlock::Claim;
+    let masters = Masters::start(3);
+    // The default node timeout (50 ms) and suspension: a frozen master is suspended quickly.
+    let client = masters
+        .builder()
+        .node_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    warm_up(&client, &masters).await;
+    let ttl = Duration::from_secs(10);
+    let burst = (0..20).map(|i| {
+        let client = client.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(75 * i)).await;
+            let key = format!("burst-{i}");
+            let work = Duration::from_millis(300);
+            match i % 4 {
+                0 => {
+                    if let Ok(lease) = client.try_lock(&key, ttl).await {
+                        tokio::time::sleep(work).await;
+                        let _ = lease.release().await;
+                    }
+                }
+                1 => {
+                    let claim = client
+                        .lock_unless_completed(&key, ttl, Retry::never())
+                        .await;
+                    if let Ok(Claim::Locked(lease)) = claim {
+                        tokio::time::sleep(work).await;
+                        let _ = lease.complete("done", Duration::from_secs(60)).await;
+                    }
+                }
+                2 => {
+                    if let Ok(lease) = client.try_lock(&key, ttl).await {
+                        tokio::time::sleep(work).await;
+                        drop(lease);
+                    }
+                }
+                _ => {
+                    // Cancelled while its requests are in flight.
+                    let _ = tokio::time::timeout(
+                        Duration::from_micros(200),
+                        client.try_lock(&key, ttl),
+                    )
+                    .await;
+                }
+            }
+        }
+    });
+    let faults = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let two = Paused::freeze(&masters, &[2]);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let one = Paused::freeze(&masters, &[1]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        one.thaw();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        two.thaw();
+        Instant::now()
+    };
+    let (_, resumed) = tokio::join!(futures_util::future::join_all(burst), faults);
+    let since = Instant::now().max(resumed);
+    let mut left = Vec::new();
+    let clean = async {
+        loop {
+            left.clear();
+            for (i, m) in masters.iter().enumerate() {
+                for k in lock_keys(m, "burst-").await {
+                    left.push(format!("{k} on master {i}"));
+                }
+            }
+            if left.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let within = Duration::from_secs(1);
+    let done = tokio::time::timeout_at((since + within).into(), clean).await;
+    assert!(
+        done.is_ok(),
+        "{} lock(s) left {within:?} after the master came back: {left:?}",
+        left.len()
+    );
+}

@@ -198,6 +198,7 @@ impl RedlockBuilder {
                     name: node.name().into(),
                     node,
                     health: Health::new(config.suspend_after, config.node_timeout),
+                    owed: Default::default(),
                 })
             })
             .collect::<Vec<_>>();

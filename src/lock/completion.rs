@@ -20,6 +20,7 @@ use tracing::Instrument;
 use super::fencing::Fence;
 use super::lease::{LeaseState, Token};
 use super::observe::{self, Background};
+use super::owed::{Debt, Owed};
 use super::quorum::{self, Answer, Skip, Tally, Vote};
 use super::records::record_key;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
@@ -72,6 +73,7 @@ impl Redlock {
             ttl: state.ttl(),
             until: state.deadline() + state.ttl(),
             hard_until: state.deadline() + state.ttl().saturating_mul(KEEP_TTLS),
+            gone: Instant::now().max(state.deadline()) + state.ttl(),
             quorum: inner.quorum,
             nodes: n,
         }));
@@ -117,7 +119,8 @@ impl Redlock {
                 let failed = progress.retry;
                 let rest = async move {
                     let resend = |inner: &Inner, mask| keep.completion.send(inner, mask);
-                    release::retry_rest(client, until, sent, failed, resend).await;
+                    let owe = |inner: &Inner, mask| keep.owe(inner, mask);
+                    release::retry_rest(client, until, sent, failed, resend, owe).await;
                 };
                 tokio::spawn(rest.instrument(observe::background(Background::Stragglers)));
             }
@@ -233,9 +236,34 @@ struct Keep {
     until: Instant,
     /// Extensions never keep it going past this.
     hard_until: Instant,
+    /// After this no node can hold the lock any more: what a node was not given is owed to
+    /// it until then.
+    gone: Instant,
     quorum: usize,
     /// How many nodes vote.
     nodes: usize,
+}
+
+impl Keep {
+    /// Owes the completion to the nodes in `mask` until the lock is gone from them (see
+    /// `owed.rs`).
+    fn owe(&self, inner: &Inner, mask: u64) {
+        let c = &self.completion;
+        release::each_voter(inner, mask, |voter| {
+            let debt = Owed {
+                key: c.key.clone(),
+                token: c.token,
+                fence: c.fence.clone(),
+                debt: Debt::Complete {
+                    record_key: c.record_key.clone(),
+                    record: c.record.clone(),
+                    retention: c.retention,
+                },
+                until: self.gone,
+            };
+            voter.owed.owe(debt, &voter.name);
+        });
+    }
 }
 
 /// Hands a completion whose future was dropped before the record was on a quorum to the
@@ -328,6 +356,10 @@ where
             key = %observe::hashed(key),
             "the completion record reached its quorum after all"
         );
+        // The nodes still without it may hold the lock: it is owed to them.
+        if let Some(inner) = keep.client.upgrade() {
+            keep.owe(&inner, progress.retry | progress.kept);
+        }
         return;
     }
     crate::metrics::record_minority();
@@ -359,7 +391,10 @@ async fn keep_locked(inner: &Inner, keep: &mut Keep, progress: &mut Progress, ma
     );
     while let Some((i, answer)) = sent.next().await {
         match answer {
-            Ok(true) => keep.until = keep.until.max(start + ttl).min(keep.hard_until),
+            Ok(true) => {
+                keep.until = keep.until.max(start + ttl).min(keep.hard_until);
+                keep.gone = keep.gone.max(start + ttl);
+            }
             // Gone there: it will neither store the record nor refuse a duplicate.
             Ok(false) => {
                 progress.kept &= !(1 << i);

@@ -89,6 +89,7 @@ impl Redlock {
                     needed: 0,
                     patience: Instant::now(),
                     until: Instant::now() + ttl,
+                    gone: Instant::now() + ttl,
                     fence: state.fence().cloned(),
                 };
                 let _ = self.release_token(release).await;

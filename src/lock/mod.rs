@@ -27,6 +27,7 @@ mod health;
 mod lease;
 mod observe;
 mod options;
+mod owed;
 mod quorum;
 mod records;
 mod release;
@@ -305,6 +306,7 @@ impl Redlock {
             key: key.clone(),
             token,
             deadline,
+            ttl,
         };
         let request = AcquireRequest::new(&inner.nodes, key, record_key, fence_key, token, ttl);
         let mut sent = quorum::send(
@@ -342,6 +344,7 @@ impl Redlock {
                     key.clone(),
                     token,
                     deadline,
+                    ttl,
                 );
             }
         }
@@ -397,6 +400,7 @@ impl Redlock {
                 needed: (tally.for_mask & holders).count_ones() as usize,
                 patience: Instant::now(),
                 until: deadline,
+                gone: deadline + ttl,
                 fence: None,
             };
             // Still guarded: if this future is dropped during the release round, the guard

@@ -416,6 +416,7 @@ pub(crate) fn background(kind: Background) -> Span {
         Background::ReleaseRest => tracing::debug_span!(parent: None, "redlock.release_rest"),
         Background::Cancelled => tracing::debug_span!(parent: None, "redlock.cancelled"),
         Background::Completing => tracing::debug_span!(parent: None, "redlock.completing"),
+        Background::Owed => tracing::debug_span!(parent: None, "redlock.owed"),
     };
     if !span.is_disabled() {
         span.follows_from(Span::current());
@@ -436,6 +437,8 @@ pub(crate) enum Background {
     Cancelled,
     /// A completion that lacks its quorum, asked again where the lease's lock may hold.
     Completing,
+    /// The releases and completions a node is owed, paid when it answers again.
+    Owed,
 }
 
 #[cfg(test)]

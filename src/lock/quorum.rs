@@ -15,16 +15,19 @@ use tracing::Instrument;
 
 use super::health::Health;
 use super::observe::{self, Background};
+use super::owed::Ledger;
 pub(crate) use super::request::Request;
 use crate::error::NodeError;
 use crate::node::{Acquire, AnyNode, NodeFailure};
 
-/// One node as the client holds it: the node, its name, and its recent timeouts.
+/// One node as the client holds it: the node, its name, its recent timeouts, and what it
+/// is owed (see `owed.rs`).
 #[derive(Debug)]
 pub(crate) struct Voter {
     pub(crate) node: AnyNode,
     pub(crate) name: Arc<str>,
     pub(crate) health: Health,
+    pub(crate) owed: Ledger,
 }
 
 /// Whether a request may skip a suspended node.

@@ -57,6 +57,7 @@ pub(super) fn settle_in_background<F>(
     key: Arc<str>,
     token: Token,
     until: Instant,
+    ttl: std::time::Duration,
 ) where
     F: std::future::Future<Output = Result<Acquire, crate::node::NodeFailure>> + Send + 'static,
 {
@@ -74,6 +75,7 @@ pub(super) fn settle_in_background<F>(
                 needed: 0,
                 patience: Instant::now(),
                 until,
+                gone: until + ttl,
                 fence: None,
             };
             let _ = client.release_token(release).await;

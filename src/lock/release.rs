@@ -19,6 +19,7 @@ use tracing::Instrument;
 use super::fencing::Fence;
 use super::lease::{LeaseState, Token};
 use super::observe::{self, Background};
+use super::owed::{Debt, Owed};
 use super::quorum::{self, Vote};
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
@@ -44,6 +45,9 @@ pub(crate) struct Release {
     pub(crate) patience: Instant,
     /// No retry after this instant (the lock expires by itself then).
     pub(crate) until: Instant,
+    /// After this instant no node can hold the lock any more (a ttl past its validity): what
+    /// the retries could not release is owed to the nodes until then (see `owed.rs`).
+    pub(crate) gone: Instant,
     /// The lease's fencing token: the release raises the counters to it.
     pub(crate) fence: Option<super::fencing::Fence>,
 }
@@ -92,6 +96,7 @@ impl Redlock {
             needed: self.inner.quorum.saturating_sub(not_ours).max(1),
             patience: self.patience_from(now, deadline),
             until: deadline,
+            gone: now.max(deadline) + state.ttl(),
             fence: state.fence().cloned(),
         })
     }
@@ -192,58 +197,94 @@ async fn release_rest<F>(client: Weak<Inner>, r: Release, sent: quorum::Sent<boo
 where
     F: std::future::Future<Output = Result<bool, NodeFailure>>,
 {
-    let (until, key, token, fence) = (r.until, r.key, r.token, r.fence);
+    let (until, gone, key, token, fence) = (r.until, r.gone, r.key, r.token, r.fence);
     let resend = |inner: &Inner, mask| {
         let timeout = inner.config.node_timeout;
         send_release(&inner.nodes, mask, timeout, &key, token, fence.as_ref())
     };
-    if let Some(left) = retry_rest(client, until, sent, failed, resend).await {
+    let owe = |inner: &Inner, mask| {
+        each_voter(inner, mask, |voter| {
+            let debt = Owed {
+                key: key.clone(),
+                token,
+                fence: fence.clone(),
+                debt: Debt::Release,
+                until: gone,
+            };
+            voter.owed.owe(debt, &voter.name);
+        })
+    };
+    if let Some(left) = retry_rest(client, until, sent, failed, resend, owe).await {
         tracing::debug!(
             key = %observe::hashed(&key),
             nodes = left.count_ones(),
-            "a minority of nodes did not answer the release; their keys expire with the ttl"
+            "nodes did not answer the release: it is owed to them, sent when they answer again"
         );
     }
 }
 
 /// Lets the requests in flight (`sent`) finish, then asks the nodes that gave no answer —
 /// `failed`, and those of `sent` — again with `resend`, with a growing pause, until `until`
-/// at most. Never a suspended node (it is being probed), nor one whose reply refused (it
-/// would refuse again). Holds the client weakly: dropping it ends the retries. Returns the
-/// nodes that never answered (`None`: all did, or the client is gone).
-pub(super) async fn retry_rest<F, G, R>(
+/// at most. Never a suspended node, nor one whose reply refused (it would refuse again).
+/// What a suspended node, or one still without an answer at the end, did not get is handed
+/// to `owe` (see `owed.rs`: paid when the node answers again). Holds the client weakly:
+/// dropping it ends the retries. Returns the nodes owed (`None`: none, or the client is
+/// gone).
+pub(super) async fn retry_rest<F, G, R, O>(
     client: Weak<Inner>,
     until: Instant,
     mut sent: quorum::Sent<bool, F>,
     mut failed: u64,
     resend: R,
+    owe: O,
 ) -> Option<u64>
 where
     F: Future<Output = Result<bool, NodeFailure>>,
     G: Future<Output = Result<bool, NodeFailure>>,
     R: Fn(&Inner, u64) -> quorum::Sent<bool, G>,
+    O: Fn(&Inner, u64),
 {
     while let Some((i, answer)) = sent.next().await {
-        if answer.is_err_and(|e| e.is_transient()) {
+        if answer.is_err_and(|e| e.is_transient() || e.is_suspended()) {
             failed |= 1 << i;
         }
     }
+    let mut owed = 0u64;
     let mut pause = FIRST_PAUSE;
     while failed != 0 && Instant::now() + pause < until {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
         let inner = client.upgrade()?;
-        // A suspended node is being probed; a request would only time out again.
-        failed &= !suspended(&inner);
+        // A suspended node is being probed: it is owed, and paid once it answers.
+        let skipped = failed & suspended(&inner);
+        if skipped != 0 {
+            owe(&inner, skipped);
+            owed |= skipped;
+            failed &= !skipped;
+        }
         let mut sent = resend(&inner, failed);
         failed = 0;
         while let Some((i, answer)) = sent.next().await {
-            if answer.is_err_and(|e| e.is_transient()) {
+            if answer.is_err_and(|e| e.is_transient() || e.is_suspended()) {
                 failed |= 1 << i;
             }
         }
     }
-    (failed != 0).then_some(failed)
+    if failed != 0 {
+        let inner = client.upgrade()?;
+        owe(&inner, failed);
+        owed |= failed;
+    }
+    (owed != 0).then_some(owed)
+}
+
+/// Each node in `mask`: `owe` is called with its voter.
+pub(super) fn each_voter(inner: &Inner, mask: u64, mut owe: impl FnMut(&quorum::Voter)) {
+    for (i, voter) in inner.nodes.iter().enumerate() {
+        if mask & (1 << i) != 0 {
+            owe(voter);
+        }
+    }
 }
 
 /// The nodes that are suspended now.
@@ -288,6 +329,8 @@ pub(crate) struct CancelGuard {
     pub(crate) token: Token,
     /// The end of the try's validity: no retry of the release after it.
     pub(crate) deadline: Instant,
+    /// The try's ttl.
+    pub(crate) ttl: Duration,
 }
 
 impl CancelGuard {
@@ -304,7 +347,7 @@ impl Drop for CancelGuard {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (key, token, deadline) = (self.key.clone(), self.token, self.deadline);
+        let (key, token, deadline, ttl) = (self.key.clone(), self.token, self.deadline, self.ttl);
         let span = observe::background(Background::Cancelled);
         let release = async move {
             let inner = &*client.inner;
@@ -317,6 +360,7 @@ impl Drop for CancelGuard {
                 needed: inner.quorum,
                 patience: client.patience(deadline),
                 until: deadline,
+                gone: deadline + ttl,
                 fence: None,
             };
             let _ = client.release_token(release).await;

@@ -16,10 +16,16 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tracing::Instrument;
+
+use super::observe::{self, Background};
+use super::owed::{Debt, Owed};
 use super::quorum::{Answer, Voter};
 use crate::error::NodeError;
 use crate::metrics;
-use crate::node::NodeFailure;
+use crate::node::{AnyNode, NodeFailure};
 
 /// The most time a request is given back for stalls of this process, in node timeouts.
 pub(crate) const MAX_EXCUSE: u32 = 4;
@@ -93,7 +99,7 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
         if let Poll::Ready(r) = this.call.poll(cx) {
             return Poll::Ready(match r {
                 Ok(x) => {
-                    heard_from(v);
+                    heard_from(this.voter, i, *this.timeout);
                     (i, Ok(x))
                 }
                 Err(e) => {
@@ -101,7 +107,7 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
                         no_answer(this.voter, i, *this.timeout, *this.probe);
                     } else {
                         // A reply, if an error reply: the node is there.
-                        heard_from(v);
+                        heard_from(this.voter, i, *this.timeout);
                     }
                     let e = NodeError::from_source(i, v.name.clone(), e);
                     failed(v, &e, *this.probe);
@@ -158,11 +164,87 @@ fn no_answer(voter: &Arc<Voter>, i: usize, timeout: Duration, probe: bool) {
     }
 }
 
-/// The node answered (a reply, even an error reply): if that restored it, say so.
-fn heard_from(voter: &Voter) {
+/// The node answered (a reply, even an error reply): if that restored it, say so; if it is
+/// owed releases or completions, pay them.
+fn heard_from(voter: &Arc<Voter>, i: usize, timeout: Duration) {
     if voter.health.answered() {
         tracing::info!(node = %voter.name, "node restored: it answered again");
         report_suspended(voter);
+    }
+    if !voter.owed.is_empty() {
+        pay(voter, i, timeout);
+    }
+}
+
+/// How many of a node's debts are paid at once.
+const PAYING_AT_ONCE: usize = 32;
+
+/// Pays what node `i` is owed (see `owed.rs`), in a task: every debt sent, each request
+/// bounded by the node timeout; a debt that got no answer is owed again (while it has not
+/// lapsed), paid at the node's next answer.
+fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let Some(debts) = voter.owed.start_paying() else {
+        return;
+    };
+    let voter = voter.clone();
+    let payment = async move {
+        let mut debts = debts.into_iter();
+        let mut sent = FuturesUnordered::new();
+        loop {
+            while sent.len() < PAYING_AT_ONCE {
+                let Some(debt) = debts.next() else { break };
+                let node = voter.clone();
+                let call = async move {
+                    let answer = settle(&node.node, &debt).await;
+                    (debt, answer)
+                };
+                sent.push(Request::new(call.map(Ok), voter.clone(), i, timeout, false));
+            }
+            let Some((_, answer)) = sent.next().await else {
+                break;
+            };
+            if let Ok((debt, Err(e))) = answer {
+                if e.is_timeout() || e.is_unreachable() {
+                    voter.owed.owe(debt, &voter.name);
+                }
+            }
+        }
+        voter.owed.paid();
+    };
+    rt.spawn(payment.instrument(observe::background(Background::Owed)));
+}
+
+/// Sends one debt to `node`: the release or the completion it stands for (the fenced form
+/// with a fence; the plain one where the node keeps no counters).
+async fn settle(node: &AnyNode, d: &Owed) -> Result<bool, NodeFailure> {
+    let token = d.token.as_str();
+    if let Some(f) = &d.fence {
+        let fenced = match &d.debt {
+            Debt::Release => node.release_fenced(&d.key, &f.key, token, f.token, f.retention),
+            Debt::Complete {
+                record_key,
+                record,
+                retention,
+            } => node.complete_fenced(&d.key, record_key, token, record, *retention, f.floor()),
+        };
+        match fenced.await {
+            Err(e) if e.is_unsupported() => {}
+            answer => return answer,
+        }
+    }
+    match &d.debt {
+        Debt::Release => node.release(&d.key, token, None).await,
+        Debt::Complete {
+            record_key,
+            record,
+            retention,
+        } => {
+            node.complete(&d.key, record_key, token, record, *retention)
+                .await
+        }
     }
 }
 

@@ -129,7 +129,7 @@
 //! | `redlock.release` (info) | release: explicit, scoped or on drop | `key`, `outcome` (`released`, `failed`), `votes_for` (nodes released), `votes_failed`, `elapsed`, `validity` (left) |
 //! | `redlock.complete` (info) | [`Lease::complete`] | `key`, `outcome` (`completed`, `lost`, `unavailable`, `invalid`), votes, `elapsed`, `validity` (left) |
 //! | `redlock.keep_alive` (info) | [`Lease::keep_alive`] task | `key` |
-//! | `redlock.stragglers`, `redlock.settle`, `redlock.release_rest`, `redlock.cancelled` (debug) | background work: requests still in flight at a decision, a replay try's settling, a release's retries, a cancelled try's release | |
+//! | `redlock.stragglers`, `redlock.settle`, `redlock.release_rest`, `redlock.cancelled`, `redlock.completing`, `redlock.owed` (debug) | background work: requests still in flight at a decision, a replay try's settling, a release's retries, a cancelled try's release, a completion that lacks its quorum, what a master is owed | |
 //!
 //! Extensions, releases, completions and background work *follow from* the lease's span, so
 //! a release spawned by a dropped lease is still linked to the request that took it. `key`

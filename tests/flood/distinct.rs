@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use crate::replicas::{ActixReplica, AxumReplica};
 use crate::support::apps::{IDEMPOTENCY_KEY, PATH};
 use crate::support::{eventually, Masters};
-use crate::{assert_live, fresh_masters, run, Flood, Tally, EMPTY_WITHIN, ONE_FLOOD_AT_A_TIME};
+use crate::{
+    assert_live, fresh_masters, run, Flood, Tally, EMPTY_WITHIN, IN_FLIGHT, ONE_FLOOD_AT_A_TIME,
+};
 use tower_redlock::http::{
     IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, SimpleRequest,
 };
@@ -115,6 +117,7 @@ async fn flood_of_distinct_keys(
         label,
         requests: REQUESTS,
         key_of: flood_key,
+        in_flight: IN_FLIGHT,
     };
     assert_eq!(masters.dbsizes().await, [0, 0, 0], "empty before the flood");
     let outcome = run(&flood, masters, redlock).await;

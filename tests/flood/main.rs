@@ -21,6 +21,7 @@ use tower_redlock_testkit as support;
 mod distinct;
 mod replicas;
 mod retries;
+mod storm;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use support::Masters;
 use tower_redlock::http::REPLAYED_HEADER;
 use tower_redlock::{NodeStatus, Redlock};
 
-/// How many requests are in flight at once (over as many keep-alive connections).
+/// How many requests a flood has in flight at once (over as many keep-alive connections).
 const IN_FLIGHT: usize = 128;
 /// No new request is sent after this much time (a flood usually ends well before).
 const FLOOD_DEADLINE: Duration = Duration::from_secs(40);
@@ -125,16 +126,18 @@ impl Tally {
     }
 }
 
-/// A flood: where it goes, how many requests, and the key of each.
+/// A flood: where it goes, how many requests, the key of each, and how many are in flight
+/// at once (over as many keep-alive connections).
 #[derive(Clone)]
 struct Flood {
     url: String,
     label: &'static str,
     requests: usize,
     key_of: fn(&str, usize) -> String,
+    in_flight: usize,
 }
 
-/// One of the [`IN_FLIGHT`] senders: takes the next request number until `requests` were
+/// One of the senders: takes the next request number until `requests` were
 /// taken or the deadline passed; one request at a time, over the shared keep-alive pool.
 async fn sender(
     http: reqwest::Client,
@@ -201,8 +204,8 @@ struct Outcome {
     left: Vec<u64>,
 }
 
-/// Sends `flood` to a replica whose client is `redlock`, [`IN_FLIGHT`] at a time, and prints
-/// what came back.
+/// Sends `flood` to a replica whose client is `redlock`, `flood.in_flight` at a time, and
+/// prints what came back.
 async fn run(flood: &Flood, masters: &Masters, redlock: &Redlock) -> Outcome {
     assert!(
         redlock.node_status().iter().all(|s| !s.is_suspended()),
@@ -214,7 +217,8 @@ async fn run(flood: &Flood, masters: &Masters, redlock: &Redlock) -> Outcome {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let deadline = started + FLOOD_DEADLINE;
-    let senders: Vec<_> = (0..IN_FLIGHT)
+    let in_flight = flood.in_flight;
+    let senders: Vec<_> = (0..in_flight)
         .map(|_| {
             tokio::spawn(sender(
                 http.clone(),
@@ -238,7 +242,7 @@ async fn run(flood: &Flood, masters: &Masters, redlock: &Redlock) -> Outcome {
     tally.latencies.sort_unstable();
     let answers = tally.answers();
     println!(
-        "[{label}] {answers} answers to {} requests ({IN_FLIGHT} in flight) in {:.2} s \
+        "[{label}] {answers} answers to {} requests ({in_flight} in flight) in {:.2} s \
          ({:.0} requests/s): 200: {}, 409: {}, 503: {} ({:.3} %), other: {}; latency p50 \
          {:?}, p99 {:?}, max {:?}",
         flood.requests,

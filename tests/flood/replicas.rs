@@ -27,6 +27,30 @@ const WARM_UP: &str = "/warm-up";
 /// The policy of a replica's middleware, made from the replica's client.
 pub type PolicyFor = fn(Redlock) -> LockPolicy;
 
+/// How a replica runs besides its policy: the handler's work (the examples' `WORK_MS`), and
+/// whether its one thread is pinned to CPU 0 (where a test may put a CPU hog beside it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Setup {
+    pub work: std::time::Duration,
+    pub pinned: bool,
+}
+
+/// Pins the calling thread to CPU 0 (`taskset`, util-linux).
+fn pin_this_thread() {
+    let me = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    let tid = me
+        .file_name()
+        .and_then(|t| t.to_str())
+        .expect("a thread id")
+        .to_owned();
+    let status = std::process::Command::new("taskset")
+        .args(["-p", "-c", "0", &tid])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run taskset");
+    assert!(status.success(), "taskset -p -c 0 {tid}: {status}");
+}
+
 /// The client of a replica: the crate's defaults (`Redlock::new`: 50 ms node timeout,
 /// suspension after 3 timeouts in a row). Built on the replica's thread.
 fn replica_client(urls: &[String]) -> Redlock {
@@ -43,9 +67,13 @@ async fn warm_up_here(redlock: Redlock, masters: Weak<Masters>) -> &'static str 
 }
 
 /// The handler, under the lock (the `LeaseHandle` is there only if the middleware took one):
-/// a little async work, then a payment id made of its run number.
-async fn pay(_lease: LeaseHandle, runs: Arc<AtomicUsize>) -> String {
-    tokio::task::yield_now().await;
+/// some async work (`work`, or a yield), then a payment id made of its run number.
+async fn pay(_lease: LeaseHandle, runs: Arc<AtomicUsize>, work: std::time::Duration) -> String {
+    if work.is_zero() {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(work).await;
+    }
     let run = runs.fetch_add(1, SeqCst);
     format!("{{\"payment_id\":\"pay_{run}\"}}")
 }
@@ -71,6 +99,10 @@ pub struct AxumReplica {
 
 impl AxumReplica {
     pub async fn start(masters: &Arc<Masters>, policy: PolicyFor) -> Self {
+        Self::start_with(masters, policy, Setup::default()).await
+    }
+
+    pub async fn start_with(masters: &Arc<Masters>, policy: PolicyFor, setup: Setup) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         listener
             .set_nonblocking(true)
@@ -85,6 +117,9 @@ impl AxumReplica {
         let thread = std::thread::Builder::new()
             .name("axum-replica".into())
             .spawn(move || {
+                if setup.pinned {
+                    pin_this_thread();
+                }
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -96,7 +131,9 @@ impl AxumReplica {
                     let payments = axum::Router::new()
                         .route(
                             PATH,
-                            axum::routing::post(move |lease| pay(lease, counter.clone())),
+                            axum::routing::post(move |lease| {
+                                pay(lease, counter.clone(), setup.work)
+                            }),
                         )
                         .layer(RedlockLayer::with_policy(policy(redlock)));
                     let app = axum::Router::new()
@@ -162,6 +199,10 @@ pub struct ActixReplica {
 
 impl ActixReplica {
     pub async fn start(masters: &Arc<Masters>, policy: PolicyFor) -> Self {
+        Self::start_with(masters, policy, Setup::default()).await
+    }
+
+    pub async fn start_with(masters: &Arc<Masters>, policy: PolicyFor, setup: Setup) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let urls = masters.urls();
@@ -172,7 +213,15 @@ impl ActixReplica {
         let client: Arc<OnceLock<Redlock>> = Arc::default();
         let slot = client.clone();
         let server = HttpServer::new(move || {
-            let redlock = slot.get_or_init(|| replica_client(&urls)).clone();
+            // On the worker's thread (one worker): pinned with it.
+            let redlock = slot
+                .get_or_init(|| {
+                    if setup.pinned {
+                        pin_this_thread();
+                    }
+                    replica_client(&urls)
+                })
+                .clone();
             let warm = (redlock.clone(), weak.clone());
             let counter = counter.clone();
             App::new()
@@ -183,7 +232,7 @@ impl ActixReplica {
                 .service(
                     web::resource(PATH).route(
                         web::post()
-                            .to(move |lease| pay(lease, counter.clone()))
+                            .to(move |lease| pay(lease, counter.clone(), setup.work))
                             .wrap(RedlockMiddleware::with_policy(policy(redlock))),
                     ),
                 )

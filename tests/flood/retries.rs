@@ -12,7 +12,9 @@ use std::sync::atomic::Ordering::SeqCst;
 use crate::replicas::{ActixReplica, AxumReplica};
 use crate::support::apps::PATH;
 use crate::support::{eventually, Masters};
-use crate::{assert_live, fresh_masters, run, Flood, Outcome, EMPTY_WITHIN, ONE_FLOOD_AT_A_TIME};
+use crate::{
+    assert_live, fresh_masters, run, Flood, Outcome, EMPTY_WITHIN, IN_FLIGHT, ONE_FLOOD_AT_A_TIME,
+};
 use tower_redlock::http::LockPolicy;
 use tower_redlock::Redlock;
 
@@ -58,12 +60,13 @@ fn once_key(label: &str, i: usize) -> String {
 
 /// Per key: the payment ids of the answers that ran the handler, and of those replayed.
 #[derive(Debug, Default)]
-struct PerKey {
-    executed: Vec<String>,
-    replayed: Vec<String>,
+pub(crate) struct PerKey {
+    pub(crate) executed: Vec<String>,
+    pub(crate) replayed: Vec<String>,
 }
 
-fn by_key(
+/// Sorts the `200`s of `outcome` by key (`key_of`): runs and replays.
+pub(crate) fn by_key(
     label: &str,
     outcome: &Outcome,
     key_of: fn(&str, usize) -> String,
@@ -95,6 +98,7 @@ async fn flood_of_retries(
         label,
         requests: KEYS * COPIES,
         key_of: copy_key,
+        in_flight: IN_FLIGHT,
     };
     let during = run(&flood, masters, redlock).await;
     assert_live(&flood, &during, KEYS * COPIES / 4);

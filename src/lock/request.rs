@@ -5,10 +5,13 @@
 //! a flooded runtime): the node is not blamed for that time, and the request gets it back
 //! before it may time out — up to [`MAX_EXCUSE`] node timeouts in all,
 //! [`MAX_EXCUSE_ANSWERING`] while the node answers other requests meanwhile (its answer to
-//! this one is then queued behind our own backlog). A timer that fires on time gets one last
-//! look a few milliseconds later, so that an answer already in the socket, whose reader may
-//! be queued behind this request, still counts. So a master that answers promptly is neither
-//! counted as failed nor suspended because this process was busy.
+//! this one is then queued behind our own backlog). A timer that fires on time while the
+//! node keeps answering other requests waits another node timeout, within the same bound: a
+//! flooded process reads its replies late, on time by its timers. Otherwise a timer on time
+//! gets one last look a few milliseconds later, so that an answer already in the socket,
+//! whose reader may be queued behind this request, still counts. So a master that answers
+//! is neither counted as failed nor suspended because this process was busy: only a node
+//! silent for a whole node timeout is.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -135,6 +138,18 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
                 let back = late.min(*this.timeout).min(budget - *this.excused);
                 *this.excused += back;
                 this.timer.as_mut().reset(now + back);
+                continue;
+            }
+            if answering && *this.excused < budget {
+                // On time, but the node answered other requests since this one was made (or
+                // last looked at): it is alive and answers in order, and this answer is queued
+                // behind those — in the node, or in our own backlog of replies to read. Wait
+                // another node timeout, for as long as it keeps answering: a node is failed
+                // (and suspended) for its own silence, never for our queueing.
+                *this.answers = v.health.answers();
+                let more = (*this.timeout).min(budget - *this.excused);
+                *this.excused += more;
+                this.timer.as_mut().reset(now + more);
                 continue;
             }
             if !*this.looked {

@@ -201,6 +201,62 @@ async fn minority_record_then_expiry_and_a_paused_record_holder_runs_nothing_twi
     );
 }
 
+/// The edge of the minority-record case: the two masters that missed the record were cut off
+/// (their connections reset and refused, so nothing waits for them in a socket) and
+/// suspended (default 50 ms node timeouts), and come back only shortly before their lock
+/// expires — 400 ms, more than the reaction the docs state (a probe interval of 200 ms, a
+/// reconnection and a node timeout). They get the record in time: a suspended master is owed
+/// the completion, paid the moment its probe finds it back. Then the master with the first record is paused, and a duplicate
+/// still gets the record.
+#[tokio::test]
+async fn minority_record_holders_back_shortly_before_expiry_get_the_record() {
+    use support::proxy::{Fault, FaultProxy};
+    let m = Masters::start(3);
+    let mut proxies = Vec::new();
+    for master in m.iter() {
+        proxies.push(FaultProxy::start(master.addr().parse().unwrap()).await);
+    }
+    let client = proxies
+        .iter()
+        .fold(Redlock::builder(), |b, p| b.redis(&p.url()))
+        .node_timeout(Duration::from_millis(50))
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    support::warm_up(&client, &m).await;
+    let ttl = Duration::from_secs(3);
+    let granted = std::time::Instant::now();
+    let lease = match client
+        .lock_unless_completed("pay:edge", ttl, Retry::never())
+        .await
+    {
+        Ok(Claim::Locked(lease)) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    };
+    proxies[1].set(Fault::Reset);
+    proxies[2].set(Fault::Reset);
+    let e = lease.complete("charged pay_e", DAY).await.unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    eventually("masters 1 and 2 are suspended", WITHIN, || async {
+        let s = client.node_status();
+        s[1].is_suspended() && s[2].is_suspended()
+    })
+    .await;
+    // Back 400 ms before their lock (set right after `granted`) expires.
+    tokio::time::sleep_until((granted + ttl - Duration::from_millis(400)).into()).await;
+    proxies[1].set(Fault::Pass);
+    proxies[2].set(Fault::Pass);
+    eventually("masters 1 and 2 have the record", WITHIN, || async {
+        m[1].get("pay:edge:record").await == stored("charged pay_e")
+            && m[2].get("pay:edge:record").await == stored("charged pay_e")
+    })
+    .await;
+    proxies[0].set(Fault::BlackHole);
+    let again = claim(&client, "pay:edge").await;
+    proxies[0].set(Fault::Pass);
+    assert_eq!(completed(again), b"charged pay_e");
+}
+
 /// A master out of memory (`maxmemory` reached under `noeviction`) refuses the record's write
 /// with an error reply but still takes extensions: while the record lacks its quorum, the
 /// lock is kept there past its ttl, so a duplicate is refused (not run) even with the one

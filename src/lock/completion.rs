@@ -317,6 +317,8 @@ where
         progress.take(answer);
     }
     let mut pause = FIRST_PAUSE;
+    // The nodes owed the completion already (while suspended).
+    let mut owed = 0u64;
     while progress.stored() < keep.quorum
         && (progress.retry | progress.kept) != 0
         && Instant::now() < keep.until
@@ -331,7 +333,15 @@ where
             );
             return;
         };
-        let ask = (progress.retry | progress.kept) & !release::suspended(&inner);
+        let pending = progress.retry | progress.kept;
+        // A suspended node is owed the completion: paid the moment it answers again (its
+        // probe), not a round later.
+        let waiting = pending & release::suspended(&inner) & !owed;
+        if waiting != 0 {
+            keep.owe(&inner, waiting);
+            owed |= waiting;
+        }
+        let ask = pending & !release::suspended(&inner);
         if ask == 0 {
             continue;
         }

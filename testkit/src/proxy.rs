@@ -75,6 +75,12 @@ impl FaultProxy {
         !self.drop_reply.load(Ordering::SeqCst)
     }
 
+    /// Disarms a [`FaultProxy::drop_next_reply`] that has not fired; whether it was still
+    /// armed (false: it fired, or none was armed).
+    pub fn cancel_drop_reply(&self) -> bool {
+        self.drop_reply.swap(false, Ordering::SeqCst)
+    }
+
     /// Switches the proxy's behaviour; live connections follow at once.
     pub fn set(&self, fault: Fault) {
         self.fault.send_replace(fault);

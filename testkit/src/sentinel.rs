@@ -217,6 +217,15 @@ impl SentinelGroup {
     /// [`SentinelGroup::settled`] takes up to some 20 s after a failover. A second failover
     /// needs that replica: call `settled` before it.
     pub async fn failover(&self) {
+        self.start_failover().await;
+        self.await_failover().await;
+    }
+
+    /// `SENTINEL FAILOVER <name>` on a live sentinel (asked again, bounded, while none
+    /// accepts it yet), without waiting for the failover to happen: the first half of
+    /// [`SentinelGroup::failover`], for a caller that acts while it is under way (then
+    /// calls [`SentinelGroup::await_failover`]).
+    pub async fn start_failover(&self) {
         let cmd = redis::cmd("SENTINEL")
             .arg("FAILOVER")
             .arg(&self.name)
@@ -237,7 +246,21 @@ impl SentinelGroup {
             },
         )
         .await;
-        self.await_failover().await;
+    }
+
+    /// How many live sentinels name `addr` (`127.0.0.1:PORT`) as the master right now (one
+    /// that does not answer names nothing).
+    pub async fn sentinels_naming(&self, addr: &str) -> usize {
+        let mut n = 0;
+        for s in self.live_sentinels() {
+            if reported_master(s, &self.name)
+                .await
+                .is_ok_and(|a| a == addr)
+            {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Waits (bounded) until every live sentinel reports the other server as master (after

@@ -173,6 +173,7 @@ fn the_checker_catches_fencing_tokens_out_of_order() {
             fencing,
             ..soak::Settings::ci()
         },
+        voters: Vec::new(),
         logs: Vec::new(),
         failed_workers: Vec::new(),
         faults: soak::FaultCounts::default(),

@@ -1,10 +1,15 @@
 //! A long local run of the mutual-exclusion checker ([`tower_redlock_testkit::checker`]):
 //! by default 100,000 acquisitions over 4 worker processes, each of them this binary again
-//! (`--worker`). Exits non-zero when mutual exclusion (or fencing) did not hold.
+//! (`--worker`). Exits non-zero when mutual exclusion (or fencing, or run-once) did not
+//! hold.
 //!
 //! ```text
 //! cargo run --release -p tower-redlock-testkit --bin soak
 //! cargo run --release -p tower-redlock-testkit --bin soak -- --acquisitions 1000000 --processes 4
+//! cargo run --release -p tower-redlock-testkit --features cluster --bin soak -- \
+//!     --nemesis reply-reset,skew,sentinel,cluster
+//! cargo run --release -p tower-redlock-testkit --bin soak -- --workload replay \
+//!     --nemesis records,reply-reset,skew --acquisitions 20000
 //! cargo run -p tower-redlock-testkit --bin soak -- --help
 //! ```
 
@@ -12,28 +17,52 @@
 
 use std::process::Command;
 
-use tower_redlock_testkit::checker::{run, worker_main, Settings};
+use tower_redlock_testkit::checker::{run, worker_main, Settings, Workload};
 
 const USAGE: &str = "\
 soak: the multi-process mutual-exclusion checker of tower-redlock, long run.
 
-Starts 5 redis-server masters (redis-server must be on PATH) behind fault proxies, runs
-worker processes that fight over a few resources while a minority of the masters is frozen,
-partitioned, slowed, reset and restarted, then checks that no two critical sections on one
-resource overlapped, that every section left before its lease deadline, and (fencing on)
-that the fencing tokens of one resource strictly increased in the order of its sections.
+Starts 5 voters (redis-server must be on PATH) behind fault proxies, runs worker processes
+that fight over a few resources (or claim idempotent work) while a nemesis hits a minority
+of the voters, then checks that no two critical sections on one resource overlapped, that
+every section left before its lease deadline, that (fencing on) the fencing tokens of one
+resource strictly increased in the order of its sections, and (replay workload) that no key
+ran twice and every replayed record names a run of its key.
 
-Usage: soak [--SETTING N]...
+Usage: soak [--SETTING VALUE]...
 
 Settings, as flags or CHECKER_* environment variables (flags win), with the soak defaults:
-  --acquisitions N   CHECKER_ACQUISITIONS   successful acquisitions over all processes (100000)
+  --acquisitions N   CHECKER_ACQUISITIONS   acquisitions (replay: claims answered) over all
+                                            processes (100000)
   --processes N      CHECKER_PROCESSES      worker processes (4)
   --tasks N          CHECKER_TASKS          lock-taking tasks per process (8)
-  --resources N      CHECKER_RESOURCES      shared resources (3)
-  --ttl-ms N         CHECKER_TTL_MS         lock ttl in ms (400)
+  --resources N      CHECKER_RESOURCES      shared resources, lock workload (3)
+  --ttl-ms N         CHECKER_TTL_MS         lock ttl in ms (400; replay workload: 2500)
   --work-us N        CHECKER_WORK_US        busy work per critical section in us (200)
   --time-limit-s N   CHECKER_TIME_LIMIT_S   workers stop after this many seconds (1800)
   --fencing 0|1      CHECKER_FENCING        fencing tokens on and checked (1)
+  --nemesis K1,K2    CHECKER_NEMESIS        the faults, mixed (classic):
+      classic        bare masters frozen, partitioned, slowed, reset, restarted empty
+      reply-reset    a connection reset after its command ran, before its reply (bare
+                     masters; Cluster nodes too when the run has a Cluster voter)
+      skew           bare masters' clocks really offset within +/- skew-percent of the ttl
+                     (any two differ by at most twice that, below the ttl), restarted now
+                     and then so their fencing counters restart from the skewed clock
+      sentinel       one voter is a Sentinel group: workers cut from a majority of their
+                     sentinels; SENTINEL FAILOVER while some workers are cut off
+      cluster        one voter is a 3-node Cluster behind proxies: replies reset after the
+                     command ran, nodes partitioned (needs --features cluster)
+      records        replay workload: completion records on a minority (masters frozen
+                     around completions, thawed past their patience inside the ttl), then
+                     the master that had the record paused while duplicates claim
+  --workload W       CHECKER_WORKLOAD       lock (critical sections) or replay
+                                            (lock_unless_completed + complete) (lock)
+  --handler-ms N     CHECKER_HANDLER_MS     replay: the handler waits up to N ms (60)
+  --skew-percent N   CHECKER_SKEW_PERCENT   skew: max clock offset in % of the ttl, < 50 (45)
+  --min-faults N     CHECKER_MIN_FAULTS     go on past the acquisitions until every kind
+                                            injected N of each of its faults (0)
+  --broken quorum1   CHECKER_BROKEN         negative control: each worker locks on ONE
+                                            master; the run MUST fail (none)
 ";
 
 fn main() {
@@ -49,9 +78,14 @@ fn main() {
     let settings = Settings::soak().with_overrides(&args);
     let exe = std::env::current_exe().expect("the path of this binary");
     println!(
-        "soak: {} acquisitions over {} processes (redis-server {}), time limit {:?}",
+        "soak: {} {} over {} processes, nemesis {} (redis-server {}), time limit {:?}",
         settings.acquisitions,
+        match settings.workload {
+            Workload::Lock => "acquisitions",
+            Workload::Replay => "claims",
+        },
         settings.processes,
+        settings.nemesis_names(),
         redis_version(),
         settings.time_limit
     );
@@ -69,10 +103,14 @@ fn main() {
         eprintln!("logs kept in {:?}", report.dir);
         std::process::exit(1);
     }
+    let also = match settings.workload {
+        Workload::Lock => "",
+        Workload::Replay => ", no key ran twice",
+    };
     if settings.fencing {
-        println!("OK: mutual exclusion held, fencing tokens strictly increased");
+        println!("OK: mutual exclusion held, fencing tokens strictly increased{also}");
     } else {
-        println!("OK: mutual exclusion held");
+        println!("OK: mutual exclusion held{also}");
     }
 }
 

@@ -1,24 +1,19 @@
-//! The fault schedule: one fault at a time on a minority of the masters, each healed; and
-//! the record of what was injected when.
+//! The record of the faults the nemesis injected: how many of each kind, and when (the
+//! lanes that inject them are in `nemesis/`).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
-use crate::proxy::{Fault, FaultProxy};
-use crate::Masters;
 
 use super::clock;
-use super::MAX_AFFECTED;
 
 /// Faults injected, by kind, and when.
 #[derive(Debug, Clone, Default)]
 pub struct FaultCounts {
     pub by_kind: BTreeMap<&'static str, u64>,
-    /// Every fault, in the order injected; a restart is followed by the master's
-    /// `abstaining` window (delayed-restart protection, as the schedule expects it).
+    /// Every fault, in the order healed; a restart is followed by the master's
+    /// `abstaining` window (delayed-restart protection, as the nemesis expects it), and a
+    /// scenario of several steps by a span per step.
     pub timeline: Vec<FaultSpan>,
 }
 
@@ -26,7 +21,8 @@ pub struct FaultCounts {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FaultSpan {
     pub kind: &'static str,
-    /// The masters affected (their index, `0..MASTERS`).
+    /// The voters affected (their index, `0..MASTERS`: the bare masters first, then a
+    /// Sentinel group's voter, then a Cluster's; see the report's voter list).
     pub masters: Vec<usize>,
     pub from_ns: i64,
     /// Healed (for `abstaining`: when the schedule counts the master as voting again).
@@ -37,15 +33,42 @@ pub struct FaultSpan {
 
 impl FaultCounts {
     /// One fault injected on `masters` from `from_ns` until now.
-    fn add(&mut self, kind: &'static str, masters: &[usize], from_ns: i64, detail: String) {
+    pub(in crate::checker) fn add(
+        &mut self,
+        kind: &'static str,
+        masters: &[usize],
+        from_ns: i64,
+        detail: String,
+    ) {
         *self.by_kind.entry(kind).or_default() += 1;
+        self.span(kind, masters, from_ns, clock::now_ns(), detail);
+    }
+
+    /// A span on the timeline that is not counted as a fault of its own (a restarted
+    /// master's abstention, one step of a scenario).
+    pub(in crate::checker) fn span(
+        &mut self,
+        kind: &'static str,
+        masters: &[usize],
+        from_ns: i64,
+        to_ns: i64,
+        detail: String,
+    ) {
         self.timeline.push(FaultSpan {
             kind,
             masters: masters.to_vec(),
             from_ns,
-            to_ns: clock::now_ns(),
+            to_ns,
             detail,
         });
+    }
+
+    /// How many faults of the given kinds were injected.
+    pub fn count_of(&self, kinds: &[&str]) -> u64 {
+        kinds
+            .iter()
+            .map(|k| self.by_kind.get(k).copied().unwrap_or(0))
+            .sum()
     }
 
     pub fn total(&self) -> u64 {
@@ -76,117 +99,4 @@ impl FaultCounts {
         }
         out.flush()
     }
-}
-
-/// Sleeps for `d` unless told to stop; true when told to stop.
-fn pause(stop: &mpsc::Receiver<()>, d: Duration) -> bool {
-    !matches!(stop.recv_timeout(d), Err(mpsc::RecvTimeoutError::Timeout))
-}
-
-fn ms(rng: &mut fastrand::Rng, range: std::ops::RangeInclusive<u64>) -> Duration {
-    Duration::from_millis(rng.u64(range))
-}
-
-/// Injects one fault at a time on at most [`MAX_AFFECTED`] masters — counting a restarted
-/// master that still abstains (delayed-restart protection) as affected — and heals it, until
-/// `stop` says so. Every fault is healed before this returns.
-pub(super) fn fault_schedule(
-    masters: &Masters,
-    proxies: &[FaultProxy],
-    stop: &mpsc::Receiver<()>,
-    abstention: Duration,
-) -> FaultCounts {
-    let mut rng = fastrand::Rng::new();
-    let mut counts = FaultCounts::default();
-    let mut abstaining_until: Vec<Option<Instant>> = vec![None; masters.len()];
-    // Let the workers warm up and take their first locks undisturbed.
-    let mut stopped = pause(stop, Duration::from_millis(300));
-    while !stopped {
-        let now = Instant::now();
-        let busy = abstaining_until
-            .iter()
-            .filter(|u| u.is_some_and(|u| u > now))
-            .count();
-        let mut free: Vec<usize> = (0..masters.len())
-            .filter(|&i| abstaining_until[i].is_none_or(|u| u <= now))
-            .collect();
-        rng.shuffle(&mut free);
-        let room = MAX_AFFECTED.saturating_sub(busy);
-        if room == 0 {
-            stopped = pause(stop, Duration::from_millis(100));
-            continue;
-        }
-        let a = free[0];
-        let b = free[1];
-        let hold = ms(&mut rng, 150..=450);
-        let from_ns = clock::now_ns();
-        match rng.u8(0..7) {
-            0 => {
-                masters[a].freeze();
-                stopped = pause(stop, hold);
-                masters[a].thaw();
-                counts.add("freeze", &[a], from_ns, String::new());
-            }
-            1 if room >= 2 => {
-                masters[a].freeze();
-                masters[b].freeze();
-                stopped = pause(stop, hold);
-                masters[a].thaw();
-                masters[b].thaw();
-                counts.add("freeze-two", &[a, b], from_ns, String::new());
-            }
-            2 => {
-                proxies[a].set(Fault::BlackHole);
-                stopped = pause(stop, hold);
-                proxies[a].set(Fault::Pass);
-                counts.add("partition", &[a], from_ns, String::new());
-            }
-            3 if room >= 2 => {
-                // One master frozen, another partitioned: two different stalls at once.
-                masters[a].freeze();
-                proxies[b].set(Fault::BlackHole);
-                stopped = pause(stop, hold);
-                masters[a].thaw();
-                proxies[b].set(Fault::Pass);
-                let detail = format!("{a} frozen, {b} partitioned");
-                counts.add("freeze+partition", &[a, b], from_ns, detail);
-            }
-            4 => {
-                // Slow, sometimes slower than the node timeout (then: answers arrive late).
-                let latency = ms(&mut rng, 5..=250);
-                proxies[a].set(Fault::Latency(latency));
-                stopped = pause(stop, hold);
-                proxies[a].set(Fault::Pass);
-                counts.add("latency", &[a], from_ns, format!("+{latency:?}"));
-            }
-            5 => {
-                proxies[a].set(Fault::Reset);
-                stopped = pause(stop, ms(&mut rng, 20..=200));
-                proxies[a].set(Fault::Pass);
-                counts.add("reset", &[a], from_ns, String::new());
-            }
-            6 => {
-                // Killed, down a moment, back empty: it abstains for a while (delayed-restart
-                // protection), during which it counts as affected.
-                masters[a].stop();
-                stopped = pause(stop, ms(&mut rng, 50..=300));
-                masters[a].restart();
-                abstaining_until[a] = Some(Instant::now() + abstention);
-                counts.add("restart", &[a], from_ns, String::new());
-                let back_ns = clock::now_ns();
-                counts.timeline.push(FaultSpan {
-                    kind: "abstaining",
-                    masters: vec![a],
-                    from_ns: back_ns,
-                    to_ns: back_ns + clock::nanos(abstention),
-                    detail: String::new(),
-                });
-            }
-            _ => continue,
-        }
-        if !stopped {
-            stopped = pause(stop, ms(&mut rng, 100..=400));
-        }
-    }
-    counts
 }

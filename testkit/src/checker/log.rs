@@ -7,8 +7,15 @@
 //! counts <acquisitions> <contended> <unavailable> <other> <release errors> <warm-up ms> <elapsed ms>
 //! error <message>
 //! s <resource> <enter ns> <leave ns> <deadline ns> <valid 0|1> <task> <token, or - for none>
+//! r <key> <enter ns> <leave ns> <deadline ns> <valid 0|1> <task> <token, or -> <completion>
+//! p <key> <worker> <task> <enter ns>
 //! end
 //! ```
+//!
+//! `s` is a critical section (the lock workload), `r` a run of the replay workload's handler
+//! (the section of a claim that locked, with how its completion ended: `stored`,
+//! `minority`, `lost`, `expired`, `failed`), and `p` a replay: a claim answered with a
+//! completion record, which names the run that stored it (its worker, task and entry).
 //!
 //! A log without its `end` line (the worker died writing it) is refused.
 
@@ -33,6 +40,68 @@ pub struct Section {
     pub token: Option<u64>,
 }
 
+/// How a run's [`Lease::complete`](tower_redlock::Lease::complete) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Completion {
+    /// `Ok`: a quorum stored the record.
+    Stored,
+    /// Unavailable: the record reached too few nodes (the library keeps at it in the
+    /// background, where the lock holds).
+    Minority,
+    /// Lost: the lease no longer held on a quorum.
+    Lost,
+    /// The lease was no longer valid when the handler ended: nothing was tried (the
+    /// library's contract allows the work to run again then; the run is also late).
+    Expired,
+    /// Any other error.
+    Failed,
+}
+
+impl Completion {
+    pub const ALL: [Completion; 5] = [
+        Completion::Stored,
+        Completion::Minority,
+        Completion::Lost,
+        Completion::Expired,
+        Completion::Failed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Completion::Stored => "stored",
+            Completion::Minority => "minority",
+            Completion::Lost => "lost",
+            Completion::Expired => "expired",
+            Completion::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// One run of the replay workload's handler: the critical section of a claim that locked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// The section (its `resource` is the key's number).
+    pub section: Section,
+    pub completion: Completion,
+}
+
+/// A claim answered with a completion record, and the run the record names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replay {
+    /// The key's number.
+    pub key: usize,
+    /// The worker that claimed.
+    pub worker: usize,
+    /// The run named in the record: its worker, task and entry.
+    pub run_worker: usize,
+    pub run_task: usize,
+    pub run_enter_ns: i64,
+}
+
 /// What one worker counted.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
@@ -50,11 +119,14 @@ pub struct Counts {
     pub elapsed_ms: u64,
 }
 
-/// One worker's log: its counts, its sections and a few error samples.
+/// One worker's log: its counts, its sections (or runs and replays) and a few error
+/// samples.
 #[derive(Debug, Clone, Default)]
 pub struct WorkerLog {
     pub counts: Counts,
     pub sections: Vec<Section>,
+    pub runs: Vec<Run>,
+    pub replays: Vec<Replay>,
     pub errors: Vec<String>,
 }
 
@@ -77,16 +149,21 @@ impl WorkerLog {
             writeln!(out, "error {}", e.replace('\n', " "))?;
         }
         for s in &self.sections {
+            writeln!(out, "s {}", section_fields(s))?;
+        }
+        for r in &self.runs {
             writeln!(
                 out,
-                "s {} {} {} {} {} {} {}",
-                s.resource,
-                s.enter_ns,
-                s.leave_ns,
-                s.deadline_ns,
-                u8::from(s.valid),
-                s.task,
-                s.token.map_or_else(|| "-".to_owned(), |t| t.to_string())
+                "r {} {}",
+                section_fields(&r.section),
+                r.completion.name()
+            )?;
+        }
+        for p in &self.replays {
+            writeln!(
+                out,
+                "p {} {} {} {}",
+                p.key, p.run_worker, p.run_task, p.run_enter_ns
             )?;
         }
         writeln!(out, "end")?;
@@ -122,27 +199,31 @@ impl WorkerLog {
                 Some("error") => log.errors.push(line["error ".len()..].to_owned()),
                 Some("s") => {
                     let v: Vec<&str> = f.collect();
-                    let [r, enter, leave, deadline, valid, task, token] = v[..] else {
+                    log.sections
+                        .push(parse_section(&v, worker).ok_or_else(bad)?);
+                }
+                Some("r") => {
+                    let v: Vec<&str> = f.collect();
+                    let [fields @ .., completion] = &v[..] else {
                         return Err(bad());
                     };
-                    let int = |x: &str| x.parse::<i64>().map_err(|_| bad());
+                    log.runs.push(Run {
+                        section: parse_section(fields, worker).ok_or_else(bad)?,
+                        completion: Completion::parse(completion).ok_or_else(bad)?,
+                    });
+                }
+                Some("p") => {
+                    let v: Vec<&str> = f.collect();
+                    let [key, run_worker, run_task, enter] = v[..] else {
+                        return Err(bad());
+                    };
                     let index = |x: &str| x.parse::<usize>().map_err(|_| bad());
-                    log.sections.push(Section {
-                        resource: index(r)?,
-                        enter_ns: int(enter)?,
-                        leave_ns: int(leave)?,
-                        deadline_ns: int(deadline)?,
-                        valid: match valid {
-                            "1" => true,
-                            "0" => false,
-                            _ => return Err(bad()),
-                        },
+                    log.replays.push(Replay {
+                        key: index(key)?,
                         worker,
-                        task: index(task)?,
-                        token: match token {
-                            "-" => None,
-                            t => Some(t.parse().map_err(|_| bad())?),
-                        },
+                        run_worker: index(run_worker)?,
+                        run_task: index(run_task)?,
+                        run_enter_ns: enter.parse().map_err(|_| bad())?,
                     });
                 }
                 Some("end") => complete = true,
@@ -154,6 +235,43 @@ impl WorkerLog {
         }
         Ok(log)
     }
+}
+
+/// A section's fields after its tag (the worker is the log's).
+fn section_fields(s: &Section) -> String {
+    format!(
+        "{} {} {} {} {} {} {}",
+        s.resource,
+        s.enter_ns,
+        s.leave_ns,
+        s.deadline_ns,
+        u8::from(s.valid),
+        s.task,
+        s.token.map_or_else(|| "-".to_owned(), |t| t.to_string())
+    )
+}
+
+fn parse_section(v: &[&str], worker: usize) -> Option<Section> {
+    let [r, enter, leave, deadline, valid, task, token] = v[..] else {
+        return None;
+    };
+    Some(Section {
+        resource: r.parse().ok()?,
+        enter_ns: enter.parse().ok()?,
+        leave_ns: leave.parse().ok()?,
+        deadline_ns: deadline.parse().ok()?,
+        valid: match valid {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        },
+        worker,
+        task: task.parse().ok()?,
+        token: match token {
+            "-" => None,
+            t => Some(t.parse().ok()?),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -190,11 +308,30 @@ mod tests {
                 section(1, None),
                 section(2, Some(0)),
             ],
+            runs: vec![
+                Run {
+                    section: section(3, Some(5)),
+                    completion: Completion::Minority,
+                },
+                Run {
+                    section: section(4, None),
+                    completion: Completion::Expired,
+                },
+            ],
+            replays: vec![Replay {
+                key: 2,
+                worker: 7,
+                run_worker: 1,
+                run_task: 3,
+                run_enter_ns: -4,
+            }],
             errors: vec!["two\nlines".into()],
         };
         log.write(&path).unwrap();
         let back = WorkerLog::read(&path, 7).unwrap();
         assert_eq!(back.sections, log.sections);
+        assert_eq!(back.runs, log.runs);
+        assert_eq!(back.replays, log.replays);
         assert_eq!(back.counts.acquisitions, 3);
         assert_eq!(back.counts.warm_up_ms, 5);
         assert_eq!(back.errors, ["two lines"]);

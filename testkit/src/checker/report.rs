@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::clock::nanos;
 use super::faults::FaultCounts;
-use super::log::{Counts, Section, WorkerLog};
-use super::settings::Settings;
+use super::log::{Completion, Counts, Section, WorkerLog};
+use super::settings::{Settings, Workload};
 use super::verdict::Verdict;
 use super::{MASTERS, MAX_AFFECTED};
 
@@ -15,6 +15,8 @@ use super::{MASTERS, MAX_AFFECTED};
 #[derive(Debug)]
 pub struct Report {
     pub settings: Settings,
+    /// One line per voter (what it was, its clock offset).
+    pub voters: Vec<String>,
     pub logs: Vec<WorkerLog>,
     /// Workers that did not exit cleanly, with what they said.
     pub failed_workers: Vec<String>,
@@ -48,10 +50,13 @@ impl Report {
             p.push(format!("worker failed: {w}"));
         }
         let t = self.total();
-        if t.acquisitions < self.settings.acquisitions {
+        let done = t.acquisitions + self.verdict.replays as u64;
+        if done < self.settings.acquisitions {
             p.push(format!(
-                "only {} of {} acquisitions within {:?}",
-                t.acquisitions, self.settings.acquisitions, self.settings.time_limit
+                "only {done} of {} {} within {:?}",
+                self.settings.acquisitions,
+                self.what(),
+                self.settings.time_limit
             ));
         }
         if t.other > 0 {
@@ -128,10 +133,58 @@ impl Report {
                 s.valid
             ));
         }
+        for (a, b) in self.verdict.double_runs.iter().take(10) {
+            let (x, y) = (&a.section, &b.section);
+            p.push(format!(
+                "DOUBLE RUN of key {}: worker {} task {} ran it [{}, {}] ns (completion: {}), \
+                 then worker {} task {} ran it again at {} ns ({} ms after the first left; \
+                 completion: {})",
+                x.resource,
+                x.worker,
+                x.task,
+                x.enter_ns,
+                x.leave_ns,
+                a.completion.name(),
+                y.worker,
+                y.task,
+                y.enter_ns,
+                (y.enter_ns - x.leave_ns) / 1_000_000,
+                b.completion.name()
+            ));
+            p.push(format!("  faults around it: {}", self.faults_around(x, y)));
+        }
+        for r in self.verdict.phantom_replays.iter().take(10) {
+            p.push(format!(
+                "PHANTOM REPLAY: worker {} was answered for key {} with a record naming a run \
+                 (worker {} task {} at {} ns) that no log has",
+                r.worker, r.key, r.run_worker, r.run_task, r.run_enter_ns
+            ));
+        }
         if self.faults.total() == 0 {
             p.push("no fault was injected: the run was too short to test anything".into());
         }
+        let min = self.settings.min_faults;
+        for kind in &self.settings.nemesis {
+            for group in kind.evidence(self.settings.restarts()) {
+                let n = self.faults.count_of(group);
+                if n < min {
+                    p.push(format!(
+                        "the {} nemesis injected {n} {} faults, fewer than --min-faults {min}",
+                        kind.name(),
+                        group.join("/")
+                    ));
+                }
+            }
+        }
         p
+    }
+
+    /// What the run counts: acquisitions, or claims.
+    fn what(&self) -> &'static str {
+        match self.settings.workload {
+            Workload::Lock => "acquisitions",
+            Workload::Replay => "claims",
+        }
     }
 
     /// The faults active from a ttl before `a` entered (its lock was being taken) until `b`
@@ -173,23 +226,54 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "checker: {} processes × {} tasks, {MASTERS} masters (≤ {MAX_AFFECTED} faulty at once), \
-             {} resources, ttl {:?}, node timeout {:?}",
-            s.processes, s.tasks, s.resources, s.ttl, s.node_timeout
+            "checker: {} processes × {} tasks, {MASTERS} voters (≤ {MAX_AFFECTED} faulty at once), \
+             {} workload{}, ttl {:?}, node timeout {:?}, nemesis {}{}",
+            s.processes,
+            s.tasks,
+            s.workload.name(),
+            match s.workload {
+                Workload::Lock => format!(" on {} resources", s.resources),
+                Workload::Replay => String::new(),
+            },
+            s.ttl,
+            s.node_timeout,
+            s.nemesis_names(),
+            s.broken
+                .map_or(String::new(), |b| format!(", BROKEN CLIENT {}", b.name()))
         );
+        for voter in &self.voters {
+            let _ = writeln!(out, "  {voter}");
+        }
         let row = |out: &mut String, name: &str, value: String| {
             let _ = writeln!(out, "  {name:<18} {value}");
         };
+        let done = t.acquisitions + v.replays as u64;
         row(
             &mut out,
-            "acquisitions",
+            self.what(),
             format!(
-                "{} (target {}, {:.0}/s)",
-                t.acquisitions,
+                "{done} (target {}, {:.0}/s)",
                 s.acquisitions,
-                t.acquisitions as f64 / self.elapsed.as_secs_f64().max(1e-9)
+                done as f64 / self.elapsed.as_secs_f64().max(1e-9)
             ),
         );
+        if s.workload == Workload::Replay {
+            row(&mut out, "runs", v.runs.to_string());
+            row(&mut out, "replays", v.replays.to_string());
+            let completions: Vec<String> = Completion::ALL
+                .iter()
+                .filter_map(|c| v.completions.get(c).map(|n| format!("{} {n}", c.name())))
+                .collect();
+            row(&mut out, "completions", completions.join(", "));
+            row(
+                &mut out,
+                "minority replayed",
+                format!(
+                    "{} (replays of a record that missed its quorum at first)",
+                    v.replays_of_minority
+                ),
+            );
+        }
         row(&mut out, "contended", t.contended.to_string());
         row(&mut out, "unavailable", t.unavailable.to_string());
         row(&mut out, "other errors", t.other.to_string());
@@ -220,6 +304,14 @@ impl Report {
             },
         );
         row(&mut out, "token violations", v.fencing.len().to_string());
+        if s.workload == Workload::Replay {
+            row(&mut out, "double runs", v.double_runs.len().to_string());
+            row(
+                &mut out,
+                "phantom replays",
+                v.phantom_replays.len().to_string(),
+            );
+        }
         row(
             &mut out,
             "min token step",

@@ -1,27 +1,26 @@
-//! The parent: masters, proxies and worker processes; the fault schedule beside them; the
-//! logs merged and checked.
+//! The parent: voters, proxies and worker processes; the nemesis beside them; the logs
+//! merged and checked.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::proxy::FaultProxy;
-use crate::Masters;
-
-use super::faults::fault_schedule;
+use super::clock;
+use super::faults::FaultCounts;
 use super::log::WorkerLog;
+use super::nemesis::{self, Budget, Ctx, Stop};
 use super::report::Report;
-use super::settings::Settings;
-use super::verdict::check;
-use super::{MASTERS, WORKER_ENV};
+use super::settings::{Settings, Workload};
+use super::topology::Topology;
+use super::verdict::{check, check_runs};
+use super::{MAX_AFFECTED, WORKER_ENV};
 
-/// Runs the checker: starts [`MASTERS`] masters with a [`FaultProxy`] in front of each,
-/// spawns `settings.processes` workers (each from `worker_command()`, with the worker
-/// environment added), injects faults on a minority of masters until every worker is done,
-/// then merges the logs and checks them. Panics only on a broken harness; the verdict is in
-/// the report.
+/// Runs the checker: starts the [`MASTERS`](super::MASTERS) voters with a fault proxy in
+/// front of each (see `topology.rs`), spawns `settings.processes` workers (each from
+/// `worker_command()`, with the worker environment added), runs the nemesis on a minority
+/// of the voters until every worker is done, then merges the logs and checks them. Panics
+/// only on a broken harness; the verdict is in the report.
 pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report {
     let started = Instant::now();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -29,25 +28,22 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
         .enable_all()
         .build()
         .expect("parent runtime");
-    let masters = Masters::start(MASTERS);
-    // Workers reach the masters only through the proxies, so a partition cuts them all off.
-    let proxies: Vec<FaultProxy> = rt.block_on(async {
-        let mut out = Vec::new();
-        for m in masters.iter() {
-            let upstream: SocketAddr = m.addr().parse().expect("a socket address");
-            out.push(FaultProxy::start(upstream).await);
-        }
-        out
-    });
-
     let run_id = format!("{}-{}", std::process::id(), fastrand::u32(..));
+    let topology = Topology::start(settings, &rt, &run_id);
     let dir = std::env::temp_dir().join(format!("tower-redlock-checker-{run_id}"));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {dir:?}: {e}"));
-    let urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
     let resources: Vec<String> = (0..settings.resources)
         .map(|r| format!("checker:{run_id}:r{r}"))
         .collect();
     let share = settings.acquisitions.div_ceil(settings.processes as u64);
+    // While it exists, the workers go on past their share: the nemesis has not yet
+    // injected `min_faults` of each kind.
+    let hold = (settings.min_faults > 0).then(|| dir.join("hold"));
+    if let Some(hold) = &hold {
+        std::fs::write(hold, b"").unwrap_or_else(|e| panic!("create {hold:?}: {e}"));
+    }
+    let epoch_ns = clock::now_ns();
+    let seed = fastrand::u64(..);
 
     let mut workers = Workers::default();
     for id in 0..settings.processes {
@@ -55,88 +51,103 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
         let out = std::fs::File::create(dir.join(format!("worker-{id}.out"))).expect("out file");
         let err = out.try_clone().expect("clone out file");
         let mut cmd = worker_command();
+        let ms = |d: Duration| d.as_millis().to_string();
+        let us = |d: Duration| d.as_micros().to_string();
         cmd.env(WORKER_ENV, "1")
             .env("CHECKER_WORKER_ID", id.to_string())
-            .env("CHECKER_URLS", urls.join(","))
+            .env("CHECKER_VOTERS", topology.worker_voters(id))
+            .env("CHECKER_WORKLOAD", settings.workload.name())
             .env("CHECKER_RESOURCE_NAMES", resources.join(","))
+            .env("CHECKER_KEY_PREFIX", format!("checker:{run_id}:k"))
+            .env("CHECKER_EPOCH_NS", epoch_ns.to_string())
             .env("CHECKER_TARGET", share.to_string())
             .env("CHECKER_TASKS", settings.tasks.to_string())
-            .env("CHECKER_TTL_MS", settings.ttl.as_millis().to_string())
-            .env(
-                "CHECKER_NODE_TIMEOUT_MS",
-                settings.node_timeout.as_millis().to_string(),
-            )
-            .env("CHECKER_WORK_US", settings.work.as_micros().to_string())
+            .env("CHECKER_TTL_MS", ms(settings.ttl))
+            .env("CHECKER_NODE_TIMEOUT_MS", ms(settings.node_timeout))
+            .env("CHECKER_WORK_US", us(settings.work))
+            .env("CHECKER_HANDLER_MS", ms(settings.handler))
             .env("CHECKER_RETRIES", settings.retries.to_string())
-            .env(
-                "CHECKER_RETRY_DELAY_US",
-                settings.retry_delay.as_micros().to_string(),
-            )
-            .env(
-                "CHECKER_RETRY_JITTER_US",
-                settings.retry_jitter.as_micros().to_string(),
-            )
-            .env(
-                "CHECKER_TIME_LIMIT_MS",
-                settings.time_limit.as_millis().to_string(),
-            )
+            .env("CHECKER_RETRY_DELAY_US", us(settings.retry_delay))
+            .env("CHECKER_RETRY_JITTER_US", us(settings.retry_jitter))
+            .env("CHECKER_TIME_LIMIT_MS", ms(settings.time_limit))
             .env("CHECKER_FENCING", u8::from(settings.fencing).to_string())
+            .env("CHECKER_BROKEN", settings.broken.map_or("", |b| b.name()))
+            .env("CHECKER_SEED", seed.to_string())
             .env("CHECKER_LOG", &log)
             .stdin(Stdio::piped())
             .stdout(out)
             .stderr(err);
+        match &hold {
+            Some(hold) => cmd.env("CHECKER_HOLD", hold),
+            None => cmd.env_remove("CHECKER_HOLD"),
+        };
         let child = cmd.spawn().expect("spawn a worker process");
         workers.children.push((id, Some(child), log));
     }
 
-    // The fault schedule runs on its own thread until the workers are done.
-    let (stop, stopped) = mpsc::channel::<()>();
-    let abstention = settings.abstention();
-    let faults = std::thread::scope(|s| {
-        let (masters, proxies) = (&masters, &proxies);
-        let schedule = s.spawn(move || fault_schedule(masters, proxies, &stopped, abstention));
+    // The nemesis runs on threads of its own until the workers are done.
+    let stop = Stop::default();
+    let budget = Budget::new(topology.voters(), MAX_AFFECTED);
+    let counts = Mutex::new(FaultCounts::default());
+    let ctx = Ctx {
+        topology: &topology,
+        settings,
+        rt: rt.handle().clone(),
+        stop: &stop,
+        budget: &budget,
+        counts: &counts,
+    };
+    let statuses = std::thread::scope(|s| {
+        let lanes = s.spawn(|| nemesis::unleash(&ctx));
         // Workers stop themselves at the time limit; past it (and a grace period) they are
-        // killed.
-        let statuses = workers.wait(settings.time_limit + Duration::from_secs(20));
-        drop(stop);
-        let faults = schedule
+        // killed. The hold is lifted once every kind has injected enough.
+        let statuses = workers.wait(settings.time_limit + Duration::from_secs(20), || {
+            if let Some(hold) = &hold {
+                if hold.exists() && enough(settings, &counts.lock().unwrap()) {
+                    let _ = std::fs::remove_file(hold);
+                }
+            }
+            // Set early only by a lane that panicked: a broken harness.
+            !stop.is_set()
+        });
+        stop.set();
+        lanes
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (faults, statuses)
+        statuses
     });
-    let (faults, statuses) = faults;
+    let mut faults = counts.into_inner().unwrap_or_else(|p| p.into_inner());
+    faults.timeline.sort_by_key(|f| (f.from_ns, f.to_ns));
     // Beside the worker logs, kept with them on failure.
     let timeline = dir.join("faults.log");
     faults
         .write_timeline(&timeline)
         .unwrap_or_else(|e| panic!("write {timeline:?}: {e}"));
 
-    let mut logs = Vec::new();
-    let mut failed_workers = Vec::new();
-    for (id, status, log) in statuses {
-        let output =
-            std::fs::read_to_string(dir.join(format!("worker-{id}.out"))).unwrap_or_default();
-        match status {
-            Some(s) if s.success() => match WorkerLog::read(&log, id) {
-                Ok(l) => logs.push(l),
-                Err(e) => failed_workers.push(format!("worker {id}: {e}")),
-            },
-            Some(s) => failed_workers.push(format!("worker {id} exited with {s}: {output}")),
-            None => failed_workers.push(format!(
-                "worker {id} overran its time limit and was killed: {output}"
-            )),
+    let (logs, failed_workers) = read_logs(&dir, statuses);
+    let verdict = match settings.workload {
+        Workload::Lock => check(
+            logs.iter()
+                .flat_map(|l| l.sections.iter().copied())
+                .collect(),
+        ),
+        Workload::Replay => {
+            let replays: Vec<_> = logs
+                .iter()
+                .flat_map(|l| l.replays.iter().copied())
+                .collect();
+            check_runs(
+                logs.iter().flat_map(|l| l.runs.iter().copied()).collect(),
+                &replays,
+            )
         }
-    }
-    let verdict = check(
-        logs.iter()
-            .flat_map(|l| l.sections.iter().copied())
-            .collect(),
-    );
-    drop(proxies);
-    drop(masters);
+    };
+    let voters = topology.describe();
+    drop(topology);
     drop(rt);
     let report = Report {
         settings: settings.clone(),
+        voters,
         logs,
         failed_workers,
         faults,
@@ -150,6 +161,38 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
     report
 }
 
+/// Whether every nemesis kind of the run has injected at least `min_faults` of each of its
+/// faults.
+fn enough(settings: &Settings, counts: &FaultCounts) -> bool {
+    settings.nemesis.iter().all(|k| {
+        k.evidence(settings.restarts())
+            .iter()
+            .all(|group| counts.count_of(group) >= settings.min_faults)
+    })
+}
+
+/// The logs of the workers that exited cleanly, and what went wrong with the others.
+fn read_logs(dir: &Path, statuses: Statuses) -> (Vec<WorkerLog>, Vec<String>) {
+    let mut logs = Vec::new();
+    let mut failed = Vec::new();
+    for (id, status, log) in statuses {
+        let output =
+            std::fs::read_to_string(dir.join(format!("worker-{id}.out"))).unwrap_or_default();
+        match status {
+            Some(s) if s.success() => match WorkerLog::read(&log, id) {
+                Ok(l) => logs.push(l),
+                Err(e) => failed.push(format!("worker {id}: {e}")),
+            },
+            Some(s) => failed.push(format!("worker {id} exited with {s}: {output}")),
+            None => failed.push(format!(
+                "worker {id} overran its time limit (or the harness broke) and was killed: \
+                 {output}"
+            )),
+        }
+    }
+    (logs, failed)
+}
+
 /// The worker processes; any still running when this is dropped is killed (by its pid).
 #[derive(Default)]
 struct Workers {
@@ -159,9 +202,10 @@ struct Workers {
 type Statuses = Vec<(usize, Option<ExitStatus>, PathBuf)>;
 
 impl Workers {
-    /// Waits for every worker until `within` has passed, then kills the rest. Returns each
-    /// worker's exit status (`None`: killed).
-    fn wait(&mut self, within: Duration) -> Statuses {
+    /// Waits for every worker until `within` has passed, or until `tick` (called every
+    /// 20 ms) says no, then kills the rest. Returns each worker's exit status (`None`:
+    /// killed).
+    fn wait(&mut self, within: Duration, mut tick: impl FnMut() -> bool) -> Statuses {
         let deadline = Instant::now() + within;
         let mut done: Vec<Option<ExitStatus>> = vec![None; self.children.len()];
         loop {
@@ -170,7 +214,7 @@ impl Workers {
                     done[i] = c.try_wait().expect("poll a worker");
                 }
             }
-            if done.iter().all(Option::is_some) || Instant::now() >= deadline {
+            if done.iter().all(Option::is_some) || Instant::now() >= deadline || !tick() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));

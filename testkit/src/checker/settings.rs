@@ -2,6 +2,64 @@
 
 use std::time::Duration;
 
+use super::nemesis::Kind;
+
+/// What the workers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Lock a few shared resources, record each critical section, release
+    /// ([`Redlock::lock_with`](tower_redlock::Redlock::lock_with)).
+    Lock,
+    /// Claim keys of a key space with
+    /// [`Redlock::lock_unless_completed`](tower_redlock::Redlock::lock_unless_completed), run
+    /// the "handler" (recorded), then [`Lease::complete`](tower_redlock::Lease::complete);
+    /// duplicates of a key race across processes, and none may run twice.
+    Replay,
+}
+
+impl Workload {
+    fn parse(s: &str) -> Self {
+        match s {
+            "lock" => Self::Lock,
+            "replay" => Self::Replay,
+            other => panic!("unknown workload {other:?}: lock or replay"),
+        }
+    }
+
+    /// Its name, as `--workload` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Lock => "lock",
+            Self::Replay => "replay",
+        }
+    }
+}
+
+/// A deliberately broken client, for the negative control: the checker must see it fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// Each worker locks on ONE master only (a different one per worker where there are
+    /// enough): a quorum of 1 of the 5 voters.
+    Quorum1,
+}
+
+impl Broken {
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "" | "none" | "0" => None,
+            "quorum1" => Some(Self::Quorum1),
+            other => panic!("unknown broken client {other:?}: quorum1 (or none)"),
+        }
+    }
+
+    /// Its name, as `--broken` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Quorum1 => "quorum1",
+        }
+    }
+}
+
 /// The size and tunables of one run.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -9,9 +67,10 @@ pub struct Settings {
     pub processes: usize,
     /// Lock-taking tasks per process.
     pub tasks: usize,
-    /// Successful acquisitions to reach, over all processes.
+    /// Successful acquisitions to reach, over all processes (the replay workload: claims
+    /// answered, runs and replays).
     pub acquisitions: u64,
-    /// Shared resources everyone fights over.
+    /// Shared resources everyone fights over (the lock workload).
     pub resources: usize,
     /// The lock ttl (also the masters' delayed-restart protection window).
     pub ttl: Duration,
@@ -32,6 +91,23 @@ pub struct Settings {
     ///
     /// [`RedlockBuilder::fencing`]: tower_redlock::RedlockBuilder::fencing
     pub fencing: bool,
+    /// The nemesis kinds the run mixes (see `nemesis/mod.rs`); [`Kind::Classic`] alone by
+    /// default.
+    pub nemesis: Vec<Kind>,
+    /// What the workers do.
+    pub workload: Workload,
+    /// The replay workload's handler sleeps up to this long (random) after its busy work:
+    /// claims straddle the faults.
+    pub handler: Duration,
+    /// The `skew` nemesis offsets each bare master's clock by up to this fraction of the ttl,
+    /// in percent, ahead or behind: any two masters differ by at most twice that (below 50:
+    /// by less than the ttl, the library's bound after a lost counter).
+    pub skew_percent: u32,
+    /// The workers keep going past their share until every nemesis kind of the run has
+    /// injected at least this many faults (0: they stop at their share).
+    pub min_faults: u64,
+    /// A deliberately broken client (the negative control), or none.
+    pub broken: Option<Broken>,
 }
 
 impl Settings {
@@ -50,6 +126,12 @@ impl Settings {
             retry_jitter: Duration::from_millis(8),
             time_limit: Duration::from_secs(240),
             fencing: true,
+            nemesis: vec![Kind::Classic],
+            workload: Workload::Lock,
+            handler: Duration::from_millis(60),
+            skew_percent: 45,
+            min_faults: 0,
+            broken: None,
         }
     }
 
@@ -63,38 +145,20 @@ impl Settings {
         }
     }
 
+    /// The replay workload's ttl unless one is set: long enough for the `records` nemesis
+    /// to thaw masters after a completion's patience (10 node timeouts) but inside the ttl.
+    pub const REPLAY_TTL: Duration = Duration::from_millis(2500);
+
     /// Overrides from `CHECKER_*` environment variables, then from `--flag value` pairs.
+    /// Panics with what to fix on an unknown setting, a bad value or a combination that
+    /// cannot run.
     pub fn with_overrides(mut self, args: &[String]) -> Self {
-        let mut set = |name: &str, value: &str| {
-            let n: u64 = value
-                .parse()
-                .unwrap_or_else(|_| panic!("{name} must be a whole number, not {value:?}"));
-            let us = |n: u64| usize::try_from(n).expect("fits usize");
-            match name {
-                "acquisitions" => self.acquisitions = n,
-                "processes" => self.processes = us(n).max(1),
-                "tasks" => self.tasks = us(n).max(1),
-                "resources" => self.resources = us(n).max(1),
-                "ttl-ms" => self.ttl = Duration::from_millis(n),
-                "time-limit-s" => self.time_limit = Duration::from_secs(n),
-                "work-us" => self.work = Duration::from_micros(n),
-                "fencing" => self.fencing = n != 0,
-                other => panic!("unknown setting {other}"),
-            }
-        };
-        for name in [
-            "acquisitions",
-            "processes",
-            "tasks",
-            "resources",
-            "ttl-ms",
-            "time-limit-s",
-            "work-us",
-            "fencing",
-        ] {
+        let mut ttl_set = false;
+        for name in NAMES {
             let var = format!("CHECKER_{}", name.replace('-', "_").to_uppercase());
             if let Ok(v) = std::env::var(&var) {
-                set(name, v.trim());
+                self.set(name, v.trim());
+                ttl_set |= name == "ttl-ms";
             }
         }
         let mut it = args.iter();
@@ -105,9 +169,68 @@ impl Settings {
             let value = it
                 .next()
                 .unwrap_or_else(|| panic!("--{name} needs a value"));
-            set(name, value);
+            self.set(name, value);
+            ttl_set |= name == "ttl-ms";
         }
+        if self.workload == Workload::Replay && !ttl_set {
+            self.ttl = Self::REPLAY_TTL;
+        }
+        self.validate();
         self
+    }
+
+    fn set(&mut self, name: &str, value: &str) {
+        let n = || -> u64 {
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("--{name} must be a whole number, not {value:?}"))
+        };
+        let us = |n: u64| usize::try_from(n).expect("fits usize");
+        match name {
+            "acquisitions" => self.acquisitions = n(),
+            "processes" => self.processes = us(n()).max(1),
+            "tasks" => self.tasks = us(n()).max(1),
+            "resources" => self.resources = us(n()).max(1),
+            "ttl-ms" => self.ttl = Duration::from_millis(n()),
+            "time-limit-s" => self.time_limit = Duration::from_secs(n()),
+            "work-us" => self.work = Duration::from_micros(n()),
+            "fencing" => self.fencing = n() != 0,
+            "nemesis" => self.nemesis = Kind::parse_list(value),
+            "workload" => self.workload = Workload::parse(value),
+            "handler-ms" => self.handler = Duration::from_millis(n()),
+            "skew-percent" => self.skew_percent = u32::try_from(n()).unwrap_or(u32::MAX),
+            "min-faults" => self.min_faults = n(),
+            "broken" => self.broken = Broken::parse(value),
+            other => panic!("unknown setting --{other} (see the soak binary's --help)"),
+        }
+    }
+
+    fn validate(&self) {
+        let has = |k| self.nemesis.contains(&k);
+        assert!(
+            self.skew_percent < 50,
+            "--skew-percent {} would let two masters' clocks differ by {}% of the ttl: keep it \
+             below 50, so that any two differ by less than the ttl (the library's bound)",
+            self.skew_percent,
+            2 * self.skew_percent
+        );
+        if has(Kind::Records) {
+            assert!(
+                self.workload == Workload::Replay,
+                "the records nemesis needs the replay workload (--workload replay)"
+            );
+            assert!(
+                !has(Kind::Sentinel) && !has(Kind::Cluster),
+                "the records nemesis needs five bare masters: not with sentinel or cluster"
+            );
+            let need = self.node_timeout * 10 + self.handler + Duration::from_millis(700);
+            assert!(
+                self.ttl >= need,
+                "the records nemesis thaws masters past a completion's patience (10 node \
+                 timeouts) but at least 0.5 s inside the ttl: --ttl-ms must be at least {} ms",
+                need.as_millis()
+            );
+        }
     }
 
     /// How long a restarted master abstains under delayed-restart protection: until Redis
@@ -115,4 +238,42 @@ impl Settings {
     pub(super) fn abstention(&self) -> Duration {
         Duration::from_secs(1 + self.ttl.as_secs_f64().ceil() as u64) + Duration::from_millis(500)
     }
+
+    /// Whether the nemesis may restart a master empty (or fail a Sentinel group over): not
+    /// in the replay workload, whose completion records the masters here keep in memory
+    /// only — a master that forgets one may let its key run again, which the library
+    /// documents (keep record masters persistent) rather than prevents.
+    pub(super) fn restarts(&self) -> bool {
+        self.workload == Workload::Lock
+    }
+
+    /// The largest clock offset the `skew` nemesis gives a master.
+    pub(super) fn max_skew(&self) -> Duration {
+        self.ttl * self.skew_percent / 100
+    }
+
+    /// The nemesis kinds, as `--nemesis` takes them.
+    pub fn nemesis_names(&self) -> String {
+        let names: Vec<&str> = self.nemesis.iter().map(|k| k.name()).collect();
+        names.join(",")
+    }
 }
+
+/// Every setting, as a flag without its `--` (the variable is `CHECKER_` and the name in
+/// capitals, `-` as `_`).
+const NAMES: [&str; 14] = [
+    "acquisitions",
+    "processes",
+    "tasks",
+    "resources",
+    "ttl-ms",
+    "time-limit-s",
+    "work-us",
+    "fencing",
+    "nemesis",
+    "workload",
+    "handler-ms",
+    "skew-percent",
+    "min-faults",
+    "broken",
+];

@@ -1,6 +1,9 @@
-//! The verdict: every critical section checked against every other.
+//! The verdict: every critical section checked against every other; in the replay
+//! workload, also every key's runs and every replay's record.
 
-use super::log::Section;
+use std::collections::{BTreeMap, HashMap};
+
+use super::log::{Completion, Replay, Run, Section};
 
 /// What the merged logs show.
 #[derive(Debug, Clone, Default)]
@@ -25,13 +28,67 @@ pub struct Verdict {
     /// The smallest rise of a resource's token from one section to the next (1: the
     /// counters decided; large: the masters' clocks, in µs, did).
     pub min_token_step: Option<u64>,
+    /// The replay workload: runs of the handler (each also a section above, its resource
+    /// the key).
+    pub runs: usize,
+    /// Two runs for one key: (the first, a later one). The work ran twice.
+    pub double_runs: Vec<(Run, Run)>,
+    /// Replays whose record names no run of that key (a record nobody stored).
+    pub phantom_replays: Vec<Replay>,
+    /// Claims answered with a record.
+    pub replays: usize,
+    /// Replays of a run whose completion missed its quorum at first (the record reached a
+    /// quorum later, in the background, or the replaying claim found a minority's copy).
+    pub replays_of_minority: usize,
+    /// How the runs' completions ended.
+    pub completions: BTreeMap<Completion, usize>,
 }
 
 impl Verdict {
-    /// Overlaps, late exits and fencing tokens out of order.
+    /// Overlaps, late exits, fencing tokens out of order, double runs and phantom replays.
     pub fn violations(&self) -> usize {
-        self.overlaps.len() + self.late.len() + self.fencing.len()
+        self.overlaps.len()
+            + self.late.len()
+            + self.fencing.len()
+            + self.double_runs.len()
+            + self.phantom_replays.len()
     }
+}
+
+/// Checks the replay workload's logs: the runs as sections (overlapping runs of one key,
+/// late exits, tokens), and then that no key ran twice — whenever the runs happened — and
+/// that every replay's record names a run of its key.
+pub fn check_runs(mut runs: Vec<Run>, replays: &[Replay]) -> Verdict {
+    let mut v = check(runs.iter().map(|r| r.section).collect());
+    v.runs = runs.len();
+    v.replays = replays.len();
+    for r in &runs {
+        *v.completions.entry(r.completion).or_default() += 1;
+    }
+    runs.sort_by_key(|r| (r.section.resource, r.section.enter_ns));
+    // Every run after the first of its key is a double run, paired with that first one.
+    let mut first: Option<Run> = None;
+    for r in &runs {
+        match first {
+            Some(f) if f.section.resource == r.section.resource => v.double_runs.push((f, *r)),
+            _ => first = Some(*r),
+        }
+    }
+    let by_run: HashMap<(usize, usize, usize, i64), Completion> = runs
+        .iter()
+        .map(|r| {
+            let s = &r.section;
+            ((s.resource, s.worker, s.task, s.enter_ns), r.completion)
+        })
+        .collect();
+    for p in replays {
+        match by_run.get(&(p.key, p.run_worker, p.run_task, p.run_enter_ns)) {
+            None => v.phantom_replays.push(*p),
+            Some(Completion::Minority) => v.replays_of_minority += 1,
+            Some(_) => {}
+        }
+    }
+    v
 }
 
 /// Checks the merged sections: no overlap on any resource, every exit before its deadline,

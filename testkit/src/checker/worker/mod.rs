@@ -1,16 +1,20 @@
-//! The worker process: one Redlock client, a few tasks taking locks in a loop, a log.
+//! The worker process: one Redlock client, a few tasks taking locks (or claiming keys) in a
+//! loop, a log.
+
+mod client;
+mod lock;
+mod replay;
 
 use std::io::Read as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tower_redlock::node::RedisNodeOptions;
-use tower_redlock::{Redlock, Retry};
+use tower_redlock::Retry;
 
-use super::clock::{self, shared_ns};
-use super::log::{Counts, Section, WorkerLog};
+use super::log::{Counts, WorkerLog};
+use super::settings::{Broken, Workload};
 
 /// Runs one worker process from its environment (see [`run`](super::run())), writes its
 /// log and returns. Panics on a broken environment.
@@ -25,21 +29,36 @@ pub fn worker_main() {
     };
     let config = WorkerConfig {
         id: num("CHECKER_WORKER_ID") as usize,
-        urls: env("CHECKER_URLS").split(',').map(str::to_owned).collect(),
+        voters: client::parse_voters(&env("CHECKER_VOTERS")),
+        workload: match env("CHECKER_WORKLOAD").as_str() {
+            "replay" => Workload::Replay,
+            _ => Workload::Lock,
+        },
         resources: env("CHECKER_RESOURCE_NAMES")
             .split(',')
             .map(str::to_owned)
             .collect(),
+        key_prefix: env("CHECKER_KEY_PREFIX"),
+        epoch_ns: env("CHECKER_EPOCH_NS")
+            .parse()
+            .expect("CHECKER_EPOCH_NS is a number"),
         target: num("CHECKER_TARGET"),
         tasks: num("CHECKER_TASKS") as usize,
         ttl: Duration::from_millis(num("CHECKER_TTL_MS")),
         node_timeout: Duration::from_millis(num("CHECKER_NODE_TIMEOUT_MS")),
         work: Duration::from_micros(num("CHECKER_WORK_US")),
+        handler: Duration::from_millis(num("CHECKER_HANDLER_MS")),
         retry: Retry::times(num("CHECKER_RETRIES") as u32)
             .delay(Duration::from_micros(num("CHECKER_RETRY_DELAY_US")))
             .jitter(Duration::from_micros(num("CHECKER_RETRY_JITTER_US"))),
         time_limit: Duration::from_millis(num("CHECKER_TIME_LIMIT_MS")),
         fencing: num("CHECKER_FENCING") != 0,
+        broken: match env("CHECKER_BROKEN").as_str() {
+            "quorum1" => Some(Broken::Quorum1),
+            _ => None,
+        },
+        seed: num("CHECKER_SEED"),
+        hold: std::env::var_os("CHECKER_HOLD").map(PathBuf::from),
     };
     let log_path = PathBuf::from(env("CHECKER_LOG"));
     // The parent holds our stdin open: when it ends (the parent exited, even killed), so
@@ -66,33 +85,68 @@ pub fn worker_main() {
 #[derive(Debug, Clone)]
 struct WorkerConfig {
     id: usize,
-    urls: Vec<String>,
+    voters: Vec<client::Voter>,
+    workload: Workload,
+    /// The lock workload's resources.
     resources: Vec<String>,
+    /// The replay workload's keys: this prefix and a number.
+    key_prefix: String,
+    /// The run's start on the shared clock (the replay workload's key windows count from it).
+    epoch_ns: i64,
     target: u64,
     tasks: usize,
     ttl: Duration,
     node_timeout: Duration,
     work: Duration,
+    /// The replay workload's handler sleeps up to this long after its busy work.
+    handler: Duration,
     retry: Retry,
     time_limit: Duration,
     fencing: bool,
+    broken: Option<Broken>,
+    /// The parent's random number (the broken client's choice of master).
+    seed: u64,
+    /// While this file exists, the worker goes on past its target (the nemesis wants more).
+    hold: Option<PathBuf>,
 }
 
+/// What the tasks of one worker share.
 #[derive(Default)]
 struct Shared {
+    /// Acquisitions (the replay workload: claims answered, runs and replays).
+    done: AtomicU64,
     acquisitions: AtomicU64,
     contended: AtomicU64,
     unavailable: AtomicU64,
     other: AtomicU64,
     release_errors: AtomicU64,
+    /// The parent's hold file still exists.
+    held: AtomicBool,
     errors: std::sync::Mutex<Vec<String>>,
 }
 
 impl Shared {
-    fn sample(&self, e: &tower_redlock::Error) {
+    fn sample(&self, e: &dyn std::fmt::Display) {
         let mut errors = self.errors.lock().unwrap();
         if errors.len() < 5 {
             errors.push(e.to_string());
+        }
+    }
+
+    /// Whether a task goes on: its share not reached (or the parent holds it), and time left.
+    fn go_on(&self, target: u64, stop_at: Instant) -> bool {
+        (self.done.load(Ordering::Relaxed) < target || self.held.load(Ordering::Relaxed))
+            && Instant::now() < stop_at
+    }
+
+    fn count(&self, e: &tower_redlock::Error) {
+        if e.is_contended() {
+            self.contended.fetch_add(1, Ordering::Relaxed);
+        } else if e.is_unavailable() {
+            self.unavailable.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.other.fetch_add(1, Ordering::Relaxed);
+            self.sample(e);
         }
     }
 }
@@ -100,27 +154,14 @@ impl Shared {
 async fn worker(config: WorkerConfig) -> WorkerLog {
     let started = Instant::now();
     let stop_at = started + config.time_limit;
-    // Delayed-restart protection keeps restarts safe: a master restarted empty abstains
-    // until its uptime exceeds the longest ttl (ours), so a lock it forgot can no longer be
-    // valid when it votes again. Without it, a restart inside a lock's bare quorum is the
-    // known Redlock hole, which this checker can then (rightly) report as an overlap.
-    let node = RedisNodeOptions::new()
-        .restart_protection(config.ttl)
-        .connect_timeout(config.node_timeout * 2)
-        .response_timeout(config.node_timeout * 2);
-    let redlock = config
-        .urls
-        .iter()
-        .fold(Redlock::builder(), |b, url| b.redis_with(url, &node))
-        .node_timeout(config.node_timeout)
-        .retry(config.retry)
-        .fencing(config.fencing)
-        .build()
-        .expect("a valid worker client");
+    let redlock = client::client(&config);
 
     // Warm up: connections made, and every fresh master past its protection window, so that
     // the count of errors below is about the faults, not the start.
-    let warm_key = format!("{}:warm-up:{}", config.resources[0], config.id);
+    let warm_key = match config.workload {
+        Workload::Lock => format!("{}:warm-up:{}", config.resources[0], config.id),
+        Workload::Replay => format!("{}warm-up:{}", config.key_prefix, config.id),
+    };
     loop {
         if let Ok(lease) = redlock.try_lock(&warm_key, config.ttl).await {
             let _ = lease.release().await;
@@ -137,89 +178,55 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
     let warm_up = started.elapsed();
 
     let shared = Arc::new(Shared::default());
+    if let Some(hold) = config.hold.clone() {
+        // The parent removes the file once the nemesis has done enough; looked at every
+        // 100 ms rather than by every task.
+        shared.held.store(hold.exists(), Ordering::Relaxed);
+        let shared = Arc::downgrade(&shared);
+        tokio::spawn(async move {
+            while let Some(shared) = shared.upgrade() {
+                shared.held.store(hold.exists(), Ordering::Relaxed);
+                drop(shared);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
     let config = Arc::new(config);
     let tasks: Vec<_> = (0..config.tasks)
         .map(|task| {
             let (redlock, shared, config) = (redlock.clone(), shared.clone(), config.clone());
-            tokio::spawn(async move { lock_loop(task, &redlock, &shared, &config, stop_at).await })
+            tokio::spawn(async move {
+                match config.workload {
+                    Workload::Lock => {
+                        let sections =
+                            lock::lock_loop(task, &redlock, &shared, &config, stop_at).await;
+                        (sections, Vec::new(), Vec::new())
+                    }
+                    Workload::Replay => {
+                        let (runs, replays) =
+                            replay::claim_loop(task, &redlock, &shared, &config, stop_at).await;
+                        (Vec::new(), runs, replays)
+                    }
+                }
+            })
         })
         .collect();
-    let mut sections = Vec::new();
+    let mut log = WorkerLog::default();
     for t in tasks {
-        sections.extend(t.await.expect("a lock task panicked"));
+        let (sections, runs, replays) = t.await.expect("a lock task panicked");
+        log.sections.extend(sections);
+        log.runs.extend(runs);
+        log.replays.extend(replays);
     }
-    let errors = std::mem::take(&mut *shared.errors.lock().unwrap());
-    WorkerLog {
-        counts: Counts {
-            acquisitions: shared.acquisitions.load(Ordering::Relaxed),
-            contended: shared.contended.load(Ordering::Relaxed),
-            unavailable: shared.unavailable.load(Ordering::Relaxed),
-            other: shared.other.load(Ordering::Relaxed),
-            release_errors: shared.release_errors.load(Ordering::Relaxed),
-            warm_up_ms: warm_up.as_millis() as u64,
-            elapsed_ms: started.elapsed().as_millis() as u64,
-        },
-        sections,
-        errors,
-    }
-}
-
-/// One task: lock a random resource, record the section, release; until the process's share
-/// of acquisitions is reached or the time is up.
-async fn lock_loop(
-    task: usize,
-    redlock: &Redlock,
-    shared: &Shared,
-    config: &WorkerConfig,
-    stop_at: Instant,
-) -> Vec<Section> {
-    let mut sections = Vec::new();
-    let mut rng = fastrand::Rng::new();
-    while shared.acquisitions.load(Ordering::Relaxed) < config.target && Instant::now() < stop_at {
-        let resource = rng.usize(..config.resources.len());
-        match redlock
-            .lock_with(&config.resources[resource], config.ttl, config.retry)
-            .await
-        {
-            Ok(lease) => {
-                let enter_ns = clock::now_ns();
-                let deadline_ns = shared_ns(lease.deadline());
-                let token = lease.fencing_token();
-                // The "work": give the other tasks a turn, spin a little, once more.
-                tokio::task::yield_now().await;
-                let until = Instant::now() + config.work;
-                while Instant::now() < until {
-                    std::hint::spin_loop();
-                }
-                tokio::task::yield_now().await;
-                let leave_ns = clock::now_ns();
-                let valid = lease.is_valid();
-                sections.push(Section {
-                    resource,
-                    enter_ns,
-                    leave_ns,
-                    deadline_ns,
-                    valid,
-                    worker: config.id,
-                    task,
-                    token,
-                });
-                shared.acquisitions.fetch_add(1, Ordering::Relaxed);
-                if lease.release().await.is_err() {
-                    shared.release_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Err(e) if e.is_contended() => {
-                shared.contended.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) if e.is_unavailable() => {
-                shared.unavailable.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                shared.other.fetch_add(1, Ordering::Relaxed);
-                shared.sample(&e);
-            }
-        }
-    }
-    sections
+    log.errors = std::mem::take(&mut *shared.errors.lock().unwrap());
+    log.counts = Counts {
+        acquisitions: shared.acquisitions.load(Ordering::Relaxed),
+        contended: shared.contended.load(Ordering::Relaxed),
+        unavailable: shared.unavailable.load(Ordering::Relaxed),
+        other: shared.other.load(Ordering::Relaxed),
+        release_errors: shared.release_errors.load(Ordering::Relaxed),
+        warm_up_ms: warm_up.as_millis() as u64,
+        elapsed_ms: started.elapsed().as_millis() as u64,
+    };
+    log
 }

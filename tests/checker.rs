@@ -1,12 +1,17 @@
-//! Safety under faults: mutual exclusion and fencing tokens across OS processes while a
-//! minority of the masters is frozen, partitioned, slowed, reset and restarted.
+//! Safety under faults: mutual exclusion, fencing tokens and run-once across OS processes
+//! while a nemesis hits a minority of the voters — the classic faults (freezes,
+//! partitions, latency, resets, restarts), and the `nemesis_*` runs: replies reset after
+//! their command ran, really skewed clocks, a Sentinel failover under a partition, a
+//! Cluster voter's replies reset, completion records on a minority then expiry — and a
+//! negative control, a broken client the checker must catch.
 //!
 //! The checker itself lives in the testkit (`tower_redlock_testkit::checker`, also behind its
-//! long-running `soak` binary); this test runs it at CI size. The workers are this test
+//! long-running `soak` binary); these tests run it at CI size. The workers are this test
 //! binary, re-run with `--exact worker_entry` and [`soak::WORKER_ENV`] set.
 //!
-//! Size: `CHECKER_ACQUISITIONS` (default 10,000), `CHECKER_PROCESSES` (default 3), and the
-//! other `CHECKER_*` variables described in `testkit/src/checker/mod.rs`.
+//! Size: `CHECKER_ACQUISITIONS` (default 10,000 for the classic run; the `nemesis_*` runs
+//! set theirs), `CHECKER_PROCESSES` (default 3), and the other `CHECKER_*` variables
+//! described in `testkit/src/checker/mod.rs`.
 
 #![cfg(all(
     any(target_os = "linux", target_os = "macos"),
@@ -27,9 +32,10 @@ fn worker_entry() {
     }
 }
 
-#[test]
-fn mutual_exclusion_and_fencing_hold_across_processes_under_faults() {
-    let settings = soak::Settings::ci().with_overrides(&[]);
+/// Runs the checker with `args` over the CI settings (flags win over `CHECKER_*`).
+fn run_checker(args: &[&str]) -> soak::Report {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let settings = soak::Settings::ci().with_overrides(&args);
     let exe = std::env::current_exe().expect("the path of this test binary");
     let report = soak::run(&settings, || {
         let mut c = Command::new(&exe);
@@ -37,6 +43,35 @@ fn mutual_exclusion_and_fencing_hold_across_processes_under_faults() {
         c
     });
     println!("{}", report.summary());
+    report
+}
+
+/// No problem at all (every kind injected `--min-faults` of each of its faults, too), no
+/// violation, and every section fenced.
+fn assert_held(report: &soak::Report) {
+    let problems = report.problems();
+    assert!(
+        problems.is_empty(),
+        "the checker failed (logs kept in {:?}):\n{}",
+        report.dir,
+        problems.join("\n")
+    );
+    let v = &report.verdict;
+    assert_eq!(v.violations(), 0);
+    assert!(v.overlaps.is_empty() && v.late.is_empty() && v.fencing.is_empty());
+    assert!(v.double_runs.is_empty() && v.phantom_replays.is_empty());
+    assert_eq!(v.fenced, v.sections, "every section carries a token");
+}
+
+/// How many faults of `kind` the run injected.
+fn injected(report: &soak::Report, kind: &str) -> u64 {
+    report.faults.count_of(&[kind])
+}
+
+#[test]
+fn mutual_exclusion_and_fencing_hold_across_processes_under_faults() {
+    let settings = soak::Settings::ci().with_overrides(&[]);
+    let report = run_checker(&[]);
     let problems = report.problems();
     assert!(
         problems.is_empty(),
@@ -61,6 +96,147 @@ fn mutual_exclusion_and_fencing_hold_across_processes_under_faults() {
         "{:?}",
         report.verdict.fencing
     );
+}
+
+/// Replies reset after their command ran (on the bare masters) while every master's clock
+/// is really offset by up to 45 % of the ttl (one ahead by that much, one behind) and the
+/// skewed masters are restarted empty now and then: exclusion holds, and the fencing
+/// tokens still increase (a restarted master's counters start again from its skewed
+/// clock).
+#[test]
+fn nemesis_reply_resets_and_skewed_clocks_hold() {
+    let report = run_checker(&[
+        "--nemesis",
+        "reply-reset,skew",
+        "--acquisitions",
+        "3000",
+        "--min-faults",
+        "2",
+    ]);
+    assert_held(&report);
+    assert!(injected(&report, "reply-reset") >= 2);
+    assert_eq!(injected(&report, "skew"), 5, "every bare master offset");
+    assert!(injected(&report, "skew-restart") >= 2);
+    assert!(report.voters.iter().any(|v| v.contains("clock +")));
+    assert!(report.voters.iter().any(|v| v.contains("clock -")));
+}
+
+/// One voter is a Sentinel group; workers are cut from a majority of their sentinels, and
+/// a failover runs while some of them are cut off (still knowing the old master, which
+/// stays writable for seconds): they abstain within their window, and the promoted master
+/// waits out its tenure protection. Exclusion and fencing hold.
+#[test]
+fn nemesis_sentinel_failover_under_a_partition_holds() {
+    let report = run_checker(&[
+        "--nemesis",
+        "sentinel",
+        "--acquisitions",
+        "2000",
+        "--min-faults",
+        "1",
+    ]);
+    assert_held(&report);
+    assert!(injected(&report, "sentinel-cut") >= 1);
+    assert!(injected(&report, "sentinel-failover") >= 1);
+    assert!(report.voters.iter().any(|v| v.contains("Sentinel group")));
+}
+
+/// One voter is a 3-node Cluster behind proxies; a node's reply is reset after its command
+/// ran (redis-rs sends it again, and the second send finds the voter's own token) or the
+/// node is partitioned briefly; the bare masters' replies are reset too. Exclusion and
+/// fencing hold.
+#[cfg(feature = "cluster")]
+#[test]
+fn nemesis_cluster_reply_resets_hold() {
+    let report = run_checker(&[
+        "--nemesis",
+        "cluster,reply-reset",
+        "--acquisitions",
+        "2000",
+        "--min-faults",
+        "2",
+    ]);
+    assert_held(&report);
+    assert!(injected(&report, "cluster-reply-reset") >= 2);
+    assert!(injected(&report, "cluster-partition") >= 2);
+    assert!(report
+        .voters
+        .iter()
+        .any(|v| v.contains("Cluster of 3 nodes")));
+}
+
+/// Idempotent work claimed with `lock_unless_completed` by every process at once, while
+/// completion records land on a minority (two masters reset, then two of the three holding
+/// the lock frozen past the completion's patience and thawed inside the ttl), and then the
+/// one master that had the record is paused while duplicates claim: no key runs twice, and
+/// every replay answers with the record of a run of its key.
+#[test]
+fn nemesis_records_on_a_minority_never_run_twice() {
+    let report = run_checker(&[
+        "--workload",
+        "replay",
+        "--nemesis",
+        "records",
+        "--acquisitions",
+        "2000",
+        "--min-faults",
+        "2",
+    ]);
+    assert_held(&report);
+    let v = &report.verdict;
+    assert!(injected(&report, "records") >= 2);
+    assert!(
+        v.runs > 0 && v.replays > 0,
+        "{} runs, {} replays",
+        v.runs,
+        v.replays
+    );
+    let minority = v
+        .completions
+        .get(&soak::Completion::Minority)
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        minority > 0,
+        "some completions missed their quorum (the records landed on a minority): {:?}",
+        v.completions
+    );
+}
+
+/// The negative control: each worker's client locks on ONE master (a different one per
+/// worker) — a quorum of 1 of 5. The same checker must report it: overlapping sections in
+/// the lock workload, keys run twice in the replay workload.
+#[test]
+fn nemesis_negative_control_sees_violations() {
+    let lock = run_checker(&["--broken", "quorum1", "--acquisitions", "600"]);
+    assert!(
+        !lock.verdict.overlaps.is_empty(),
+        "a quorum of one must let sections overlap"
+    );
+    assert!(lock.verdict.violations() > 0);
+    assert!(lock.problems().iter().any(|p| p.starts_with("OVERLAP")));
+    assert!(lock.summary().contains("BROKEN CLIENT quorum1"));
+
+    let replay = run_checker(&[
+        "--workload",
+        "replay",
+        "--broken",
+        "quorum1",
+        "--acquisitions",
+        "600",
+    ]);
+    assert!(
+        !replay.verdict.double_runs.is_empty(),
+        "a quorum of one must let keys run twice"
+    );
+    assert!(replay
+        .problems()
+        .iter()
+        .any(|p| p.starts_with("DOUBLE RUN")));
+    // The runs kept their logs for inspection; the test removes them.
+    for dir in [&lock.dir, &replay.dir] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 fn section(resource: usize, enter_ns: i64, leave_ns: i64, worker: usize) -> Section {

@@ -11,6 +11,9 @@ use super::settings::{Settings, Workload};
 use super::verdict::Verdict;
 use super::{MASTERS, MAX_AFFECTED};
 
+/// How many faults the report lists around one violation.
+const FAULTS_LISTED: usize = 40;
+
 /// The outcome of a run.
 #[derive(Debug)]
 pub struct Report {
@@ -188,17 +191,40 @@ impl Report {
     }
 
     /// The faults active from a ttl before `a` entered (its lock was being taken) until `b`
-    /// left, with times in ms relative to `a`'s entry.
+    /// left, with times in ms relative to `a`'s entry — or, when `b` came more than a few
+    /// ttls after `a` (a key run again much later), those around each of them.
     fn faults_around(&self, a: &Section, b: &Section) -> String {
-        let from = a.enter_ns - nanos(self.settings.ttl);
-        let ms = |ns: i64| format!("{:+.1}", (ns - a.enter_ns) as f64 / 1e6);
-        let active: Vec<String> = self
+        let ttl = nanos(self.settings.ttl);
+        if b.enter_ns - a.leave_ns <= 4 * ttl {
+            return self.faults_in(a.enter_ns - ttl, a.leave_ns.max(b.leave_ns), a.enter_ns);
+        }
+        // The first one's lock and its record's fate (its completion may go on for a ttl
+        // past the validity), then the second one's claim.
+        format!(
+            "around the first: {}; around the second: {}",
+            self.faults_in(a.enter_ns - ttl, a.deadline_ns + 2 * ttl, a.enter_ns),
+            self.faults_in(b.enter_ns - ttl, b.leave_ns, a.enter_ns)
+        )
+    }
+
+    /// The faults active at some moment of `[from, to]` (the run-long `skew` spans left
+    /// out: the voter list shows the offsets), at most [`FAULTS_LISTED`]. Times in ms
+    /// relative to `origin`.
+    fn faults_in(&self, from: i64, to: i64, origin: i64) -> String {
+        let ms = |ns: i64| format!("{:+.1}", (ns - origin) as f64 / 1e6);
+        let all: Vec<_> = self
             .faults
-            .during(from, a.leave_ns.max(b.leave_ns))
+            .during(from, to)
+            .filter(|f| f.kind != "skew")
+            .collect();
+        let more = all.len().saturating_sub(FAULTS_LISTED);
+        let active: Vec<String> = all
+            .into_iter()
+            .take(FAULTS_LISTED)
             .map(|f| {
                 let masters: Vec<String> = f.masters.iter().map(usize::to_string).collect();
                 format!(
-                    "{} of master {} [{}, {}] ms{}{}",
+                    "{} of voter {} [{}, {}] ms{}{}",
                     f.kind,
                     masters.join("+"),
                     ms(f.from_ns),
@@ -207,6 +233,7 @@ impl Report {
                     f.detail
                 )
             })
+            .chain((more > 0).then(|| format!("… and {more} more (see faults.log)")))
             .collect();
         if active.is_empty() {
             "none (times relative to the first section's entry)".into()

@@ -37,7 +37,7 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
   --processes N      CHECKER_PROCESSES      worker processes (4)
   --tasks N          CHECKER_TASKS          lock-taking tasks per process (8)
   --resources N      CHECKER_RESOURCES      shared resources, lock workload (3)
-  --ttl-ms N         CHECKER_TTL_MS         lock ttl in ms (400; replay workload: 2500)
+  --ttl-ms N         CHECKER_TTL_MS         lock ttl in ms (400; replay workload: 3000)
   --work-us N        CHECKER_WORK_US        busy work per critical section in us (200)
   --time-limit-s N   CHECKER_TIME_LIMIT_S   workers stop after this many seconds (1800)
   --fencing 0|1      CHECKER_FENCING        fencing tokens on and checked (1)

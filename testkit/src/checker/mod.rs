@@ -25,7 +25,7 @@
 //! | `--processes N` | `CHECKER_PROCESSES` | 4 | 3 |
 //! | `--tasks N` (per process) | `CHECKER_TASKS` | 8 | 8 |
 //! | `--resources N` (lock workload) | `CHECKER_RESOURCES` | 3 | 3 |
-//! | `--ttl-ms N` | `CHECKER_TTL_MS` | 400 (replay: 2500) | 400 (replay: 2500) |
+//! | `--ttl-ms N` | `CHECKER_TTL_MS` | 400 (replay: 3000) | 400 (replay: 3000) |
 //! | `--work-us N` (busy work per section) | `CHECKER_WORK_US` | 200 | 200 |
 //! | `--time-limit-s N` | `CHECKER_TIME_LIMIT_S` | 1800 | 240 |
 //! | `--fencing 0\|1` (fencing tokens) | `CHECKER_FENCING` | 1 | 1 |
@@ -37,7 +37,7 @@
 //! | `--broken quorum1` (the negative control: must fail) | `CHECKER_BROKEN` | none | none |
 //!
 //! The nemesis kinds (`nemesis/mod.rs` says exactly what each does), mixed freely; never
-//! more than two of the five voters are affected at once:
+//! more than two of the five voters are affected at once (but by the `records` scenario):
 //!
 //! | kind | faults |
 //! | --- | --- |
@@ -46,7 +46,7 @@
 //! | `skew` | bare masters' wall clocks really offset (±`skew-percent` of the ttl: any two differ by at most twice that, below the ttl), and restarted now and then (their fencing counters then start again from their skewed clocks) |
 //! | `sentinel` | one voter is a Sentinel group: workers cut from a majority of their sentinels; a failover while some workers are cut off |
 //! | `cluster` | one voter is a 3-node Cluster behind proxies: replies reset after the command ran, nodes partitioned |
-//! | `records` | (replay workload) completion records on a minority, then expiry: masters frozen around completions and thawed past the completion's patience, inside the ttl, then the master that had the record paused |
+//! | `records` | (replay workload) completion records on a minority, then expiry: masters frozen around completions and thawed past the completion's patience, at least 1 s inside the ttl, then the master that had the record paused (this scenario holds all five voters, four of them out for a moment) |
 //!
 //! `--broken quorum1` gives each worker a client over ONE bare master (a different one per
 //! worker): the checker must then report violations (`tests/checker.rs` asserts it does).

@@ -147,7 +147,7 @@ impl Settings {
 
     /// The replay workload's ttl unless one is set: long enough for the `records` nemesis
     /// to thaw masters after a completion's patience (10 node timeouts) but inside the ttl.
-    pub const REPLAY_TTL: Duration = Duration::from_millis(2500);
+    pub const REPLAY_TTL: Duration = Duration::from_millis(3000);
 
     /// Overrides from `CHECKER_*` environment variables, then from `--flag value` pairs.
     /// Panics with what to fix on an unknown setting, a bad value or a combination that
@@ -223,11 +223,11 @@ impl Settings {
                 !has(Kind::Sentinel) && !has(Kind::Cluster),
                 "the records nemesis needs five bare masters: not with sentinel or cluster"
             );
-            let need = self.node_timeout * 10 + self.handler + Duration::from_millis(700);
+            let need = self.node_timeout * 10 + self.handler + Duration::from_millis(1200);
             assert!(
                 self.ttl >= need,
                 "the records nemesis thaws masters past a completion's patience (10 node \
-                 timeouts) but at least 0.5 s inside the ttl: --ttl-ms must be at least {} ms",
+                 timeouts) but at least 1 s inside the ttl: --ttl-ms must be at least {} ms",
                 need.as_millis()
             );
         }

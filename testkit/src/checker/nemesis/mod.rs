@@ -1,7 +1,9 @@
 //! The nemesis: the faults injected while the workers run. Each kind of a run
 //! (`--nemesis k1,k2`) is a lane, a thread of its own; the lanes share one budget of
 //! affected voters, so that however they mix, at most [`MAX_AFFECTED`] of the [`MASTERS`]
-//! voters are affected at once, and every fault is healed before the run ends.
+//! voters are affected at once — but for the `records` scenario, which holds them all (no
+//! other lane injects meanwhile) and takes four out for a moment — and every fault is
+//! healed before the run ends.
 //!
 //! | kind | what it does | faults counted |
 //! | --- | --- | --- |
@@ -15,7 +17,7 @@
 //! again — which the library documents (keep record masters persistent), not prevents.
 //! | `sentinel` | one voter is a Sentinel group, each worker reaching its 3 sentinels through proxies of its own: some workers are cut from a majority (or all) of their sentinels for 0.3–1.5 s; or a `SENTINEL FAILOVER` runs while some workers are cut off — cut before it, or the moment the first sentinel names the new master — then the group settles | `sentinel-cut`, `sentinel-failover` |
 //! | `cluster` | one voter is a 3-node Cluster, each node behind an announced proxy: a node's next reply reset after its command ran, or the node partitioned for 100–400 ms | `cluster-reply-reset`, `cluster-partition` |
-//! | `records` | (replay workload) records on a minority, then expiry: two masters reset while claims lock on the other three, then two of those frozen past a completion's patience (records land on the fifth alone) and thawed inside the ttl, then the fifth paused past the ttl while duplicates claim | `records` |
+//! | `records` | (replay workload) records on a minority, then expiry: after a quiet ttl, two masters reset while claims lock on the other three, then two of those frozen too, past a completion's patience (records land on the fifth alone; four voters out), and thawed at least 1 s inside the ttl, then the fifth paused past the ttl while duplicates claim | `records` |
 
 mod budget;
 mod classic;

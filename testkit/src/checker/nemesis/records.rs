@@ -2,22 +2,29 @@
 //! minority, then expiry. One scenario holds every voter (no other lane injects meanwhile),
 //! masters `A`…`E` drawn at random:
 //!
+//! 0. A quiet ttl with every voter healthy: every lease granted before — maybe by a bare
+//!    quorum, under an earlier fault — has completed or expired, so the scenario catches
+//!    only leases it means to.
 //! 1. `A` and `B` reset (every connection dropped, none let in) for 300–600 ms: claims lock
 //!    on `C`, `D` and `E` only.
 //! 2. `C` and `D` frozen too (four voters out: nothing can be locked now, and freezes and
 //!    resets lose nothing). The completions of the claims locked just before (their
 //!    handlers straddle the switch) store their record on `E` alone and give up waiting
 //!    after their patience (10 node timeouts): records on a minority.
-//! 3. Past that patience — but well inside the ttl, at least 0.5 s before the locks of
-//!    those claims expire on `C` and `D` — `C` and `D` thaw and `A` and `B` heal, and `E`,
-//!    the one master with the records, is paused for the ttl and 0.5–1.5 s more. The
-//!    library's background completion must store the records on `C` and `D` while its
-//!    lock still holds there; duplicates claiming meanwhile must be answered with them (or
-//!    refused). Had the records stayed on `E` alone, the locks on `C` and `D` expire during
-//!    the pause and a duplicate gets a quorum of `A`–`D`: the work runs a second time.
+//! 3. Past that patience — but well inside the ttl, at least 1 s before the locks of those
+//!    claims expire on `C` and `D` — `C` and `D` thaw and `A` and `B` heal, and `E`, the one
+//!    master with the records, is paused for the ttl and 0.5–1.5 s more. The library's
+//!    background completion must store the records on `C` and `D` while its lock still
+//!    holds there; duplicates claiming meanwhile must be answered with them (or refused).
+//!    Had the records stayed on `E` alone, the locks on `C` and `D` expire during the pause
+//!    and a duplicate gets a quorum of `A`–`D`: the work runs a second time.
 //!
-//! No lock of the scenario's claims is lost to a master unreachable until it expired, so
-//! the library's promise covers every one of them: a double run is a violation.
+//! No lock of the scenario's claims is lost to a master unreachable until (or until just
+//! before) it expired, so the library's promise covers every one of them: a double run is
+//! a violation. (Without step 0, a lease granted by a bare quorum of three under a classic
+//! fault just before could lose two of its holders to steps 1–2 until 50–300 ms before its
+//! lock expired there: 17 double runs in a 30-minute run — the library's background
+//! completion does not reach masters back that late; see the nemesis commit notes.)
 
 use std::time::Duration;
 
@@ -50,6 +57,10 @@ pub(super) fn lane(ctx: &Ctx<'_>) {
             }
             continue;
         };
+        // Every lease of before the scenario gone (completed, or expired).
+        if ctx.pause(settings.ttl) {
+            return;
+        }
         let mut order: Vec<usize> = (0..5).collect();
         rng.shuffle(&mut order);
         let [a, b, c, d, e] = order[..] else {

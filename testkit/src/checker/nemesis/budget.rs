@@ -1,7 +1,8 @@
 //! What the lanes of the nemesis share: the budget of affected voters (never more than
-//! [`MAX_AFFECTED`](crate::checker::MAX_AFFECTED) at once, however many lanes inject), and
-//! the stop signal.
+//! [`MAX_AFFECTED`](crate::checker::MAX_AFFECTED) at once, however many lanes inject, and
+//! lanes waiting for room served first come, first served), and the stop signal.
 
+use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,11 @@ struct State {
     busy: Vec<Busy>,
     /// A scenario holds every voter (see [`Budget::exclusive`]): nothing else is taken.
     exclusive: bool,
+    /// The lanes waiting in [`Budget::take_in_turn`], in arrival order: only the first may
+    /// take (a lane that heals and injects again at once would otherwise starve the
+    /// others).
+    queue: VecDeque<u64>,
+    next_ticket: u64,
 }
 
 impl State {
@@ -57,6 +63,8 @@ impl Budget {
             state: Mutex::new(State {
                 busy: vec![Busy::Free; voters],
                 exclusive: false,
+                queue: VecDeque::new(),
+                next_ticket: 0,
             }),
             changed: Condvar::new(),
             max,
@@ -67,17 +75,65 @@ impl Budget {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes `n` voters, chosen at random among the free ones `eligible` accepts, if the
-    /// budget has room for `n` more right now (and no scenario holds them all).
-    pub(super) fn take(
+    /// Takes `n` voters, chosen at random among the free ones `eligible` accepts, when the
+    /// budget has room for `n` more and every lane that asked before has had its turn;
+    /// waits for that (checking every 50 ms, and at once when voters are given back).
+    /// `None` when told to stop first.
+    pub(super) fn take_in_turn(
+        &self,
+        rng: &mut fastrand::Rng,
+        n: usize,
+        eligible: impl Fn(usize) -> bool,
+        stop: &Stop,
+    ) -> Option<Vec<usize>> {
+        let mut state = self.lock();
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.queue.push_back(ticket);
+        loop {
+            if stop.is_set() {
+                state.queue.retain(|&t| t != ticket);
+                drop(state);
+                self.changed.notify_all();
+                return None;
+            }
+            if state.queue.front() == Some(&ticket) {
+                if let Some(taken) = Self::try_take(&mut state, self.max, rng, n, &eligible) {
+                    state.queue.pop_front();
+                    drop(state);
+                    self.changed.notify_all();
+                    return Some(taken);
+                }
+            }
+            let (s, _) = self
+                .changed
+                .wait_timeout(state, Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner());
+            state = s;
+        }
+    }
+
+    /// Takes `n` voters as [`Budget::take_in_turn`] does, but only if that can be done
+    /// right now, whoever waits.
+    #[cfg(test)]
+    fn take(
         &self,
         rng: &mut fastrand::Rng,
         n: usize,
         eligible: impl Fn(usize) -> bool,
     ) -> Option<Vec<usize>> {
-        let mut state = self.lock();
+        Self::try_take(&mut self.lock(), self.max, rng, n, &eligible)
+    }
+
+    fn try_take(
+        state: &mut State,
+        max: usize,
+        rng: &mut fastrand::Rng,
+        n: usize,
+        eligible: &impl Fn(usize) -> bool,
+    ) -> Option<Vec<usize>> {
         let now = Instant::now();
-        if state.exclusive || state.affected(now) + n > self.max {
+        if state.exclusive || state.affected(now) + n > max {
             return None;
         }
         let mut free: Vec<usize> = (0..state.busy.len())
@@ -220,6 +276,54 @@ mod tests {
         );
         drop(all);
         assert!(budget.take(&mut rng, 1, |_| true).is_some());
+    }
+
+    /// Waits (bounded) until `n` lanes wait in the budget's queue.
+    fn queued(budget: &Budget, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while budget.lock().queue.len() < n {
+            assert!(Instant::now() < deadline, "{n} waiting lanes");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn lanes_waiting_for_room_take_their_turn_in_order() {
+        let budget = Budget::new(5, 2);
+        let stop = Stop::default();
+        let mut rng = fastrand::Rng::with_seed(3);
+        let held = budget.take(&mut rng, 2, |_| true).unwrap();
+        let order = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            // The first waiter wants two voters, the second one: the second must not
+            // overtake the first when one voter comes back.
+            let first = s.spawn(|| {
+                let mut rng = fastrand::Rng::with_seed(1);
+                let v = budget.take_in_turn(&mut rng, 2, |_| true, &stop).unwrap();
+                order.lock().unwrap().push("two");
+                budget.free(&v);
+            });
+            queued(&budget, 1);
+            let second = s.spawn(|| {
+                let mut rng = fastrand::Rng::with_seed(2);
+                let v = budget.take_in_turn(&mut rng, 1, |_| true, &stop).unwrap();
+                order.lock().unwrap().push("one");
+                budget.free(&v);
+            });
+            queued(&budget, 2);
+            budget.free(&held[..1]);
+            budget.free(&held[1..]);
+            first.join().unwrap();
+            second.join().unwrap();
+        });
+        assert_eq!(*order.lock().unwrap(), ["two", "one"]);
+
+        // A waiter told to stop leaves the queue.
+        let all = budget.take(&mut rng, 2, |_| true).unwrap();
+        stop.set();
+        assert!(budget.take_in_turn(&mut rng, 1, |_| true, &stop).is_none());
+        assert!(budget.lock().queue.is_empty());
+        budget.free(&all);
     }
 
     #[test]

@@ -135,22 +135,15 @@ impl Ctx<'_> {
         self.stop.pause(d)
     }
 
-    /// Takes `n` voters that `eligible` accepts out of the budget, waiting while it has no
-    /// room; `None` when told to stop first.
+    /// Takes `n` voters that `eligible` accepts out of the budget, waiting (in turn with the
+    /// other lanes) while it has no room; `None` when told to stop first.
     pub(super) fn take(
         &self,
         rng: &mut fastrand::Rng,
         n: usize,
         eligible: impl Fn(usize) -> bool,
     ) -> Option<Vec<usize>> {
-        loop {
-            if let Some(v) = self.budget.take(rng, n, &eligible) {
-                return Some(v);
-            }
-            if self.pause(Duration::from_millis(50)) {
-                return None;
-            }
-        }
+        self.budget.take_in_turn(rng, n, eligible, self.stop)
     }
 
     /// Counts one fault on `voters` from `from_ns` until now.

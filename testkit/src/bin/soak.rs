@@ -7,9 +7,9 @@
 //! cargo run --release -p tower-redlock-testkit --bin soak
 //! cargo run --release -p tower-redlock-testkit --bin soak -- --acquisitions 1000000 --processes 4
 //! cargo run --release -p tower-redlock-testkit --features cluster --bin soak -- \
-//!     --nemesis reply-reset,skew,sentinel,cluster
+//!     --nemesis classic,reply-reset,skew,sentinel,cluster
 //! cargo run --release -p tower-redlock-testkit --bin soak -- --workload replay \
-//!     --nemesis records,reply-reset,skew --acquisitions 20000
+//!     --nemesis records,reply-reset,skew,classic --min-faults 40
 //! cargo run -p tower-redlock-testkit --bin soak -- --help
 //! ```
 

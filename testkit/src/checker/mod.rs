@@ -12,9 +12,9 @@
 //! cargo run --release -p tower-redlock-testkit --bin soak                  # 100,000 acquisitions
 //! cargo run --release -p tower-redlock-testkit --bin soak -- --acquisitions 1000000 --processes 4
 //! cargo run --release -p tower-redlock-testkit --features cluster --bin soak -- \
-//!     --nemesis reply-reset,skew,sentinel,cluster --acquisitions 100000
+//!     --nemesis classic,reply-reset,skew,sentinel,cluster --acquisitions 100000
 //! cargo run --release -p tower-redlock-testkit --bin soak -- \
-//!     --workload replay --nemesis records,reply-reset,skew --acquisitions 20000
+//!     --workload replay --nemesis records,reply-reset,skew,classic --min-faults 40
 //! ```
 //!
 //! Settings, as flags or `CHECKER_*` environment variables (flags win):
@@ -36,17 +36,24 @@
 //! | `--min-faults N` (go on until each kind injected N of each of its faults) | `CHECKER_MIN_FAULTS` | 0 | 0 |
 //! | `--broken quorum1` (the negative control: must fail) | `CHECKER_BROKEN` | none | none |
 //!
-//! The nemesis kinds (`nemesis/mod.rs` says exactly what each does), mixed freely; never
-//! more than two of the five voters are affected at once (but by the `records` scenario):
+//! The nemesis kinds, mixed freely: each is a lane (a thread, `nemesis/`), and the lanes
+//! share one budget, so never more than two of the five voters are affected at once (but
+//! by the `records` scenario, which holds all five and takes four out for a moment);
+//! lanes waiting for room take turns.
 //!
-//! | kind | faults |
-//! | --- | --- |
-//! | `classic` | bare masters frozen, partitioned, slowed, reset, restarted empty (behind delayed-restart protection) |
-//! | `reply-reset` | a connection reset after its command ran and before its reply (bare masters, and Cluster nodes when the run has a Cluster voter) |
-//! | `skew` | bare masters' wall clocks really offset (±`skew-percent` of the ttl: any two differ by at most twice that, below the ttl), and restarted now and then (their fencing counters then start again from their skewed clocks) |
-//! | `sentinel` | one voter is a Sentinel group: workers cut from a majority of their sentinels; a failover while some workers are cut off |
-//! | `cluster` | one voter is a 3-node Cluster behind proxies: replies reset after the command ran, nodes partitioned |
-//! | `records` | (replay workload) completion records on a minority, then expiry: masters frozen around completions and thawed past the completion's patience, at least 1 s inside the ttl, then the master that had the record paused (this scenario holds all five voters, four of them out for a moment) |
+//! | kind | what it does | faults counted |
+//! | --- | --- | --- |
+//! | `classic` | one bare master frozen, partitioned (black hole), slowed, reset or restarted empty (then abstaining under delayed-restart protection), or two at once frozen / frozen + partitioned, for 150–450 ms | `freeze`, `freeze-two`, `partition`, `freeze+partition`, `latency`, `reset`, `restart` |
+//! | `reply-reset` | the proxy of a random bare master (or Cluster node, when the run has a Cluster voter) resets the connection that carries the next reply, after its command ran | `reply-reset` |
+//! | `skew` | every bare master runs with its wall clock really offset (one by `+skew-percent` of the ttl, one by `−skew-percent`, the others between: any two differ by at most twice that, below the ttl); one of them restarted empty now and then, so its fencing counters start again from its skewed clock | `skew` (one per offset master), `skew-restart` |
+//! | `sentinel` | one voter is a Sentinel group (master, replica, 3 sentinels; the workers' voters refresh every 200 ms, a 400 ms majority window, tenure protection of the ttl), each worker reaching its sentinels through proxies of its own: some workers cut from a majority (or all) of their sentinels for 0.3–1.5 s; or a `SENTINEL FAILOVER` while some workers — never all — are cut off, cut before it or the moment the first sentinel names the new master, healed 0.3–1.5 s after it | `sentinel-cut`, `sentinel-failover` |
+//! | `cluster` | one voter is a 3-node Cluster, each node behind a proxy it announces: a node's next reply reset after its command ran, or the node partitioned for 100–400 ms | `cluster-reply-reset`, `cluster-partition` |
+//! | `records` | (replay workload) records on a minority, then expiry: after a quiet ttl, two masters reset while claims lock on the other three, then two of those frozen too, past a completion's patience (records land on the fifth alone), and thawed at least 1 s inside the ttl, then the fifth paused past the ttl while duplicates claim | `records` |
+//!
+//! The replay workload never restarts a master nor fails one over (`classic` leaves out
+//! `restart`, `skew` its restarts, `sentinel` its failovers): the masters here keep their
+//! completion records in memory only, and a master that forgets one may let its key run
+//! again — which the library documents (keep record masters persistent), not prevents.
 //!
 //! `--broken quorum1` gives each worker a client over ONE bare master (a different one per
 //! worker): the checker must then report violations (`tests/checker.rs` asserts it does).

@@ -5,19 +5,8 @@
 //! other lane injects meanwhile) and takes four out for a moment — and every fault is
 //! healed before the run ends.
 //!
-//! | kind | what it does | faults counted |
-//! | --- | --- | --- |
-//! | `classic` | one bare master frozen, partitioned (black hole), slowed, reset or restarted empty (then abstaining under delayed-restart protection), or two at once frozen / frozen + partitioned, for 150–450 ms | `freeze`, `freeze-two`, `partition`, `freeze+partition`, `latency`, `reset`, `restart` |
-//! | `reply-reset` | the proxy of a random bare master (or Cluster node) resets the connection that carries the next reply, after its command ran | `reply-reset` |
-//! | `skew` | every bare master runs with its wall clock really offset (one by `+skew-percent` of the ttl, one by `−skew-percent`, the others between: any two differ by at most twice that, below the ttl); this lane restarts one of them empty now and then, so its fencing counter starts again from its skewed clock | `skew` (one per offset master), `skew-restart` |
-//!
-//! The replay workload never restarts a master nor fails one over (`classic` leaves out
-//! `restart`, `skew` its restarts, `sentinel` its failovers): the masters here keep their
-//! completion records in memory only, and a master that forgets one may let its key run
-//! again — which the library documents (keep record masters persistent), not prevents.
-//! | `sentinel` | one voter is a Sentinel group, each worker reaching its 3 sentinels through proxies of its own: some workers are cut from a majority (or all) of their sentinels for 0.3–1.5 s; or a `SENTINEL FAILOVER` runs while some workers are cut off — cut before it, or the moment the first sentinel names the new master — then the group settles | `sentinel-cut`, `sentinel-failover` |
-//! | `cluster` | one voter is a 3-node Cluster, each node behind an announced proxy: a node's next reply reset after its command ran, or the node partitioned for 100–400 ms | `cluster-reply-reset`, `cluster-partition` |
-//! | `records` | (replay workload) records on a minority, then expiry: after a quiet ttl, two masters reset while claims lock on the other three, then two of those frozen too, past a completion's patience (records land on the fifth alone; four voters out), and thawed at least 1 s inside the ttl, then the fifth paused past the ttl while duplicates claim | `records` |
+//! The kinds, what each does and the faults each counts are in one table, in the checker's
+//! module docs (`checker/mod.rs`); each kind's lane is a file here.
 
 mod budget;
 mod classic;

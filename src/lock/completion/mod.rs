@@ -1,0 +1,301 @@
+//! Completing idempotent work: [`Lease::complete`](crate::Lease::complete) stores the
+//! completion record on every node where the lease still holds, ending the lock there, and
+//! keeps at it until a quorum has it.
+//!
+//! A duplicate runs the work again only if a quorum of nodes answers it with neither the
+//! record nor our lock. So while the record lacks its quorum, the nodes that did not store
+//! it must keep our lock: the completion is retried there — past the caller's patience, for
+//! as long as the lock may still hold there — and a node that refuses the write with an error
+//! reply (a master out of memory) but still holds the lock has it extended. What this
+//! leaves open is stated in the crate's Safety docs: a node that does not answer until its
+//! lock has expired can no longer store the record.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use tracing::Instrument;
+
+use super::fencing::Fence;
+use super::lease::{LeaseState, Token};
+use super::observe::{self, Background};
+use super::quorum::{self, Answer, Skip, Tally, Vote};
+use super::records::record_key;
+use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
+use super::{Inner, Redlock};
+use crate::error::Error;
+use crate::node::NodeFailure;
+
+mod keep;
+#[cfg(test)]
+mod tests;
+
+use self::keep::{keep_completing, Keep, KeepOnDrop, KEEP_TTLS};
+
+impl Redlock {
+    /// Stores `record` for `state`'s resource on every node where its token still holds.
+    ///
+    /// The nodes that gave no answer are asked again until a quorum stored the record, or
+    /// until the caller's patience runs out (see `release.rs`); a node asked again that
+    /// answers "not stored" had stored it the first time (its answer was lost: the script is
+    /// idempotent and answers "stored" then) or no longer holds our token. Past the
+    /// caller's patience the rest goes on in the background: the stragglers once a quorum
+    /// stored it; otherwise [`keep_completing`], until a quorum has the record.
+    pub(crate) async fn complete_state(
+        &self,
+        state: &LeaseState,
+        record: Bytes,
+        retention: Duration,
+        span: Option<&tracing::Span>,
+    ) -> crate::Result<()> {
+        let inner = &*self.inner;
+        if !state.is_valid() {
+            return Err(Error::lost(
+                "the lease expired or was lost before its work was completed: nothing stored",
+            ));
+        }
+        // The work is over: from here the lease reports itself ended (a holder watching its
+        // handle stops), even if this future is dropped midway. Nothing is released.
+        state.end();
+        let n = inner.nodes.len();
+        // If this future is dropped before the record is on a quorum, the guard hands the
+        // completion to the background, where it goes on as below.
+        let mut guard = KeepOnDrop(Some(Keep {
+            client: Arc::downgrade(&self.inner),
+            completion: Completion {
+                key: state.key_arc(),
+                record_key: record_key(state.key()),
+                token: state.token_copy(),
+                record,
+                retention,
+                fence: state.fence().cloned(),
+            },
+            ttl: state.ttl(),
+            until: state.deadline() + state.ttl(),
+            hard_until: state.deadline() + state.ttl().saturating_mul(KEEP_TTLS),
+            gone: Instant::now().max(state.deadline()) + state.ttl(),
+            quorum: inner.quorum,
+            nodes: n,
+        }));
+        let completion = &guard.keep().completion;
+        let vote = |stored| {
+            if stored {
+                Vote::For
+            } else {
+                Vote::Against(None)
+            }
+        };
+        let mut sent = completion.send(inner, quorum::all(n));
+        let tally = quorum::count(&mut sent, n, inner.quorum, vote).await;
+        // The first round's votes, on the `redlock.complete` span.
+        observe::votes(span, &tally);
+        let mut progress = Progress::from_tally(&tally);
+        // The first round decided early without a quorum (some node refused): its other
+        // answers still count.
+        progress.count(&mut sent, inner.quorum).await;
+        let patience = self.patience(state.deadline());
+        let mut pause = FIRST_PAUSE;
+        while progress.stored() < inner.quorum
+            && !progress.lost(n, inner.quorum)
+            && progress.retry != 0
+            && Instant::now() + pause < patience
+        {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_PAUSE);
+            // A suspended node is being probed: it is asked again once it is back.
+            let ask = progress.retry & !release::suspended(inner);
+            sent = completion.send(inner, ask);
+            progress.count(&mut sent, inner.quorum).await;
+        }
+        let stored = progress.stored();
+        let keep = guard.disarm();
+        if stored >= inner.quorum {
+            // The slower nodes store it too, and those that gave no answer are asked again,
+            // in the background while the lease is valid.
+            quorum::drain_ready(&mut sent, |answer| progress.take(answer));
+            if progress.retry != 0 || !sent.is_empty() {
+                let client = Arc::downgrade(&self.inner);
+                let until = self.patience(state.deadline());
+                let failed = progress.retry;
+                let rest = async move {
+                    let resend = |inner: &Inner, mask| keep.completion.send(inner, mask);
+                    let owe = |inner: &Inner, mask| keep.owe(inner, mask);
+                    release::retry_rest(client, until, sent, failed, resend, owe).await;
+                };
+                tokio::spawn(rest.instrument(observe::background(Background::Stragglers)));
+            }
+            return Ok(());
+        }
+        tracing::warn!(
+            key = %observe::hashed(state.key()),
+            stored_on = stored,
+            "completion record not stored on a quorum yet: it is retried where the lock \
+             holds, and the lock is kept there meanwhile, so duplicates are refused rather \
+             than run again"
+        );
+        tokio::spawn(
+            keep_completing(keep, progress, sent)
+                .instrument(observe::background(Background::Completing)),
+        );
+        if progress.lost(n, inner.quorum) {
+            Err(Error::lost(
+                "the lease no longer held on a quorum: the record was not stored there",
+            ))
+        } else {
+            Err(Error::unavailable(
+                format!(
+                    "the completion record reached {stored} of the {} nodes a quorum needs \
+                     (retried in the background while the lock holds)",
+                    inner.quorum
+                ),
+                tally.errors,
+            ))
+        }
+    }
+}
+
+/// Where a completion stands on each node (bit sets, by node index).
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    /// The node stored the record.
+    stored: u64,
+    /// The node answered "not stored": it does not hold our lock (any more).
+    refused: u64,
+    /// No answer (timed out, unreachable, suspended): ask again.
+    retry: u64,
+    /// An error reply (a master out of memory, a node without records): it may still hold
+    /// our lock, which is extended there while the record lacks its quorum.
+    kept: u64,
+}
+
+impl Progress {
+    /// The answers counted in `tally` (those still in flight are not in it).
+    fn from_tally(tally: &Tally) -> Self {
+        let mut p = Self {
+            stored: tally.for_mask,
+            refused: tally.not_ours & !tally.error_mask(),
+            ..Self::default()
+        };
+        for e in &tally.errors {
+            p.failed(e.node(), e.is_transient() || e.is_suspended());
+        }
+        p
+    }
+
+    fn failed(&mut self, i: usize, transient: bool) {
+        if transient {
+            self.retry |= 1 << i;
+        } else {
+            self.kept |= 1 << i;
+        }
+    }
+
+    /// Takes node `i`'s answer to a completion.
+    fn take(&mut self, (i, answer): Answer<bool>) {
+        let bit = 1u64 << i;
+        self.retry &= !bit;
+        self.kept &= !bit;
+        match answer {
+            Ok(true) => self.stored |= bit,
+            Ok(false) => self.refused |= bit,
+            Err(e) => self.failed(i, e.is_transient() || e.is_suspended()),
+        }
+    }
+
+    /// Takes the answers of a round until the quorum is reached, or every node asked
+    /// answered. A refusal decides nothing: any other node asked may still store it.
+    async fn count<S>(&mut self, sent: &mut S, quorum: usize)
+    where
+        S: Stream<Item = Answer<bool>> + Unpin,
+    {
+        while self.stored() < quorum {
+            let Some(answer) = sent.next().await else {
+                break;
+            };
+            self.take(answer);
+        }
+    }
+
+    fn stored(&self) -> usize {
+        self.stored.count_ones() as usize
+    }
+
+    /// Whether too many of `n` nodes refused for the record to reach a quorum.
+    fn lost(&self, n: usize, quorum: usize) -> bool {
+        n - (self.refused.count_ones() as usize) < quorum
+    }
+}
+
+/// What a completion stores, owned, so that its retries can go on in the background.
+struct Completion {
+    key: Arc<str>,
+    record_key: Arc<str>,
+    token: Token,
+    record: Bytes,
+    retention: Duration,
+    fence: Option<Fence>,
+}
+
+impl Completion {
+    /// Sends the completion to the nodes in `mask` (suspended ones fail at once).
+    fn send(
+        &self,
+        inner: &Inner,
+        mask: u64,
+    ) -> quorum::Sent<
+        bool,
+        impl std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
+    > {
+        let (key, record_key, token) = (&self.key, &self.record_key, self.token);
+        let (record, retention, fence) = (&self.record, self.retention, &self.fence);
+        quorum::send(
+            &inner.nodes,
+            mask,
+            inner.config.node_timeout,
+            Skip::Suspended,
+            &|node| match fence {
+                None => node.complete_now(key, record_key, token.as_str(), record, retention),
+                Some(f) => node.complete_fenced_now(
+                    key,
+                    record_key,
+                    token.as_str(),
+                    record,
+                    retention,
+                    f.floor(),
+                ),
+            },
+            |v| {
+                let (key, record_key, record) = (key.clone(), record_key.clone(), record.clone());
+                let fence = fence.clone();
+                async move {
+                    let Some(f) = &fence else {
+                        return v
+                            .node
+                            .complete(&key, &record_key, token.as_str(), &record, retention)
+                            .await;
+                    };
+                    // The counters raised to the lease's token first, as a release does; a
+                    // node without counters (no vote: see `acquire.rs`) may still hold our
+                    // key, and gets the plain completion, as it gets the plain release.
+                    let fenced = v.node.complete_fenced(
+                        &key,
+                        &record_key,
+                        token.as_str(),
+                        &record,
+                        retention,
+                        f.floor(),
+                    );
+                    match fenced.await {
+                        Err(e) if e.is_unsupported() => {
+                            v.node
+                                .complete(&key, &record_key, token.as_str(), &record, retention)
+                                .await
+                        }
+                        answer => answer,
+                    }
+                }
+            },
+        )
+    }
+}

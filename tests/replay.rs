@@ -257,6 +257,53 @@ async fn minority_record_holders_back_shortly_before_expiry_get_the_record() {
     assert_eq!(completed(again), b"charged pay_e");
 }
 
+/// A replay hit needs one record: with one master slow (every request reaching it 400 ms
+/// late, far past the 200 ms node timeout, but never silent long enough to be suspended), a
+/// duplicate gets the stored answer as fast as the quickest master gives it, never after the
+/// slowest.
+#[tokio::test]
+async fn a_replay_hit_never_waits_for_the_slowest_master() {
+    use support::proxy::{Fault, FaultProxy};
+    let m = Masters::start(3);
+    let mut proxies = Vec::new();
+    for master in m.iter() {
+        proxies.push(FaultProxy::start(master.addr().parse().unwrap()).await);
+    }
+    let client = proxies
+        .iter()
+        .fold(Redlock::builder(), |b, p| b.redis(&p.url()))
+        .node_timeout(support::NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    support::warm_up(&client, &m).await;
+    locked(claim(&client, "pay:hit-fast").await)
+        .complete("charged pay_f", DAY)
+        .await
+        .unwrap();
+    eventually("every master has the record", WITHIN, || async {
+        m.values("pay:hit-fast:record")
+            .await
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
+    proxies[2].set(Fault::RequestLatency(Duration::from_millis(400)));
+    for _ in 0..5 {
+        let start = std::time::Instant::now();
+        assert_eq!(
+            completed(claim(&client, "pay:hit-fast").await),
+            b"charged pay_f"
+        );
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_millis(150),
+            "the hit took {took:?}: it waited for the slow master"
+        );
+    }
+    proxies[2].set(Fault::Pass);
+}
+
 /// A master out of memory (`maxmemory` reached under `noeviction`) refuses the record's write
 /// with an error reply but still takes extensions: while the record lacks its quorum, the
 /// lock is kept there past its ttl, so a duplicate is refused (not run) even with the one

@@ -73,6 +73,34 @@ pub async fn fencing_counts_up_from_a_raised_counter(node: &dyn Node, _: &dyn Pe
     assert_eq!(token_of(node, "f2", T1).await, BIG + 3);
 }
 
+/// A raise that finds no counter (it expired, or was lost) starts it from the node's clock
+/// when the raise's floor is below it: a release that comes long after its lease — its
+/// counter gone, later tokens issued from a new one that expired too — must not bring the
+/// counter back at its old token, or the next holder's token would go back.
+pub async fn fencing_raise_of_an_absent_counter_starts_from_the_clock(
+    node: &dyn Node,
+    _: &dyn Peek,
+) {
+    let before = now_us();
+    // An old token, far below the clock; no counter exists.
+    assert!(!release(node, "f7", T1, 42).await);
+    let next = token_of(node, "f7", T2).await;
+    assert!(
+        next > before,
+        "the next token {next} came from the old floor, not from the clock ({before})"
+    );
+    // The same for the raise right after a fenced grant.
+    let floor = FenceFloor {
+        key: "f8:fence",
+        floor: 42,
+        retention: RETAIN,
+    };
+    assert!(node.acquire("f8", T1, LONG).await.unwrap() == Acquire::Acquired);
+    assert!(node.extend_fenced("f8", T1, LONG, floor).await.unwrap());
+    assert!(node.release("f8", T1).await.unwrap());
+    assert!(token_of(node, "f8", T2).await > before);
+}
+
 /// The fenced release is owner-only like the plain one; a plain acquire never answers with
 /// a counter.
 pub async fn fencing_release_is_owner_only(node: &dyn Node, peek: &dyn Peek) {

@@ -254,15 +254,25 @@ impl MemoryNode {
     /// Raises the counter at `fence_key` to `floor` if it is below (or gone).
     fn raise(&self, fence_key: &str, floor: u64, retention: Duration) {
         let now = Instant::now();
-        let mut map = self.lock();
-        let below = map
+        Self::raise_in(&mut self.lock(), now, fence_key, floor, retention);
+    }
+
+    /// Raises the counter at `fence_key` to `floor` if it is below; one that is gone (expired,
+    /// or never set) starts again from the larger of `floor` and this process's clock in
+    /// microseconds, never from an old token.
+    fn raise_in(map: &mut Map, now: Instant, fence_key: &str, floor: u64, retention: Duration) {
+        let live = map
             .fences
             .get(fence_key)
-            .is_none_or(|(v, expires)| *expires <= now || *v < floor);
-        if below {
-            map.fences
-                .insert(fence_key.to_owned(), (floor, expiry(now, retention)));
-        }
+            .filter(|(_, expires)| *expires > now)
+            .map(|(v, _)| *v);
+        let to = match live {
+            Some(v) if v >= floor => return,
+            Some(_) => floor,
+            None => floor.max(clock_micros()),
+        };
+        map.fences
+            .insert(fence_key.to_owned(), (to, expiry(now, retention)));
     }
 
     pub(crate) fn release_fenced_now(
@@ -292,15 +302,7 @@ impl MemoryNode {
             Some(e) if e.token == token && e.expires > now => e.expires = now + ttl,
             _ => return false,
         }
-        let below = map
-            .fences
-            .get(fence.key)
-            .is_none_or(|(v, expires)| *expires <= now || *v < fence.floor);
-        if below {
-            let expires = expiry(now, fence.retention);
-            map.fences
-                .insert(fence.key.to_owned(), (fence.floor, expires));
-        }
+        Self::raise_in(&mut map, now, fence.key, fence.floor, fence.retention);
         true
     }
 

@@ -166,7 +166,9 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     }
 
     /// For fencing tokens: raise the counter at `fence_key` to `floor` if it is below
-    /// (keeping it for `retention`; also when the key no longer holds `token`), then what
+    /// (keeping it for `retention`; also when the key no longer holds `token`) — a counter
+    /// that is gone (expired, or lost) starts again from the larger of `floor` and this
+    /// node's clock in microseconds, never from an old token alone — then what
     /// [`release`](Self::release) does. The raise must come first (or in the same atomic
     /// step): the next holder's bump follows the delete.
     ///

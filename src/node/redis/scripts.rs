@@ -275,20 +275,28 @@ redis.call('set', fkey, 'TRF1:' .. string.format('%.0f', fence), 'PX', fret)
     };
 }
 
-/// The raise of the fenced release and completion (after `fence_read_lua!`): the counter
-/// becomes the lease's token `$floor` if it is below, kept for `$ret` ms; a foreign value is
-/// left alone.
+/// The raise of the fenced release, completion and extension (after `fence_read_lua!`): the
+/// counter becomes the lease's token `$floor` if it is below, kept for `$ret` ms; a counter
+/// that is gone (it expired, or was lost) starts again from the larger of the token and the
+/// server's clock in microseconds — a raise long after its lease must not bring a counter
+/// back at an old token, below tokens issued since from a counter that expired too. A
+/// foreign value is left alone.
 macro_rules! fence_raise_lua {
     ($floor:literal, $ret:literal) => {
         concat!(
-            "if not foreign and fence < tonumber(",
+            "if not foreign then\n",
+            "  local floor = tonumber(",
             $floor,
-            ") then\n",
-            "  redis.call('set', fkey, 'TRF1:' .. ",
-            $floor,
-            ", 'PX', ",
+            ")\n",
+            "  if not raw then\n",
+            "    local rt = redis.call('TIME')\n",
+            "    floor = math.max(floor, tonumber(rt[1]) * 1000000 + tonumber(rt[2]))\n",
+            "  end\n",
+            "  if not raw or fence < floor then\n",
+            "    redis.call('set', fkey, 'TRF1:' .. string.format('%.0f', floor), 'PX', ",
             $ret,
             ")\n",
+            "  end\n",
             "end\n"
         )
     };
@@ -356,7 +364,7 @@ local fkey = KEYS[2]
         r#"return redis.call('pexpire', KEYS[1], ARGV[2])
 "#
     ),
-    sha1: "40a6d8452d1cd71de70c9eabed5b5137525f3344",
+    sha1: "220c43d1ba4ccfc78d76e00d85bf7f79c112df6b",
     votes: true,
 };
 
@@ -395,7 +403,7 @@ pub(crate) static RELEASE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[2]", "ARGV[3]"),
         release_lua!()
     ),
-    sha1: "0549f710ac1c8111933a4b4c4713214208cb94e2",
+    sha1: "5f924f857176fe68824911f3d7b221d71e94cb54",
     votes: false,
 };
 
@@ -409,7 +417,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_lua!()
     ),
-    sha1: "e7c1d212ac28984722262e78eb5ab86194975f01",
+    sha1: "3851ea747c71d7a2fe94b626c1ef5348a320b1ec",
     votes: true,
 };
 

@@ -6,8 +6,19 @@
 //!
 //! A debt is small (the key, the token, the fencing token; a completion's record is shared,
 //! not copied) and lapses once the lock can no longer be on the node. A ledger holds at most
-//! [`MAX_OWED`] debts; past that the oldest lapse early (their locks expire with their ttl,
-//! as without a ledger), with a warning.
+//! [`MAX_OWED`] debts and [`MAX_OWED_BYTES`] of keys and records; past that the oldest lapse
+//! early (their locks expire with their ttl, as without a ledger), with a warning.
+//!
+//! Limits, none of them a safety matter (every payment is owner-only, fenced by the token,
+//! so it can never remove or overwrite another holder's lock or record):
+//! - a debt lapses on this process's clock (the lock's ttl after its validity ended, as this
+//!   process measured it): on a node whose clock runs slow the lock may outlive its debt,
+//!   and then expires with its ttl there;
+//! - debts are paid in parallel, in no particular order, and not in order with the
+//!   requests of the node's next answers: a payment may reach the node after a newer
+//!   request for the same key (a lock of the next holder is untouched by it, and a
+//!   completion's record reaches only a node where the lock is still ours);
+//! - a ledger lives in the client: a process that exits owes nothing any more.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -21,9 +32,11 @@ use super::lease::Token;
 
 /// The most debts a node's ledger keeps.
 pub(crate) const MAX_OWED: usize = 65_536;
+/// The most bytes of keys and records a node's ledger keeps (64 MiB).
+pub(crate) const MAX_OWED_BYTES: usize = 64 << 20;
 
 /// What is owed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Debt {
     /// The compare-and-delete of the token (the fenced release with a fence).
     Release,
@@ -36,6 +49,7 @@ pub(crate) enum Debt {
 }
 
 /// One debt to one node (no `Debug`: it holds a token).
+#[derive(Clone)]
 pub(crate) struct Owed {
     pub(crate) key: Arc<str>,
     pub(crate) token: Token,
@@ -46,10 +60,21 @@ pub(crate) struct Owed {
     pub(crate) until: Instant,
 }
 
+impl Owed {
+    /// What it holds, in bytes (its key and record; the rest is small and fixed).
+    fn bytes(&self) -> usize {
+        self.key.len()
+            + match &self.debt {
+                Debt::Release => 0,
+                Debt::Complete { record, .. } => record.len(),
+            }
+    }
+}
+
 /// One node's debts.
 #[derive(Default)]
 pub(crate) struct Ledger {
-    debts: Mutex<VecDeque<Owed>>,
+    debts: Mutex<Debts>,
     /// How many debts (read without the lock on every answer of the node).
     len: AtomicUsize,
     /// Whether a payment is under way (one at a time).
@@ -66,26 +91,46 @@ impl std::fmt::Debug for Ledger {
     }
 }
 
+/// The debts, oldest first, and their bytes.
+#[derive(Default)]
+struct Debts {
+    queue: VecDeque<Owed>,
+    bytes: usize,
+}
+
+impl Debts {
+    fn pop_front(&mut self) -> Option<Owed> {
+        let d = self.queue.pop_front()?;
+        self.bytes -= d.bytes();
+        Some(d)
+    }
+}
+
 impl Ledger {
-    /// Records a debt; a full ledger lets its oldest lapse.
+    /// Records a debt; a full ledger lets its oldest lapse (those past their time first:
+    /// debts lapse about in the order they were owed).
     pub(crate) fn owe(&self, debt: Owed, node: &str) {
         let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
-        if debts.len() >= MAX_OWED {
+        let full = |d: &Debts| d.queue.len() >= MAX_OWED || d.bytes + debt.bytes() > MAX_OWED_BYTES;
+        if full(&debts) {
             let now = Instant::now();
-            debts.retain(|d| d.until > now);
+            while debts.queue.front().is_some_and(|d| d.until <= now) {
+                debts.pop_front();
+            }
         }
-        if debts.len() >= MAX_OWED {
-            debts.pop_front();
+        if full(&debts) {
+            while full(&debts) && debts.pop_front().is_some() {}
             if !self.overflowed.swap(true, Relaxed) {
                 tracing::warn!(
                     node,
-                    "{MAX_OWED} releases and completions owed to this node: the oldest lapse \
-                     (their locks expire with their ttl)"
+                    "more than {MAX_OWED} releases and completions (or {MAX_OWED_BYTES} bytes) \
+                     owed to this node: the oldest lapse (their locks expire with their ttl)"
                 );
             }
         }
-        debts.push_back(debt);
-        self.len.store(debts.len(), Relaxed);
+        debts.bytes += debt.bytes();
+        debts.queue.push_back(debt);
+        self.len.store(debts.queue.len(), Relaxed);
     }
 
     /// Whether nothing is owed (one atomic load).
@@ -101,7 +146,8 @@ impl Ledger {
         }
         let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        let due: Vec<Owed> = debts.drain(..).filter(|d| d.until > now).collect();
+        let due: Vec<Owed> = debts.queue.drain(..).filter(|d| d.until > now).collect();
+        debts.bytes = 0;
         self.len.store(0, Relaxed);
         drop(debts);
         if due.is_empty() {

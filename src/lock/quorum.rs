@@ -6,8 +6,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures_util::future::{self, Either};
 use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
 use futures_util::FutureExt;
 use tokio::task::JoinHandle;
@@ -278,8 +279,33 @@ where
     S: Stream<Item = Answer<T>> + Unpin,
     V: Fn(T) -> Vote,
 {
+    count_until(sent, asked, quorum, vote, None).await
+}
+
+/// [`count`], stopping at `until` too (when given): a caller's patience, which a request
+/// waiting for a node that answers late (see `request.rs`) must not stretch.
+pub(crate) async fn count_until<T, S, V>(
+    sent: &mut S,
+    asked: usize,
+    quorum: usize,
+    vote: V,
+    until: Option<Instant>,
+) -> Tally
+where
+    S: Stream<Item = Answer<T>> + Unpin,
+    V: Fn(T) -> Vote,
+{
     let mut tally = Tally::default();
-    while let Some((i, answer)) = sent.next().await {
+    let mut cutoff = until.map(|u| Box::pin(tokio::time::sleep_until(u.into())));
+    loop {
+        let next = match cutoff.as_mut() {
+            None => sent.next().await,
+            Some(cutoff) => match future::select(sent.next(), cutoff.as_mut()).await {
+                Either::Left((next, _)) => next,
+                Either::Right(_) => break,
+            },
+        };
+        let Some((i, answer)) = next else { break };
         tally.answered |= 1 << i;
         match answer {
             Ok(v) => {

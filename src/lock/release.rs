@@ -132,7 +132,13 @@ impl Redlock {
                 r.fence.as_ref(),
             );
             let asked = todo.count_ones() as usize;
-            let tally = quorum::count(&mut sent, asked, r.needed - released, |_| Vote::For).await;
+            let needed = r.needed - released;
+            // A round waits one node timeout at least (a lock past its validity still gets
+            // its release), and never past the caller's patience beyond that (a node kept
+            // waited for as it answers late, see `request.rs`, must not stretch it).
+            let patience = Some(r.patience.min(r.until).max(Instant::now() + timeout));
+            let tally =
+                quorum::count_until(&mut sent, asked, needed, |_| Vote::For, patience).await;
             released += tally.for_;
             let mut failed = transient(&tally.errors);
             if released >= r.needed {
@@ -147,15 +153,15 @@ impl Redlock {
                 }
                 return (Ok(()), released, failures);
             }
-            // Too few: every node asked has answered (or timed out) by now. Ask again those
-            // that gave no answer.
+            // Too few: every node asked has answered (or timed out), or the patience is
+            // over. Ask again those that gave no answer.
             todo = failed;
-            if todo == 0 || Instant::now() + pause >= r.patience.min(r.until) {
+            if (todo == 0 && sent.is_empty()) || Instant::now() + pause >= r.patience.min(r.until) {
                 let failures = tally.errors.len();
                 let err = release_failed(&r.key, released, r.needed, tally.errors);
-                if todo != 0 {
-                    let none = send_release(&inner.nodes, 0, timeout, &r.key, r.token, None);
-                    self.release_in_background(r, none, todo);
+                // Those still on their way, and those to ask again, go on in the background.
+                if todo != 0 || !sent.is_empty() {
+                    self.release_in_background(r, sent, todo);
                 }
                 return (Err(err), released, failures);
             }

@@ -24,7 +24,7 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::observe::{self, Background};
-use super::owed::{Debt, Owed};
+use super::owed::{Debt, Ledger, Owed};
 use super::quorum::{Answer, Voter};
 use crate::error::NodeError;
 use crate::metrics;
@@ -33,7 +33,7 @@ use crate::node::{AnyNode, NodeFailure};
 /// The most time a request is given back for stalls of this process, in node timeouts.
 pub(crate) const MAX_EXCUSE: u32 = 4;
 /// ... and while the node keeps answering other requests meanwhile: a saturated replica
-/// reads answers up to seconds late (measured in `tests/flood.rs`) from masters that are
+/// reads answers up to seconds late (measured by the storms of `tests/flood/`) from masters that are
 /// fine. Either way at most [`MAX_EXCUSE_TIME`] in all.
 pub(crate) const MAX_EXCUSE_ANSWERING: u32 = 100;
 /// The most time a request is given back for stalls, whatever the node timeout.
@@ -106,7 +106,9 @@ impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
                     (i, Ok(x))
                 }
                 Err(e) => {
-                    if e.is_timeout() || e.is_unreachable() {
+                    if e.is_local() {
+                        // The voter abstained without asking the node: nothing heard.
+                    } else if e.is_timeout() || e.is_unreachable() {
                         no_answer(this.voter, i, *this.timeout, *this.probe);
                     } else {
                         // A reply, if an error reply: the node is there.
@@ -194,9 +196,11 @@ fn heard_from(voter: &Arc<Voter>, i: usize, timeout: Duration) {
 /// How many of a node's debts are paid at once.
 const PAYING_AT_ONCE: usize = 32;
 
-/// Pays what node `i` is owed (see `owed.rs`), in a task: every debt sent, each request
-/// bounded by the node timeout; a debt that got no answer is owed again (while it has not
-/// lapsed), paid at the node's next answer.
+/// Pays what node `i` is owed (see `owed.rs`), in a task: every debt sent, each a request
+/// bounded by the node timeout and reported to the node's health like any other; a debt
+/// that got no answer is owed again (while it has not lapsed), paid at the node's next
+/// answer. Debts owed while a payment ran are paid right after it, unless some of it got no
+/// answer (then the node's next answer pays them: no loop against a node that is gone).
 fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
@@ -206,30 +210,44 @@ fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
     };
     let voter = voter.clone();
     let payment = async move {
+        // Ends the payment also if this task is dropped (the runtime shutting down).
+        let paying = Paying(&voter.owed);
         let mut debts = debts.into_iter();
         let mut sent = FuturesUnordered::new();
+        let mut unanswered = false;
         loop {
             while sent.len() < PAYING_AT_ONCE {
                 let Some(debt) = debts.next() else { break };
-                let node = voter.clone();
-                let call = async move {
-                    let answer = settle(&node.node, &debt).await;
-                    (debt, answer)
-                };
-                sent.push(Request::new(call.map(Ok), voter.clone(), i, timeout, false));
+                let debt = Arc::new(debt);
+                let (node, owed) = (voter.clone(), debt.clone());
+                let call = async move { settle(&node.node, &owed).await };
+                let request = Request::new(call, voter.clone(), i, timeout, false);
+                sent.push(request.map(move |(_, answer)| (debt, answer)));
             }
-            let Some((_, answer)) = sent.next().await else {
+            let Some((debt, answer)) = sent.next().await else {
                 break;
             };
-            if let Ok((debt, Err(e))) = answer {
-                if e.is_timeout() || e.is_unreachable() {
-                    voter.owed.owe(debt, &voter.name);
-                }
+            if answer.is_err_and(|e| e.is_transient()) {
+                unanswered = true;
+                let debt = Arc::try_unwrap(debt).unwrap_or_else(|d| (*d).clone());
+                voter.owed.owe(debt, &voter.name);
             }
         }
-        voter.owed.paid();
+        drop(paying);
+        if !unanswered && !voter.owed.is_empty() {
+            pay(&voter, i, timeout);
+        }
     };
     rt.spawn(payment.instrument(observe::background(Background::Owed)));
+}
+
+/// Ends a node's payment when dropped.
+struct Paying<'a>(&'a Ledger);
+
+impl Drop for Paying<'_> {
+    fn drop(&mut self) {
+        self.0.paid();
+    }
 }
 
 /// Sends one debt to `node`: the release or the completion it stands for (the fenced form

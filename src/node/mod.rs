@@ -265,6 +265,9 @@ pub struct NodeFailure {
     unreachable: bool,
     /// A default of the trait: the node does not do what was asked at all.
     unsupported: bool,
+    /// The voter refused here, without asking the node (it abstains): neither a reply nor a
+    /// silence of the node.
+    local: bool,
     message: String,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
@@ -276,6 +279,7 @@ impl NodeFailure {
             timeout: false,
             unreachable: false,
             unsupported: false,
+            local: false,
             message: message.into(),
             source: None,
         }
@@ -287,6 +291,7 @@ impl NodeFailure {
             timeout: false,
             unreachable: false,
             unsupported: false,
+            local: false,
             message: source.to_string(),
             source: Some(Box::new(source)),
         }
@@ -310,6 +315,18 @@ impl NodeFailure {
     /// Whether the node does not support the call at all (the trait's default answered).
     pub(crate) fn is_unsupported(&self) -> bool {
         self.unsupported
+    }
+
+    /// Marks the failure as the voter's own refusal, made without asking the node (it
+    /// abstains): it says nothing of the node's health.
+    pub(crate) fn abstaining(mut self) -> Self {
+        self.local = true;
+        self
+    }
+
+    /// Whether the voter refused without asking the node (see [`NodeFailure::abstaining`]).
+    pub(crate) fn is_local(&self) -> bool {
+        self.local
     }
 
     /// Mark the failure as a timeout.
@@ -355,9 +372,11 @@ impl From<::redis::RedisError> for NodeFailure {
     fn from(e: ::redis::RedisError) -> Self {
         let timeout = e.is_timeout();
         let unreachable = self::redis::conn::connection_lost(&e);
+        let local = self::redis::conn::is_abstention(&e);
         let mut f = Self::from_error(e);
         f.timeout = timeout;
         f.unreachable = unreachable;
+        f.local = local;
         f
     }
 }

@@ -34,8 +34,8 @@ pub(super) struct Keep {
     /// it until then.
     pub(super) gone: Instant,
     pub(super) quorum: usize,
-    /// How many nodes vote.
-    pub(super) nodes: usize,
+    /// The nodes that may hold the lease's lock.
+    pub(super) holders: u64,
 }
 
 impl Keep {
@@ -43,19 +43,30 @@ impl Keep {
     /// `owed.rs`).
     pub(super) fn owe(&self, inner: &Inner, mask: u64) {
         let c = &self.completion;
+        self.owe_debt(inner, mask, || Debt::Complete {
+            record_key: c.record_key.clone(),
+            record: c.record.clone(),
+            retention: c.retention,
+        });
+    }
+
+    /// Owes a release of the lease's lock to the nodes in `mask`: once the record is on a
+    /// quorum, every later quorum meets it; the others only need their lock gone.
+    pub(super) fn owe_release(&self, inner: &Inner, mask: u64) {
+        self.owe_debt(inner, mask, || Debt::Release);
+    }
+
+    fn owe_debt(&self, inner: &Inner, mask: u64, debt: impl Fn() -> Debt) {
+        let c = &self.completion;
         release::each_voter(inner, mask, |voter| {
-            let debt = Owed {
+            let owed = Owed {
                 key: c.key.clone(),
                 token: c.token,
                 fence: c.fence.clone(),
-                debt: Debt::Complete {
-                    record_key: c.record_key.clone(),
-                    record: c.record.clone(),
-                    retention: c.retention,
-                },
+                debt: debt(),
                 until: self.gone,
             };
-            voter.owed.owe(debt, &voter.name);
+            voter.owed.owe(owed, &voter.name);
         });
     }
 }
@@ -88,7 +99,7 @@ impl Drop for KeepOnDrop {
             return;
         };
         let progress = Progress {
-            retry: quorum::all(keep.nodes),
+            retry: keep.holders,
             ..Progress::default()
         };
         let sent = quorum::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
@@ -163,9 +174,9 @@ pub(super) async fn keep_completing<F>(
             key = %observe::hashed(key),
             "the completion record reached its quorum after all"
         );
-        // The nodes still without it may hold the lock: it is owed to them.
+        // The nodes still without it may hold the lock: a release is owed to them.
         if let Some(inner) = keep.client.upgrade() {
-            keep.owe(&inner, progress.retry | progress.kept);
+            keep.owe_release(&inner, progress.retry | progress.kept);
         }
         return;
     }

@@ -76,7 +76,7 @@ impl Redlock {
             hard_until: state.deadline() + state.ttl().saturating_mul(KEEP_TTLS),
             gone: Instant::now().max(state.deadline()) + state.ttl(),
             quorum: inner.quorum,
-            nodes: n,
+            holders: state.holders() & quorum::all(n),
         }));
         let completion = &guard.keep().completion;
         let vote = |stored| {
@@ -86,15 +86,24 @@ impl Redlock {
                 Vote::Against(None)
             }
         };
-        let mut sent = completion.send(inner, quorum::all(n));
-        let tally = quorum::count(&mut sent, n, inner.quorum, vote).await;
+        // Only where the lease's lock may be: a record is never stored anywhere else.
+        let holders = state.holders() & quorum::all(n);
+        let mut sent = completion.send(inner, holders);
+        let asked = holders.count_ones() as usize;
+        // Each round stops at the caller's patience (one node timeout at least): a node that
+        // answers late (`request.rs`) is waited for in the background.
+        let patience = self.patience(state.deadline());
+        let timeout = inner.config.node_timeout;
+        let round = || patience.max(Instant::now() + timeout);
+        let first = round();
+        let tally = quorum::count_until(&mut sent, asked, inner.quorum, vote, Some(first)).await;
         // The first round's votes, on the `redlock.complete` span.
         observe::votes(span, &tally);
         let mut progress = Progress::from_tally(&tally);
+        progress.refused |= quorum::all(n) & !holders;
         // The first round decided early without a quorum (some node refused): its other
         // answers still count.
-        progress.count(&mut sent, inner.quorum).await;
-        let patience = self.patience(state.deadline());
+        progress.count(&mut sent, inner.quorum, first).await;
         let mut pause = FIRST_PAUSE;
         while progress.stored() < inner.quorum
             && !progress.lost(n, inner.quorum)
@@ -106,7 +115,7 @@ impl Redlock {
             // A suspended node is being probed: it is asked again once it is back.
             let ask = progress.retry & !release::suspended(inner);
             sent = completion.send(inner, ask);
-            progress.count(&mut sent, inner.quorum).await;
+            progress.count(&mut sent, inner.quorum, round()).await;
         }
         let stored = progress.stored();
         let keep = guard.disarm();
@@ -120,7 +129,8 @@ impl Redlock {
                 let failed = progress.retry;
                 let rest = async move {
                     let resend = |inner: &Inner, mask| keep.completion.send(inner, mask);
-                    let owe = |inner: &Inner, mask| keep.owe(inner, mask);
+                    // The record is on a quorum: where it is missing, a release does.
+                    let owe = |inner: &Inner, mask| keep.owe_release(inner, mask);
                     release::retry_rest(client, until, sent, failed, resend, owe).await;
                 };
                 tokio::spawn(rest.instrument(observe::background(Background::Stragglers)));
@@ -203,14 +213,15 @@ impl Progress {
         }
     }
 
-    /// Takes the answers of a round until the quorum is reached, or every node asked
-    /// answered. A refusal decides nothing: any other node asked may still store it.
-    async fn count<S>(&mut self, sent: &mut S, quorum: usize)
+    /// Takes the answers of a round until the quorum is reached, every node asked answered,
+    /// or `until`. A refusal decides nothing: any other node asked may still store it.
+    async fn count<S>(&mut self, sent: &mut S, quorum: usize, until: Instant)
     where
         S: Stream<Item = Answer<bool>> + Unpin,
     {
         while self.stored() < quorum {
-            let Some(answer) = sent.next().await else {
+            let next = tokio::time::timeout_at(until.into(), sent.next()).await;
+            let Ok(Some(answer)) = next else {
                 break;
             };
             self.take(answer);

@@ -57,6 +57,17 @@ pub(super) async fn query(conn: &mut Conn, cmd: &Cmd, votes: bool) -> RedisResul
     v.extract_error()
 }
 
+/// A voter's refusal made here, without sending anything (a Sentinel voter without a recent
+/// majority): neither a reply nor a silence of the node (see [`is_abstention`]).
+pub(crate) fn abstention(detail: String) -> RedisError {
+    RedisError::from((redis::ErrorKind::Client, "abstains", detail))
+}
+
+/// Whether `e` is an [`abstention`].
+pub(crate) fn is_abstention(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Client && e.to_string().starts_with("abstains")
+}
+
 /// Whether `e` means no reply came and the connection is gone: redis-rs makes a new one for
 /// the next request (maybe to another server, or one restarted with another configuration).
 /// A timeout counts (an I/O error); an error reply never does.

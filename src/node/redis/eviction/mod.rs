@@ -284,7 +284,8 @@ impl Inner {
                  voter abstains. Set `maxmemory-policy noeviction` on it (a Redis not shared \
                  with a cache), or accept the risk with RedisNodeOptions::allow_eviction()",
                 master.as_ref().map(|m| format!(" {m}")).unwrap_or_default(),
-            ))),
+            ))
+            .abstaining()),
             _ => Ok(()),
         }
     }

@@ -121,15 +121,11 @@ impl SentinelConn {
         if votes && !self.majority_is_recent() {
             self.shared.wake.notify_one();
             let ago = self.shared.confirmed_ago();
-            return Err(RedisError::from((
-                redis::ErrorKind::Client,
-                "abstains",
-                format!(
-                    "no majority of the sentinels named the master in the last {:?} \
-                     (last: {}): the voter abstains",
-                    self.shared.window,
-                    ago.map_or("never".to_owned(), |a| format!("{a:?} ago")),
-                ),
+            return Err(crate::node::redis::conn::abstention(format!(
+                "no majority of the sentinels named the master in the last {:?} (last: {}): \
+                 the voter abstains",
+                self.shared.window,
+                ago.map_or("never".to_owned(), |a| format!("{a:?} ago")),
             )));
         }
         let reply = conn.send_packed_command(cmd).await;

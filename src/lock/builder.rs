@@ -72,8 +72,10 @@ impl RedlockBuilder {
     ///
     /// The time is the node's, not this process's: when a request's timer fires late (a
     /// blocked or CPU-starved runtime), the request gets that time back — up to four node
-    /// timeouts in all, a hundred while the node keeps answering other requests — before it
-    /// may time out, so an answer that sat unread meanwhile still counts.
+    /// timeouts in all, a hundred while the node keeps answering other requests, never more
+    /// than 5 s — before it may time out, so an answer that sat unread meanwhile still
+    /// counts. A try (and so a [`Retry::until`](crate::Retry::until) wait, which starts no
+    /// try after its end but lets the last one finish) can last that much longer.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.config.node_timeout = timeout;
         self
@@ -84,22 +86,29 @@ impl RedlockBuilder {
     /// storage that refuses a write carrying a smaller token than one it has seen — what
     /// keeps a holder paused past its validity from writing after the next one.
     ///
-    /// No extra round trip: the acquire bumps a counter per resource on each node in the
-    /// same request (a script instead of a plain `SET`), and the release raises the
-    /// counters to the lease's token. The token is the largest counter among the nodes that
-    /// granted the lock; the next holder's quorum shares a node with it, so its token is
-    /// larger — assuming the nodes keep their counters (a restart without persistence is
-    /// covered by delayed-restart protection) and their clocks differ by less than the ttl
-    /// (a counter that expired or was lost restarts from the node's clock in microseconds,
-    /// so tokens look like timestamps). Counters expire twice the ttl (at least 10 s) after
-    /// their last bump or raise. Redis ≥ 5. Every node must support it: Redis nodes and `MemoryNode` do; a
-    /// custom [`Node`] implements [`Node::acquire_fenced`] and [`Node::release_fenced`]
-    /// (and, for [`Redlock::lock_unless_completed`], whose leases carry tokens too,
+    /// The acquire bumps a counter per resource on each node in the same request (a script
+    /// instead of a plain `SET`); the token is the largest counter among the nodes that
+    /// granted the lock. Before the lease is handed out the token is *settled*: where too
+    /// few granting nodes carry it to share a node with every later quorum, their counters
+    /// are raised to it (one more round trip, rare: only after a node missed a grant or a
+    /// release, or a counter expired). The release raises the counters to the lease's token
+    /// too. So the next holder's token is larger with no clock involved — assuming the nodes
+    /// keep their counters (a restart without persistence is covered by restart protection)
+    /// and their clocks differ by less than a counter's lifetime without use (a counter that
+    /// expired or was lost restarts from the node's clock in microseconds, so tokens look
+    /// like timestamps). Counters expire twice the ttl (at least 10 s) after their last bump
+    /// or raise. Every client fencing the same resources must run this version: the scripts
+    /// and the settling work together. Redis ≥ 5. Every node must support it: Redis nodes
+    /// and `MemoryNode` do; a custom [`Node`] implements [`Node::acquire_fenced`],
+    /// [`Node::extend_fenced`] and [`Node::release_fenced`] (and, for
+    /// [`Redlock::lock_unless_completed`], whose leases carry tokens too,
     /// [`Node::acquire_unless_completed_fenced`] and [`Node::complete_fenced`]). A node
     /// without them fails every fenced request: its vote is lost (the client then tolerates
-    /// one failure fewer), and without enough votes left a lock fails naming it.
+    /// one failure fewer), and without enough votes left a lock fails naming it. See the
+    /// README's *Fencing tokens* for the precise assumptions and their tests.
     ///
     /// [`Node::acquire_fenced`]: crate::node::Node::acquire_fenced
+    /// [`Node::extend_fenced`]: crate::node::Node::extend_fenced
     /// [`Node::release_fenced`]: crate::node::Node::release_fenced
     /// [`Node::acquire_unless_completed_fenced`]: crate::node::Node::acquire_unless_completed_fenced
     /// [`Node::complete_fenced`]: crate::node::Node::complete_fenced

@@ -65,7 +65,9 @@ impl Retry {
     }
 
     /// Retry until `max_wait` has passed since the first try (with the default delay and
-    /// jitter; no retry count limit).
+    /// jitter; no retry count limit). No try starts after that, but the last one runs to
+    /// its end: one node timeout, plus the time given back for stalls of this process (see
+    /// [`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout); at most 5 s).
     pub fn until(max_wait: Duration) -> Self {
         Self {
             retries: u32::MAX,

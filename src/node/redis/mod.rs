@@ -174,7 +174,8 @@ impl RedisNode {
     /// master without a new client. Until the first discovery ends, requests wait for it
     /// (bounded by the client's node timeout); while no master is known they fail at once,
     /// as an unreachable master does. The voter votes only while a majority of its
-    /// sentinels has named its master within its majority window (two refresh intervals);
+    /// sentinels has named its master within its majority window (two refresh intervals
+    /// plus two connect timeouts);
     /// otherwise it abstains (see [`Sentinel::refresh_interval`]).
     ///
     /// **Failover protection** ([`RedisNodeOptions::restart_protection`]): replication is
@@ -220,7 +221,12 @@ impl RedisNode {
     /// (a completion record, the protection's marker) are put in the lock key's slot. The
     /// whole cluster is **one** voter: it answers for a key only while that key's slot is
     /// served (with `cluster-require-full-coverage yes`, Redis' default, while every slot
-    /// is). Must be called inside a Tokio runtime; nothing connects until the first request.
+    /// is). Its health is the voter's, not a shard's: while one shard is down and the others
+    /// answer, a request to the down shard in a process that stalls is given back the stall
+    /// as for a node that keeps answering (see
+    /// [`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout)) — up to 5 s
+    /// instead of four node timeouts. Must be called inside a Tokio runtime; nothing
+    /// connects until the first request.
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster(cluster: Cluster) -> crate::Result<Self> {

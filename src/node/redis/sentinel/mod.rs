@@ -150,9 +150,12 @@ impl Sentinel {
     /// The majority window (see [`Sentinel::refresh_interval`]). A confirmation is dated
     /// when its discovery starts; the next lands a refresh interval and two discoveries
     /// later. A discovery is two questions (the sentinels, then the master's `ROLE`), each
-    /// bounded by the connect timeout: the window leaves room for a refresh interval more
-    /// and for discoveries of up to a connect timeout each, so a healthy group (answers in
-    /// milliseconds) never lets it lapse.
+    /// bounded by the connect timeout, so two take up to four connect timeouts: the window
+    /// lapses in a group whose two discoveries in a row take more than a refresh interval
+    /// plus two connect timeouts (3 s by default; a healthy group answers in milliseconds).
+    /// Then the voter abstains until the next confirmation: safe, counted as unavailable.
+    /// A window covering four connect timeouts would never lapse, at the cost of a longer
+    /// failover protection.
     pub(super) fn window(&self, options: &RedisNodeOptions) -> Duration {
         self.refresh * 2 + options.connect_timeout * 2
     }

@@ -66,7 +66,9 @@ impl Owed {
         self.key.len()
             + match &self.debt {
                 Debt::Release => 0,
-                Debt::Complete { record, .. } => record.len(),
+                Debt::Complete {
+                    record_key, record, ..
+                } => record_key.len() + record.len(),
             }
     }
 }
@@ -107,8 +109,9 @@ impl Debts {
 }
 
 impl Ledger {
-    /// Records a debt; a full ledger lets its oldest lapse (those past their time first:
-    /// debts lapse about in the order they were owed).
+    /// Records a debt; a full ledger first drops the lapsed debts at its front, then lets
+    /// its oldest lapse. (Debts are owed roughly in the order they lapse, not exactly: a
+    /// lapsed debt behind a live one stays until the next payment drops it.)
     pub(crate) fn owe(&self, debt: Owed, node: &str) {
         let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
         let full = |d: &Debts| d.queue.len() >= MAX_OWED || d.bytes + debt.bytes() > MAX_OWED_BYTES;

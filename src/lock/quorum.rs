@@ -296,11 +296,12 @@ where
     V: Fn(T) -> Vote,
 {
     let mut tally = Tally::default();
-    let mut cutoff = until.map(|u| Box::pin(tokio::time::sleep_until(u.into())));
+    // Pinned in place: no allocation per round.
+    let mut cutoff = std::pin::pin!(until.map(|u| tokio::time::sleep_until(u.into())));
     loop {
-        let next = match cutoff.as_mut() {
+        let next = match cutoff.as_mut().as_pin_mut() {
             None => sent.next().await,
-            Some(cutoff) => match future::select(sent.next(), cutoff.as_mut()).await {
+            Some(cutoff) => match future::select(sent.next(), cutoff).await {
                 Either::Left((next, _)) => next,
                 Either::Right(_) => break,
             },

@@ -153,10 +153,11 @@ impl Redlock {
                 }
                 return (Ok(()), released, failures);
             }
-            // Too few: every node asked has answered (or timed out), or the patience is
-            // over. Ask again those that gave no answer.
+            // Too few: every node asked has answered (or timed out), or the round was cut
+            // at the patience (requests still in flight: whatever the clocks say, no new
+            // round drops them). Ask again those that gave no answer.
             todo = failed;
-            if (todo == 0 && sent.is_empty()) || Instant::now() + pause >= r.patience.min(r.until) {
+            if todo == 0 || !sent.is_empty() || Instant::now() + pause >= r.patience.min(r.until) {
                 let failures = tally.errors.len();
                 let err = release_failed(&r.key, released, r.needed, tally.errors);
                 // Those still on their way, and those to ask again, go on in the background.

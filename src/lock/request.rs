@@ -24,7 +24,7 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::observe::{self, Background};
-use super::owed::{Debt, Ledger, Owed};
+use super::owed::{Debt, Owed};
 use super::quorum::{Answer, Voter};
 use crate::error::NodeError;
 use crate::metrics;
@@ -208,16 +208,22 @@ fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
     let Some(debts) = voter.owed.start_paying() else {
         return;
     };
-    let voter = voter.clone();
+    // Made before the task: it ends the payment also if the task is dropped unpolled or
+    // midway (the runtime shutting down), and owes again what was not sent.
+    let mut paying = Paying {
+        voter: voter.clone(),
+        debts: debts.into_iter(),
+    };
     let payment = async move {
-        // Ends the payment also if this task is dropped (the runtime shutting down).
-        let paying = Paying(&voter.owed);
-        let mut debts = debts.into_iter();
+        let voter = paying.voter.clone();
         let mut sent = FuturesUnordered::new();
         let mut unanswered = false;
         loop {
-            while sent.len() < PAYING_AT_ONCE {
-                let Some(debt) = debts.next() else { break };
+            // Once the node is suspended again, the rest waits for its next answer.
+            while sent.len() < PAYING_AT_ONCE && !(unanswered && voter.health.is_suspended()) {
+                let Some(debt) = paying.debts.next() else {
+                    break;
+                };
                 let debt = Arc::new(debt);
                 let (node, owed) = (voter.clone(), debt.clone());
                 let call = async move { settle(&node.node, &owed).await };
@@ -241,12 +247,19 @@ fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
     rt.spawn(payment.instrument(observe::background(Background::Owed)));
 }
 
-/// Ends a node's payment when dropped.
-struct Paying<'a>(&'a Ledger);
+/// A node's payment under way: when dropped, what it did not send is owed again and the
+/// payment ends.
+struct Paying {
+    voter: Arc<Voter>,
+    debts: std::vec::IntoIter<Owed>,
+}
 
-impl Drop for Paying<'_> {
+impl Drop for Paying {
     fn drop(&mut self) {
-        self.0.paid();
+        for debt in self.debts.by_ref() {
+            self.voter.owed.owe(debt, &self.voter.name);
+        }
+        self.voter.owed.paid();
     }
 }
 

@@ -43,27 +43,16 @@ impl Keep {
     /// `owed.rs`).
     pub(super) fn owe(&self, inner: &Inner, mask: u64) {
         let c = &self.completion;
-        self.owe_debt(inner, mask, || Debt::Complete {
-            record_key: c.record_key.clone(),
-            record: c.record.clone(),
-            retention: c.retention,
-        });
-    }
-
-    /// Owes a release of the lease's lock to the nodes in `mask`: once the record is on a
-    /// quorum, every later quorum meets it; the others only need their lock gone.
-    pub(super) fn owe_release(&self, inner: &Inner, mask: u64) {
-        self.owe_debt(inner, mask, || Debt::Release);
-    }
-
-    fn owe_debt(&self, inner: &Inner, mask: u64, debt: impl Fn() -> Debt) {
-        let c = &self.completion;
         release::each_voter(inner, mask, |voter| {
             let owed = Owed {
                 key: c.key.clone(),
                 token: c.token,
                 fence: c.fence.clone(),
-                debt: debt(),
+                debt: Debt::Complete {
+                    record_key: c.record_key.clone(),
+                    record: c.record.clone(),
+                    retention: c.retention,
+                },
                 until: self.gone,
             };
             voter.owed.owe(owed, &voter.name);
@@ -174,9 +163,11 @@ pub(super) async fn keep_completing<F>(
             key = %observe::hashed(key),
             "the completion record reached its quorum after all"
         );
-        // The nodes still without it may hold the lock: a release is owed to them.
+        // The nodes still without it may hold the lock: the completion is owed to them
+        // (their lock goes, and the record has copies beyond its quorum: one lost on a
+        // quorum's node, by a failover, is still found).
         if let Some(inner) = keep.client.upgrade() {
-            keep.owe_release(&inner, progress.retry | progress.kept);
+            keep.owe(&inner, progress.retry | progress.kept);
         }
         return;
     }

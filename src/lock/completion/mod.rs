@@ -108,6 +108,8 @@ impl Redlock {
         while progress.stored() < inner.quorum
             && !progress.lost(n, inner.quorum)
             && progress.retry != 0
+            // A round cut at the patience leaves requests in flight: no new round drops them.
+            && sent.is_empty()
             && Instant::now() + pause < patience
         {
             tokio::time::sleep(pause).await;
@@ -129,8 +131,8 @@ impl Redlock {
                 let failed = progress.retry;
                 let rest = async move {
                     let resend = |inner: &Inner, mask| keep.completion.send(inner, mask);
-                    // The record is on a quorum: where it is missing, a release does.
-                    let owe = |inner: &Inner, mask| keep.owe_release(inner, mask);
+                    // Where it is still missing, the completion is owed (see `keep.rs`).
+                    let owe = |inner: &Inner, mask| keep.owe(inner, mask);
                     release::retry_rest(client, until, sent, failed, resend, owe).await;
                 };
                 tokio::spawn(rest.instrument(observe::background(Background::Stragglers)));

@@ -98,11 +98,13 @@ impl Drop for KeepOnDrop {
 }
 
 /// Asks the nodes that may still hold the lease's lock to store the record, again and again,
-/// until a quorum has it or no node can still take it — every node left refused, or the lock
-/// has expired everywhere it was not extended (`keep.until`). A node that answers the write
-/// with an error reply but holds the lock has it extended, so that it keeps refusing
-/// duplicates. Ends early when the client is dropped. A completion that never reaches its
-/// quorum is reported (warn, and `redlock_record_minority_total`).
+/// until each has it or can no longer take it — it refused, or the lock has expired
+/// everywhere it was not extended (`keep.until`). Until a quorum has it, a node that answers
+/// the write with an error reply but holds the lock has it extended, so that it keeps
+/// refusing duplicates; past the quorum the others are still asked while their lock may be
+/// there (more copies of the record), no longer extended. Ends early when the client is
+/// dropped. A completion that never reaches its quorum is reported (warn, and
+/// `redlock_record_minority_total`).
 pub(super) async fn keep_completing<F>(
     mut keep: Keep,
     mut progress: Progress,
@@ -116,10 +118,16 @@ pub(super) async fn keep_completing<F>(
     let mut pause = FIRST_PAUSE;
     // The nodes owed the completion already (while suspended).
     let mut owed = 0u64;
-    while progress.stored() < keep.quorum
-        && (progress.retry | progress.kept) != 0
-        && Instant::now() < keep.until
-    {
+    let mut reported = false;
+    // Past the quorum the nodes still without the record are asked on, while the lock may
+    // be there (an idle client sends them nothing else: a debt would wait for an answer
+    // that never comes), but no longer kept locked.
+    while (progress.retry | progress.kept) != 0 && Instant::now() < keep.until {
+        let stored = progress.stored() >= keep.quorum;
+        if stored && !reported {
+            reported = true;
+            reached(&keep);
+        }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
         let Some(inner) = keep.client.upgrade() else {
@@ -153,16 +161,14 @@ pub(super) async fn keep_completing<F>(
             }
             progress.take((i, answer));
         }
-        if errored != 0 {
+        if errored != 0 && !stored {
             keep_locked(&inner, &mut keep, &mut progress, errored).await;
         }
     }
-    let key = &keep.completion.key;
     if progress.stored() >= keep.quorum {
-        tracing::info!(
-            key = %observe::hashed(key),
-            "the completion record reached its quorum after all"
-        );
+        if !reported {
+            reached(&keep);
+        }
         // The nodes still without it may hold the lock: the completion is owed to them
         // (their lock goes, and the record has copies beyond its quorum: one lost on a
         // quorum's node, by a failover, is still found).
@@ -171,6 +177,7 @@ pub(super) async fn keep_completing<F>(
         }
         return;
     }
+    let key = &keep.completion.key;
     crate::metrics::record_minority();
     tracing::warn!(
         key = %observe::hashed(key),
@@ -179,6 +186,14 @@ pub(super) async fn keep_completing<F>(
         "the completion record never reached a quorum: once the lock expires where it is \
          missing, a duplicate can run the work again if every node with the record fails \
          to answer it"
+    );
+}
+
+/// Logs that a completion in the background reached its quorum.
+fn reached(keep: &Keep) {
+    tracing::info!(
+        key = %observe::hashed(&keep.completion.key),
+        "the completion record reached its quorum after all"
     );
 }
 

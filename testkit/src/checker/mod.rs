@@ -73,7 +73,8 @@
 //!
 //! - no two sections on one resource overlap (sorted by entry, each entry is at or after
 //!   every earlier section's exit),
-//! - every section left before its lease deadline (and `Lease::is_valid` agreed),
+//! - every section left before its lease deadline (and `Lease::is_valid` agreed; a section
+//!   works only with 50 ms of validity left, see `worker/lock.rs`),
 //! - every section carries a fencing token, and
 //! - per resource, the tokens strictly increase in the order the sections happened (sorted
 //!   by entry, as for the overlaps: each token is above every earlier section's token).

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde_json::{json, Value};
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::RedlockMiddleware;
 use tower_redlock::{LeaseHandle, Redlock};
 

@@ -32,7 +32,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
 #[tokio::main]

@@ -34,7 +34,8 @@ use tonic::metadata::MetadataValue;
 use tonic::server::{NamedService, UnaryService};
 use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
-use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy};
+use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt};
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::{Redlock, RedlockLayer};
 
 /// How long a single answer may take before the demo gives up (a safety bound, not a wait).

@@ -11,7 +11,7 @@
 //! # #[cfg(feature = "axum")]
 //! # async fn demo() -> Result<(), tower_redlock::Error> {
 //! use axum::{routing::post, Router};
-//! use tower_redlock::http::IdempotencyKey;
+//! use tower_redlock::key::IdempotencyKey;
 //! use tower_redlock::{Redlock, RedlockLayer};
 //!
 //! let redlock = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
@@ -23,7 +23,7 @@
 //! # let _ = app; Ok(()) }
 //! ```
 //!
-//! [`LockPolicy`](http::LockPolicy) configures the rest: ttl and keep-alive, waiting instead
+//! [`LockPolicy`](crate::policy::LockPolicy) configures the rest: ttl and keep-alive, waiting instead
 //! of `409`, fail-open, release at body end, key scopes (route, tenant header, the
 //! authenticated principal), the rejection bodies.
 //!
@@ -33,7 +33,7 @@
 //! second from running *at all*. The first request's response is stored on the quorum, and a
 //! retry with the key — the client timed out, the server finished — gets it back, with
 //! `Idempotency-Replayed: true`, without running the handler. A reused key with another
-//! request is `422`. See [`http::replay`].
+//! request is `422`. See [`replay`].
 //!
 //! ```
 //! # #[cfg(feature = "axum")]
@@ -153,7 +153,9 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
 pub mod actix;
 mod error;
-pub mod http;
+pub mod grpc;
+mod http;
+pub mod key;
 mod lock;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
@@ -162,6 +164,9 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
 pub mod node;
+pub mod policy;
+pub mod rejection;
+pub mod replay;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;

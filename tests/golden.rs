@@ -1,7 +1,9 @@
 //! Golden vectors: the byte formats other versions of this crate read during a rolling
 //! deploy, pinned from 0.1 on. Each test turns a fixed input into the exact Redis key or
 //! bytes a real `redis-server` holds afterwards; a change to any of them is a breaking change
-//! of the stored format (see CHANGELOG.md, *Stable formats*) and must fail here first.
+//! of the stored format (see CHANGELOG.md, *Stable formats*) and must fail here first. The
+//! options that change what is stored are here too: keyed lock keys (`hmac_key_…`) and
+//! sealed responses (`record_transform_…`).
 
 use std::time::Duration;
 
@@ -33,7 +35,7 @@ async fn raw(server: &RedisServer, key: &str) -> Vec<u8> {
 /// SHA-256 over the parts, each its length (big-endian u64) and its bytes.
 #[test]
 fn golden_lock_key_derivation() {
-    use tower_redlock::http::{
+    use tower_redlock::key::{
         IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, SimpleRequest,
     };
 
@@ -156,7 +158,9 @@ fn field<'a>(info: &'a str, name: &str) -> &'a str {
 async fn golden_http_record_format() {
     use axum::routing::post;
     use tower::ServiceExt;
-    use tower_redlock::http::{IdempotencyKey, KeyExtractor, LockPolicy, Replay, SimpleRequest};
+    use tower_redlock::key::{IdempotencyKey, KeyExtractor, SimpleRequest};
+    use tower_redlock::policy::LockPolicy;
+    use tower_redlock::replay::Replay;
     use tower_redlock::RedlockLayer;
 
     let server = RedisServer::start();
@@ -206,4 +210,270 @@ async fn golden_http_record_format() {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The secret of the keyed tests (32 bytes).
+#[cfg(feature = "axum")]
+const SECRET: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
+
+/// Sends one replayed `POST /pay` with `Idempotency-Key: "golden-1"` through an axum app
+/// whose policy keys lock keys with `secret` (none: unkeyed), and answers the Redis keys
+/// it left (the completion record's).
+#[cfg(feature = "axum")]
+async fn keys_left_by(secret: Option<&[u8]>) -> Vec<String> {
+    use axum::routing::post;
+    use tower::ServiceExt;
+    use tower_redlock::key::IdempotencyKey;
+    use tower_redlock::policy::LockPolicy;
+    use tower_redlock::replay::Replay;
+    use tower_redlock::RedlockLayer;
+
+    let server = RedisServer::start();
+    let mut policy = LockPolicy::builder(client(&server, false), IdempotencyKey::required())
+        .replay(Replay::new());
+    if let Some(secret) = secret {
+        policy = policy.hmac_key(secret);
+    }
+    let app = axum::Router::new()
+        .route("/pay", post(|| async { "paid" }))
+        .layer(RedlockLayer::with_policy(policy.build().unwrap()));
+    let request = axum::http::Request::post("/pay")
+        .header("idempotency-key", "\"golden-1\"")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    assert_eq!(app.oneshot(request).await.unwrap().status(), 200);
+    server.query(redis::cmd("KEYS").arg("*")).await
+}
+
+/// A keyed lock key: the extractor's prefix, then the hex of the first 16 bytes of
+/// HMAC-SHA-256(secret, the unkeyed key) — checked against Python's `hmac` module.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn hmac_key_golden_vector() {
+    let plain = keys_left_by(None).await;
+    assert_eq!(
+        plain,
+        ["tower-redlock:fc2cf9c4a91358ba7f67406ed96e4689:record"]
+    );
+    let keyed = keys_left_by(Some(SECRET)).await;
+    assert_eq!(
+        keyed,
+        ["tower-redlock:5b4bd4e47b57e2ec2922256a30ed9006:record"]
+    );
+}
+
+/// Another secret, another key; the same secret in another instance, the same key; and
+/// nothing of the unkeyed key or the raw value is left in Redis.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn hmac_key_depends_on_the_secret_only() {
+    let plain = keys_left_by(None).await;
+    let a = keys_left_by(Some(SECRET)).await;
+    let again = keys_left_by(Some(SECRET)).await;
+    let b = keys_left_by(Some(b"another secret of 32 bytes......")).await;
+    assert_eq!(
+        a, again,
+        "every instance with the secret locks the same key"
+    );
+    assert_ne!(a, b);
+    for keys in [&a, &b] {
+        assert_ne!(keys, &plain);
+        assert!(keys.iter().all(|k| !k.contains("golden-1")), "{keys:?}");
+        assert!(keys[0].starts_with("tower-redlock:"), "the prefix stays");
+    }
+}
+
+/// A secret under 16 bytes is refused at build, with what to do.
+#[test]
+fn hmac_key_too_short_is_refused() {
+    use tower_redlock::key::IdempotencyKey;
+    use tower_redlock::node::MemoryNode;
+    use tower_redlock::policy::LockPolicy;
+
+    let redlock = Redlock::builder().node(MemoryNode::new()).build().unwrap();
+    for secret in [&b""[..], b"fifteen bytes!!"] {
+        let e = LockPolicy::builder(redlock.clone(), IdempotencyKey::required())
+            .hmac_key(secret)
+            .build()
+            .unwrap_err();
+        assert!(e.is_invalid_input(), "{e}");
+        assert!(e.to_string().contains("at least 16"), "{e}");
+    }
+    let ok = LockPolicy::builder(redlock, IdempotencyKey::required()).hmac_key([7u8; 16]);
+    assert!(ok.build().is_ok());
+}
+
+/// A stand-in cipher for the transform tests: XOR with a byte, and a mark in front.
+#[cfg(feature = "axum")]
+struct Xor {
+    byte: u8,
+    /// Fail to seal (or, `open_fails`, to open) on purpose.
+    seal_fails: bool,
+    open_fails: bool,
+}
+
+#[cfg(feature = "axum")]
+impl tower_redlock::replay::RecordTransform for Xor {
+    fn seal(&self, response: &[u8]) -> Result<Vec<u8>, tower_redlock::replay::TransformError> {
+        if self.seal_fails {
+            return Err("no key to seal with".into());
+        }
+        Ok([
+            b"X1".as_slice(),
+            &response.iter().map(|b| b ^ self.byte).collect::<Vec<_>>(),
+        ]
+        .concat())
+    }
+    fn open(&self, sealed: &[u8]) -> Result<Vec<u8>, tower_redlock::replay::TransformError> {
+        let body = sealed.strip_prefix(b"X1").ok_or("not sealed by X1")?;
+        if self.open_fails {
+            return Err("the key was rotated away".into());
+        }
+        Ok(body.iter().map(|b| b ^ self.byte).collect())
+    }
+}
+
+#[cfg(feature = "axum")]
+fn xor(byte: u8) -> Xor {
+    Xor {
+        byte,
+        seal_fails: false,
+        open_fails: false,
+    }
+}
+
+/// An axum app on `server` storing responses through `transform`; its handler counts runs
+/// and answers a secret.
+#[cfg(feature = "axum")]
+fn sealed_app(
+    server: &RedisServer,
+    transform: Xor,
+    runs: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> axum::Router {
+    use axum::routing::post;
+    use tower_redlock::key::IdempotencyKey;
+    use tower_redlock::policy::LockPolicy;
+    use tower_redlock::replay::Replay;
+    use tower_redlock::RedlockLayer;
+
+    let policy = LockPolicy::builder(client(server, false), IdempotencyKey::required())
+        .replay(Replay::new().transform(transform))
+        .build()
+        .unwrap();
+    axum::Router::new()
+        .route(
+            "/pay",
+            post(move || {
+                runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { "card 4111-1111" }
+            }),
+        )
+        .layer(RedlockLayer::with_policy(policy))
+}
+
+/// Sends `POST /pay` with `Idempotency-Key: "sealed-1"`: the status, the body and whether
+/// it was a replay.
+#[cfg(feature = "axum")]
+async fn pay_once(app: &axum::Router) -> (u16, String, bool) {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let request = axum::http::Request::post("/pay")
+        .header("idempotency-key", "\"sealed-1\"")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let replayed = response.headers().contains_key("idempotency-replayed");
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        String::from_utf8_lossy(&body).into_owned(),
+        replayed,
+    )
+}
+
+/// The record's raw bytes (`TRR1\n` and the `TRH1` record): the one key `*:record`.
+#[cfg(feature = "axum")]
+async fn only_record(server: &RedisServer) -> Vec<u8> {
+    let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*:record")).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    raw(server, &keys[0]).await
+}
+
+/// Sealed on the way in (Redis keeps kind 2 and the sealed bytes, never the body), opened on
+/// replay: the duplicate gets the response, the handler runs once.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn record_transform_seals_what_redis_keeps_and_opens_on_replay() {
+    let server = RedisServer::start();
+    let runs = std::sync::Arc::default();
+    let app = sealed_app(&server, xor(0x5a), std::sync::Arc::clone(&runs));
+    assert_eq!(pay_once(&app).await, (200, "card 4111-1111".into(), false));
+    let stored = only_record(&server).await;
+    assert_eq!(&stored[..9], b"TRR1\nTRH1");
+    assert_eq!(stored[9 + 32], 2, "kind 2: sealed");
+    assert_eq!(&stored[9 + 33..9 + 35], b"X1", "what seal gave follows");
+    let plain = b"card 4111-1111";
+    assert!(
+        !stored.windows(plain.len()).any(|w| w == plain),
+        "the body is not in Redis"
+    );
+    // The golden part: the sealed response is the XOR of the kind-0 encoding.
+    let opened: Vec<u8> = stored[9 + 35..].iter().map(|b| b ^ 0x5a).collect();
+    assert_eq!(
+        hex(&opened),
+        [
+            "00c8",
+            "0001",
+            "000c",
+            "636f6e74656e742d74797065",
+            "00000019",
+            "746578742f706c61696e3b20636861727365743d7574662d38",
+            "636172642034313131",
+            "2d31313131",
+        ]
+        .concat()
+    );
+    assert_eq!(pay_once(&app).await, (200, "card 4111-1111".into(), true));
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A record the transform cannot open (another key) is answered completed-not-stored (409):
+/// the handler never runs again.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn record_transform_that_cannot_open_never_runs_twice() {
+    let server = RedisServer::start();
+    let runs = std::sync::Arc::default();
+    let writer = sealed_app(&server, xor(0x5a), std::sync::Arc::clone(&runs));
+    assert_eq!(pay_once(&writer).await.0, 200);
+    let rotated = Xor {
+        open_fails: true,
+        ..xor(0x5a)
+    };
+    let reader = sealed_app(&server, rotated, std::sync::Arc::clone(&runs));
+    let (status, body, replayed) = pay_once(&reader).await;
+    assert_eq!((status, replayed), (409, false), "{body}");
+    assert!(body.contains("completed"), "{body}");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A response the transform cannot seal is not stored: the key is marked completed, a
+/// duplicate gets 409 (never a second run), and nothing of the response is in Redis.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn record_transform_that_cannot_seal_marks_the_key_completed() {
+    let server = RedisServer::start();
+    let runs = std::sync::Arc::default();
+    let failing = Xor {
+        seal_fails: true,
+        ..xor(0x5a)
+    };
+    let app = sealed_app(&server, failing, std::sync::Arc::clone(&runs));
+    assert_eq!(pay_once(&app).await, (200, "card 4111-1111".into(), false));
+    let stored = only_record(&server).await;
+    assert_eq!(stored.len(), 9 + 32 + 1, "completed, no response");
+    assert_eq!(stored[9 + 32], 1, "kind 1: completed, not stored");
+    assert_eq!(pay_once(&app).await.0, 409);
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

@@ -12,7 +12,7 @@ use axum::routing::post;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use support::{eventually, warm_up, HttpApp, Masters};
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::{Claim, Redlock, RedlockLayer, Retry};
 
 const TTL: Duration = Duration::from_secs(10);

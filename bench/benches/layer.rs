@@ -25,7 +25,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http_body_util::BodyExt;
 use support::Masters;
 use tower::ServiceExt;
-use tower_redlock::http::{IdempotencyKey, LockPolicy};
+use tower_redlock::key::IdempotencyKey;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::{Redlock, RedlockLayer};
 
 #[global_allocator]

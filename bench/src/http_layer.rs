@@ -13,7 +13,7 @@ use axum::Router;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use tower::ServiceExt;
-use tower_redlock::http::IdempotencyKey;
+use tower_redlock::key::IdempotencyKey;
 use tower_redlock::{Redlock, RedlockLayer};
 use tower_redlock_testkit::{HttpApp, Masters};
 

@@ -10,7 +10,9 @@ use axum::Router;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use tower::ServiceExt;
-use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy, REPLAYED_HEADER};
+use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
+use tower_redlock::policy::LockPolicy;
+use tower_redlock::replay::Replay;
 use tower_redlock::RedlockLayer;
 use tower_redlock_testkit::{HttpApp, Masters};
 
@@ -124,7 +126,7 @@ async fn order_requests(
         let status = res.status();
         let replayed = res
             .headers()
-            .get(REPLAYED_HEADER)
+            .get(Replay::REPLAYED_HEADER)
             .is_some_and(|v| v == "true");
         let body = res.into_body().collect().await.ok()?.to_bytes();
         let d = t0.elapsed();
@@ -203,7 +205,7 @@ impl HttpReplayCtx<'_> {
 /// without HTTP, the client's `try_lock` + `release` and one master's `SET` of a value the
 /// size of the stored record. Latencies are pooled.
 ///
-/// [`Replay::new`]: tower_redlock::http::Replay::new
+/// [`Replay::new`]: tower_redlock::replay::Replay::new
 pub async fn run(s: &Params, masters: &Masters, n: usize) -> HttpReplayRow {
     let urls = &masters.urls()[..n];
     let redlock = crate::ours(urls, s.node_timeout);

@@ -1,4 +1,4 @@
-//! One keyed request through actix-web: (with [replay](crate::http::replay) on, buffer and
+//! One keyed request through actix-web: (with [replay](crate::replay) on, buffer and
 //! fingerprint the body,) claim the key, run the handler or answer for it, then release —
 //! or store the response. The decisions are shared with tower (`http::policy`,
 //! `http::release`, `http::replay`); only the body reading and actix-web's types are here.

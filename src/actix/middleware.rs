@@ -39,7 +39,7 @@ impl RedlockMiddleware {
     /// An idempotent endpoint with the defaults: the `Idempotency-Key` header (required,
     /// scoped by route) locks the first request, whose response is stored and replayed to
     /// every later request with that key for 24 h (a reused key with another request:
-    /// `422`). See [`LockPolicy::idempotent`] and [`replay`](crate::http::replay).
+    /// `422`). See [`LockPolicy::idempotent`] and [`replay`](crate::replay).
     ///
     /// # Errors
     ///

@@ -2,11 +2,11 @@
 //! `actix`) and the types it is made of.
 //!
 //! The same keys, policies and answers as [`RedlockLayer`](crate::RedlockLayer) —
-//! both are built on [`LockPolicy`](crate::http::LockPolicy) and differ only in framework
+//! both are built on [`LockPolicy`](crate::policy::LockPolicy) and differ only in framework
 //! glue: `409` + `Retry-After` on contention (or a bounded wait), `503` or fail-open when the
 //! quorum is unreachable, `400` for a bad key, problem+json bodies (gRPC statuses for a
-//! gRPC request, see [`grpc`](crate::http::grpc)); with
-//! [replay](crate::http::replay), the stored response of a completed key (identical to the one
+//! gRPC request, see [`grpc`](crate::grpc)); with
+//! [replay](crate::replay), the stored response of a completed key (identical to the one
 //! an axum replica stores or replays), `422` for a reused key, `413` for a body over the
 //! limit. The handler gets the lease as a [`LeaseHandle`](crate::LeaseHandle) extractor.
 //!
@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use actix_web::{web, App, HttpResponse};
-//! use tower_redlock::http::IdempotencyKey;
+//! use tower_redlock::key::IdempotencyKey;
 //! use tower_redlock::{LeaseHandle, Redlock, RedlockMiddleware};
 //!
 //! async fn pay(lease: LeaseHandle) -> HttpResponse {
@@ -45,4 +45,4 @@ mod view;
 
 pub use self::body::LeaseBody;
 pub use self::middleware::RedlockMiddlewareService;
-pub use self::view::ActixRequestView;
+pub(crate) use self::view::ActixRequestView;

@@ -11,7 +11,7 @@ use crate::http::{ExtensionType, RequestView};
 ///
 /// Its `Debug` shows the method and the matched route pattern only: the path, a header or a
 /// path parameter may carry the raw key.
-pub struct ActixRequestView<'a> {
+pub(crate) struct ActixRequestView<'a> {
     req: &'a ServiceRequest,
     route: OnceCell<Option<String>>,
     /// Borrowed when an extractor first asks for an extension, for as long as the view lives

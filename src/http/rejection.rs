@@ -1,6 +1,4 @@
-//! The answers the middleware gives for itself: `400`, `409`, `413`, `422`, `503`, as
-//! `application/problem+json` (RFC 9457) bodies that the user can replace — or, to a gRPC
-//! call, as gRPC statuses (see [`grpc`](super::grpc)).
+//! The middleware's own answers (public face: [`crate::rejection`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -294,7 +292,7 @@ fn json_string(out: &mut String, s: &str) {
 /// responders.
 ///
 /// ```
-/// use tower_redlock::http::RejectionResponse;
+/// use tower_redlock::rejection::RejectionResponse;
 ///
 /// let res = RejectionResponse::new(409, "text/plain; charset=utf-8", "busy, retry")
 ///     .with_retry_after(3)
@@ -416,13 +414,13 @@ fn is_header_value(s: &str) -> bool {
 }
 
 /// Turns a [`Rejection`] into a response. The default is
-/// [`GrpcOr`](super::GrpcOr)`(`[`ProblemJson`]`)` (a gRPC status for a gRPC call,
+/// [`GrpcOr`](crate::grpc::GrpcOr)`(`[`ProblemJson`]`)` (a gRPC status for a gRPC call,
 /// problem+json otherwise); closures `Fn(&Rejection) -> RejectionResponse` are responders
 /// too. A responder answers every rejection, gRPC calls' included (see
 /// [`Rejection::is_grpc`]).
 ///
 /// ```
-/// use tower_redlock::http::{Rejection, RejectionResponse, Responder};
+/// use tower_redlock::rejection::{Rejection, RejectionResponse, Responder};
 ///
 /// let plain = |r: &Rejection| {
 ///     let res = RejectionResponse::new(r.status(), "text/plain; charset=utf-8", r.detail());
@@ -449,7 +447,7 @@ where
 }
 
 /// RFC 9457 `application/problem+json` for every request. The default responder is
-/// [`GrpcOr`](super::GrpcOr)`(ProblemJson)`: gRPC calls get gRPC statuses, every other
+/// [`GrpcOr`](crate::grpc::GrpcOr)`(ProblemJson)`: gRPC calls get gRPC statuses, every other
 /// request this; set `ProblemJson` alone to answer gRPC calls with problem+json too.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProblemJson;

@@ -68,10 +68,10 @@ pub trait RequestView {
 impl dyn RequestView + '_ {
     /// The request extension of type `T`: e.g. the principal an authentication layer put
     /// into the request, to scope keys by it (see
-    /// [`scoped_by_extension`](super::KeyExtractorExt::scoped_by_extension)).
+    /// [`scoped_by_extension`](crate::key::KeyExtractorExt::scoped_by_extension)).
     ///
     /// ```
-    /// use tower_redlock::http::{RequestView, SimpleRequest};
+    /// use tower_redlock::key::{RequestView, SimpleRequest};
     ///
     /// #[derive(Clone)]
     /// struct Tenant(String);
@@ -191,7 +191,7 @@ impl<T: RequestView + ?Sized> RequestView for &T {
 /// since they may carry keys.
 ///
 /// ```
-/// use tower_redlock::http::{RequestView, SimpleRequest};
+/// use tower_redlock::key::{RequestView, SimpleRequest};
 ///
 /// let req = SimpleRequest::new("POST", "/payments/42?expand=all")
 ///     .route("/payments/{id}")

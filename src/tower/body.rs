@@ -16,7 +16,7 @@ use crate::Lease;
 /// completed, so a client that has read the whole response finds the key free. Dropping the
 /// body early spawns the release in the background.
 #[pin_project]
-pub struct ResponseBody<B: Body> {
+pub struct LeaseBody<B: Body> {
     #[pin]
     kind: Kind<B>,
 }
@@ -32,7 +32,7 @@ enum Kind<B: Body> {
     Full { body: Option<Bytes> },
 }
 
-impl<B: Body> ResponseBody<B> {
+impl<B: Body> LeaseBody<B> {
     pub(crate) fn new(body: B, lease: Option<Lease>) -> Self {
         Self {
             kind: Kind::Inner {
@@ -56,15 +56,15 @@ impl<B: Body> ResponseBody<B> {
     }
 }
 
-impl<B: Body> std::fmt::Debug for ResponseBody<B> {
+impl<B: Body> std::fmt::Debug for LeaseBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBody")
+        f.debug_struct("LeaseBody")
             .field("holds_lock", &self.holds_lock())
             .finish_non_exhaustive()
     }
 }
 
-impl<B> Body for ResponseBody<B>
+impl<B> Body for LeaseBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,

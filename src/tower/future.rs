@@ -9,7 +9,7 @@ use pin_project::pin_project;
 use tower_service::Service;
 
 use super::replay::Replayed;
-use super::{RequestBody, ResponseBody};
+use super::{LeaseBody, RequestBody};
 use crate::http::{
     AfterResponse, Decision, KeepAliveTimer, RejectionResponse, ReleaseOn, Unlocked,
 };
@@ -140,9 +140,9 @@ where
 }
 
 /// Turns a neutral rejection into an `http` 1.x response.
-pub(crate) fn rejection_response<B: Body>(r: RejectionResponse) -> Response<ResponseBody<B>> {
+pub(crate) fn rejection_response<B: Body>(r: RejectionResponse) -> Response<LeaseBody<B>> {
     let (head, body) = rejection_head(r);
-    Response::from_parts(head, ResponseBody::full(body))
+    Response::from_parts(head, LeaseBody::full(body))
 }
 
 /// A neutral rejection as an `http` 1.x response head and body.
@@ -176,7 +176,7 @@ where
     ResBody: Body,
     ResBody::Data: From<Bytes>,
 {
-    type Output = Result<Response<ResponseBody<ResBody>>, S::Error>;
+    type Output = Result<Response<LeaseBody<ResBody>>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -241,9 +241,7 @@ where
                         }
                     };
                     let Some(lease) = lease.take() else {
-                        return Poll::Ready(
-                            result.map(|res| res.map(|b| ResponseBody::new(b, None))),
-                        );
+                        return Poll::Ready(result.map(|res| res.map(|b| LeaseBody::new(b, None))));
                     };
                     let body_to_send = matches!(&result, Ok(res) if !res.body().is_end_stream());
                     match (
@@ -252,7 +250,7 @@ where
                     ) {
                         (AfterResponse::HoldToBodyEnd(mut lease), Ok(res)) => {
                             timer.hand_over(&mut lease);
-                            return Poll::Ready(Ok(res.map(|b| ResponseBody::new(b, Some(lease)))));
+                            return Poll::Ready(Ok(res.map(|b| LeaseBody::new(b, Some(lease)))));
                         }
                         (
                             AfterResponse::ReleaseNow(lease) | AfterResponse::HoldToBodyEnd(lease),
@@ -267,12 +265,10 @@ where
                 }
                 StateProj::Replaying { flow } => {
                     let res = match ready!(flow.as_mut().poll(cx))? {
-                        Replayed::Inner(res) => res.map(|b| ResponseBody::new(b, None)),
-                        Replayed::Held(res, lease) => {
-                            res.map(|b| ResponseBody::new(b, Some(lease)))
-                        }
+                        Replayed::Inner(res) => res.map(|b| LeaseBody::new(b, None)),
+                        Replayed::Held(res, lease) => res.map(|b| LeaseBody::new(b, Some(lease))),
                         Replayed::Full(head, body) => {
-                            Response::from_parts(head, ResponseBody::full(body))
+                            Response::from_parts(head, LeaseBody::full(body))
                         }
                     };
                     return Poll::Ready(Ok(res));
@@ -280,7 +276,7 @@ where
                 StateProj::Releasing { release, result } => {
                     ready!(release.as_mut().poll(cx));
                     let result = result.take().expect("polled after completion");
-                    return Poll::Ready(result.map(|res| res.map(|b| ResponseBody::new(b, None))));
+                    return Poll::Ready(result.map(|res| res.map(|b| LeaseBody::new(b, None))));
                 }
             }
         }

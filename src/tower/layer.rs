@@ -10,7 +10,8 @@ use crate::Redlock;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
 /// use std::time::Duration;
-/// use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+/// use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
+/// use tower_redlock::policy::LockPolicy;
 /// use tower_redlock::{Redlock, RedlockLayer};
 ///
 /// let redlock = Redlock::in_memory();
@@ -49,7 +50,7 @@ impl RedlockLayer {
     /// An idempotent endpoint with the defaults: the `Idempotency-Key` header (required,
     /// scoped by route) locks the first request, whose response is stored and replayed to
     /// every later request with that key for 24 h (a reused key with another request:
-    /// `422`). See [`LockPolicy::idempotent`] and [`replay`](crate::http::replay).
+    /// `422`). See [`LockPolicy::idempotent`] and [`replay`](crate::replay).
     ///
     /// # Errors
     ///

@@ -2,7 +2,7 @@
 //! anything on `http` 1.x) and the types it is made of.
 //!
 //! For each request the layer derives a lock key with the policy's
-//! [`KeyExtractor`](crate::http::KeyExtractor), takes the quorum lock before the inner
+//! [`KeyExtractor`](crate::key::KeyExtractor), takes the quorum lock before the inner
 //! service runs, and releases it after — when the response is produced, or when its body has
 //! been fully sent. When it cannot lock it answers for itself:
 //!
@@ -13,18 +13,18 @@
 //! | quorum unreachable | `503`, `Retry-After`; or run unlocked (fail-open) |
 //! | required key missing, malformed, too long | `400` |
 //! | extractor returns "no key" | pass through without a lock |
-//! | key already completed ([replay](crate::http::replay) on) | the stored response + `Idempotency-Replayed: true` |
+//! | key already completed ([replay](crate::replay) on) | the stored response + `Idempotency-Replayed: true` |
 //! | key reused with another request (replay on) | `422` |
 //! | request body over the fingerprint limit (replay on) | `413` |
 //!
 //! Rejections are `application/problem+json` bodies (a gRPC call, e.g. from tonic, gets a
 //! gRPC status instead: `ABORTED`, `UNAVAILABLE`, `INVALID_ARGUMENT`, …; see
-//! [`grpc`](crate::http::grpc)), replaceable with
-//! [`LockPolicyBuilder::responder`](crate::http::LockPolicyBuilder::responder). The inner
+//! [`grpc`](crate::grpc)), replaceable with
+//! [`LockPolicyBuilder::responder`](crate::policy::LockPolicyBuilder::responder). The inner
 //! error type is unchanged (axum's `Infallible` holds). The handler sees the lease as a
 //! [`LeaseHandle`](crate::LeaseHandle) in the request extensions (and, with the `axum`
 //! feature, as an extractor). If the request is cancelled, the lock is released in the
-//! background — with [replay](crate::http::replay) on, once the handler has started, the key
+//! background — with [replay](crate::replay) on, once the handler has started, the key
 //! is marked completed instead, so that it never runs twice.
 //!
 //! The inner service receives `Request<`[`RequestBody<B>`](RequestBody)`>`: the client's
@@ -34,7 +34,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
 //! use axum::{routing::post, Json, Router};
-//! use tower_redlock::http::IdempotencyKey;
+//! use tower_redlock::key::IdempotencyKey;
 //! use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 //!
 //! async fn pay(lease: LeaseHandle) -> Json<String> {
@@ -61,11 +61,11 @@ mod request;
 mod service;
 mod view;
 
-pub use self::body::ResponseBody;
+pub use self::body::LeaseBody;
 pub use self::future::ResponseFuture;
 pub use self::request::RequestBody;
 pub use self::service::RedlockService;
-pub use self::view::HttpRequestView;
+pub(crate) use self::view::HttpRequestView;
 
 #[cfg(test)]
 mod assertions {
@@ -85,6 +85,6 @@ mod assertions {
         send_sync::<RedlockLayer>();
         send_sync::<RedlockService<Inner>>();
         send::<ResponseFuture<Inner, String>>();
-        send::<ResponseBody<String>>();
+        send::<LeaseBody<String>>();
     }
 }

@@ -1,4 +1,4 @@
-//! The tower glue of a [replay](crate::http::replay) policy: buffer and fingerprint the
+//! The tower glue of a [replay](crate::replay) policy: buffer and fingerprint the
 //! request body, claim the key, replay or run, then store the response. The decisions are
 //! shared with actix-web (`http::replay`); only the body reading and the `http` 1.x types
 //! are here.

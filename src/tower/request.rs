@@ -6,7 +6,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 
 /// The request body the inner service of [`RedlockService`](super::RedlockService) gets: the
-/// client's body as it arrives, or — when a [replay](crate::http::replay) policy
+/// client's body as it arrives, or — when a [replay](crate::replay) policy
 /// fingerprinted it — the same bytes, buffered (trailers are not kept).
 ///
 /// axum's routers and tonic's services accept any body, so this changes nothing for them; a

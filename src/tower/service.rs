@@ -5,7 +5,7 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::{HttpRequestView, RequestBody, ResponseBody, ResponseFuture};
+use super::{HttpRequestView, LeaseBody, RequestBody, ResponseFuture};
 use crate::http::{LockPolicy, Wire};
 
 /// The middleware service of [`RedlockLayer`](crate::RedlockLayer).
@@ -52,7 +52,7 @@ where
     ResBody::Data: From<Bytes> + Send,
     ResBody::Error: Send,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<LeaseBody<ResBody>>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqBody>;
 

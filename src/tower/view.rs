@@ -14,7 +14,7 @@ use crate::http::{ExtensionType, RequestView};
 ///
 /// Its `Debug` shows the method and the matched route pattern only: the path, a header or a
 /// path parameter may carry the raw key.
-pub struct HttpRequestView<'a> {
+pub(crate) struct HttpRequestView<'a> {
     parts: &'a Parts,
     #[cfg(feature = "axum")]
     params: Option<axum::extract::RawPathParams>,

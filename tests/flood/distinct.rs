@@ -11,9 +11,8 @@ use crate::support::{eventually, Masters};
 use crate::{
     assert_live, fresh_masters, run, Flood, Tally, EMPTY_WITHIN, IN_FLIGHT, ONE_FLOOD_AT_A_TIME,
 };
-use tower_redlock::http::{
-    IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, SimpleRequest,
-};
+use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::Redlock;
 
 /// How many requests, each with a key of its own (enough that 0.1 % is a few answers, not a

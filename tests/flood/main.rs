@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use support::apps::post_with;
 use support::Masters;
-use tower_redlock::http::REPLAYED_HEADER;
+use tower_redlock::replay::Replay;
 use tower_redlock::{NodeStatus, Redlock};
 
 /// How many requests a flood has in flight at once (over as many keep-alive connections).
@@ -162,7 +162,7 @@ async fn sender(
             let status = response.status().as_u16();
             let replayed = response
                 .headers()
-                .get(REPLAYED_HEADER)
+                .get(Replay::REPLAYED_HEADER)
                 .is_some_and(|v| v == "true");
             let body = response.bytes().await?;
             let body = String::from_utf8_lossy(&body).into_owned();

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use crate::support::apps::PATH;
 use crate::support::http::within;
 use crate::support::{warm_up, Masters};
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer, RedlockMiddleware};
 
 /// The route that warms a replica's client up on the replica's own thread.

@@ -15,7 +15,7 @@ use crate::support::{eventually, Masters};
 use crate::{
     assert_live, fresh_masters, run, Flood, Outcome, EMPTY_WITHIN, IN_FLIGHT, ONE_FLOOD_AT_A_TIME,
 };
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::Redlock;
 
 /// How many distinct keys.

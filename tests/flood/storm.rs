@@ -22,7 +22,7 @@ use crate::retries::{by_key, PerKey};
 use crate::support::apps::PATH;
 use crate::support::{eventually, Masters};
 use crate::{fresh_masters, run, Flood, Outcome, EMPTY_WITHIN, ONE_FLOOD_AT_A_TIME};
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::{NodeStatus, Redlock};
 
 /// How many client connections (requests in flight at once).

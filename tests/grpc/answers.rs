@@ -5,7 +5,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tonic::Code;
-use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, Replay};
+use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt};
+use tower_redlock::policy::LockPolicy;
+use tower_redlock::replay::Replay;
 
 use crate::server::{Layout, Server};
 use crate::service::PayRequest;

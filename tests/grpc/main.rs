@@ -22,9 +22,8 @@ mod service;
 use std::time::Duration;
 
 use tonic::Status;
-use tower_redlock::http::{
-    IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, LockPolicyBuilder, SimpleRequest,
-};
+use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+use tower_redlock::policy::{LockPolicy, LockPolicyBuilder};
 use tower_redlock::Redlock;
 
 use service::PayReply;

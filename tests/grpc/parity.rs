@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 
 use tonic::codegen::http;
-use tower_redlock::http::Replay;
+use tower_redlock::replay::Replay;
 use tower_redlock::RedlockLayer;
 
 use crate::{policy_of, redis_key, support, PAY, REFUND};

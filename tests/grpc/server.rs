@@ -9,7 +9,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::Status;
 use tonic_prost::ProstCodec;
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::RedlockLayer;
 
 use crate::service::{

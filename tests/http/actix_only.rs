@@ -1,7 +1,7 @@
 //! actix-web only: what its server does by default with a client that goes away, and a
 //! policy locking every method on a route (`Route::wrap`).
 
-use tower_redlock::http::DEFAULT_TTL;
+use tower_redlock::policy::LockPolicy;
 
 use crate::harness::app::{App, Handler, Route};
 use crate::harness::keys::{default_policy, policy_of, redis_key};
@@ -31,7 +31,10 @@ async fn a_client_that_goes_away_does_not_cancel_by_default() {
         .await
         .expect_err("aborted")
         .is_cancelled());
-    assert_conflict(&post_key(&http, &app.url(PATH), KEY).await, DEFAULT_TTL);
+    assert_conflict(
+        &post_key(&http, &app.url(PATH), KEY).await,
+        LockPolicy::DEFAULT_TTL,
+    );
     assert_held(&m, &key).await;
 
     probe.open();
@@ -74,7 +77,10 @@ async fn any_method_still_answers_405_for_a_method_no_route_serves() {
     let holder = tokio::spawn(post_key(&http, &app.url("/any"), KEY));
     probe.until_started(1).await;
     assert_held(&m, &redis_key("/any", "/any", KEY)).await;
-    assert_conflict(&post_key(&http, &app.url("/any"), KEY).await, DEFAULT_TTL);
+    assert_conflict(
+        &post_key(&http, &app.url("/any"), KEY).await,
+        LockPolicy::DEFAULT_TTL,
+    );
     for keys in [&[KEY][..], &["order-other"], &[]] {
         let delete = reply(with_keys(http.delete(app.url("/any")), keys)).await;
         assert_eq!(delete.status, 405, "DELETE {keys:?}: {}", delete.text());

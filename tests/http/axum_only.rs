@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
-use tower_redlock::http::{IdempotencyKey, KeyExtractor, LockPolicy, SimpleRequest};
+use tower_redlock::key::{IdempotencyKey, KeyExtractor, SimpleRequest};
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::tower::RequestBody;
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
@@ -409,7 +410,7 @@ impl http_body::Body for BrokenBody {
 async fn replay_a_broken_body_or_an_error_marks_the_key_completed() {
     let (masters, redlock) = masters_and_client().await;
     let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
-        .replay(tower_redlock::http::Replay::new())
+        .replay(tower_redlock::replay::Replay::new())
         .build()
         .expect("a valid policy");
     let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -469,7 +470,7 @@ async fn replay_a_broken_body_or_an_error_marks_the_key_completed() {
 /// is the whole path the client sent — as actix-web reports it — not the one axum strips.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_nested_router_keys_by_the_whole_path() {
-    use tower_redlock::http::PathKey;
+    use tower_redlock::key::PathKey;
     let policy = LockPolicy::builder(Redlock::in_memory(), PathKey)
         .build()
         .expect("a valid policy");

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use tokio::sync::mpsc;
-use tower_redlock::http::DEFAULT_TTL;
+use tower_redlock::policy::LockPolicy;
 
 use crate::harness::app::App;
 use crate::harness::keys::{default_policy, redis_key};
@@ -33,7 +33,7 @@ pub async fn burst_until_one_holds(
         let mut replies = burst(http, urls, key, n);
         // A holder is stuck at the gate: every other request is answered meanwhile.
         for _ in 0..n - 1 {
-            assert_conflict(&next_reply(&mut replies).await, DEFAULT_TTL);
+            assert_conflict(&next_reply(&mut replies).await, LockPolicy::DEFAULT_TTL);
         }
         tokio::select! {
             () = probe.until_started(1) => {
@@ -43,7 +43,7 @@ pub async fn burst_until_one_holds(
                 return replies;
             }
             last = next_reply(&mut replies) => {
-                assert_conflict(&last, DEFAULT_TTL);
+                assert_conflict(&last, LockPolicy::DEFAULT_TTL);
                 assert_eq!(probe.started(), 0, "a handler ran, yet its request got a 409");
                 split_votes += 1;
                 assert!(split_votes < MAX_BURSTS, "{split_votes} bursts without a winner");

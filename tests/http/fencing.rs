@@ -2,7 +2,7 @@
 //! token in a request header (and from its `LeaseHandle`), the client's own header of that name
 //! never reaches it, and each new holder of a key gets a larger token.
 
-use tower_redlock::http::{Replay, REPLAYED_HEADER};
+use tower_redlock::replay::Replay;
 use tower_redlock::Redlock;
 
 use crate::harness::app::{App, Handler, Route, FENCING_HEADER};
@@ -138,7 +138,7 @@ pub async fn fencing_header_with_replay<F: Framework>() {
     let post = |key: &str| post_with(&http, &app.url(PATH), &[key]).header(FENCING_HEADER, FORGED);
 
     let first = reply(post("pay-1")).await;
-    assert_eq!(first.header(REPLAYED_HEADER), None);
+    assert_eq!(first.header(Replay::REPLAYED_HEADER), None);
     let v = first.ok();
     let token = v["fencing_token"].as_u64().expect("a fencing token");
     assert_eq!(
@@ -148,7 +148,7 @@ pub async fn fencing_header_with_replay<F: Framework>() {
     );
 
     let again = reply(post("pay-1")).await;
-    assert_eq!(again.header(REPLAYED_HEADER), Some("true"));
+    assert_eq!(again.header(Replay::REPLAYED_HEADER), Some("true"));
     assert_eq!(again.ok()["fencing_token"].as_u64(), Some(token));
 
     let other = reply(post("pay-2")).await.ok();

@@ -1,7 +1,8 @@
 //! The request's key: bad keys are rejected before anything is locked, a route parameter that
 //! is not UTF-8 is malformed, and the handler sees its lock under the hashed key.
 
-use tower_redlock::http::{LockPolicy, RouteParamKey, DEFAULT_TTL};
+use tower_redlock::key::RouteParamKey;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::Redlock;
 
 use crate::harness::app::{App, Handler, Route};
@@ -103,7 +104,7 @@ pub async fn the_handler_sees_its_lease<F: Framework>() {
         assert!(is_token(value.as_deref().expect("held")), "{value:?}");
     }
     let other_path = post_key(&http, &app.url("/orders/8"), KEY).await;
-    assert_conflict(&other_path, DEFAULT_TTL);
+    assert_conflict(&other_path, LockPolicy::DEFAULT_TTL);
 
     probe.open();
     let v = within("the response", request)
@@ -121,7 +122,7 @@ pub async fn the_handler_sees_its_lease<F: Framework>() {
     );
     let validity = v["validity_ms"].as_u64().expect("a validity");
     assert!(
-        validity > 0 && validity <= DEFAULT_TTL.as_millis() as u64,
+        validity > 0 && validity <= LockPolicy::DEFAULT_TTL.as_millis() as u64,
         "{v}"
     );
     assert_eq!(v["lost"], false, "{v}");

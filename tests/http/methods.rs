@@ -2,7 +2,7 @@
 //! methods pass through untouched, and the router's own answers (405, 404) are never turned
 //! into a 400 or a 409. `LockPolicyBuilder::methods` and `any_method` change the set.
 
-use tower_redlock::http::DEFAULT_TTL;
+use tower_redlock::policy::LockPolicy;
 
 use crate::harness::app::{App, Handler, Method, Route};
 use crate::harness::keys::{default_policy, policy_of, redis_key};
@@ -56,7 +56,7 @@ pub async fn unlocked_methods_pass_through_a_held_key<F: Framework>() {
             &[KEY],
         ))
         .await;
-        assert_conflict(&held, DEFAULT_TTL);
+        assert_conflict(&held, LockPolicy::DEFAULT_TTL);
         let keyless = reply(http.request(method.clone(), app.url(PATH))).await;
         assert_problem(&keyless, 400, "/problems/lock-key-missing");
     }
@@ -147,7 +147,7 @@ pub async fn the_method_filter_is_configurable<F: Framework>() {
     puts.until_started(1).await;
     assert_held(&m, &redis_key("/puts", "/puts", KEY)).await;
     let again = reply(with_keys(http.put(app.url("/puts")), &[KEY])).await;
-    assert_conflict(&again, DEFAULT_TTL);
+    assert_conflict(&again, LockPolicy::DEFAULT_TTL);
     let keyless = reply(http.put(app.url("/puts"))).await;
     assert_problem(&keyless, 400, "/problems/lock-key-missing");
     puts.open();
@@ -163,7 +163,7 @@ pub async fn the_method_filter_is_configurable<F: Framework>() {
     anys.until_started(1).await;
     assert_held(&m, &redis_key("/any", "/any", KEY)).await;
     let get = reply(with_keys(http.get(app.url("/any")), &[KEY])).await;
-    assert_conflict(&get, DEFAULT_TTL);
+    assert_conflict(&get, LockPolicy::DEFAULT_TTL);
     let keyless = reply(http.get(app.url("/any"))).await;
     assert_problem(&keyless, 400, "/problems/lock-key-missing");
     let v = reply(with_keys(http.get(app.url("/any")), &["order-other"]))

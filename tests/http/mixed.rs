@@ -1,7 +1,7 @@
 //! axum and actix-web side by side: replicas of one service in both frameworks take the same
 //! lock for the same route and key, and answer every rejection alike.
 
-use tower_redlock::http::DEFAULT_TTL;
+use tower_redlock::policy::LockPolicy;
 
 use crate::exclusion::burst_until_one_holds;
 use crate::harness::app::{App, Handler, Route};
@@ -152,7 +152,7 @@ async fn axum_and_actix_answer_alike() {
     let mut holders = Vec::new();
     for route in [PATH, CUSTOM] {
         let holder = redlock
-            .try_lock(&redis_key(route, route, KEY), DEFAULT_TTL)
+            .try_lock(&redis_key(route, route, KEY), LockPolicy::DEFAULT_TTL)
             .await
             .expect("the test takes the key");
         holders.push(holder);
@@ -163,8 +163,8 @@ async fn axum_and_actix_answer_alike() {
             &[key(KEY)],
         )
         .await;
-        assert_conflict(&axum, DEFAULT_TTL);
-        assert_conflict(&actix, DEFAULT_TTL);
+        assert_conflict(&axum, LockPolicy::DEFAULT_TTL);
+        assert_conflict(&actix, LockPolicy::DEFAULT_TTL);
         // Each is the holder's remaining ttl, rounded up, when that request looked: at most a
         // second apart, and everything else is the same.
         let (a, b) = (axum.retry_after(), actix.retry_after());

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use tower_redlock::http::DEFAULT_TTL;
+use tower_redlock::policy::LockPolicy;
 
 use crate::harness::app::{App, Handler, Route};
 use crate::harness::keys::{default_policy, policy_of, redis_key};
@@ -16,7 +16,7 @@ use crate::support::http::{http_client, send, within};
 
 /// `POST /payments` → [`Handler::Streaming`] from `streams`, behind `policy`.
 pub fn streaming_app(
-    policy: tower_redlock::http::LockPolicy,
+    policy: tower_redlock::policy::LockPolicy,
     streams: &std::sync::Arc<Streams>,
 ) -> App {
     App::new().route(Route::locked(PATH, policy).post(Handler::streaming(streams)))
@@ -71,7 +71,10 @@ pub async fn release_on_body_end_holds_the_key_while_the_body_streams<F: Framewo
     stream_through(&body, &mut response, "first ").await;
     // Streaming: the key is still held, and the same key is refused.
     assert_held(&m, &key).await;
-    assert_conflict(&post_key(&http, &app.url(PATH), KEY).await, DEFAULT_TTL);
+    assert_conflict(
+        &post_key(&http, &app.url(PATH), KEY).await,
+        LockPolicy::DEFAULT_TTL,
+    );
     assert_eq!(streams.served(), 1, "the refused request ran");
     stream_through(&body, &mut response, "second").await;
     assert_held(&m, &key).await;

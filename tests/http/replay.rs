@@ -12,8 +12,9 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tower_redlock::http::replay::DEFAULT_RETENTION;
-use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy, Replay, REPLAYED_HEADER};
+use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
+use tower_redlock::policy::LockPolicy;
+use tower_redlock::replay::Replay;
 
 use crate::exclusion::burst_until_one_holds;
 use crate::harness::app::{App, Handler, Payment, Principal, Route, USER_HEADER};
@@ -83,7 +84,7 @@ pub fn header_set(reply: &Reply, without: &[&str]) -> BTreeMap<String, Vec<Strin
 pub fn assert_ran(reply: &Reply) -> String {
     assert_eq!(reply.status, 201, "{}", reply.text());
     assert_eq!(
-        reply.header(REPLAYED_HEADER),
+        reply.header(Replay::REPLAYED_HEADER),
         None,
         "a run is marked replayed"
     );
@@ -105,12 +106,12 @@ pub const PER_RESPONSE: [&str; 2] = ["date", "connection"];
 #[track_caller]
 pub fn assert_replay_of(first: &Reply, replay: &Reply) {
     assert_eq!(
-        first.header(REPLAYED_HEADER),
+        first.header(Replay::REPLAYED_HEADER),
         None,
         "the first answer is a replay"
     );
     assert_eq!(
-        replay.header(REPLAYED_HEADER),
+        replay.header(Replay::REPLAYED_HEADER),
         Some("true"),
         "not a replay: {} {}",
         replay.status,
@@ -119,7 +120,10 @@ pub fn assert_replay_of(first: &Reply, replay: &Reply) {
     assert_eq!(replay.status, first.status, "{}", replay.text());
     assert_eq!(replay.body, first.body, "the replayed body differs");
     assert_eq!(
-        header_set(replay, &[PER_RESPONSE[0], PER_RESPONSE[1], REPLAYED_HEADER]),
+        header_set(
+            replay,
+            &[PER_RESPONSE[0], PER_RESPONSE[1], Replay::REPLAYED_HEADER]
+        ),
         header_set(first, &[PER_RESPONSE[0], PER_RESPONSE[1], "set-cookie"]),
         "the replayed headers differ"
     );
@@ -135,7 +139,7 @@ pub fn assert_not_stored(reply: &Reply) {
         None,
         "a Retry-After to wait for nothing"
     );
-    assert_eq!(reply.header(REPLAYED_HEADER), None);
+    assert_eq!(reply.header(Replay::REPLAYED_HEADER), None);
 }
 
 /// `RedlockLayer::idempotent` / `RedlockMiddleware::idempotent`: a key's first request runs
@@ -183,7 +187,7 @@ pub async fn replay_sequential_duplicates_get_the_stored_response<F: Framework>(
         .pttl(&record_key(&lock))
         .await
         .max(m[1].pttl(&record_key(&lock)).await);
-    let retention = DEFAULT_RETENTION.as_millis() as i64;
+    let retention = Replay::DEFAULT_RETENTION.as_millis() as i64;
     assert!(
         (retention - 60_000..=retention).contains(&pttl),
         "record PTTL {pttl} ms"
@@ -209,7 +213,7 @@ pub async fn replay_sequential_duplicates_get_the_stored_response<F: Framework>(
     let first = reply(pay(&http, &app.url(SESSIONS), KEY, BODY)).await;
     assert_ran(&first);
     let duplicate = reply(pay(&http, &app.url(SESSIONS), KEY, BODY)).await;
-    assert_eq!(duplicate.header(REPLAYED_HEADER), Some("true"));
+    assert_eq!(duplicate.header(Replay::REPLAYED_HEADER), Some("true"));
     assert_eq!(
         (duplicate.status, &duplicate.body),
         (first.status, &first.body)
@@ -222,7 +226,7 @@ pub async fn replay_sequential_duplicates_get_the_stored_response<F: Framework>(
     assert_eq!(
         header_set(
             &duplicate,
-            &[PER_RESPONSE[0], PER_RESPONSE[1], REPLAYED_HEADER]
+            &[PER_RESPONSE[0], PER_RESPONSE[1], Replay::REPLAYED_HEADER]
         ),
         header_set(&first, &[PER_RESPONSE[0], PER_RESPONSE[1], "x-ledger-tag"]),
     );
@@ -345,7 +349,7 @@ pub async fn replay_a_reused_key_with_another_request_is_422<F: Framework>() {
         let answer = reply(request).await;
         assert_eq!(answer.status, 422, "{what}: {}", answer.text());
         assert_problem(&answer, 422, "/problems/idempotency-key-reused");
-        assert_eq!(answer.header(REPLAYED_HEADER), None, "{what}");
+        assert_eq!(answer.header(Replay::REPLAYED_HEADER), None, "{what}");
         assert_eq!(answer.header("retry-after"), None, "{what}");
     }
     let traced = pay(&http, &order, KEY, BODY).header("x-trace-id", "t-2");
@@ -392,7 +396,7 @@ pub async fn replay_a_5xx_is_not_stored_and_the_retry_runs<F: Framework>() {
 
     let failed = reply(pay(&http, &app.url(PATH), KEY, BODY)).await;
     assert_eq!(failed.status, 500, "{}", failed.text());
-    assert_eq!(failed.header(REPLAYED_HEADER), None);
+    assert_eq!(failed.header(Replay::REPLAYED_HEADER), None);
     assert_eq!(records_on(&m, &lock, 0..3).await, 0, "a 500 was stored");
     // Released, not left to its ttl.
     assert_released(&m, &lock).await;

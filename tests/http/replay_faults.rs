@@ -13,7 +13,7 @@ use crate::replay::{assert_ran, assert_replay_of, pay, records_on, replay_policy
 use crate::support::apps::*;
 use crate::support::http::{http_client, reply, within};
 use crate::support::{eventually, Masters};
-use tower_redlock::http::Replay;
+use tower_redlock::replay::Replay;
 
 /// Three masters. One is killed before the first request: the handler runs under the lock of
 /// the two others, the response is stored on both, and duplicates replay it, also once the

@@ -4,7 +4,7 @@
 //! it is chunked; a fingerprinted body reaches the handler unchanged, however it was framed.
 
 use bytes::Bytes;
-use tower_redlock::http::{Replay, REPLAYED_HEADER};
+use tower_redlock::replay::Replay;
 
 use crate::harness::app::{large_body, App, Handler, Payment, Route};
 use crate::harness::keys::redis_key;
@@ -47,7 +47,7 @@ pub async fn replay_a_response_too_large_or_streamed_is_not_stored<F: Framework>
 
     let first = reply(post_with(&http, &app.url(LARGE), &[KEY])).await;
     assert_eq!(first.status, 200);
-    assert_eq!(first.header(REPLAYED_HEADER), None);
+    assert_eq!(first.header(Replay::REPLAYED_HEADER), None);
     assert_eq!(
         first.body,
         large_body(TOO_LARGE),
@@ -76,7 +76,7 @@ pub async fn replay_a_response_too_large_or_streamed_is_not_stored<F: Framework>
     let first = reply(post_with(&http, &app.url(STREAM), &[KEY])).await;
     within("the stream writer", writer).await.expect("no panic");
     assert_eq!(first.status, 200);
-    assert_eq!(first.header(REPLAYED_HEADER), None);
+    assert_eq!(first.header(Replay::REPLAYED_HEADER), None);
     assert_eq!(first.text(), chunks.concat());
     for _ in 0..2 {
         assert_not_stored(&reply(post_with(&http, &app.url(STREAM), &[KEY])).await);

@@ -3,7 +3,7 @@
 //! header set and body — and both fingerprint a request alike (another body or path is `422`
 //! on either), both ways round.
 
-use tower_redlock::http::Replay;
+use tower_redlock::replay::Replay;
 
 use crate::harness::app::{App, Handler, Payment, Route};
 use crate::harness::probe::Probe;

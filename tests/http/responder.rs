@@ -1,7 +1,8 @@
 //! A custom responder: the user's answer for a rejection, here the problem+json answer with a
 //! header of its own.
 
-use tower_redlock::http::{Rejection, DEFAULT_TTL};
+use tower_redlock::policy::LockPolicy;
+use tower_redlock::rejection::Rejection;
 
 use crate::harness::app::App;
 use crate::harness::keys::policy_of;
@@ -12,7 +13,7 @@ use crate::support::http::{http_client, within};
 
 /// The responder of [`a_custom_responder_adds_a_header`]: the default answer plus
 /// `x-lock-state: held`.
-pub fn with_lock_state(r: &Rejection) -> tower_redlock::http::RejectionResponse {
+pub fn with_lock_state(r: &Rejection) -> tower_redlock::rejection::RejectionResponse {
     r.to_problem_json().with_header("x-lock-state", "held")
 }
 
@@ -32,7 +33,7 @@ pub async fn a_custom_responder_adds_a_header<F: Framework>() {
     let holder = tokio::spawn(post_key(&http, &app.url(PATH), KEY));
     probe.until_started(1).await;
     let refused = post_key(&http, &app.url(PATH), KEY).await;
-    assert_conflict(&refused, DEFAULT_TTL);
+    assert_conflict(&refused, LockPolicy::DEFAULT_TTL);
     assert_eq!(refused.header("x-lock-state"), Some("held"));
     assert_eq!(refused.headers.get_all("x-lock-state").iter().count(), 1);
     assert_eq!(refused.headers.get_all("retry-after").iter().count(), 1);

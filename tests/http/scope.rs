@@ -3,9 +3,8 @@
 
 use std::collections::HashSet;
 
-use tower_redlock::http::{
-    IdempotencyKey, KeyExtractorExt, LockPolicy, PathKey, SimpleRequest, DEFAULT_TTL,
-};
+use tower_redlock::key::{IdempotencyKey, KeyExtractorExt, PathKey, SimpleRequest};
+use tower_redlock::policy::LockPolicy;
 
 use crate::harness::app::{App, Principal, USER_HEADER};
 use crate::harness::keys::key_of;
@@ -48,7 +47,7 @@ pub async fn keys_are_scoped_by_the_principal<F: Framework>() {
     assert_held(&m, &acme).await;
     assert_held(&m, &globex).await;
 
-    assert_conflict(&reply(as_tenant("acme")).await, DEFAULT_TTL);
+    assert_conflict(&reply(as_tenant("acme")).await, LockPolicy::DEFAULT_TTL);
     let anonymous = reply(post_with(&http, &app.url(PATH), &[KEY])).await;
     assert_problem(&anonymous, 400, "/problems/lock-key-missing");
     assert_eq!(probe.started(), 2, "a refused request ran");
@@ -98,7 +97,10 @@ pub async fn keys_are_scoped_by_the_query<F: Framework>() {
         "{sizes:?}"
     );
 
-    assert_conflict(&reply(http.post(url("?week=1"))).await, DEFAULT_TTL);
+    assert_conflict(
+        &reply(http.post(url("?week=1"))).await,
+        LockPolicy::DEFAULT_TTL,
+    );
     assert_eq!(probe.started(), queries.len(), "the refused request ran");
 
     probe.open();

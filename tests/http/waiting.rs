@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tower_redlock::http::DEFAULT_TTL;
+use tower_redlock::policy::LockPolicy;
 
 use crate::harness::app::App;
 use crate::harness::keys::{policy_of, redis_key};
@@ -73,7 +73,7 @@ pub async fn waiting_gives_up_at_its_deadline<F: Framework>() {
     let started = Instant::now();
     let waiter = post_key(&http, &app.url(PATH), KEY).await;
     let waited = started.elapsed();
-    assert_conflict(&waiter, DEFAULT_TTL);
+    assert_conflict(&waiter, LockPolicy::DEFAULT_TTL);
     // Retries stop early when the next pause (50 ms plus up to 25 ms of jitter) and one more
     // try (up to two node timeouts) would overrun the deadline: it waited (a 409 at once
     // takes milliseconds), and gave up by the deadline, plus slack for a loaded machine.

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use crate::helpers::*;
-use tower_redlock::http::{
+use tower_redlock::key::{
     key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyRejection, KeySource,
-    LockKey, MethodPathKey, PathKey, RequestView, SimpleRequest, DEFAULT_KEY_PREFIX,
+    LockKey, MethodPathKey, PathKey, RequestView, SimpleRequest,
 };
 
 // --- Idempotency-Key: rejections ---
@@ -117,7 +117,7 @@ fn closure_extractors() {
     let a = key(&scoped, &req.clone().route("/a"));
     let b = key(&scoped, &req.clone().route("/b"));
     assert_ne!(a, b);
-    assert_eq!(a.prefix(), DEFAULT_KEY_PREFIX);
+    assert_eq!(a.prefix(), LockKey::DEFAULT_PREFIX);
     // A closure's custom prefix is kept, unless replaced.
     let custom = key_fn(|_| Ok(Some(LockKey::from_parts_with_prefix("c:", ["x"]))));
     assert_eq!(key(&custom, &req).prefix(), "c:");

@@ -2,7 +2,7 @@
 //! length-prefixed parts, and never shows the raw key.
 
 use crate::helpers::*;
-use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, KeyMaterial, LockKey};
+use tower_redlock::key::{IdempotencyKey, KeyExtractorExt, KeyMaterial, LockKey};
 
 #[test]
 fn known_answer_pins_the_encoding() {

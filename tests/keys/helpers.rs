@@ -1,6 +1,6 @@
 //! Requests and extraction shorthands shared by the test modules.
 
-use tower_redlock::http::{KeyExtractor, KeyRejection, LockKey, SimpleRequest};
+use tower_redlock::key::{KeyExtractor, KeyRejection, LockKey, SimpleRequest};
 
 /// A raw key value that must never be shown by a key or a rejection.
 pub const SECRET: &str = "SECRET-zebra-4242";

@@ -1,4 +1,4 @@
-//! The key extractors through the public API (`tower_redlock::http`): the hash
+//! The key extractors through the public API (`tower_redlock::key`): the hash
 //! and `LockKey`, the built-in extractors and their rejections, the scoping and
 //! prefix combinators, closures and trait objects, the request view, and
 //! property tests. No Redis needed.

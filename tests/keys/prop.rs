@@ -1,7 +1,7 @@
 //! Property tests: no input panics an extractor; the two header forms agree.
 
 use proptest::prelude::*;
-use tower_redlock::http::{
+use tower_redlock::key::{
     HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, PathKey, RouteParamKey, SimpleRequest,
 };
 

@@ -1,7 +1,7 @@
 //! What a rejection says: its texts, and never the raw key.
 
 use crate::helpers::*;
-use tower_redlock::http::{IdempotencyKey, KeyRejection, KeyRejectionKind, KeySource};
+use tower_redlock::key::{IdempotencyKey, KeyRejection, KeyRejectionKind, KeySource};
 
 #[test]
 fn rejections_never_show_the_raw_key() {

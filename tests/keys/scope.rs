@@ -1,8 +1,8 @@
 //! The combinators: scoping by route, method, header or closure, and prefixes.
 
 use crate::helpers::*;
-use tower_redlock::http::{
-    IdempotencyKey, KeyExtractorExt, KeySource, PathKey, SimpleRequest, DEFAULT_KEY_PREFIX,
+use tower_redlock::key::{
+    IdempotencyKey, KeyExtractorExt, KeySource, LockKey, PathKey, SimpleRequest,
 };
 
 #[test]
@@ -81,7 +81,7 @@ fn prefixes() {
     let req = idem("k").route("/r");
     assert!(key(&IdempotencyKey::required(), &req)
         .as_str()
-        .starts_with(DEFAULT_KEY_PREFIX));
+        .starts_with(LockKey::DEFAULT_PREFIX));
     let p = key(&IdempotencyKey::required().prefix("myapp:"), &req);
     assert_eq!(p.prefix(), "myapp:");
     assert_eq!(

@@ -1,63 +1,4 @@
-//! gRPC answers: a rejection of a gRPC call is a gRPC status, not an HTTP problem+json body.
-//!
-//! A gRPC client (tonic, grpc-go, grpc-java, …) reads a call's outcome from `grpc-status`,
-//! not from the HTTP status: a `409` with a JSON body reaches it as an opaque protocol error.
-//! So a request whose `content-type` is `application/grpc` (or `application/grpc+proto`,
-//! `application/grpc-web…`; see [`is_grpc`]) is answered by the default responder,
-//! [`GrpcOr`]`(`[`ProblemJson`](super::ProblemJson)`)`, the way a gRPC server answers a
-//! call that fails before its first message — *trailers-only*: HTTP `200`, `content-type:
-//! application/grpc` (`application/grpc-web` or `application/grpc-web-text` for a gRPC-Web
-//! call), `grpc-status` and a percent-encoded `grpc-message` in the headers, and no body
-//! ([`Rejection::to_grpc_status`]). The crate's tests read these answers with tonic's
-//! client; other clients follow the same protocol but are not tested.
-//!
-//! | rejection ([`RejectionKind`]) | HTTP | gRPC | why |
-//! | --- | --- | --- | --- |
-//! | `Contended`: another call holds the key | `409` | `ABORTED` (10) + retry hint | a concurrency conflict; the gRPC docs: "the client should retry at a higher level" |
-//! | `Unavailable`: no lock quorum | `503` | `UNAVAILABLE` (14) + retry hint | transient, safe to retry: nothing ran |
-//! | `BadKey`: key missing, empty, too long, malformed, sent twice | `400` | `INVALID_ARGUMENT` (3) | the call itself is wrong, whatever the server's state |
-//! | `BodyUnreadable` (replay) | `400` | `CANCELLED` (1) | the request stream failed before its end: the client reset it (cancelled, or its deadline passed) or the connection broke — gRPC reports a cancelled call as `CANCELLED` on both sides. Nothing about the messages was judged, so not `INVALID_ARGUMENT` (which tells the client that retrying is useless): nothing ran and no lock was taken, a retry with the same key is safe |
-//! | `BodyTooLarge` (replay) | `413` | `RESOURCE_EXHAUSTED` (8) | what gRPC answers for a message over the size limit |
-//! | `Mismatch` (replay): key reused with another request | `422` | `FAILED_PRECONDITION` (9) | the key's state forbids it: "do not retry until the state is fixed" — use a new key |
-//! | `CompletedNotStored` (replay) | `409` | `ALREADY_EXISTS` (6) | the call with this key was already done; retrying cannot run it again |
-//! | `Misconfigured`: invalid lock settings | `500` | `INTERNAL` (13) | the server's fault |
-//!
-//! The retry hint of `ABORTED` and `UNAVAILABLE` is sent twice: `retry-after` (whole
-//! seconds rounded up, as over HTTP) and `grpc-retry-pushback-ms` (the delay in
-//! milliseconds, rounded up). Pushback is a hint for clients with a retry policy (gRFC A6),
-//! and they honour it only when the code is in the policy's `retryableStatusCodes` —
-//! `UNAVAILABLE` often is, `ABORTED` rarely. tonic has no retry policy: a tonic client sees
-//! both values in `Status::metadata()` and decides itself. `grpc-message` is
-//! [`Rejection::detail`], which never contains the raw key.
-//!
-//! A layer on a whole tonic server (`Server::builder().layer(..)`) also sees its health
-//! checks and reflection: give them no key
-//! ([`only_grpc_service`](super::KeyExtractorExt::only_grpc_service), or any extractor that
-//! returns `Ok(None)` outside the protected service), or they are refused with
-//! `INVALID_ARGUMENT`. For streaming methods, see
-//! [`Replay::without_body`](super::Replay::without_body) and
-//! [`release_on_body_end`](super::LockPolicyBuilder::release_on_body_end) (the README's
-//! gRPC section says why).
-//!
-//! A custom [`Responder`] set with
-//! [`LockPolicyBuilder::responder`](super::LockPolicyBuilder::responder) replaces the
-//! default whole and answers gRPC calls too; wrap it in [`GrpcOr`] to keep gRPC statuses for
-//! them, or look at [`Rejection::is_grpc`] yourself.
-//!
-//! ```
-//! use tower_redlock::http::{GrpcCode, GrpcOr, ProblemJson, Rejection, RejectionResponse};
-//!
-//! assert!(tower_redlock::http::is_grpc(b"application/grpc+proto"));
-//! assert_eq!(GrpcCode::Aborted.value(), 10);
-//!
-//! // HTTP clients get plain text, gRPC clients their status.
-//! let responder = GrpcOr(|r: &Rejection| {
-//!     RejectionResponse::new(r.status(), "text/plain; charset=utf-8", r.detail())
-//! });
-//! # fn is_responder(_: &impl tower_redlock::http::Responder) {}
-//! # is_responder(&responder);
-//! # is_responder(&GrpcOr(ProblemJson));
-//! ```
+//! gRPC answers: the framework-neutral core (public face: [`crate::grpc`]).
 
 use std::fmt;
 
@@ -72,7 +13,7 @@ const GRPC: &str = "application/grpc";
 /// A gRPC status code (the `grpc-status` value), as the gRPC specification lists them.
 ///
 /// ```
-/// use tower_redlock::http::GrpcCode;
+/// use tower_redlock::grpc::GrpcCode;
 ///
 /// assert_eq!(GrpcCode::from_value(14), Some(GrpcCode::Unavailable));
 /// assert_eq!(GrpcCode::Unavailable.name(), "UNAVAILABLE");
@@ -177,7 +118,7 @@ impl GrpcCode {
 
     /// The HTTP status of the same meaning, as `google.rpc.Code` maps them (`OK` 200,
     /// `INVALID_ARGUMENT` 400, `ABORTED` 409, `UNAVAILABLE` 503, …). A replay policy judges
-    /// a trailers-only gRPC response by it (see [`Replay::store_if`](super::Replay::store_if)),
+    /// a trailers-only gRPC response by it (see [`Replay::store_if`](crate::replay::Replay::store_if)),
     /// except the codes that invite a retry — `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`,
     /// `RESOURCE_EXHAUSTED`, `UNAVAILABLE` —, judged as `503`: by default a call that failed
     /// with `UNAVAILABLE`, `ABORTED` or `INTERNAL` is not stored and may run again, one that
@@ -230,7 +171,7 @@ impl fmt::Display for GrpcCode {
 /// compared case-insensitively.
 ///
 /// ```
-/// use tower_redlock::http::is_grpc;
+/// use tower_redlock::grpc::is_grpc;
 ///
 /// assert!(is_grpc("application/grpc"));
 /// assert!(is_grpc("application/grpc+proto"));
@@ -325,7 +266,7 @@ impl Rejection {
         self.wire() != Wire::Http
     }
 
-    /// The gRPC status code of this rejection; see the [module docs](self) for the mapping
+    /// The gRPC status code of this rejection; see the [`grpc` module docs](crate::grpc) for the mapping
     /// and its reasons.
     pub fn grpc_code(&self) -> GrpcCode {
         match self.kind() {
@@ -347,11 +288,11 @@ impl Rejection {
     /// `grpc-retry-pushback-ms` (the same delay in milliseconds, rounded up, at least 1).
     ///
     /// ```
-    /// use tower_redlock::http::{Rejection, RejectionResponse};
+    /// use tower_redlock::rejection::{Rejection, RejectionResponse};
     ///
     /// // A responder that answers every client, HTTP ones included, with gRPC statuses.
     /// let grpc_only = |r: &Rejection| -> RejectionResponse { r.to_grpc_status() };
-    /// # fn is_responder(_: &impl tower_redlock::http::Responder) {}
+    /// # fn is_responder(_: &impl tower_redlock::rejection::Responder) {}
     /// # is_responder(&grpc_only);
     /// ```
     pub fn to_grpc_status(&self) -> RejectionResponse {
@@ -374,7 +315,10 @@ impl Rejection {
 ///
 /// ```
 /// # fn main() -> Result<(), tower_redlock::Error> {
-/// use tower_redlock::http::{GrpcOr, IdempotencyKey, LockPolicy, Rejection};
+/// use tower_redlock::grpc::GrpcOr;
+/// use tower_redlock::key::IdempotencyKey;
+/// use tower_redlock::policy::LockPolicy;
+/// use tower_redlock::rejection::Rejection;
 /// use tower_redlock::Redlock;
 ///
 /// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::http::key::{KeyRejection, KeySource};
-use crate::http::ProblemJson;
+use crate::rejection::ProblemJson;
 use std::time::Duration;
 
 fn grpc(r: Rejection) -> Rejection {
@@ -181,7 +181,7 @@ fn replay_judges_grpc_responses_by_their_grpc_status() {
         let value = code.value().to_string();
         let judged = replay_view(200, grpc, Some(value.as_bytes()), Some(0));
         assert_eq!(judged, (503, Some(0)), "{code}");
-        assert!(!crate::http::Replay::new().stores(judged.0), "{code}");
+        assert!(!crate::replay::Replay::new().stores(judged.0), "{code}");
     }
     assert_eq!(replay_view(200, grpc, Some(b"99"), Some(0)), (500, Some(0)));
     // Not gRPC, or not a gRPC answer: as it is.

@@ -11,7 +11,7 @@ use super::*;
 /// unlocked is never rejected for its scope.
 ///
 /// ```
-/// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+/// use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
 ///
 /// let extractor = IdempotencyKey::required().scoped_by_route();
 /// let on = |route: &str| {
@@ -47,7 +47,7 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// `INVALID_ARGUMENT`), never echoed.
     ///
     /// ```
-    /// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+    /// use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
     ///
     /// let extractor = IdempotencyKey::required().scoped_by_grpc_method();
     /// let call = |method: &str| {
@@ -73,7 +73,7 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// with a required key alone they would be refused with `INVALID_ARGUMENT`.
     ///
     /// ```
-    /// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+    /// use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
     ///
     /// let extractor = IdempotencyKey::required()
     ///     .scoped_by_grpc_method()
@@ -120,7 +120,7 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// sent to the client.
     ///
     /// ```
-    /// use tower_redlock::http::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+    /// use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
     ///
     /// #[derive(Clone)]
     /// struct Principal { tenant: String }
@@ -155,7 +155,7 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// distinct from `Some` of an empty value.
     ///
     /// ```
-    /// use tower_redlock::http::{KeyExtractor, KeyExtractorExt, PathKey, SimpleRequest};
+    /// use tower_redlock::key::{KeyExtractor, KeyExtractorExt, PathKey, SimpleRequest};
     ///
     /// // One key space per API version, from the first path segment.
     /// let extractor = PathKey.scoped_by(|req| {
@@ -172,11 +172,11 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
         ScopedBy { inner: self, scope }
     }
 
-    /// Replaces the key's Redis prefix (default [`DEFAULT_KEY_PREFIX`]); the
+    /// Replaces the key's Redis prefix (default [`LockKey::DEFAULT_PREFIX`](crate::key::LockKey::DEFAULT_PREFIX)); the
     /// outermost `prefix` wins.
     ///
     /// ```
-    /// use tower_redlock::http::{KeyExtractor, KeyExtractorExt, PathKey, SimpleRequest};
+    /// use tower_redlock::key::{KeyExtractor, KeyExtractorExt, PathKey, SimpleRequest};
     ///
     /// let key = PathKey.prefix("myapp:")
     ///     .extract(&SimpleRequest::new("PUT", "/docs/1"))

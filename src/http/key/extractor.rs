@@ -15,9 +15,7 @@ use super::*;
 /// extractors too (see [`key_fn`]).
 ///
 /// ```
-/// use tower_redlock::http::{
-///     KeyExtractor, KeyMaterial, KeyRejection, KeySource, RequestView, SimpleRequest,
-/// };
+/// use tower_redlock::key::{KeyExtractor, KeyMaterial, KeyRejection, KeySource, RequestView, SimpleRequest};
 ///
 /// /// Locks per user, from a header set by an authenticating proxy.
 /// struct PerUser;
@@ -135,7 +133,7 @@ impl KeyExtractor for Box<dyn KeyExtractor> {
 /// `|req| ...` needs no type annotation.
 ///
 /// ```
-/// use tower_redlock::http::{key_fn, KeyExtractor, LockKey, SimpleRequest};
+/// use tower_redlock::key::{KeyExtractor, LockKey, SimpleRequest, key_fn};
 ///
 /// // Lock per user when the proxy says who the user is, else no lock.
 /// let per_user = key_fn(|req| {

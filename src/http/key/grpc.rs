@@ -40,7 +40,7 @@ fn method_path(path: &str, max_len: usize) -> Result<(&str, &str), KeyRejection>
 /// `INVALID_ARGUMENT`).
 ///
 /// ```
-/// use tower_redlock::http::{GrpcMethodKey, KeyExtractor, SimpleRequest};
+/// use tower_redlock::key::{GrpcMethodKey, KeyExtractor, SimpleRequest};
 ///
 /// let call = |path: &str| {
 ///     SimpleRequest::new("POST", path).header("content-type", "application/grpc")

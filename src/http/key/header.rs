@@ -13,7 +13,7 @@ use super::*;
 ///
 /// Rejections (all `400`): the header is absent and [`required`](Self::required)
 /// (missing), the key is empty, longer than [`max_len`](Self::max_len) bytes
-/// after unquoting (default [`DEFAULT_MAX_KEY_LEN`], 255), malformed, or the
+/// after unquoting (default [`IdempotencyKey::DEFAULT_MAX_LEN`](crate::key::IdempotencyKey::DEFAULT_MAX_LEN), 255), malformed, or the
 /// header was sent more than once.
 ///
 /// The key is not scoped: combine with
@@ -21,7 +21,7 @@ use super::*;
 /// so that one key reused on two endpoints takes two locks.
 ///
 /// ```
-/// use tower_redlock::http::{IdempotencyKey, KeyExtractor, SimpleRequest};
+/// use tower_redlock::key::{IdempotencyKey, KeyExtractor, SimpleRequest};
 ///
 /// let required = IdempotencyKey::required();
 /// let quoted = SimpleRequest::new("POST", "/payments")
@@ -45,6 +45,11 @@ pub struct IdempotencyKey {
 }
 
 impl IdempotencyKey {
+    /// The default bound, in bytes, on a key taken from a header or a route parameter
+    /// (after unquoting): of [`IdempotencyKey`], [`HeaderKey`] and
+    /// [`RouteParamKey`](crate::key::RouteParamKey).
+    pub const DEFAULT_MAX_LEN: usize = DEFAULT_MAX_KEY_LEN;
+
     /// Reads `Idempotency-Key`; a request without it is rejected (missing).
     pub fn required() -> Self {
         Self {
@@ -119,7 +124,7 @@ impl KeyExtractor for IdempotencyKey {
 /// Required by default.
 ///
 /// ```
-/// use tower_redlock::http::{HeaderKey, KeyExtractor, SimpleRequest};
+/// use tower_redlock::key::{HeaderKey, KeyExtractor, SimpleRequest};
 ///
 /// let by_job = HeaderKey::new("x-job-id");
 /// let req = SimpleRequest::new("POST", "/jobs").header("X-Job-Id", "nightly-report");

@@ -15,7 +15,7 @@ use super::*;
 /// another extractor's.
 ///
 /// ```
-/// use tower_redlock::http::{KeyMaterial, LockKey};
+/// use tower_redlock::key::{KeyMaterial, LockKey};
 ///
 /// let mut material = KeyMaterial::new();
 /// material.push("order").push("42");
@@ -32,7 +32,7 @@ pub struct KeyMaterial {
 }
 
 impl KeyMaterial {
-    /// Empty material with the default prefix ([`DEFAULT_KEY_PREFIX`]).
+    /// Empty material with the default prefix ([`LockKey::DEFAULT_PREFIX`](crate::key::LockKey::DEFAULT_PREFIX)).
     pub fn new() -> Self {
         Self::default()
     }
@@ -99,7 +99,7 @@ impl fmt::Debug for KeyMaterial {
 /// and [`as_str`](LockKey::as_str) all show the hashed form only.
 ///
 /// ```
-/// use tower_redlock::http::LockKey;
+/// use tower_redlock::key::LockKey;
 ///
 /// let key = LockKey::from_parts(["payments", "order-123"]);
 /// assert_eq!(key.prefix(), "tower-redlock:");
@@ -112,10 +112,14 @@ impl fmt::Debug for KeyMaterial {
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey {
-    key: String,
+    pub(super) key: String,
 }
 
 impl LockKey {
+    /// The Redis prefix of a key when none is set with
+    /// [`KeyExtractorExt::prefix`](crate::key::KeyExtractorExt::prefix).
+    pub const DEFAULT_PREFIX: &'static str = DEFAULT_KEY_PREFIX;
+
     /// Hashes `parts` (in order) into a key with the default prefix.
     pub fn from_parts<I>(parts: I) -> Self
     where

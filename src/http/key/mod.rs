@@ -6,6 +6,7 @@ mod combinators;
 mod extractor;
 mod grpc;
 mod header;
+mod keyed;
 mod material;
 mod parse;
 mod rejection;
@@ -20,10 +21,11 @@ pub use self::combinators::{
 pub use self::extractor::{key_fn, KeyExtractor};
 pub use self::grpc::{GrpcMethodKey, OnlyGrpcService, ScopedByGrpcMethod};
 pub use self::header::{HeaderKey, IdempotencyKey};
+pub(crate) use self::keyed::HmacKey;
 pub use self::material::{KeyMaterial, LockKey};
 pub use self::rejection::{KeyRejection, KeyRejectionKind, KeySource};
 pub use self::route::{MethodPathKey, PathKey, RouteParamKey};
-pub use super::view::{RequestView, SimpleRequest};
+pub use super::view::{ExtensionType, RequestView, SimpleRequest};
 
 #[allow(unused_imports)]
 use self::parse::*;
@@ -34,13 +36,11 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-/// The Redis prefix of a [`LockKey`] when none is set with
-/// [`KeyExtractorExt::prefix`].
-pub const DEFAULT_KEY_PREFIX: &str = "tower-redlock:";
+/// See [`LockKey::DEFAULT_PREFIX`].
+pub(crate) const DEFAULT_KEY_PREFIX: &str = "tower-redlock:";
 
-/// The default bound, in bytes, on a key taken from a header or a route
-/// parameter (after unquoting).
-pub const DEFAULT_MAX_KEY_LEN: usize = 255;
+/// See [`IdempotencyKey::DEFAULT_MAX_LEN`].
+pub(crate) const DEFAULT_MAX_KEY_LEN: usize = 255;
 
 /// Bytes of the SHA-256 digest kept in a [`LockKey`].
 const DIGEST_BYTES: usize = 16;

@@ -73,7 +73,7 @@ pub enum KeyRejectionKind {
 /// `Debug` ever contain the raw key value.
 ///
 /// ```
-/// use tower_redlock::http::{IdempotencyKey, KeyExtractor, SimpleRequest};
+/// use tower_redlock::key::{IdempotencyKey, KeyExtractor, SimpleRequest};
 ///
 /// let req = SimpleRequest::new("POST", "/payments")
 ///     .header("idempotency-key", "\"unterminated-secret");

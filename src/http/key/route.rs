@@ -6,7 +6,7 @@ use super::*;
 /// Never rejects.
 ///
 /// ```
-/// use tower_redlock::http::{KeyExtractor, PathKey, SimpleRequest};
+/// use tower_redlock::key::{KeyExtractor, PathKey, SimpleRequest};
 ///
 /// let a = PathKey.extract(&SimpleRequest::new("PUT", "/docs/1")).unwrap();
 /// let b = PathKey.extract(&SimpleRequest::new("DELETE", "/docs/1?force")).unwrap();
@@ -30,7 +30,7 @@ impl KeyExtractor for PathKey {
 /// locks. Never rejects.
 ///
 /// ```
-/// use tower_redlock::http::{KeyExtractor, MethodPathKey, SimpleRequest};
+/// use tower_redlock::key::{KeyExtractor, MethodPathKey, SimpleRequest};
 ///
 /// let put = MethodPathKey.extract(&SimpleRequest::new("PUT", "/docs/1")).unwrap();
 /// let del = MethodPathKey.extract(&SimpleRequest::new("DELETE", "/docs/1")).unwrap();
@@ -63,7 +63,7 @@ impl KeyExtractor for MethodPathKey {
 /// [`scoped_by_route`](KeyExtractorExt::scoped_by_route).
 ///
 /// ```
-/// use tower_redlock::http::{KeyExtractor, RouteParamKey, SimpleRequest};
+/// use tower_redlock::key::{KeyExtractor, RouteParamKey, SimpleRequest};
 ///
 /// let by_account = RouteParamKey::new("id");
 /// let req = SimpleRequest::new("POST", "/accounts/7/transfer")

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn};
+use crate::http::key::HmacKey;
 use crate::http::rejection::Responder;
 use crate::http::replay::Replay;
 
@@ -75,13 +76,14 @@ impl LockPolicyBuilder {
         self
     }
 
-    /// Lock only requests with these methods (default [`DEFAULT_LOCKED_METHODS`](super::DEFAULT_LOCKED_METHODS)); the
+    /// Lock only requests with these methods (default [`DEFAULT_LOCKED_METHODS`](crate::policy::LockPolicy::DEFAULT_LOCKED_METHODS)); the
     /// others pass through untouched: no key is read, nothing is locked, nothing rejected.
     /// Names are matched exactly after ASCII upper-casing (`"post"` means `POST`).
     ///
     /// ```
     /// # fn main() -> Result<(), tower_redlock::Error> {
-    /// use tower_redlock::http::{IdempotencyKey, LockPolicy};
+    /// use tower_redlock::key::IdempotencyKey;
+    /// use tower_redlock::policy::LockPolicy;
     /// use tower_redlock::Redlock;
     ///
     /// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
@@ -113,7 +115,7 @@ impl LockPolicyBuilder {
 
     /// Replay completed requests: the first request with a key runs and its response is
     /// stored on the quorum; later ones get it replayed, a reused key with another request
-    /// `422`. See [`replay`](crate::http::replay).
+    /// `422`. See [`replay`](crate::replay).
     pub fn replay(mut self, replay: Replay) -> Self {
         self.inner.replay = Some(Arc::new(replay));
         self
@@ -136,7 +138,8 @@ impl LockPolicyBuilder {
     ///
     /// ```
     /// # fn main() -> Result<(), tower_redlock::Error> {
-    /// use tower_redlock::http::{IdempotencyKey, LockPolicy};
+    /// use tower_redlock::key::IdempotencyKey;
+    /// use tower_redlock::policy::LockPolicy;
     /// use tower_redlock::node::MemoryNode;
     /// use tower_redlock::Redlock;
     ///
@@ -153,17 +156,55 @@ impl LockPolicyBuilder {
     }
 
     /// Replace the middleware's own answers with yours. The default,
-    /// [`GrpcOr`](crate::http::GrpcOr)`(`[`ProblemJson`](crate::http::ProblemJson)`)`,
+    /// [`GrpcOr`](crate::grpc::GrpcOr)`(`[`ProblemJson`](crate::rejection::ProblemJson)`)`,
     /// answers gRPC calls with gRPC statuses and other requests with problem+json;
     /// `responder` replaces it whole, so your responder answers gRPC calls too — wrap it
-    /// in `GrpcOr` to keep their gRPC statuses (see [`grpc`](crate::http::grpc)).
+    /// in `GrpcOr` to keep their gRPC statuses (see [`grpc`](crate::grpc)).
     pub fn responder(mut self, responder: impl Responder) -> Self {
         self.inner.responder = Box::new(responder);
         self
     }
 
+    /// Keys every lock key with `secret` (HMAC-SHA-256, RFC 2104): the Redis key becomes the
+    /// extractor's prefix and the hex of the first 16 bytes of HMAC-SHA-256(secret, the
+    /// extractor's key). Without the secret, a key in Redis (or a hashed key in the logs)
+    /// can no longer be matched to a guessed request value — an order id, a short
+    /// idempotency key — by hashing candidates. Every instance of a service must use the
+    /// same secret (they must contend for the same keys); changing it changes every key
+    /// (a rolling change lets two instances lock one request under two keys, and loses the
+    /// stored responses of replay). At least 16 bytes, 32 random bytes recommended: a
+    /// shorter secret fails [`build`](Self::build).
+    ///
+    /// ```
+    /// # fn main() -> tower_redlock::Result<()> {
+    /// use tower_redlock::key::IdempotencyKey;
+    /// use tower_redlock::node::MemoryNode;
+    /// use tower_redlock::policy::LockPolicy;
+    /// use tower_redlock::Redlock;
+    ///
+    /// let redlock = Redlock::builder().node(MemoryNode::new()).build()?;
+    /// let secret = std::env::var("LOCK_KEY_SECRET").unwrap_or_else(|_| "x".repeat(32));
+    /// let policy = LockPolicy::builder(redlock.clone(), IdempotencyKey::required())
+    ///     .hmac_key(secret.as_bytes())
+    ///     .build()?;
+    /// # let _ = policy;
+    /// let short = LockPolicy::builder(redlock, IdempotencyKey::required()).hmac_key(b"short");
+    /// assert!(short.build().unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn hmac_key(mut self, secret: impl AsRef<[u8]>) -> Self {
+        match HmacKey::new(secret.as_ref()) {
+            Ok(key) => self.inner.hmac = Some(key),
+            Err(e) => self.problem = Some(e),
+        }
+        self
+    }
+
     /// Builds the policy, or says what to fix.
     pub fn build(self) -> crate::Result<LockPolicy> {
+        if let Some(problem) = self.problem {
+            return Err(problem);
+        }
         let p = &self.inner;
         // The same check a lock call makes, up front.
         p.redlock.check_ttl(p.ttl)?;

@@ -1,12 +1,11 @@
-//! What the middleware does: which key, how long, what to do on contention, on an
-//! unreachable quorum, and when to release. Shared by the tower and actix-web glue.
+//! What the middleware does (public face: [`crate::policy`]).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::grpc::{GrpcOr, Wire};
-use super::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
+use super::key::{HmacKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
 use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
 use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
 use crate::{Claim, Lease, Redlock, Retry};
@@ -68,7 +67,8 @@ pub struct Unlocked;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
 /// use std::time::Duration;
-/// use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy};
+/// use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
+/// use tower_redlock::policy::LockPolicy;
 /// use tower_redlock::Redlock;
 ///
 /// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required().scoped_by_route())
@@ -100,6 +100,8 @@ struct PolicyInner {
     replay: Option<Arc<Replay>>,
     /// The request header the fencing token is passed in (lower-case).
     fencing_header: Option<Box<str>>,
+    /// The secret lock keys are keyed with (HMAC), if any.
+    hmac: Option<HmacKey>,
 }
 
 impl fmt::Debug for LockPolicy {
@@ -122,6 +124,8 @@ impl fmt::Debug for LockPolicy {
 /// Builds a [`LockPolicy`]; see there.
 pub struct LockPolicyBuilder {
     inner: PolicyInner,
+    /// A problem found while building (reported by `build`).
+    problem: Option<crate::Error>,
 }
 
 impl fmt::Debug for LockPolicyBuilder {
@@ -132,17 +136,23 @@ impl fmt::Debug for LockPolicyBuilder {
     }
 }
 
-/// The default lock ttl of the middleware.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// See [`LockPolicy::DEFAULT_TTL`].
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
-/// The methods the middleware locks by default: the unsafe, state-changing ones
-/// (RFC 9110 §9.2.1). `GET`, `HEAD`, `OPTIONS` and `TRACE` pass through without a key.
-pub const DEFAULT_LOCKED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+/// See [`LockPolicy::DEFAULT_LOCKED_METHODS`].
+pub(crate) const DEFAULT_LOCKED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
 
 impl LockPolicy {
+    /// The default lock ttl of the middleware (30 s).
+    pub const DEFAULT_TTL: Duration = DEFAULT_TTL;
+
+    /// The methods the middleware locks by default: the unsafe, state-changing ones
+    /// (RFC 9110 §9.2.1). `GET`, `HEAD`, `OPTIONS` and `TRACE` pass through without a key.
+    pub const DEFAULT_LOCKED_METHODS: [&'static str; 4] = DEFAULT_LOCKED_METHODS;
+
     /// Starts a policy that locks the key `extractor` derives, on `redlock`'s nodes.
     ///
-    /// Defaults: only [`DEFAULT_LOCKED_METHODS`] are locked (other requests pass through
+    /// Defaults: only [`DEFAULT_LOCKED_METHODS`](Self::DEFAULT_LOCKED_METHODS) are locked (other requests pass through
     /// untouched); ttl 30 s, kept alive while the handler runs; `409` at once on
     /// contention; `503` when the quorum is unreachable (`Retry-After: 1`); release when
     /// the response is produced; problem+json rejections (gRPC statuses for gRPC calls).
@@ -161,18 +171,20 @@ impl LockPolicy {
                 responder: Box::new(GrpcOr(ProblemJson)),
                 replay: None,
                 fencing_header: None,
+                hmac: None,
             },
+            problem: None,
         }
     }
 
     /// The common idempotent endpoint: the `Idempotency-Key` header (required, scoped by
     /// route) locks the first request and stores its response, which every later request
     /// with the key gets replayed ([`Replay::new`]'s defaults: 24 h, body fingerprinted).
-    /// See [`replay`](super::replay).
+    /// See [`replay`](crate::replay).
     ///
     /// ```
     /// # fn main() -> Result<(), tower_redlock::Error> {
-    /// use tower_redlock::http::LockPolicy;
+    /// use tower_redlock::policy::LockPolicy;
     /// use tower_redlock::Redlock;
     ///
     /// let policy = LockPolicy::idempotent(Redlock::in_memory()).build()?;
@@ -251,10 +263,14 @@ impl LockPolicy {
         if !self.locks_method(req.method()) {
             return Ok(None);
         }
-        self.inner.extractor.extract(req).map_err(|k| {
+        let key = self.inner.extractor.extract(req).map_err(|k| {
             tracing::debug!(rejection = %k, "lock key rejected");
             let rejection = Rejection::bad_key(k).on(Wire::of(req));
             self.inner.responder.respond(&rejection)
+        })?;
+        Ok(match &self.inner.hmac {
+            Some(secret) => key.map(|k| k.keyed(secret)),
+            None => key,
         })
     }
 
@@ -305,7 +321,8 @@ impl LockPolicy {
                 let fingerprint = replay
                     .map(|(_, fp)| fp)
                     .expect("only a replay claim completes");
-                match super::replay::answer(&record, &fingerprint) {
+                let transform = p.replay.as_ref().and_then(|r| r.transform.as_deref());
+                match super::replay::answer(&record, &fingerprint, transform) {
                     Ok(response) => {
                         tracing::debug!(key = %p.redlock.key_hash(key.as_str()), elapsed = ?started.elapsed(), "replayed");
                         Decision::Replay(response)
@@ -355,7 +372,7 @@ pub(crate) enum Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{IdempotencyKey, SimpleRequest};
+    use crate::key::{IdempotencyKey, SimpleRequest};
 
     fn policy(b: impl FnOnce(LockPolicyBuilder) -> LockPolicyBuilder) -> crate::Result<LockPolicy> {
         b(LockPolicy::builder(

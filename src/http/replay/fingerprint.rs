@@ -76,7 +76,7 @@ impl FingerprintBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::SimpleRequest;
+    use crate::key::SimpleRequest;
 
     fn fp(replay: &Replay, req: &SimpleRequest, body: Option<&[u8]>) -> Fingerprint {
         FingerprintBuilder::new(replay, req).finish(body)

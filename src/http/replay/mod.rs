@@ -1,86 +1,4 @@
-//! Idempotent endpoints: replay a completed request's response instead of running its
-//! handler again. Turned on with [`LockPolicyBuilder::replay`](super::LockPolicyBuilder::replay)
-//! (or [`LockPolicy::idempotent`](super::LockPolicy::idempotent) for the common case).
-//!
-//! | request with key K | answer |
-//! | --- | --- |
-//! | first | the handler runs under K's lock; its response is stored on a quorum of masters, then the lock ends |
-//! | while the first is in flight | `409` + `Retry-After` (or, waiting, the stored response once it is done) |
-//! | after it completed (within the retention) | the stored response + `Idempotency-Replayed: true`; the handler does not run, nothing is locked |
-//! | the same K, another request | `422` problem+json (`/problems/idempotency-key-reused`) |
-//! | body over the fingerprint limit | `413` problem+json (`/problems/request-body-too-large`) |
-//! | after a completion whose response was not stored (streamed, or over the response limit) | `409` problem+json (`/problems/idempotency-completed-not-stored`), no `Retry-After`: the handler never runs twice |
-//!
-//! **The request fingerprint** is a SHA-256 over the method, the path, the query, the
-//! headers named with [`Replay::fingerprint_header`] and the body's SHA-256. The body is
-//! buffered (up to [`Replay::body_limit`]) and handed to the handler unchanged (trailers
-//! are dropped); [`Replay::without_body`] leaves the body out and streams it.
-//!
-//! **Stored**: responses with a status below 500 ([`Replay::store_if`] changes that): the
-//! status, the headers except the framing and hop-by-hop ones (also those `Connection`
-//! names), `Date` and `Set-Cookie`
-//! ([`Replay::keep_header`], [`Replay::drop_header`]), and the body (trailers are not kept).
-//! A `5xx` is not stored and the lock is released: the client's retry runs the handler
-//! again.
-//!
-//! **At most once**: once the handler has started, the key is never released for a second
-//! run. When no response can be stored — the inner service returned an error, the response
-//! body failed while it was read (answered `500`), or the request was cancelled (a client
-//! that went away, a timeout layer outside) — the key is marked completed without a
-//! response, and retries get `409` completed-not-stored.
-//!
-//! **Scope**: the stored response is found by the lock key, so scope the key as finely as
-//! responses may be shared — by route, and by principal
-//! ([`scoped_by_extension`](super::KeyExtractorExt::scoped_by_extension) with the
-//! authenticated user, or [`scoped_by_header`](super::KeyExtractorExt::scoped_by_header)
-//! with a tenant header): one tenant never receives another tenant's stored response.
-//!
-//! **Safety**: the record is written with the lock's token, only where that token still
-//! holds, and counts once a quorum stored it; a read takes any record it finds and
-//! concludes "not done" only from a quorum (fewer answers: `503`). If the record cannot be
-//! stored on a quorum, the lock is not released early: duplicates get `409` until its ttl
-//! ends (logged at warn); after that, a key whose record no master kept runs again. So does
-//! a key whose lease was lost before its record was written (a handler that outlived the
-//! ttl with keep-alive off, a crashed replica): replay is as strong as the lock. See
-//! [`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed).
-//!
-//! **Costs**: a request body is buffered (up to [`Replay::body_limit`]) before the lock is
-//! taken, duplicates included — bound the requests in flight (e.g. tower's
-//! `ConcurrencyLimitLayer`) if that memory matters. Each completed key keeps a record of up
-//! to [`Replay::response_limit`] on every master for the retention. Put compression layers
-//! *outside* the lock layer: a response stored compressed would be replayed compressed.
-//!
-//! **Other settings**: with [`wait`](super::LockPolicyBuilder::wait), a duplicate in flight
-//! waits and then gets the stored response. [`fail_open`](super::LockPolicyBuilder::fail_open)
-//! is refused with replay (a request run unlocked could run a completed key again). The
-//! request body is read *before* the lock is taken, so a slow client never holds a key.
-//!
-//! A stored response is replayed byte for byte by either framework: an actix-web replica
-//! replays what an axum replica stored, and the reverse.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
-//! use std::time::Duration;
-//! use tower_redlock::http::{IdempotencyKey, KeyExtractorExt, LockPolicy, Replay};
-//! use tower_redlock::Redlock;
-//!
-//! let redlock = Redlock::in_memory();
-//! // The common case: the Idempotency-Key header (required), scoped by route, replayed
-//! // for 24 h.
-//! let short = LockPolicy::idempotent(redlock.clone()).build()?;
-//! // Or every knob:
-//! let custom = LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_header("x-tenant"))
-//!     .replay(
-//!         Replay::new()
-//!             .retention(Duration::from_secs(3600))
-//!             .body_limit(256 * 1024)
-//!             .fingerprint_header("content-type")
-//!             .store_if(|status| (200..300).contains(&status)),
-//!     )
-//!     .build()?;
-//! assert!(short.replays() && custom.replays());
-//! # Ok(()) }
-//! ```
+//! Idempotent endpoints: the framework-neutral core (public face: [`crate::replay`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -89,37 +7,37 @@ use std::time::Duration;
 mod fingerprint;
 mod record;
 mod recorder;
+mod transform;
 
 pub(crate) use fingerprint::{Fingerprint, FingerprintBuilder};
 pub(crate) use record::StoredResponse;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use recorder::Running;
 pub(crate) use recorder::{Collector, Plan, Recorder};
+pub use transform::{RecordTransform, TransformError};
 
 /// The answer for a completed request's `record`: its stored response — counted as
 /// `redlock_replayed_total` with the feature `metrics` — or why it cannot be replayed.
 pub(crate) fn answer(
     record: &bytes::Bytes,
     fingerprint: &Fingerprint,
+    transform: Option<&dyn RecordTransform>,
 ) -> Result<StoredResponse, crate::http::RejectionKind> {
-    let answer = record::answer(record, fingerprint);
+    let answer = record::answer(record, fingerprint, transform);
     if answer.is_ok() {
         crate::metrics::replayed();
     }
     answer
 }
 
-/// The header added to a replayed response.
-pub const REPLAYED_HEADER: &str = "idempotency-replayed";
-
-/// The default retention of a stored response (24 h).
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
-
-/// The default limit of a request body buffered for the fingerprint (1 MiB).
-pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
-
-/// The default limit of a stored response: status, headers and body (64 KiB).
-pub const DEFAULT_RESPONSE_LIMIT: usize = 64 << 10;
+/// See [`Replay::REPLAYED_HEADER`].
+pub(crate) const REPLAYED_HEADER: &str = "idempotency-replayed";
+/// See [`Replay::DEFAULT_RETENTION`].
+pub(crate) const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+/// See [`Replay::DEFAULT_BODY_LIMIT`].
+pub(crate) const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+/// See [`Replay::DEFAULT_RESPONSE_LIMIT`].
+pub(crate) const DEFAULT_RESPONSE_LIMIT: usize = 64 << 10;
 
 /// Response headers never stored: the framing and the hop-by-hop ones (RFC 9110 §7.6.1),
 /// and the replay marker itself.
@@ -136,8 +54,8 @@ const NEVER_STORED: [&str; 10] = [
     REPLAYED_HEADER,
 ];
 
-/// The replay settings of a [`LockPolicy`](super::LockPolicy); see the
-/// [module docs](self).
+/// The replay settings of a [`LockPolicy`](crate::policy::LockPolicy); see the
+/// [module docs](crate::replay).
 #[derive(Clone)]
 pub struct Replay {
     pub(crate) retention: Duration,
@@ -146,6 +64,7 @@ pub struct Replay {
     pub(crate) fingerprint_headers: Vec<Box<str>>,
     pub(crate) dropped_headers: Vec<Box<str>>,
     pub(crate) store_if: Arc<dyn Fn(u16) -> bool + Send + Sync>,
+    pub(crate) transform: Option<Arc<dyn RecordTransform>>,
 }
 
 impl Default for Replay {
@@ -167,9 +86,20 @@ impl fmt::Debug for Replay {
 }
 
 impl Replay {
-    /// The defaults: kept [`DEFAULT_RETENTION`] (24 h); the body fingerprinted, buffered up
-    /// to [`DEFAULT_BODY_LIMIT`] (1 MiB); responses below `500` stored up to
-    /// [`DEFAULT_RESPONSE_LIMIT`] (64 KiB), without `Set-Cookie`.
+    /// The header added to a replayed response (`idempotency-replayed: true`).
+    pub const REPLAYED_HEADER: &'static str = REPLAYED_HEADER;
+    /// The default retention of a stored response (24 h).
+    pub const DEFAULT_RETENTION: Duration = DEFAULT_RETENTION;
+    /// The default limit of a request body buffered for the fingerprint (1 MiB).
+    pub const DEFAULT_BODY_LIMIT: usize = DEFAULT_BODY_LIMIT;
+    /// The default limit of a stored response: status, headers and body (64 KiB).
+    pub const DEFAULT_RESPONSE_LIMIT: usize = DEFAULT_RESPONSE_LIMIT;
+
+    /// The defaults: kept [`DEFAULT_RETENTION`](Self::DEFAULT_RETENTION) (24 h); the body
+    /// fingerprinted, buffered up to [`DEFAULT_BODY_LIMIT`](Self::DEFAULT_BODY_LIMIT)
+    /// (1 MiB); responses below `500` stored up to
+    /// [`DEFAULT_RESPONSE_LIMIT`](Self::DEFAULT_RESPONSE_LIMIT) (64 KiB), without
+    /// `Set-Cookie`.
     pub fn new() -> Self {
         Self {
             retention: DEFAULT_RETENTION,
@@ -178,6 +108,7 @@ impl Replay {
             fingerprint_headers: Vec::new(),
             dropped_headers: vec!["set-cookie".into()],
             store_if: Arc::new(|status| status < 500),
+            transform: None,
         }
     }
 
@@ -228,7 +159,7 @@ impl Replay {
     ///
     /// A gRPC response (HTTP `200` with a gRPC `content-type`) reaches `f` as its HTTP
     /// equivalent: a trailers-only one (a call that failed before its first message) as the
-    /// [`GrpcCode::http_equivalent`](crate::http::GrpcCode::http_equivalent) of its
+    /// [`GrpcCode::http_equivalent`](crate::grpc::GrpcCode::http_equivalent) of its
     /// `grpc-status` — except `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`,
     /// `RESOURCE_EXHAUSTED` and `UNAVAILABLE`, which invite a retry and reach it as `503`, and
     /// an unknown code, as `500` —; one whose status comes in the trailers as `200`, but its
@@ -258,6 +189,13 @@ impl Replay {
         self
     }
 
+    /// Seals every stored response with `transform` before the write, and opens it on
+    /// replay: encrypt or redact what Redis keeps (see [`RecordTransform`]).
+    pub fn transform(mut self, transform: impl RecordTransform) -> Self {
+        self.transform = Some(Arc::new(transform));
+        self
+    }
+
     /// The retention of a stored response.
     pub fn retention_period(&self) -> Duration {
         self.retention
@@ -282,7 +220,7 @@ impl Replay {
         !never.any(|h| h.eq_ignore_ascii_case(name))
     }
 
-    /// Checks the settings (from [`LockPolicyBuilder::build`](super::LockPolicyBuilder::build)).
+    /// Checks the settings (from [`LockPolicyBuilder::build`](crate::policy::LockPolicyBuilder::build)).
     pub(crate) fn check(&self) -> crate::Result<()> {
         if self.retention < Duration::from_millis(1) || self.retention > crate::MAX_RECORD_RETENTION
         {

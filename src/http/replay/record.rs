@@ -5,22 +5,28 @@
 //! ```text
 //! "TRH1"                     magic and format version
 //! fingerprint [32]
-//! kind u8                    0: response stored, 1: completed, response not stored
-//! -- kind 0 only --
+//! kind u8                    0: response stored, 1: completed, response not stored,
+//!                            2: response stored sealed (Replay::transform)
+//! -- kind 0 only, and kind 2 once opened --
 //! status u16, header count u16
 //! per header: name len u16, name, value len u32, value
 //! body                       the rest
+//! -- kind 2 --
+//! sealed                     the rest: what RecordTransform::seal made of the above
 //! ```
 //! Integers are big-endian. A record that does not parse (another version, damage) is
 //! answered as "completed, not stored": never a second run.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::Fingerprint;
+use super::{Fingerprint, RecordTransform};
 
 const MAGIC: &[u8; 4] = b"TRH1";
 const KIND_RESPONSE: u8 = 0;
 const KIND_COMPLETED: u8 = 1;
+const KIND_SEALED: u8 = 2;
+/// The bytes before a response: magic, fingerprint, kind.
+const HEAD: usize = 4 + 32 + 1;
 
 /// A response to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,14 +96,36 @@ pub(crate) fn encode_completed(fingerprint: &Fingerprint) -> Bytes {
     out.freeze()
 }
 
+/// A response record sealed with `transform` (kind 2); a "completed" record as it is (it
+/// holds a hash). `None` when the transform failed (logged at warn).
+pub(crate) fn seal(record: Bytes, transform: &dyn RecordTransform) -> Option<Bytes> {
+    if record.get(HEAD - 1) != Some(&KIND_RESPONSE) {
+        return Some(record);
+    }
+    match transform.seal(&record[HEAD..]) {
+        Ok(sealed) => {
+            let mut out = BytesMut::with_capacity(HEAD + sealed.len());
+            out.put_slice(&record[..HEAD - 1]);
+            out.put_u8(KIND_SEALED);
+            out.put_slice(&sealed);
+            Some(out.freeze())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the replay transform failed to seal a response: it is not stored");
+            None
+        }
+    }
+}
+
 /// The answer to a request with `fingerprint` whose key has `record`: the response to
 /// replay, or why not (`422` another request, `409` completed without a stored response).
 pub(crate) fn answer(
     record: &Bytes,
     fingerprint: &Fingerprint,
+    transform: Option<&dyn RecordTransform>,
 ) -> Result<StoredResponse, crate::http::RejectionKind> {
     use crate::http::RejectionKind;
-    match decode(record) {
+    match decode_with(record, transform) {
         Record::Response(fp, _) | Record::Completed(fp) if fp != *fingerprint => {
             Err(RejectionKind::Mismatch)
         }
@@ -111,7 +139,29 @@ pub(crate) fn answer(
 }
 
 /// Reads a record; never panics, whatever the bytes.
+#[cfg(test)]
 pub(crate) fn decode(record: &Bytes) -> Record {
+    decode_with(record, None)
+}
+
+/// Reads a record, opening a sealed one with `transform`: without it, or when it fails
+/// (logged at warn), the record is unreadable.
+pub(crate) fn decode_with(record: &Bytes, transform: Option<&dyn RecordTransform>) -> Record {
+    if record.len() >= HEAD && record[..4] == MAGIC[..] && record[HEAD - 1] == KIND_SEALED {
+        let opened = match transform.map(|t| t.open(&record[HEAD..])) {
+            Some(Ok(opened)) => opened,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "the replay transform failed to open a stored response");
+                return Record::Unreadable;
+            }
+            None => return Record::Unreadable,
+        };
+        let mut plain = BytesMut::with_capacity(HEAD + opened.len());
+        plain.put_slice(&record[..HEAD - 1]);
+        plain.put_u8(KIND_RESPONSE);
+        plain.put_slice(&opened);
+        return decode_inner(&plain.freeze()).unwrap_or(Record::Unreadable);
+    }
     decode_inner(record).unwrap_or(Record::Unreadable)
 }
 

@@ -124,7 +124,16 @@ impl Recorder {
     ) -> Bytes {
         let all: Vec<_> = headers.collect();
         let stored = self.stored_headers(&all);
-        encode_response(&self.fingerprint, status, stored.into_iter(), body)
+        let record = encode_response(&self.fingerprint, status, stored.into_iter(), body);
+        let Some(transform) = &self.replay.transform else {
+            return record;
+        };
+        match super::record::seal(record, &**transform) {
+            Some(sealed) if sealed.len() <= crate::MAX_RECORD_LEN => sealed,
+            // Not stored (warned) or too large sealed: the key is marked completed, so
+            // that a duplicate is answered `409` rather than run again.
+            _ => self.completed(),
+        }
     }
 
     /// The record "completed, response not stored".

@@ -12,7 +12,8 @@ use actix_web::http::{Method as ActixMethod, StatusCode};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use bytes::BytesMut;
 use futures_util::StreamExt;
-use tower_redlock::http::{KeyExtractor, LockPolicy, Unlocked};
+use tower_redlock::key::KeyExtractor;
+use tower_redlock::policy::{LockPolicy, Unlocked};
 use tower_redlock::{LeaseHandle, Redlock, RedlockMiddleware};
 
 use super::app::{chunks, Answer, App, Method, Principal, Seen, FENCING_HEADER, USER_HEADER};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use tower_redlock::http::LockPolicy;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::LeaseHandle;
 
 use super::probe::{Probe, Streams, NOT_STREAMED};

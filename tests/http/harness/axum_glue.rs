@@ -9,7 +9,8 @@ use axum::middleware::{from_fn, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter};
 use axum::{Json, Router};
-use tower_redlock::http::{KeyExtractor, LockPolicy, Unlocked};
+use tower_redlock::key::KeyExtractor;
+use tower_redlock::policy::{LockPolicy, Unlocked};
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
 use super::app::{chunks, Answer, App, Method, Principal, Seen, FENCING_HEADER, USER_HEADER};

@@ -1,8 +1,7 @@
 //! The lock keys the suite's apps take, as Redis sees them, and the policies they use.
 
-use tower_redlock::http::{
-    IdempotencyKey, KeyExtractor, KeyExtractorExt, LockPolicy, LockPolicyBuilder, SimpleRequest,
-};
+use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
+use tower_redlock::policy::{LockPolicy, LockPolicyBuilder};
 use tower_redlock::Redlock;
 
 use crate::support::apps::IDEMPOTENCY_KEY;

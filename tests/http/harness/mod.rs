@@ -13,7 +13,8 @@ pub mod raw;
 use std::future::Future;
 use std::net::SocketAddr;
 
-use tower_redlock::http::{KeyExtractor, LockPolicy};
+use tower_redlock::key::KeyExtractor;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::Redlock;
 
 pub use actix_glue::Actix;

@@ -490,3 +490,50 @@ async fn suspension_can_be_turned_off() {
     proxy.set(Fault::Pass);
     all_empty(&masters).await;
 }
+
+/// Every master answers later than the ttl (a latency of 80 ms each way, a ttl of 100 ms, a
+/// node timeout long enough to wait for them): the quorum is reached, but with no validity
+/// left — the client never returns such a lease (validity = ttl − elapsed − drift ≤ 0), and
+/// the locks it took expire or are released: nothing is left.
+#[tokio::test]
+async fn an_acquisition_slower_than_the_ttl_never_returns_a_lease() {
+    let masters = Masters::start(3);
+    let mut proxies = Vec::new();
+    for i in 0..3 {
+        proxies.push(FaultProxy::start(masters[i].addr().parse().unwrap()).await);
+    }
+    let mut builder = Redlock::builder();
+    for proxy in &proxies {
+        builder = builder.redis(&proxy.url());
+    }
+    let client = builder
+        .node_timeout(Duration::from_secs(1))
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    // Connections made before the latency, so that only the requests are slow.
+    client
+        .lock("faults:slow-warm", Duration::from_secs(1))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for proxy in &proxies {
+        proxy.set(Fault::Latency(Duration::from_millis(80)));
+    }
+    let ttl = Duration::from_millis(100);
+    for round in 0..5 {
+        match client.lock(&format!("faults:slow-{round}"), ttl).await {
+            Ok(lease) => panic!(
+                "a lease whose quorum took longer than its ttl: validity {:?}",
+                lease.validity()
+            ),
+            Err(e) => assert!(!e.is_contended(), "{e}"),
+        }
+    }
+    for proxy in &proxies {
+        proxy.set(Fault::Pass);
+    }
+    all_empty(&masters).await;
+}

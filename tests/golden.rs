@@ -216,11 +216,24 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(feature = "axum")]
 const SECRET: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
 
+/// The raw completion record [`keys_left_by`] leaves.
+#[cfg(feature = "axum")]
+async fn record_left_by(secret: Option<&[u8]>) -> Vec<u8> {
+    let (keys, server) = run_keyed(secret).await;
+    raw(&server, &keys[0]).await
+}
+
 /// Sends one replayed `POST /pay` with `Idempotency-Key: "golden-1"` through an axum app
 /// whose policy keys lock keys with `secret` (none: unkeyed), and answers the Redis keys
 /// it left (the completion record's).
 #[cfg(feature = "axum")]
 async fn keys_left_by(secret: Option<&[u8]>) -> Vec<String> {
+    run_keyed(secret).await.0
+}
+
+/// [`keys_left_by`], and the server (still running).
+#[cfg(feature = "axum")]
+async fn run_keyed(secret: Option<&[u8]>) -> (Vec<String>, RedisServer) {
     use axum::routing::post;
     use tower::ServiceExt;
     use tower_redlock::key::IdempotencyKey;
@@ -242,7 +255,8 @@ async fn keys_left_by(secret: Option<&[u8]>) -> Vec<String> {
         .body(axum::body::Body::empty())
         .unwrap();
     assert_eq!(app.oneshot(request).await.unwrap().status(), 200);
-    server.query(redis::cmd("KEYS").arg("*")).await
+    let keys = server.query(redis::cmd("KEYS").arg("*")).await;
+    (keys, server)
 }
 
 /// A keyed lock key: the extractor's prefix, then the hex of the first 16 bytes of
@@ -375,11 +389,17 @@ fn sealed_app(
 /// it was a replay.
 #[cfg(feature = "axum")]
 async fn pay_once(app: &axum::Router) -> (u16, String, bool) {
+    pay_with(app, "").await
+}
+
+/// [`pay_once`] with a request body.
+#[cfg(feature = "axum")]
+async fn pay_with(app: &axum::Router, body: &'static str) -> (u16, String, bool) {
     use http_body_util::BodyExt;
     use tower::ServiceExt;
     let request = axum::http::Request::post("/pay")
         .header("idempotency-key", "\"sealed-1\"")
-        .body(axum::body::Body::empty())
+        .body(axum::body::Body::from(body))
         .unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     let status = response.status().as_u16();
@@ -476,4 +496,39 @@ async fn record_transform_that_cannot_seal_marks_the_key_completed() {
     assert_eq!(stored[9 + 32], 1, "kind 1: completed, not stored");
     assert_eq!(pay_once(&app).await.0, 409);
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A reused key with another request is `422` without opening the sealed record (its
+/// fingerprint is in the clear): also where the record cannot be opened.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn record_transform_another_request_is_422_without_opening() {
+    let server = RedisServer::start();
+    let runs = std::sync::Arc::default();
+    let writer = sealed_app(&server, xor(0x5a), std::sync::Arc::clone(&runs));
+    assert_eq!(pay_once(&writer).await.0, 200);
+    let rotated = Xor {
+        open_fails: true,
+        ..xor(0x5a)
+    };
+    let reader = sealed_app(&server, rotated, std::sync::Arc::clone(&runs));
+    let (status, body, _) = pay_with(&reader, "another order").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// With a secret, the request fingerprint the record keeps (it hashes the path and query,
+/// where an id may sit) is keyed too: the same request leaves another fingerprint.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn hmac_key_keys_the_stored_fingerprint_too() {
+    let fingerprint = |record: Vec<u8>| record[9..41].to_vec();
+    let plain = fingerprint(record_left_by(None).await);
+    let keyed = fingerprint(record_left_by(Some(SECRET)).await);
+    let again = fingerprint(record_left_by(Some(SECRET)).await);
+    assert_ne!(plain, keyed);
+    assert_eq!(
+        keyed, again,
+        "every instance with the secret judges requests alike"
+    );
 }

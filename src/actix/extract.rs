@@ -2,7 +2,7 @@ use std::future::{ready, Ready};
 
 use actix_web::{dev::Payload, FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 
-use crate::http::MissingLease;
+use crate::rejection::MissingLease;
 use crate::LeaseHandle;
 
 /// `LeaseHandle` is an actix-web extractor: the lock

@@ -31,7 +31,7 @@ pub(crate) use keep_alive::KeepAliveTimer;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use keep_alive::KeptAlive;
 pub(crate) use policy::{Decision, LockPolicy, ReleaseOn, Unlocked};
-pub(crate) use rejection::{MissingLease, RejectionKind, RejectionResponse};
+pub(crate) use rejection::{RejectionKind, RejectionResponse};
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use release::{release, AfterResponse, BodyTail};
 

@@ -6,7 +6,7 @@ use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 
-use crate::http::MissingLease;
+use crate::rejection::MissingLease;
 use crate::LeaseHandle;
 
 /// `LeaseHandle` is an axum extractor: the lock [`RedlockLayer`](crate::RedlockLayer) holds

@@ -167,7 +167,8 @@ impl LockPolicyBuilder {
 
     /// Keys every lock key with `secret` (HMAC-SHA-256, RFC 2104): the Redis key becomes the
     /// extractor's prefix and the hex of the first 16 bytes of HMAC-SHA-256(secret, the
-    /// extractor's key). Without the secret, a key in Redis (or a hashed key in the logs)
+    /// extractor's key). With replay, the request fingerprint a record keeps (a SHA-256 of
+    /// the method, path, query, chosen headers and body) is keyed the same way. Without the secret, a key in Redis (or a hashed key in the logs)
     /// can no longer be matched to a guessed request value — an order id, a short
     /// idempotency key — by hashing candidates. Every instance of a service must use the
     /// same secret (they must contend for the same keys); changing it changes every key

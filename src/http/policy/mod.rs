@@ -308,6 +308,12 @@ impl LockPolicy {
             }
         };
         let started = Instant::now();
+        // Keyed like the lock key: the fingerprint, stored in the record, hashes the path
+        // and the query too, where a low-entropy id may sit.
+        let fingerprint = match &p.hmac {
+            Some(secret) => fingerprint.map(|fp| Fingerprint(secret.mac(&fp.0))),
+            None => fingerprint,
+        };
         let replay = p.replay.as_ref().zip(fingerprint);
         let result = self.claim(&key, retry, replay.is_some()).await;
         match result {

@@ -125,6 +125,13 @@ pub(crate) fn answer(
     transform: Option<&dyn RecordTransform>,
 ) -> Result<StoredResponse, crate::http::RejectionKind> {
     use crate::http::RejectionKind;
+    // Another request is told so without opening anything (a sealed record's fingerprint
+    // is in the clear).
+    if let Some(stored) = record.get(MAGIC.len()..HEAD - 1) {
+        if record.starts_with(MAGIC) && stored != fingerprint.0 {
+            return Err(RejectionKind::Mismatch);
+        }
+    }
     match decode_with(record, transform) {
         Record::Response(fp, _) | Record::Completed(fp) if fp != *fingerprint => {
             Err(RejectionKind::Mismatch)

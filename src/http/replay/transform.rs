@@ -13,9 +13,17 @@ pub type TransformError = Box<dyn std::error::Error + Send + Sync>;
 /// outside, so that a reused key is judged without opening anything. A response whose
 /// `seal` fails is not stored: the key is marked completed without a response (duplicates
 /// get `409` completed-not-stored; the handler never runs twice). A record whose `open`
-/// fails (a key rotated away, damage) is answered the same way, logged at warn. Every
-/// instance must open what any other sealed: rotate keys by opening with the old and the
-/// new one for at least the retention.
+/// fails (a key rotated away, damage) is answered the same way, logged at warn; another
+/// request under the same key is answered `422` without opening anything. Every instance
+/// must open what any other sealed: rotate keys by opening with the old and the new one for
+/// at least the retention.
+///
+/// What it gives is confidentiality, not integrity: the record's tag and fingerprint are
+/// not bound to the sealed bytes (use a cipher that authenticates, and know that anyone who
+/// can write to your Redis can move a sealed response under another key). Records stored
+/// unsealed (before the transform was turned on) are still replayed. The replay's
+/// `response_limit` applies to the response before it is sealed; a sealed record over
+/// [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN) is not stored (the key is marked completed).
 ///
 /// ```
 /// use tower_redlock::replay::{RecordTransform, Replay, TransformError};

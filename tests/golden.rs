@@ -458,6 +458,22 @@ async fn record_transform_seals_what_redis_keeps_and_opens_on_replay() {
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
+/// An app whose transform cannot open (its key rotated away) what another app on `server`
+/// stored for `POST /pay` (`runs` counts both apps' handler runs).
+#[cfg(feature = "axum")]
+async fn stored_then_unopenable(
+    server: &RedisServer,
+    runs: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> axum::Router {
+    let writer = sealed_app(server, xor(0x5a), std::sync::Arc::clone(runs));
+    assert_eq!(pay_once(&writer).await.0, 200);
+    let rotated = Xor {
+        open_fails: true,
+        ..xor(0x5a)
+    };
+    sealed_app(server, rotated, std::sync::Arc::clone(runs))
+}
+
 /// A record the transform cannot open (another key) is answered completed-not-stored (409):
 /// the handler never runs again.
 #[cfg(feature = "axum")]
@@ -465,13 +481,7 @@ async fn record_transform_seals_what_redis_keeps_and_opens_on_replay() {
 async fn record_transform_that_cannot_open_never_runs_twice() {
     let server = RedisServer::start();
     let runs = std::sync::Arc::default();
-    let writer = sealed_app(&server, xor(0x5a), std::sync::Arc::clone(&runs));
-    assert_eq!(pay_once(&writer).await.0, 200);
-    let rotated = Xor {
-        open_fails: true,
-        ..xor(0x5a)
-    };
-    let reader = sealed_app(&server, rotated, std::sync::Arc::clone(&runs));
+    let reader = stored_then_unopenable(&server, &runs).await;
     let (status, body, replayed) = pay_once(&reader).await;
     assert_eq!((status, replayed), (409, false), "{body}");
     assert!(body.contains("completed"), "{body}");
@@ -505,13 +515,7 @@ async fn record_transform_that_cannot_seal_marks_the_key_completed() {
 async fn record_transform_another_request_is_422_without_opening() {
     let server = RedisServer::start();
     let runs = std::sync::Arc::default();
-    let writer = sealed_app(&server, xor(0x5a), std::sync::Arc::clone(&runs));
-    assert_eq!(pay_once(&writer).await.0, 200);
-    let rotated = Xor {
-        open_fails: true,
-        ..xor(0x5a)
-    };
-    let reader = sealed_app(&server, rotated, std::sync::Arc::clone(&runs));
+    let reader = stored_then_unopenable(&server, &runs).await;
     let (status, body, _) = pay_with(&reader, "another order").await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);

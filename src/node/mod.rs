@@ -27,9 +27,7 @@ pub use self::memory::MemoryNode;
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::redis::Cluster;
-pub use self::redis::{
-    split_urls, RedisNode, RedisNodeOptions, Sentinel, DEFAULT_FAILOVER_MAX_TTL,
-};
+pub use self::redis::{split_urls, RedisNode, RedisNodeOptions, Sentinel};
 
 /// The future a [`Node`] returns: boxed, `Send`, borrowing its arguments.
 pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>> + Send + 'a>>;

@@ -26,7 +26,8 @@ mod url;
 
 #[cfg(feature = "cluster")]
 pub use self::cluster::Cluster;
-pub use self::options::{RedisNodeOptions, DEFAULT_FAILOVER_MAX_TTL};
+pub use self::options::RedisNodeOptions;
+use self::options::DEFAULT_FAILOVER_MAX_TTL;
 pub use self::sentinel::Sentinel;
 pub use self::url::split_urls;
 
@@ -165,7 +166,8 @@ impl RedisNode {
     }
 
     /// A voter that is a Sentinel-managed master group, with default [`RedisNodeOptions`]:
-    /// failover protection on, for ttls up to [`DEFAULT_FAILOVER_MAX_TTL`].
+    /// failover protection on, for ttls up to
+    /// [`RedisNodeOptions::DEFAULT_FAILOVER_MAX_TTL`].
     ///
     /// The master is discovered through the sentinels (the answer of a majority of all
     /// the sentinels listed, checked with `ROLE`), re-checked every

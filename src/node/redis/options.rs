@@ -4,10 +4,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
 
-/// The longest lock ttl a Sentinel voter accepts by default: its failover protection keeps a
-/// newly promoted master out of the quorum for this long (see
-/// [`RedisNodeOptions::restart_protection`]). Twice the HTTP layer's default ttl.
-pub const DEFAULT_FAILOVER_MAX_TTL: Duration = Duration::from_secs(60);
+/// See [`RedisNodeOptions::DEFAULT_FAILOVER_MAX_TTL`].
+pub(crate) const DEFAULT_FAILOVER_MAX_TTL: Duration = Duration::from_secs(60);
 
 /// Room for this many commands between the callers and a connection's writer (redis-rs
 /// defaults to 50). A request waits for room before it is written, and a request whose node
@@ -30,7 +28,7 @@ const PIPELINE_BUFFER: usize = 4096;
 ///
 /// Tenure protection ([`restart_protection`](Self::restart_protection)) is off by default
 /// for a plain master and a Cluster, and on for a Sentinel group (with
-/// [`DEFAULT_FAILOVER_MAX_TTL`]): failovers are what a Sentinel group is for.
+/// [`RedisNodeOptions::DEFAULT_FAILOVER_MAX_TTL`]): failovers are what a Sentinel group is for.
 ///
 /// # What the masters must run
 ///
@@ -85,6 +83,11 @@ impl Default for RedisNodeOptions {
 }
 
 impl RedisNodeOptions {
+    /// The longest lock ttl a Sentinel voter accepts by default (60 s): its failover
+    /// protection keeps a newly promoted master out of the quorum for this long (see
+    /// [`restart_protection`](Self::restart_protection)). Twice the HTTP layer's default ttl.
+    pub const DEFAULT_FAILOVER_MAX_TTL: Duration = DEFAULT_FAILOVER_MAX_TTL;
+
     /// The default settings.
     pub fn new() -> Self {
         Self::default()
@@ -147,7 +150,7 @@ impl RedisNodeOptions {
     /// replication` inside its script.
     ///
     /// On by default for [`RedisNode::sentinel`](super::RedisNode::sentinel) voters (with
-    /// [`DEFAULT_FAILOVER_MAX_TTL`]); [`no_protection`](Self::no_protection) turns it off.
+    /// [`DEFAULT_FAILOVER_MAX_TTL`](Self::DEFAULT_FAILOVER_MAX_TTL)); [`no_protection`](Self::no_protection) turns it off.
     /// Needs Redis ≥ 5: the script writes after reading `TIME` and `INFO` (effects
     /// replication; older masters refuse such a script).
     pub fn restart_protection(mut self, max_ttl: Duration) -> Self {

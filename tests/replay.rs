@@ -23,6 +23,25 @@ async fn claim(client: &Redlock, resource: &str) -> tower_redlock::Result<Claim>
         .await
 }
 
+/// A fault proxy in front of each of `m`, and a client (no retries) through them.
+async fn behind_proxies(
+    m: &Masters,
+    node_timeout: Duration,
+) -> (Vec<support::proxy::FaultProxy>, Redlock) {
+    let mut proxies = Vec::new();
+    for master in m.iter() {
+        proxies.push(support::proxy::FaultProxy::start(master.addr().parse().unwrap()).await);
+    }
+    let client = proxies
+        .iter()
+        .fold(Redlock::builder(), |b, p| b.redis(&p.url()))
+        .node_timeout(node_timeout)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    (proxies, client)
+}
+
 fn locked(c: tower_redlock::Result<Claim>) -> tower_redlock::Lease {
     match c {
         Ok(Claim::Locked(lease)) => lease,
@@ -210,19 +229,9 @@ async fn minority_record_then_expiry_and_a_paused_record_holder_runs_nothing_twi
 /// still gets the record.
 #[tokio::test]
 async fn minority_record_holders_back_shortly_before_expiry_get_the_record() {
-    use support::proxy::{Fault, FaultProxy};
+    use support::proxy::Fault;
     let m = Masters::start(3);
-    let mut proxies = Vec::new();
-    for master in m.iter() {
-        proxies.push(FaultProxy::start(master.addr().parse().unwrap()).await);
-    }
-    let client = proxies
-        .iter()
-        .fold(Redlock::builder(), |b, p| b.redis(&p.url()))
-        .node_timeout(Duration::from_millis(50))
-        .retry(Retry::never())
-        .build()
-        .unwrap();
+    let (proxies, client) = behind_proxies(&m, Duration::from_millis(50)).await;
     support::warm_up(&client, &m).await;
     let ttl = Duration::from_secs(3);
     let granted = std::time::Instant::now();
@@ -263,19 +272,9 @@ async fn minority_record_holders_back_shortly_before_expiry_get_the_record() {
 /// slowest.
 #[tokio::test]
 async fn a_replay_hit_never_waits_for_the_slowest_master() {
-    use support::proxy::{Fault, FaultProxy};
+    use support::proxy::Fault;
     let m = Masters::start(3);
-    let mut proxies = Vec::new();
-    for master in m.iter() {
-        proxies.push(FaultProxy::start(master.addr().parse().unwrap()).await);
-    }
-    let client = proxies
-        .iter()
-        .fold(Redlock::builder(), |b, p| b.redis(&p.url()))
-        .node_timeout(support::NODE_TIMEOUT)
-        .retry(Retry::never())
-        .build()
-        .unwrap();
+    let (proxies, client) = behind_proxies(&m, support::NODE_TIMEOUT).await;
     support::warm_up(&client, &m).await;
     locked(claim(&client, "pay:hit-fast").await)
         .complete("charged pay_f", DAY)

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use support::cluster::Cluster;
 use support::{eventually, Masters, RedisServer, NODE_TIMEOUT};
-use tower_redlock::node::{self, split_urls, Acquire, Node, RedisNode, RedisNodeOptions};
+use tower_redlock::node::{
+    self, split_urls, Acquire, AcquireRequest, Node, RedisNode, RedisNodeOptions, ReleaseRequest,
+};
 use tower_redlock::{Claim, Lease, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -40,7 +42,7 @@ async fn voter(c: &Cluster, options: &RedisNodeOptions) -> RedisNode {
 /// Waits (bounded) until `node` answers a request: a release of a key nobody holds.
 async fn answered(node: &RedisNode) {
     eventually(format!("{} answers", node.name()), WITHIN, || async {
-        let release = node.release("warm-up", T1);
+        let release = node.release(ReleaseRequest::new("warm-up", T1));
         let answer = tokio::time::timeout(Duration::from_secs(1), release).await;
         matches!(answer, Ok(Ok(false)))
     })
@@ -400,7 +402,10 @@ async fn cluster_replay_records_stay_in_the_lock_keys_slot() {
         // does not overwrite it.
         assert!(c[owner].del(stored).await);
         assert_eq!(
-            voter.acquire(stored, T1, TTL).await.unwrap(),
+            voter
+                .acquire(AcquireRequest::new(stored, T1, TTL))
+                .await
+                .unwrap(),
             Acquire::Acquired
         );
         let lease = match claim(res.clone()).await {
@@ -413,7 +418,10 @@ async fn cluster_replay_records_stay_in_the_lock_keys_slot() {
         assert_eq!(c[owner].get(stored).await.as_deref(), Some(T1));
         // Nothing stored, so the lock stays (until its ttl): duplicates are refused.
         assert_eq!(c[owner].get(res).await.as_deref(), Some(value.as_str()));
-        assert!(voter.release(stored, T1).await.unwrap());
+        assert!(voter
+            .release(ReleaseRequest::new(stored, T1))
+            .await
+            .unwrap());
     }
 }
 
@@ -488,7 +496,7 @@ async fn cluster_restart_protection_abstains_per_slot_until_old_enough() {
     eventually("the restarted master abstains", WITHIN, || async {
         // Directly (no node timeout, so the answer is never lost): the connection may first
         // fail while it follows the restart; a vote would be a bug.
-        let ask = voter.acquire(&restarted, T1, ttl);
+        let ask = voter.acquire(AcquireRequest::new(&restarted, T1, ttl));
         match tokio::time::timeout(Duration::from_secs(2), ask).await {
             Ok(Ok(got)) => panic!("a restarted master voted at once: {got:?}"),
             Ok(Err(e)) => e.to_string().contains("abstains"),

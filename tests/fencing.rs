@@ -300,7 +300,7 @@ impl Storage {
     }
 }
 
-/// Custom nodes without counters: one that keeps none (the trait's defaults) fails every
+/// Custom nodes without counters: one that declares none (locks only) fails every
 /// fenced request — alone, the lock fails naming it; beside two that keep counters, the
 /// lock is taken without its vote — and one that sets the lock but answers without a
 /// counter (`Acquired`) is no vote either: the token stays the largest counter of every vote,

@@ -8,12 +8,12 @@ use std::time::Duration;
 use super::fencing;
 use super::lease::Token;
 use super::quorum::Voter;
-use crate::node::{Acquire, AnyNode, NodeFailure, RedisNode};
+use crate::node::{Acquire, AcquireRequest, AnyNode, NodeFailure, RedisNode};
 
 /// One try's acquire, cloned into the request to every remote node (reference counts only:
 /// no allocation per try beyond the packed `SET`, as before fencing).
 #[derive(Clone)]
-pub(crate) struct AcquireRequest {
+pub(crate) struct Acquisition {
     key: Arc<str>,
     /// The completion record's key (replay).
     record_key: Option<Arc<str>>,
@@ -27,7 +27,7 @@ pub(crate) struct AcquireRequest {
     set: Option<Arc<::redis::Cmd>>,
 }
 
-impl AcquireRequest {
+impl Acquisition {
     pub(crate) fn new(
         nodes: &[Arc<Voter>],
         key: &Arc<str>,
@@ -50,33 +50,30 @@ impl AcquireRequest {
         }
     }
 
+    /// The request as a node reads it.
+    fn request(&self) -> AcquireRequest<'_> {
+        let mut request = AcquireRequest::new(&self.key, self.token.as_str(), self.ttl);
+        if let Some(r) = &self.record_key {
+            request = request.unless_completed(r);
+        }
+        if let Some(f) = &self.fence_key {
+            request = request.fenced(f, self.retention);
+        }
+        request
+    }
+
     /// An in-process node's answer, at once; `None` for a remote node.
     pub(crate) fn now(&self, node: &AnyNode) -> Option<Result<Acquire, NodeFailure>> {
-        let (key, token, ttl) = (&*self.key, self.token.as_str(), self.ttl);
-        match (self.record_key.as_deref(), self.fence_key.as_deref()) {
-            (Some(r), Some(f)) => {
-                node.acquire_unless_completed_fenced_now(key, r, f, token, ttl, self.retention)
-            }
-            (Some(r), None) => node.acquire_unless_completed_now(key, r, token, ttl),
-            (None, Some(f)) => node.acquire_fenced_now(key, f, token, ttl, self.retention),
-            (None, None) => node.acquire_now(key, token, ttl),
-        }
+        node.acquire_now(&self.request())
     }
 
     /// The request to `node`.
     pub(crate) async fn send(&self, node: &AnyNode) -> Result<Acquire, NodeFailure> {
-        let (key, token, ttl) = (&*self.key, self.token.as_str(), self.ttl);
-        match (self.record_key.as_deref(), self.fence_key.as_deref()) {
-            (Some(r), Some(f)) => fenced(
-                node.acquire_unless_completed_fenced(key, r, f, token, ttl, self.retention)
-                    .await,
-            ),
-            (Some(r), None) => node.acquire_unless_completed(key, r, token, ttl).await,
-            (None, Some(f)) => fenced(
-                node.acquire_fenced(key, f, token, ttl, self.retention)
-                    .await,
-            ),
-            (None, None) => node.acquire(key, token, ttl, self.set.as_deref()).await,
+        let answer = node.acquire(self.request(), self.set.as_deref()).await;
+        if self.fence_key.is_some() {
+            checked(answer)
+        } else {
+            answer
         }
     }
 }
@@ -84,7 +81,7 @@ impl AcquireRequest {
 /// A fenced acquire's answer: a lock set without a counter (a custom node answering
 /// [`Acquire::Acquired`]) is not a vote — the token must be the largest counter of every
 /// vote for — but a failure (its key is released with the others).
-fn fenced(answer: Result<Acquire, NodeFailure>) -> Result<Acquire, NodeFailure> {
+fn checked(answer: Result<Acquire, NodeFailure>) -> Result<Acquire, NodeFailure> {
     match answer {
         Ok(Acquire::Acquired) => Err(NodeFailure::new(
             "answered a fenced acquire without its counter (Acquire::Fenced expected): not a vote",

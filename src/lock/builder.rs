@@ -99,19 +99,14 @@ impl RedlockBuilder {
     /// like timestamps). Counters expire twice the ttl (at least 10 s) after their last bump
     /// or raise. Every client fencing the same resources must run this version: the scripts
     /// and the settling work together. Redis ≥ 5. Every node must support it: Redis nodes
-    /// and `MemoryNode` do; a custom [`Node`] implements [`Node::acquire_fenced`],
-    /// [`Node::extend_fenced`] and [`Node::release_fenced`] (and, for
-    /// [`Redlock::lock_unless_completed`], whose leases carry tokens too,
-    /// [`Node::acquire_unless_completed_fenced`] and [`Node::complete_fenced`]). A node
-    /// without them fails every fenced request: its vote is lost (the client then tolerates
-    /// one failure fewer), and without enough votes left a lock fails naming it. See the
-    /// README's *Fencing tokens* for the precise assumptions and their tests.
+    /// and `MemoryNode` do; a custom [`Node`] declares [`Capabilities::fencing`] and honours
+    /// the `fence` of every request ([`AcquireRequest::fence`], …). A node without it
+    /// fails every fenced request: its vote is lost (the client then tolerates one failure
+    /// fewer), and without enough votes left a lock fails naming it. See the README's
+    /// *Fencing tokens* for the precise assumptions and their tests.
     ///
-    /// [`Node::acquire_fenced`]: crate::node::Node::acquire_fenced
-    /// [`Node::extend_fenced`]: crate::node::Node::extend_fenced
-    /// [`Node::release_fenced`]: crate::node::Node::release_fenced
-    /// [`Node::acquire_unless_completed_fenced`]: crate::node::Node::acquire_unless_completed_fenced
-    /// [`Node::complete_fenced`]: crate::node::Node::complete_fenced
+    /// [`Capabilities::fencing`]: crate::node::Capabilities::fencing
+    /// [`AcquireRequest::fence`]: crate::node::AcquireRequest::fence
     pub fn fencing(mut self, on: bool) -> Self {
         self.config.fencing = on;
         self

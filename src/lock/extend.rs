@@ -8,6 +8,7 @@ use super::quorum::{self, Skip, Vote};
 use super::release::Release;
 use super::Redlock;
 use crate::error::Error;
+use crate::node::ExtendRequest;
 
 impl Redlock {
     /// Extends `state` to `ttl` from now, in a `redlock.extend` span (see [`Redlock::extend`]).
@@ -50,10 +51,13 @@ impl Redlock {
             quorum::all(n),
             inner.config.node_timeout,
             Skip::Suspended,
-            &|node| node.extend_now(&key, token.as_str(), ttl),
+            &|node| node.extend_now(&ExtendRequest::new(&key, token.as_str(), ttl)),
             |v| {
                 let key = key.clone();
-                async move { v.node.extend(&key, token.as_str(), ttl).await }
+                async move {
+                    let request = ExtendRequest::new(&key, token.as_str(), ttl);
+                    v.node.extend(request).await
+                }
             },
         );
         let tally = quorum::count(&mut sent, n, inner.quorum, |ok| {

@@ -1,12 +1,12 @@
 //! Fencing tokens from the quorum (opt-in: [`RedlockBuilder::fencing`]).
 //!
 //! Each node keeps a counter per resource. The fenced acquire bumps it in the same atomic
-//! step as the `SET`, to the larger of its value plus one and the node's clock in
-//! microseconds; a lease's token is the largest counter among the nodes that granted it
+//! step as the `SET`, to its value plus one (or, when it has none, to the node's clock in
+//! microseconds); a lease's token is the largest counter among the nodes that granted it
 //! (counted until the decision; in replay, every vote counted for the grant).
 //!
 //! **Settling the token** (before the lease is handed out): the granting nodes whose counter
-//! is below the token have it raised to the token ([`Node::extend_fenced`], only where the
+//! is below the token have it raised to the token ([`ExtendRequest::fence`], only where the
 //! lock is still ours), until at least `N − quorum + 1` nodes holding our lock carry it —
 //! enough to share a node with every later quorum. If that cannot be done while the lease is
 //! valid, the try fails (and releases what it took).
@@ -23,7 +23,7 @@
 //! `fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back`).
 //!
 //! [`RedlockBuilder::fencing`]: crate::RedlockBuilder::fencing
-//! [`Node::extend_fenced`]: crate::node::Node::extend_fenced
+//! [`ExtendRequest::fence`]: crate::node::ExtendRequest::fence
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +34,7 @@ use super::lease::Token;
 use super::quorum::{self, Skip};
 use super::Redlock;
 use crate::error::Error;
+use crate::node::ExtendRequest;
 
 /// A lease's fencing token, and what its release needs to raise the counters to it.
 #[derive(Debug, Clone)]
@@ -48,11 +49,7 @@ pub(crate) struct Fence {
 impl Fence {
     /// What a node raises the counter to before the lease's lock is deleted.
     pub(crate) fn floor(&self) -> crate::node::FenceFloor<'_> {
-        crate::node::FenceFloor {
-            key: &self.key,
-            floor: self.token,
-            retention: self.retention,
-        }
+        crate::node::FenceFloor::new(&self.key, self.token, self.retention)
     }
 }
 
@@ -100,13 +97,12 @@ impl Redlock {
             below,
             inner.config.node_timeout,
             Skip::Suspended,
-            &|node| node.extend_fenced_now(key, token.as_str(), ttl, floor),
+            &|node| node.extend_now(&ExtendRequest::new(key, token.as_str(), ttl).fenced(floor)),
             |v| {
                 let (key, fence) = (key.clone(), fence.clone());
                 async move {
-                    v.node
-                        .extend_fenced(&key, token.as_str(), ttl, fence.floor())
-                        .await
+                    let request = ExtendRequest::new(&key, token.as_str(), ttl);
+                    v.node.extend(request.fenced(fence.floor())).await
                 }
             },
         );

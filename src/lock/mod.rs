@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use self::acquire::AcquireRequest;
+use self::acquire::Acquisition;
 use self::lease::{Grant, LeaseState, Parked, Token};
 use self::observe::Acquiring;
 pub(crate) use self::observe::{hashed, KeyHash};
@@ -308,7 +308,7 @@ impl Redlock {
             deadline,
             ttl,
         };
-        let request = AcquireRequest::new(&inner.nodes, key, record_key, fence_key, token, ttl);
+        let request = Acquisition::new(&inner.nodes, key, record_key, fence_key, token, ttl);
         let mut sent = quorum::send(
             &inner.nodes,
             quorum::all(n),

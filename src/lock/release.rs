@@ -23,7 +23,7 @@ use super::owed::{Debt, Owed};
 use super::quorum::{self, Vote};
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
-use crate::node::{NodeFailure, RedisNode};
+use crate::node::{NodeFailure, RedisNode, ReleaseRequest};
 
 /// How long a caller waits for a release at most, in node timeouts (when the lock's
 /// validity does not end sooner).
@@ -396,38 +396,27 @@ fn send_release(
         mask,
         timeout,
         quorum::Skip::Never,
-        &|node| match fence {
-            None => node.release_now(key, token.as_str()),
-            Some(f) => node.release_fenced_now(key, &f.key, token.as_str(), f.token, f.retention),
+        &|node| {
+            let request = ReleaseRequest::new(key, token.as_str());
+            node.release_now(&match fence {
+                None => request,
+                Some(f) => request.fenced(f.floor()),
+            })
         },
         move |v| {
             let key = owned.clone();
             let packed = packed.clone();
             let fence = fenced.clone();
             async move {
-                match fence {
-                    None => {
-                        v.node
-                            .release(&key, token.as_str(), packed.as_deref())
-                            .await
-                    }
-                    Some(f) => {
-                        let fenced = v.node.release_fenced(
-                            &key,
-                            &f.key,
-                            token.as_str(),
-                            f.token,
-                            f.retention,
-                        );
-                        match fenced.await {
-                            // A node without counters (it voted without one: no vote) may
-                            // still hold our key: the plain release.
-                            Err(e) if e.is_unsupported() => {
-                                v.node.release(&key, token.as_str(), None).await
-                            }
-                            answer => answer,
-                        }
-                    }
+                let plain = ReleaseRequest::new(&key, token.as_str());
+                let Some(f) = fence else {
+                    return v.node.release(plain, packed.as_deref()).await;
+                };
+                match v.node.release(plain.fenced(f.floor()), None).await {
+                    // A node without counters (it voted without one: no vote) may still hold
+                    // our key: the plain release.
+                    Err(e) if e.is_unsupported() => v.node.release(plain, None).await,
+                    answer => answer,
                 }
             }
         },

@@ -28,7 +28,7 @@ use super::owed::{Debt, Owed};
 use super::quorum::{Answer, Voter};
 use crate::error::NodeError;
 use crate::metrics;
-use crate::node::{AnyNode, NodeFailure};
+use crate::node::{AnyNode, CompleteRequest, FenceFloor, NodeFailure, NodeFuture, ReleaseRequest};
 
 /// The most time a request is given back for stalls of this process, in node timeouts.
 pub(crate) const MAX_EXCUSE: u32 = 4;
@@ -266,30 +266,30 @@ impl Drop for Paying {
 /// Sends one debt to `node`: the release or the completion it stands for (the fenced form
 /// with a fence; the plain one where the node keeps no counters).
 async fn settle(node: &AnyNode, d: &Owed) -> Result<bool, NodeFailure> {
-    let token = d.token.as_str();
     if let Some(f) = &d.fence {
-        let fenced = match &d.debt {
-            Debt::Release => node.release_fenced(&d.key, &f.key, token, f.token, f.retention),
-            Debt::Complete {
-                record_key,
-                record,
-                retention,
-            } => node.complete_fenced(&d.key, record_key, token, record, *retention, f.floor()),
-        };
-        match fenced.await {
+        match ask(node, d, Some(f.floor())).await {
             Err(e) if e.is_unsupported() => {}
             answer => return answer,
         }
     }
+    ask(node, d, None).await
+}
+
+/// The request `d` stands for, to `node`: with `fence`, its fenced form.
+fn ask<'a>(node: &'a AnyNode, d: &'a Owed, fence: Option<FenceFloor<'a>>) -> NodeFuture<'a, bool> {
+    let token = d.token.as_str();
     match &d.debt {
-        Debt::Release => node.release(&d.key, token, None).await,
+        Debt::Release => {
+            let request = ReleaseRequest::new(&d.key, token);
+            Box::pin(node.release(fence.map_or(request, |f| request.fenced(f)), None))
+        }
         Debt::Complete {
             record_key,
             record,
             retention,
         } => {
-            node.complete(&d.key, record_key, token, record, *retention)
-                .await
+            let request = CompleteRequest::new(&d.key, record_key, token, record, *retention);
+            node.complete(fence.map_or(request, |f| request.fenced(f)))
         }
     }
 }
@@ -333,7 +333,10 @@ fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
             v.health.probing_alive();
             if v.health.is_suspended() {
                 let node = v.clone();
-                let call = async move { node.node.release(PROBE_KEY, PROBE_TOKEN, None).await };
+                let call = async move {
+                    let probe = ReleaseRequest::new(PROBE_KEY, PROBE_TOKEN);
+                    node.node.release(probe, None).await
+                };
                 let answered = Request::new(call, v.clone(), i, timeout, true)
                     .await
                     .1

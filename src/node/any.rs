@@ -8,7 +8,8 @@ use std::time::Duration;
 use futures_util::future::Either;
 
 use super::{
-    Acquire, EvictionStatus, FenceFloor, MemoryNode, Node, NodeFailure, NodeFuture, RedisNode,
+    Acquire, AcquireRequest, CompleteRequest, EvictionStatus, ExtendRequest, MemoryNode, Node,
+    NodeFailure, NodeFuture, RedisNode, ReleaseRequest,
 };
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
@@ -69,40 +70,6 @@ impl AnyNode {
         }
     }
 
-    /// An in-process node's answer to [`AnyNode::acquire`], at once; `None` for a remote node.
-    pub(crate) fn acquire_now(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Option<Result<Acquire, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.acquire_now(key, token, ttl))),
-            _ => None,
-        }
-    }
-
-    /// An in-process node's answer to [`AnyNode::release`], at once.
-    pub(crate) fn release_now(&self, key: &str, token: &str) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.release_now(key, token))),
-            _ => None,
-        }
-    }
-
-    /// An in-process node's answer to [`AnyNode::extend`], at once.
-    pub(crate) fn extend_now(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.extend_now(key, token, ttl))),
-            _ => None,
-        }
-    }
-
     /// The holder's remaining ttl at `key`, for a node whose "held" answer did not carry it:
     /// asked once per contended error, from one node. `None` for a custom node (it reports
     /// the ttl in [`Acquire::Held`] if it can).
@@ -126,294 +93,130 @@ impl AnyNode {
         }
     }
 
+    /// An in-process node's answer to `request`, at once; `None` for a remote node.
+    pub(crate) fn acquire_now(
+        &self,
+        request: &AcquireRequest<'_>,
+    ) -> Option<Result<Acquire, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.acquire_now(request))),
+            _ => None,
+        }
+    }
+
+    /// Sends `request`; to a Redis master with `prepared` ([`RedisNode::set_cmd`]), the
+    /// plain `SET` packed once for the fan-out.
     pub(crate) fn acquire<'a>(
         &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
+        request: AcquireRequest<'a>,
         prepared: Option<&'a ::redis::Cmd>,
     ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
         match self {
-            Self::Redis(n) => Either::Left(n.acquire_key(key, token, ttl, prepared)),
-            Self::Memory(n) => {
-                Either::Right(Either::Left(ready(Ok(n.acquire_now(key, token, ttl)))))
-            }
-            Self::Custom(n) => Either::Right(Either::Right(n.acquire(key, token, ttl))),
+            Self::Redis(n) => Either::Left(n.acquire_request(request, prepared)),
+            Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.acquire_now(&request))))),
+            Self::Custom(n) => Either::Right(Either::Right(
+                match refusal(&**n, request.record_key.is_some(), request.fence.is_some()) {
+                    Some(refused) => Box::pin(ready(Err(refused))),
+                    None => n.acquire(request),
+                },
+            )),
         }
     }
 
+    /// An in-process node's answer to `request`, at once.
+    pub(crate) fn extend_now(
+        &self,
+        request: &ExtendRequest<'_>,
+    ) -> Option<Result<bool, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.extend_now(request))),
+            _ => None,
+        }
+    }
+
+    /// Sends `request`.
+    pub(crate) fn extend<'a>(
+        &'a self,
+        request: ExtendRequest<'a>,
+    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+        match self {
+            Self::Redis(n) => Either::Left(n.extend_request(request)),
+            Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.extend_now(&request))))),
+            Self::Custom(n) => Either::Right(Either::Right(
+                match refusal(&**n, false, request.fence.is_some()) {
+                    Some(refused) => Box::pin(ready(Err(refused))),
+                    None => n.extend(request),
+                },
+            )),
+        }
+    }
+
+    /// An in-process node's answer to `request`, at once.
+    pub(crate) fn release_now(
+        &self,
+        request: &ReleaseRequest<'_>,
+    ) -> Option<Result<bool, NodeFailure>> {
+        match self {
+            Self::Memory(n) => Some(Ok(n.release_now(request))),
+            _ => None,
+        }
+    }
+
+    /// Sends `request`; to a Redis master with `prepared` ([`RedisNode::release_cmd`]), the
+    /// plain release packed once for the fan-out.
     pub(crate) fn release<'a>(
         &'a self,
-        key: &'a str,
-        token: &'a str,
+        request: ReleaseRequest<'a>,
         prepared: Option<&'a ::redis::Cmd>,
     ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
         match self {
-            Self::Redis(n) => Either::Left(n.release_key(key, token, prepared)),
-            Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.release_now(key, token))))),
-            Self::Custom(n) => Either::Right(Either::Right(n.release(key, token))),
-        }
-    }
-
-    /// An in-process node's answer to [`Node::acquire_unless_completed`], at once.
-    pub(crate) fn acquire_unless_completed_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Option<Result<Acquire, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(
-                n.acquire_unless_completed_now(key, record_key, token, ttl)
+            Self::Redis(n) => Either::Left(n.release_request(request, prepared)),
+            Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.release_now(&request))))),
+            Self::Custom(n) => Either::Right(Either::Right(
+                match refusal(&**n, false, request.fence.is_some()) {
+                    Some(refused) => Box::pin(ready(Err(refused))),
+                    None => n.release(request),
+                },
             )),
-            _ => None,
         }
     }
 
-    /// See [`Node::acquire_unless_completed`].
-    pub(crate) fn acquire_unless_completed<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        match self {
-            Self::Redis(n) => Box::pin(n.acquire_unless_completed_key(key, record_key, token, ttl)),
-            Self::Memory(n) => Box::pin(ready(Ok(
-                n.acquire_unless_completed_now(key, record_key, token, ttl)
-            ))),
-            Self::Custom(n) => n.acquire_unless_completed(key, record_key, token, ttl),
-        }
-    }
-
-    /// An in-process node's answer to [`Node::complete`], at once.
+    /// An in-process node's answer to `request`, at once.
     pub(crate) fn complete_now(
         &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        record: &[u8],
-        retention: Duration,
+        request: &CompleteRequest<'_>,
     ) -> Option<Result<bool, NodeFailure>> {
         match self {
-            Self::Memory(n) => Some(Ok(n.complete_now(key, record_key, token, record, retention))),
+            Self::Memory(n) => Some(Ok(n.complete_now(request))),
             _ => None,
         }
     }
 
-    /// See [`Node::complete`].
-    pub(crate) fn complete<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
+    /// Sends `request`.
+    pub(crate) fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
         match self {
-            Self::Redis(n) => Box::pin(n.complete_key(key, record_key, token, record, retention)),
-            Self::Memory(n) => Box::pin(ready(Ok(
-                n.complete_now(key, record_key, token, record, retention)
-            ))),
-            Self::Custom(n) => n.complete(key, record_key, token, record, retention),
+            Self::Redis(n) => n.complete_request(request),
+            Self::Memory(n) => Box::pin(ready(Ok(n.complete_now(&request)))),
+            Self::Custom(n) => match refusal(&**n, true, request.fence.is_some()) {
+                Some(refused) => Box::pin(ready(Err(refused))),
+                None => n.complete(request),
+            },
         }
     }
+}
 
-    pub(crate) fn extend<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
-        match self {
-            Self::Redis(n) => Either::Left(n.extend_key(key, token, ttl)),
-            Self::Memory(n) => {
-                Either::Right(Either::Left(ready(Ok(n.extend_now(key, token, ttl)))))
-            }
-            Self::Custom(n) => Either::Right(Either::Right(n.extend(key, token, ttl))),
-        }
+/// The client's answer in the place of a custom node asked a form it does not declare (see
+/// [`Node::capabilities`]): a request with a record (`records`) or a fence (`fencing`).
+fn refusal(node: &dyn Node, records: bool, fencing: bool) -> Option<NodeFailure> {
+    if !records && !fencing {
+        return None;
     }
-
-    /// An in-process node's answer to [`Node::acquire_fenced`], at once.
-    pub(crate) fn acquire_fenced_now(
-        &self,
-        key: &str,
-        fence_key: &str,
-        token: &str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> Option<Result<Acquire, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(
-                n.acquire_fenced_now(key, fence_key, token, ttl, retention)
-            )),
-            _ => None,
-        }
-    }
-
-    /// See [`Node::acquire_fenced`].
-    pub(crate) fn acquire_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        match self {
-            Self::Redis(n) => Box::pin(n.acquire_fenced_key(key, fence_key, token, ttl, retention)),
-            Self::Memory(n) => Box::pin(ready(Ok(
-                n.acquire_fenced_now(key, fence_key, token, ttl, retention)
-            ))),
-            Self::Custom(n) => n.acquire_fenced(key, fence_key, token, ttl, retention),
-        }
-    }
-
-    /// An in-process node's answer to [`Node::release_fenced`], at once.
-    pub(crate) fn release_fenced_now(
-        &self,
-        key: &str,
-        fence_key: &str,
-        token: &str,
-        floor: u64,
-        retention: Duration,
-    ) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(
-                n.release_fenced_now(key, fence_key, token, floor, retention)
-            )),
-            _ => None,
-        }
-    }
-
-    /// See [`Node::release_fenced`].
-    pub(crate) fn release_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        floor: u64,
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        match self {
-            Self::Redis(n) => {
-                Box::pin(n.release_fenced_key(key, fence_key, token, floor, retention))
-            }
-            Self::Memory(n) => Box::pin(ready(Ok(
-                n.release_fenced_now(key, fence_key, token, floor, retention)
-            ))),
-            Self::Custom(n) => n.release_fenced(key, fence_key, token, floor, retention),
-        }
-    }
-
-    /// An in-process node's answer to [`Node::extend_fenced`], at once.
-    pub(crate) fn extend_fenced_now(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-        fence: FenceFloor<'_>,
-    ) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.extend_fenced_now(key, token, ttl, fence))),
-            _ => None,
-        }
-    }
-
-    /// See [`Node::extend_fenced`].
-    pub(crate) fn extend_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        match self {
-            Self::Redis(n) => Box::pin(n.extend_fenced_key(key, token, ttl, fence)),
-            Self::Memory(n) => Box::pin(ready(Ok(n.extend_fenced_now(key, token, ttl, fence)))),
-            Self::Custom(n) => n.extend_fenced(key, token, ttl, fence),
-        }
-    }
-
-    /// An in-process node's answer to [`Node::acquire_unless_completed_fenced`], at once.
-    pub(crate) fn acquire_unless_completed_fenced_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        fence_key: &str,
-        token: &str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> Option<Result<Acquire, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(n.acquire_unless_completed_fenced_now(
-                key, record_key, fence_key, token, ttl, retention,
-            ))),
-            _ => None,
-        }
-    }
-
-    /// See [`Node::acquire_unless_completed_fenced`].
-    pub(crate) fn acquire_unless_completed_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        match self {
-            Self::Redis(n) => Box::pin(n.acquire_unless_completed_fenced_key(
-                key, record_key, fence_key, token, ttl, retention,
-            )),
-            Self::Memory(n) => Box::pin(ready(Ok(n.acquire_unless_completed_fenced_now(
-                key, record_key, fence_key, token, ttl, retention,
-            )))),
-            Self::Custom(n) => {
-                n.acquire_unless_completed_fenced(key, record_key, fence_key, token, ttl, retention)
-            }
-        }
-    }
-
-    /// An in-process node's answer to [`Node::complete_fenced`], at once.
-    pub(crate) fn complete_fenced_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        record: &[u8],
-        retention: Duration,
-        fence: FenceFloor<'_>,
-    ) -> Option<Result<bool, NodeFailure>> {
-        match self {
-            Self::Memory(n) => Some(Ok(
-                n.complete_fenced_now(key, record_key, token, record, retention, fence)
-            )),
-            _ => None,
-        }
-    }
-
-    /// See [`Node::complete_fenced`].
-    pub(crate) fn complete_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        match self {
-            Self::Redis(n) => {
-                Box::pin(n.complete_fenced_key(key, record_key, token, record, retention, fence))
-            }
-            Self::Memory(n) => Box::pin(ready(Ok(
-                n.complete_fenced_now(key, record_key, token, record, retention, fence)
-            ))),
-            Self::Custom(n) => n.complete_fenced(key, record_key, token, record, retention, fence),
-        }
+    let can = node.capabilities();
+    if fencing && !can.fencing {
+        Some(NodeFailure::no_fencing(&node.name()))
+    } else if records && !can.records {
+        Some(NodeFailure::no_records(&node.name()))
+    } else {
+        None
     }
 }

@@ -1,12 +1,16 @@
 //! An in-process node.
 
 use std::collections::HashMap;
+use std::future::ready;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{Acquire, FenceFloor, Node, NodeFuture};
+use super::{
+    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, Node, NodeFuture,
+    ReleaseRequest,
+};
 
 /// An in-process lock node: a map of keys to (token, expiry), with the same semantics as a
 /// Redis master (expiry, owner-only release and extend).
@@ -40,7 +44,7 @@ struct Map {
     entries: HashMap<String, Entry>,
     /// Completion records (see [`Node::complete`]): the record and its expiry.
     records: HashMap<String, (Bytes, Instant)>,
-    /// Fencing counters (see [`Node::acquire_fenced`]): the value and its expiry.
+    /// Fencing counters (see [`AcquireRequest::fence`]): the value and its expiry.
     fences: HashMap<String, (u64, Instant)>,
     writes_since_sweep: usize,
 }
@@ -98,33 +102,42 @@ impl MemoryNode {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn acquire_now(&self, key: &str, token: &str, ttl: Duration) -> Acquire {
-        Self::acquire_in(&mut self.lock(), Instant::now(), key, token, ttl)
-    }
-
-    pub(crate) fn acquire_unless_completed_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Acquire {
+    /// The answer to `request` (see [`AcquireRequest`]), in one step under the map's lock.
+    pub(crate) fn acquire_now(&self, request: &AcquireRequest<'_>) -> Acquire {
+        let AcquireRequest {
+            key, token, ttl, ..
+        } = *request;
         let now = Instant::now();
         let mut map = self.lock();
-        Self::completed_in(&map, now, record_key)
-            .unwrap_or_else(|| Self::acquire_in(&mut map, now, key, token, ttl))
+        if let Some(done) = request
+            .record_key
+            .and_then(|r| Self::completed_in(&map, now, r))
+        {
+            return done;
+        }
+        match request.fence {
+            None => Self::acquire_in(&mut map, now, key, token, ttl),
+            Some(f) => Self::acquire_fenced_in(&mut map, now, key, f.key, token, ttl, f.retention),
+        }
     }
 
-    pub(crate) fn complete_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        record: &[u8],
-        retention: Duration,
-    ) -> bool {
+    /// The answer to `request` (see [`CompleteRequest`]): the counter raised first, then the
+    /// record stored and the lock deleted, in one step under the map's lock.
+    pub(crate) fn complete_now(&self, request: &CompleteRequest<'_>) -> bool {
+        let CompleteRequest {
+            key,
+            record_key,
+            token,
+            record,
+            retention,
+            fence,
+            ..
+        } = *request;
         let now = Instant::now();
         let mut map = self.lock();
+        if let Some(f) = fence {
+            Self::raise_in(&mut map, now, f.key, f.floor, f.retention);
+        }
         // A first record is never overwritten, nor a lock someone holds at that name (as
         // on Redis, where both live in one keyspace). The same record again is the same
         // completion asked again: stored.
@@ -185,38 +198,6 @@ impl MemoryNode {
         }
     }
 
-    pub(crate) fn acquire_fenced_now(
-        &self,
-        key: &str,
-        fence_key: &str,
-        token: &str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> Acquire {
-        let now = Instant::now();
-        let mut map = self.lock();
-        Self::acquire_fenced_in(&mut map, now, key, fence_key, token, ttl, retention)
-    }
-
-    pub(crate) fn acquire_unless_completed_fenced_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        fence_key: &str,
-        token: &str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> Acquire {
-        let now = Instant::now();
-        let mut map = self.lock();
-        Self::completed_in(&map, now, record_key).unwrap_or_else(|| {
-            Self::acquire_fenced_in(&mut map, now, key, fence_key, token, ttl, retention)
-        })
-    }
-
-    /// The plain acquire and, when it set the key, the counter's bump: to its value plus
-    /// one, or this process's clock in microseconds when it has none (expired, or never
-    /// set).
     /// The live completion record at `record_key`, as the replay acquire answers it.
     fn completed_in(map: &Map, now: Instant, record_key: &str) -> Option<Acquire> {
         match map.records.get(record_key) {
@@ -227,6 +208,9 @@ impl MemoryNode {
         }
     }
 
+    /// The plain acquire and, when it set the key, the counter's bump: to its value plus
+    /// one, or this process's clock in microseconds when it has none (expired, or never
+    /// set).
     fn acquire_fenced_in(
         map: &mut Map,
         now: Instant,
@@ -251,12 +235,6 @@ impl MemoryNode {
         }
     }
 
-    /// Raises the counter at `fence_key` to `floor` if it is below (or gone).
-    fn raise(&self, fence_key: &str, floor: u64, retention: Duration) {
-        let now = Instant::now();
-        Self::raise_in(&mut self.lock(), now, fence_key, floor, retention);
-    }
-
     /// Raises the counter at `fence_key` to `floor` if it is below; one that is gone (expired,
     /// or never set) starts again from the larger of `floor` and this process's clock in
     /// microseconds, never from an old token.
@@ -275,73 +253,39 @@ impl MemoryNode {
             .insert(fence_key.to_owned(), (to, expiry(now, retention)));
     }
 
-    pub(crate) fn release_fenced_now(
-        &self,
-        key: &str,
-        fence_key: &str,
-        token: &str,
-        floor: u64,
-        retention: Duration,
-    ) -> bool {
-        // Raising first is safe on its own (a counter only grows): the next holder's bump
-        // follows the delete.
-        self.raise(fence_key, floor, retention);
-        self.release_now(key, token)
-    }
-
-    pub(crate) fn extend_fenced_now(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-        fence: FenceFloor<'_>,
-    ) -> bool {
+    /// The answer to `request` (see [`ReleaseRequest`]): the counter raised first, then the
+    /// compare-and-delete, in one step under the map's lock.
+    pub(crate) fn release_now(&self, request: &ReleaseRequest<'_>) -> bool {
         let now = Instant::now();
         let mut map = self.lock();
-        match map.entries.get_mut(key) {
-            Some(e) if e.token == token && e.expires > now => e.expires = now + ttl,
-            _ => return false,
+        if let Some(f) = request.fence {
+            Self::raise_in(&mut map, now, f.key, f.floor, f.retention);
         }
-        Self::raise_in(&mut map, now, fence.key, fence.floor, fence.retention);
-        true
-    }
-
-    pub(crate) fn complete_fenced_now(
-        &self,
-        key: &str,
-        record_key: &str,
-        token: &str,
-        record: &[u8],
-        retention: Duration,
-        fence: FenceFloor<'_>,
-    ) -> bool {
-        self.raise(fence.key, fence.floor, fence.retention);
-        self.complete_now(key, record_key, token, record, retention)
-    }
-
-    pub(crate) fn release_now(&self, key: &str, token: &str) -> bool {
-        let now = Instant::now();
-        let mut map = self.lock();
-        match map.entries.get(key) {
-            Some(e) if e.token == token => {
+        match map.entries.get(request.key) {
+            Some(e) if e.token == request.token => {
                 let live = e.expires > now;
-                map.entries.remove(key);
+                map.entries.remove(request.key);
                 live
             }
             _ => false,
         }
     }
 
-    pub(crate) fn extend_now(&self, key: &str, token: &str, ttl: Duration) -> bool {
+    /// The answer to `request` (see [`ExtendRequest`]): the counter raised only if the key
+    /// holds the token, in one step under the map's lock.
+    pub(crate) fn extend_now(&self, request: &ExtendRequest<'_>) -> bool {
         let now = Instant::now();
         let mut map = self.lock();
-        match map.entries.get_mut(key) {
-            Some(e) if e.token == token && e.expires > now => {
-                e.expires = now + ttl;
-                true
+        match map.entries.get_mut(request.key) {
+            Some(e) if e.token == request.token && e.expires > now => {
+                e.expires = now + request.ttl;
             }
-            _ => false,
+            _ => return false,
         }
+        if let Some(f) = request.fence {
+            Self::raise_in(&mut map, now, f.key, f.floor, f.retention);
+        }
+        true
     }
 }
 
@@ -350,106 +294,26 @@ impl Node for MemoryNode {
         "memory".to_owned()
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(async move { Ok(self.acquire_now(key, token, ttl)) })
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
     }
 
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-        Box::pin(async move { Ok(self.release_now(key, token)) })
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+        Box::pin(ready(Ok(self.acquire_now(&request))))
     }
 
-    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
-        Box::pin(async move { Ok(self.extend_now(key, token, ttl)) })
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+        Box::pin(ready(Ok(self.extend_now(&request))))
     }
 
-    fn acquire_unless_completed<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(async move { Ok(self.acquire_unless_completed_now(key, record_key, token, ttl)) })
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+        Box::pin(ready(Ok(self.release_now(&request))))
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(async move { Ok(self.complete_now(key, record_key, token, record, retention)) })
-    }
-
-    fn acquire_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        let answer = self.acquire_fenced_now(key, fence_key, token, ttl, retention);
-        Box::pin(std::future::ready(Ok(answer)))
-    }
-
-    fn acquire_unless_completed_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        let answer = self
-            .acquire_unless_completed_fenced_now(key, record_key, fence_key, token, ttl, retention);
-        Box::pin(std::future::ready(Ok(answer)))
-    }
-
-    fn complete_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        let answer = self.complete_fenced_now(key, record_key, token, record, retention, fence);
-        Box::pin(std::future::ready(Ok(answer)))
-    }
-
-    fn extend_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(async move { Ok(self.extend_fenced_now(key, token, ttl, fence)) })
-    }
-
-    fn release_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        floor: u64,
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        let answer = self.release_fenced_now(key, fence_key, token, floor, retention);
-        Box::pin(std::future::ready(Ok(answer)))
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
+        Box::pin(ready(Ok(self.complete_now(&request))))
     }
 }
-
 /// This process's clock in microseconds since 1970 (0 before it): where a fencing counter
 /// that expired starts again.
 fn clock_micros() -> u64 {

@@ -5,9 +5,12 @@
 //! or an in-process map ([`MemoryNode`]). [`Redlock`](crate::Redlock) asks every node in parallel and counts
 //! their votes; a node knows nothing of quorums, retries or HTTP.
 //!
-//! Implement [`Node`] yourself to vote with another store; the conformance tests in
-//! `tests/` show the semantics every node must keep (owner-only release and extend, expiry,
-//! an expired key never re-created by an extend).
+//! Implement [`Node`] yourself to vote with another store: one method per verb (acquire,
+//! extend, release, complete), each given a request value ([`AcquireRequest`], …) whose
+//! optional parts — a completion record, a fencing counter — say which form of the verb it
+//! is, and [`Node::capabilities`] to say which forms the node knows. The conformance tests in
+//! `tests/conformance` show the semantics every node must keep (owner-only release and
+//! extend, expiry, an expired key never re-created by an extend, records and counters).
 
 use std::fmt;
 use std::future::{ready, Future};
@@ -19,6 +22,7 @@ use bytes::Bytes;
 mod any;
 mod memory;
 mod redis;
+mod request;
 
 pub(crate) use self::any::AnyNode;
 pub(crate) use self::redis::EvictionStatus;
@@ -28,11 +32,15 @@ pub use self::memory::MemoryNode;
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::redis::Cluster;
 pub use self::redis::{split_urls, RedisNode, RedisNodeOptions, Sentinel};
+pub use self::request::{
+    AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, FenceBump, FenceFloor,
+    ReleaseRequest,
+};
 
 /// The future a [`Node`] returns: boxed, `Send`, borrowing its arguments.
 pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>> + Send + 'a>>;
 
-/// A node's answer to "set this key if it is absent".
+/// A node's answer to an [`AcquireRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Acquire {
@@ -50,25 +58,35 @@ pub enum Acquire {
         /// The holder's remaining time to live, when it has one.
         remaining: Option<Duration>,
     },
-    /// Only from [`Node::acquire_unless_completed`]: the work this key guards is done, and
-    /// `record` is what [`Node::complete`] stored for it. Nothing was locked.
+    /// Only to a request with a [`record_key`](AcquireRequest::record_key): the work this key
+    /// guards is done, and `record` is what [`Node::complete`] stored for it. Nothing was
+    /// locked.
     Completed {
         /// The stored completion record.
         record: Bytes,
     },
-    /// Only from [`Node::acquire_fenced`]: as [`Acquire::Acquired`], and the resource's
-    /// fencing counter on this node is now `fence`.
+    /// Only to a request with a [`fence`](AcquireRequest::fence): as [`Acquire::Acquired`],
+    /// and the resource's fencing counter on this node is now `fence`. (A fenced request
+    /// answered [`Acquire::Acquired`] is not a vote: the client releases that key.)
     Fenced {
         /// The counter's new value.
         fence: u64,
     },
 }
 
-/// One lock server voting in the quorum.
+/// One lock server voting in the quorum: one method per verb, the verb's forms carried by its
+/// request value.
 ///
 /// Every method must be atomic on the node and must not re-create an absent key except in
 /// [`Node::acquire`]. Implementations need not apply timeouts: the client wraps every call
 /// in its per-node timeout.
+///
+/// **Forms.** A request with a completion record or a fencing counter reaches a node only if
+/// its [`capabilities`](Node::capabilities) name them (for a node that does not, the client
+/// answers an error in its place: its vote is lost, and a release or completion falls back
+/// to the plain form, so that a lock it holds is still freed). A node that declares a form
+/// must honour it: a fenced request carried out without its counter, or a request with a
+/// record without the look, would break the guarantees the forms exist for.
 ///
 /// **Order.** The client stops polling an acquire's future once the lock's outcome is
 /// decided without it (and drops it with the failed try, or with the lease), and may then
@@ -77,21 +95,40 @@ pub enum Acquire {
 /// carried out before any request made to the same node afterwards. A single connection or
 /// queue per node gives this (redis-rs' multiplexed connection does: a request handed to it
 /// is written before any later one, and one not yet handed over is never sent).
+///
+/// ```
+/// use tower_redlock::node::{
+///     Acquire, AcquireRequest, ExtendRequest, MemoryNode, Node, NodeFuture, ReleaseRequest,
+/// };
+///
+/// /// A node of one's own, here over a `MemoryNode`: locks only (the default capabilities).
+/// #[derive(Debug, Default)]
+/// struct MyNode(MemoryNode);
+///
+/// impl Node for MyNode {
+///     fn name(&self) -> String {
+///         "my-node".to_owned()
+///     }
+///     fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+///         self.0.acquire(request)
+///     }
+///     fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+///         self.0.extend(request)
+///     }
+///     fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+///         self.0.release(request)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let redlock = tower_redlock::Redlock::builder().node(MyNode::default()).build().unwrap();
+/// let lease = redlock.try_lock("job", std::time::Duration::from_secs(5)).await.unwrap();
+/// lease.release().await.unwrap();
+/// # }
+/// ```
 pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// A short name for errors and logs (`host:port`; never a password).
     fn name(&self) -> String;
-
-    /// Set `key` to `token` with a time to live of `ttl`, only if `key` is absent. Answer
-    /// [`Acquire::Held`] only when the key holds a different value (see there).
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire>;
-
-    /// Delete `key` only if it holds `token`. Returns whether it was deleted.
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool>;
 
     /// The longest ttl this node accepts, if it limits it (delayed-restart protection). The
     /// client refuses longer locks up front.
@@ -99,161 +136,37 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         None
     }
 
-    /// Set the time to live of `key` to `ttl`, only if it holds `token`. Returns whether it
-    /// was extended. An absent (expired) key is never re-created.
-    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool>;
+    /// The forms of the verbs this node carries out (see the trait's docs):
+    /// [`Capabilities::LOCKS`] unless it says more.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::LOCKS
+    }
 
-    /// For idempotent work: answer [`Acquire::Completed`] with the record stored at
-    /// `record_key` if there is one (locking nothing); otherwise do what
-    /// [`acquire`](Self::acquire) does. Both in one atomic step, so that no completion can
-    /// slip between the look and the lock.
+    /// Set the key to the token, only if it is absent (see [`AcquireRequest`] for the forms).
+    /// Answer [`Acquire::Held`] only when the key holds a different value (see there).
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire>;
+
+    /// Set the key's time to live, only if it holds the token (see [`ExtendRequest`]).
+    /// Returns whether it did; an absent (expired) key is never re-created.
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool>;
+
+    /// Delete the key only if it holds the token (see [`ReleaseRequest`]). Returns whether it
+    /// was deleted.
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool>;
+
+    /// Store a completion record and end the lock, only if the key holds the token (see
+    /// [`CompleteRequest`]). Returns whether it did: `false` when the key no longer holds the
+    /// token (the lease expired or was lost), so a stale answer is never stored. Idempotent:
+    /// asked again with the same record after its answer was lost, it finds that record and
+    /// answers `true` (deleting the key if it still holds the token); a different record
+    /// already there answers `false`.
     ///
-    /// The default answers an error: a node that does not store records never votes
-    /// "not completed".
-    fn acquire_unless_completed<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        let _ = (key, record_key, token, ttl);
+    /// The default answers an error: a node that does not store records (see
+    /// [`Capabilities::records`]) never stores one.
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
+        let _ = request;
         Box::pin(ready(Err(NodeFailure::no_records(&self.name()))))
     }
-
-    /// For idempotent work, fenced by the lock: only if `key` holds `token`, store `record` at
-    /// `record_key` with a time to live of `retention` and delete `key`, atomically. Returns
-    /// whether it did: `false` when `key` no longer holds `token` (the lease expired or was
-    /// lost), so a stale answer is never stored. Idempotent: asked again with the same
-    /// `record` after its answer was lost, it finds that record and answers `true` (deleting
-    /// `key` if it still holds `token`); a different record already there answers `false`.
-    ///
-    /// The default answers an error (see [`acquire_unless_completed`](Self::acquire_unless_completed)).
-    fn complete<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        let _ = (key, record_key, token, record, retention);
-        Box::pin(ready(Err(NodeFailure::no_records(&self.name()))))
-    }
-
-    /// For fencing tokens ([`RedlockBuilder::fencing`](crate::RedlockBuilder::fencing)): what
-    /// [`acquire`](Self::acquire) does and, when it sets the key, in the same atomic step,
-    /// bump the counter at `fence_key` to its value plus one — or, when it has none (it
-    /// expired or was lost), to this node's clock in microseconds since 1970, so that it
-    /// starts again above the tokens it gave — keeping it for `retention`; answer
-    /// [`Acquire::Fenced`] with the new value. (Bumping an existing counter to the clock when
-    /// that is larger is allowed too; the built-in nodes do not, so that counters kept level
-    /// by [`extend_fenced`](Self::extend_fenced) and the releases stay level.)
-    ///
-    /// The default answers an error: a node without counters never grants a fenced lock.
-    fn acquire_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        let _ = (key, fence_key, token, ttl, retention);
-        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
-    }
-
-    /// For fencing tokens: raise the counter at `fence_key` to `floor` if it is below
-    /// (keeping it for `retention`; also when the key no longer holds `token`) — a counter
-    /// that is gone (expired, or lost) starts again from the larger of `floor` and this
-    /// node's clock in microseconds, never from an old token alone — then what
-    /// [`release`](Self::release) does. The raise must come first (or in the same atomic
-    /// step): the next holder's bump follows the delete.
-    ///
-    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)).
-    fn release_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        floor: u64,
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        let _ = (key, fence_key, token, floor, retention);
-        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
-    }
-
-    /// For fencing tokens: only if `key` holds `token`, raise the counter `fence.key` to
-    /// `fence.floor` as [`release_fenced`](Self::release_fenced) does, and then set the
-    /// time to live of `key` to `ttl` as [`extend`](Self::extend) does, in one atomic step.
-    /// Returns whether it did (`false`: the key does not hold `token`; nothing changed).
-    ///
-    /// The client calls it right after a fenced grant, before it hands the lease out, on
-    /// nodes that granted it with a counter below the lease's token (the largest counter of
-    /// the grant), so that enough of them to meet every later quorum carry the token: the
-    /// next holder's token is then larger whatever the nodes' clocks say.
-    ///
-    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)): such a
-    /// node's counter is never raised, and a grant that needs it fails.
-    fn extend_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        let _ = (key, token, ttl, fence);
-        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
-    }
-
-    /// For fencing tokens with idempotent work: what
-    /// [`acquire_unless_completed`](Self::acquire_unless_completed) does and, when it sets
-    /// the key, the counter's bump of [`acquire_fenced`](Self::acquire_fenced), in one atomic
-    /// step.
-    ///
-    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)).
-    fn acquire_unless_completed_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        let _ = (key, record_key, fence_key, token, ttl, retention);
-        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
-    }
-
-    /// For fencing tokens with idempotent work: raise the counter `fence.key` to
-    /// `fence.floor` as [`release_fenced`](Self::release_fenced) does, then what
-    /// [`complete`](Self::complete) does (the raise first, or in the same atomic step).
-    ///
-    /// The default answers an error (see [`acquire_fenced`](Self::acquire_fenced)).
-    fn complete_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        let _ = (key, record_key, token, record, retention, fence);
-        Box::pin(ready(Err(NodeFailure::no_fencing(&self.name()))))
-    }
-}
-
-/// A fencing counter to raise: before a lease's lock is deleted ([`Node::complete_fenced`]),
-/// or right after its grant ([`Node::extend_fenced`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FenceFloor<'a> {
-    /// The counter's key.
-    pub key: &'a str,
-    /// The lease's token: the counter's least value after the raise.
-    pub floor: u64,
-    /// How long the counter is kept after the raise.
-    pub retention: Duration,
 }
 
 /// Why a node call failed.
@@ -295,14 +208,15 @@ impl NodeFailure {
         }
     }
 
-    /// A node without completion records (the defaults of [`Node::complete`] and
-    /// [`Node::acquire_unless_completed`]).
+    /// A node without completion records: the default of [`Node::complete`], and the
+    /// client's answer in the place of a node that does not declare them.
     fn no_records(name: &str) -> Self {
         Self::new(format!("{name} does not store completion records"))
     }
 
-    /// A node without fencing counters (the defaults of [`Node::acquire_fenced`] and
-    /// [`Node::release_fenced`]).
+    /// A node without fencing counters: the client's answer to a fenced request in the place
+    /// of a node that does not declare them (a release or completion falls back to the plain
+    /// form on it).
     fn no_fencing(name: &str) -> Self {
         Self {
             unsupported: true,
@@ -310,7 +224,7 @@ impl NodeFailure {
         }
     }
 
-    /// Whether the node does not support the call at all (the trait's default answered).
+    /// Whether the node does not keep fencing counters (see [`NodeFailure::no_fencing`]).
     pub(crate) fn is_unsupported(&self) -> bool {
         self.unsupported
     }
@@ -397,30 +311,128 @@ pub(crate) mod tests {
         fn name(&self) -> String {
             "wrapped".to_owned()
         }
-        fn acquire<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, Acquire> {
-            self.inner.acquire(key, token, ttl)
+        fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+            self.inner.acquire(request)
         }
-        fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
+        fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
             self.releases
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if self.hang_on_release {
                 return Box::pin(std::future::pending());
             }
-            self.inner.release(key, token)
+            self.inner.release(request)
         }
-        fn extend<'a>(
-            &'a self,
-            key: &'a str,
-            token: &'a str,
-            ttl: Duration,
-        ) -> NodeFuture<'a, bool> {
-            self.inner.extend(key, token, ttl)
+        fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+            self.inner.extend(request)
         }
+    }
+
+    /// A node that declares `caps` and notes every request it is sent: its verb, and
+    /// whether it carried a record key or a fence.
+    #[derive(Debug, Clone, Default)]
+    struct Declaring {
+        inner: MemoryNode,
+        caps: Capabilities,
+        asked: std::sync::Arc<std::sync::Mutex<Vec<Asked>>>,
+    }
+
+    /// A request's verb, and whether it carried a record key and a fence.
+    type Asked = (&'static str, bool, bool);
+
+    impl Declaring {
+        fn note(&self, verb: &'static str, record: bool, fence: bool) {
+            self.asked.lock().unwrap().push((verb, record, fence));
+        }
+    }
+
+    impl Node for Declaring {
+        fn name(&self) -> String {
+            "declaring".to_owned()
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.caps
+        }
+        fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+            let (record, fence) = (request.record_key.is_some(), request.fence.is_some());
+            self.note("acquire", record, fence);
+            self.inner.acquire(request)
+        }
+        fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+            self.note("extend", false, request.fence.is_some());
+            self.inner.extend(request)
+        }
+        fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+            self.note("release", false, request.fence.is_some());
+            self.inner.release(request)
+        }
+        fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
+            self.note("complete", true, request.fence.is_some());
+            self.inner.complete(request)
+        }
+    }
+
+    /// The client sends a custom node only the forms its capabilities name. With fencing
+    /// on, a node declaring locks only is never sent a fence: its fenced acquire is refused
+    /// in its place (its vote lost, the lock taken by the two others), and the lease's
+    /// release reaches it in the plain form; the same node declaring fencing is sent the
+    /// fenced forms.
+    #[tokio::test]
+    async fn a_custom_node_is_sent_only_the_forms_it_declares() {
+        let ttl = Duration::from_secs(5);
+        for caps in [Capabilities::LOCKS, Capabilities::LOCKS.with_fencing()] {
+            let odd = Declaring {
+                caps,
+                ..Declaring::default()
+            };
+            let redlock = crate::Redlock::builder()
+                .node(MemoryNode::new())
+                .node(MemoryNode::new())
+                .node(odd.clone())
+                .fencing(true)
+                .build()
+                .unwrap();
+            let lease = redlock.try_lock("forms", ttl).await.unwrap();
+            assert!(lease.fencing_token().is_some());
+            lease.release().await.unwrap();
+            let asked = odd.asked.lock().unwrap().clone();
+            if caps.fencing {
+                assert!(asked.contains(&("acquire", false, true)), "{asked:?}");
+                assert!(asked.contains(&("release", false, true)), "{asked:?}");
+            } else {
+                assert!(asked.iter().all(|(_, _, fence)| !fence), "{asked:?}");
+                assert!(asked.contains(&("release", false, false)), "{asked:?}");
+            }
+            assert!(odd.inner.is_empty(), "the odd node keeps a lock");
+        }
+    }
+
+    /// Idempotent work on a custom node declaring locks only: it is never sent a record key
+    /// or a completion; the two nodes that store records carry the work.
+    #[tokio::test]
+    async fn a_node_without_records_is_never_sent_one() {
+        let odd = Declaring::default();
+        let redlock = crate::Redlock::builder()
+            .node(MemoryNode::new())
+            .node(MemoryNode::new())
+            .node(odd.clone())
+            .build()
+            .unwrap();
+        let ttl = Duration::from_secs(5);
+        let crate::Claim::Locked(lease) = redlock
+            .lock_unless_completed("work", ttl, crate::Retry::never())
+            .await
+            .unwrap()
+        else {
+            panic!("not locked");
+        };
+        lease.complete(&b"done"[..], ttl).await.unwrap();
+        let again = redlock
+            .lock_unless_completed("work", ttl, crate::Retry::never())
+            .await
+            .unwrap();
+        assert!(matches!(again, crate::Claim::Completed(_)), "{again:?}");
+        let asked = odd.asked.lock().unwrap().clone();
+        assert!(asked.iter().all(|(_, record, _)| !record), "{asked:?}");
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! Custom [`Node`]s for tests of what the client does with nodes that lack the optional
-//! calls: over a [`MemoryNode`], with only the required methods (no completion records, no
-//! fencing counters — the trait's defaults answer an error), or getting fencing wrong.
+//! forms: over a [`MemoryNode`], declaring locks only (no completion records, no fencing
+//! counters — the client answers such requests with an error in their place), or getting
+//! fencing wrong.
 
-use std::time::Duration;
+use tower_redlock::node::{
+    Acquire, AcquireRequest, Capabilities, ExtendRequest, MemoryNode, Node, NodeFuture,
+    ReleaseRequest,
+};
 
-use tower_redlock::node::{Acquire, MemoryNode, Node, NodeFuture};
-
-/// Locks only: `acquire`, `release` and `extend` of the inner [`MemoryNode`] (public, to look
-/// at what it holds); every optional call is the trait's default.
+/// Locks only: `acquire`, `extend` and `release` of the inner [`MemoryNode`] (public, to look
+/// at what it holds), with the default capabilities ([`Capabilities::LOCKS`]).
 #[derive(Debug, Clone, Default)]
 pub struct BareNode(pub MemoryNode);
 
@@ -16,26 +18,21 @@ impl Node for BareNode {
         "bare".to_owned()
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        self.0.acquire(key, token, ttl)
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+        self.0.acquire(request)
     }
 
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-        self.0.release(key, token)
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+        self.0.extend(request)
     }
 
-    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
-        self.0.extend(key, token, ttl)
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+        self.0.release(request)
     }
 }
 
-/// A [`BareNode`] that answers a fenced acquire as a plain one (`Acquired`, no counter): a
-/// node that gets fencing wrong.
+/// A [`BareNode`] that declares fencing but answers a fenced acquire as a plain one
+/// (`Acquired`, no counter): a node that gets fencing wrong.
 #[derive(Debug, Clone, Default)]
 pub struct LyingFencingNode(pub BareNode);
 
@@ -44,31 +41,21 @@ impl Node for LyingFencingNode {
         "lying".to_owned()
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        self.0.acquire(key, token, ttl)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::LOCKS.with_fencing()
     }
 
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-        self.0.release(key, token)
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+        // The fence dropped: the plain acquire.
+        let plain = AcquireRequest::new(request.key, request.token, request.ttl);
+        self.0.acquire(plain)
     }
 
-    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
-        self.0.extend(key, token, ttl)
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+        self.0.extend(request)
     }
 
-    fn acquire_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        _fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        _retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        self.0.acquire(key, token, ttl)
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+        self.0.release(request)
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tower_redlock::node::{MemoryNode, Node, RedisNode};
+use tower_redlock::node::{MemoryNode, Node, RedisNode, ReleaseRequest};
 
 use crate::support::{eventually, Masters};
 use crate::{Backend, Peek, PeekFuture};
@@ -92,7 +92,7 @@ async fn answer_once(nodes: &[RedisNode]) {
     for node in nodes {
         let what = format!("{} answers", node.name());
         eventually(what, Duration::from_secs(10), || async {
-            let answer = node.release("conformance:warm-up", crate::T1);
+            let answer = node.release(ReleaseRequest::new("conformance:warm-up", crate::T1));
             let answer = tokio::time::timeout(Duration::from_secs(1), answer).await;
             matches!(answer, Ok(Ok(false)))
         })

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use tower_redlock::node::{Acquire, Node};
+use tower_redlock::node::{
+    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Node, ReleaseRequest,
+};
 
 use crate::support::eventually;
 use crate::{Peek, LONG, T1, T2};
@@ -16,7 +18,9 @@ pub async fn names_itself(node: &dyn Node, _: &dyn Peek) {
 
 pub async fn acquire_free_key(node: &dyn Node, peek: &dyn Peek) {
     assert_eq!(
-        node.acquire("free", T1, LONG).await.unwrap(),
+        node.acquire(AcquireRequest::new("free", T1, LONG))
+            .await
+            .unwrap(),
         Acquire::Acquired
     );
     assert_eq!(peek.peek(0, "free").await.as_deref(), Some(T1));
@@ -24,11 +28,13 @@ pub async fn acquire_free_key(node: &dyn Node, peek: &dyn Peek) {
 
 pub async fn acquire_held_key(node: &dyn Node, peek: &dyn Peek) {
     assert_eq!(
-        node.acquire("held", T1, LONG).await.unwrap(),
+        node.acquire(AcquireRequest::new("held", T1, LONG))
+            .await
+            .unwrap(),
         Acquire::Acquired
     );
     match node
-        .acquire("held", T2, Duration::from_secs(5))
+        .acquire(AcquireRequest::new("held", T2, Duration::from_secs(5)))
         .await
         .unwrap()
     {
@@ -45,7 +51,10 @@ pub async fn acquire_held_key(node: &dyn Node, peek: &dyn Peek) {
     // "held" — or "acquired" if it may send a request twice (the `Node` contract: a
     // Cluster's connection sends again after a reset, and the second send finds the token
     // the first one set).
-    let own = node.acquire("held", T1, LONG).await.unwrap();
+    let own = node
+        .acquire(AcquireRequest::new("held", T1, LONG))
+        .await
+        .unwrap();
     if peek.sends_again() {
         assert_eq!(own, Acquire::Acquired);
     } else {
@@ -55,31 +64,45 @@ pub async fn acquire_held_key(node: &dyn Node, peek: &dyn Peek) {
 }
 
 pub async fn release_wrong_token(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire("rw", T1, LONG).await.unwrap();
-    assert!(!node.release("rw", T2).await.unwrap());
+    node.acquire(AcquireRequest::new("rw", T1, LONG))
+        .await
+        .unwrap();
+    assert!(!node.release(ReleaseRequest::new("rw", T2)).await.unwrap());
     assert_eq!(peek.peek(0, "rw").await.as_deref(), Some(T1));
     // Releasing an absent key is a plain "no".
-    assert!(!node.release("never-set", T1).await.unwrap());
+    assert!(!node
+        .release(ReleaseRequest::new("never-set", T1))
+        .await
+        .unwrap());
     assert_eq!(peek.peek(0, "never-set").await, None);
 }
 
 pub async fn release_right_token(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire("rr", T1, LONG).await.unwrap();
-    assert!(node.release("rr", T1).await.unwrap());
+    node.acquire(AcquireRequest::new("rr", T1, LONG))
+        .await
+        .unwrap();
+    assert!(node.release(ReleaseRequest::new("rr", T1)).await.unwrap());
     assert_eq!(peek.peek(0, "rr").await, None);
-    assert!(!node.release("rr", T1).await.unwrap(), "second release");
+    assert!(
+        !node.release(ReleaseRequest::new("rr", T1)).await.unwrap(),
+        "second release"
+    );
     // Free again for anyone.
     assert_eq!(
-        node.acquire("rr", T2, LONG).await.unwrap(),
+        node.acquire(AcquireRequest::new("rr", T2, LONG))
+            .await
+            .unwrap(),
         Acquire::Acquired
     );
     assert_eq!(peek.peek(0, "rr").await.as_deref(), Some(T2));
 }
 
 pub async fn extend_right_token_shortens(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire("es", T1, LONG).await.unwrap();
+    node.acquire(AcquireRequest::new("es", T1, LONG))
+        .await
+        .unwrap();
     assert!(node
-        .extend("es", T1, Duration::from_millis(150))
+        .extend(ExtendRequest::new("es", T1, Duration::from_millis(150)))
         .await
         .unwrap());
     assert_eq!(peek.peek(0, "es").await.as_deref(), Some(T1));
@@ -95,13 +118,20 @@ pub async fn extend_right_token_shortens(node: &dyn Node, peek: &dyn Peek) {
 
 pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
     // Two keys with the same short ttl; only one is extended.
-    node.acquire("el", T1, Duration::from_millis(150))
+    node.acquire(AcquireRequest::new("el", T1, Duration::from_millis(150)))
         .await
         .unwrap();
-    node.acquire("el-control", T1, Duration::from_millis(150))
+    node.acquire(AcquireRequest::new(
+        "el-control",
+        T1,
+        Duration::from_millis(150),
+    ))
+    .await
+    .unwrap();
+    assert!(node
+        .extend(ExtendRequest::new("el", T1, LONG))
         .await
-        .unwrap();
-    assert!(node.extend("el", T1, LONG).await.unwrap());
+        .unwrap());
     eventually(
         "the control key expires",
         Duration::from_secs(3),
@@ -109,7 +139,11 @@ pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
     )
     .await;
     assert_eq!(peek.peek(0, "el").await.as_deref(), Some(T1));
-    match node.acquire("el", T2, LONG).await.unwrap() {
+    match node
+        .acquire(AcquireRequest::new("el", T2, LONG))
+        .await
+        .unwrap()
+    {
         Acquire::Held { remaining: Some(r) } => {
             assert!(r > Duration::from_secs(5) && r <= LONG, "remaining {r:?}")
         }
@@ -119,10 +153,13 @@ pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
 }
 
 pub async fn extend_wrong_token(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire("ew", T1, Duration::from_millis(150))
+    node.acquire(AcquireRequest::new("ew", T1, Duration::from_millis(150)))
         .await
         .unwrap();
-    assert!(!node.extend("ew", T2, LONG).await.unwrap());
+    assert!(!node
+        .extend(ExtendRequest::new("ew", T2, LONG))
+        .await
+        .unwrap());
     assert_eq!(peek.peek(0, "ew").await.as_deref(), Some(T1));
     // The ttl did not change: the key still expires on its own schedule.
     eventually(
@@ -134,26 +171,34 @@ pub async fn extend_wrong_token(node: &dyn Node, peek: &dyn Peek) {
 }
 
 pub async fn extend_absent_key(node: &dyn Node, peek: &dyn Peek) {
-    assert!(!node.extend("ea", T1, LONG).await.unwrap());
+    assert!(!node
+        .extend(ExtendRequest::new("ea", T1, LONG))
+        .await
+        .unwrap());
     assert_eq!(peek.peek(0, "ea").await, None, "extend re-created a key");
 }
 
 pub async fn extend_expired_key(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire("ee", T1, Duration::from_millis(50))
+    node.acquire(AcquireRequest::new("ee", T1, Duration::from_millis(50)))
         .await
         .unwrap();
     eventually("the key expires", Duration::from_secs(3), || async {
         peek.peek(0, "ee").await.is_none()
     })
     .await;
-    assert!(!node.extend("ee", T1, LONG).await.unwrap());
+    assert!(!node
+        .extend(ExtendRequest::new("ee", T1, LONG))
+        .await
+        .unwrap());
     assert_eq!(
         peek.peek(0, "ee").await,
         None,
         "extend re-created an expired key"
     );
     assert_eq!(
-        node.acquire("ee", T2, LONG).await.unwrap(),
+        node.acquire(AcquireRequest::new("ee", T2, LONG))
+            .await
+            .unwrap(),
         Acquire::Acquired
     );
 }
@@ -161,7 +206,7 @@ pub async fn extend_expired_key(node: &dyn Node, peek: &dyn Peek) {
 pub async fn expiry(node: &dyn Node, peek: &dyn Peek) {
     let start = Instant::now();
     assert_eq!(
-        node.acquire("ex", T1, Duration::from_millis(50))
+        node.acquire(AcquireRequest::new("ex", T1, Duration::from_millis(50)))
             .await
             .unwrap(),
         Acquire::Acquired
@@ -169,7 +214,12 @@ pub async fn expiry(node: &dyn Node, peek: &dyn Peek) {
     let took = eventually(
         "the key can be acquired again",
         Duration::from_secs(3),
-        || async { node.acquire("ex", T2, LONG).await.unwrap() == Acquire::Acquired },
+        || async {
+            node.acquire(AcquireRequest::new("ex", T2, LONG))
+                .await
+                .unwrap()
+                == Acquire::Acquired
+        },
     )
     .await;
     let since_acquire = start.elapsed();
@@ -188,7 +238,7 @@ const BLOB: &[u8] = b"status 200\x00\xff\r\n binary body";
 
 async fn completed(node: &dyn Node, key: &str, token: &str) -> Option<Vec<u8>> {
     match node
-        .acquire_unless_completed(key, REC, token, LONG)
+        .acquire(AcquireRequest::new(key, token, LONG).unless_completed(REC))
         .await
         .unwrap()
     {
@@ -198,65 +248,93 @@ async fn completed(node: &dyn Node, key: &str, token: &str) -> Option<Vec<u8>> {
 }
 
 pub async fn records_replay_instead_of_locking(node: &dyn Node, peek: &dyn Peek) {
-    let got = node.acquire_unless_completed("rec", REC, T1, LONG).await;
+    let got = node
+        .acquire(AcquireRequest::new("rec", T1, LONG).unless_completed(REC))
+        .await;
     assert_eq!(got.unwrap(), Acquire::Acquired);
     assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T1));
     // Another request meanwhile: held, no record yet.
     assert!(matches!(
-        node.acquire_unless_completed("rec", REC, T2, LONG)
+        node.acquire(AcquireRequest::new("rec", T2, LONG).unless_completed(REC))
             .await
             .unwrap(),
         Acquire::Held { .. }
     ));
-    assert!(node.complete("rec", REC, T1, BLOB, LONG).await.unwrap());
+    assert!(node
+        .complete(CompleteRequest::new("rec", REC, T1, BLOB, LONG))
+        .await
+        .unwrap());
     // The record ended the lock, and answers every later request, byte for byte,
     // without locking anything.
     assert_eq!(peek.peek(0, "rec").await, None);
     // The same completion asked again (its answer was lost): stored, nothing changed.
-    assert!(node.complete("rec", REC, T1, BLOB, LONG).await.unwrap());
+    assert!(node
+        .complete(CompleteRequest::new("rec", REC, T1, BLOB, LONG))
+        .await
+        .unwrap());
     assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
     assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
     assert_eq!(peek.peek(0, "rec").await, None);
 }
 
 pub async fn records_are_fenced_by_the_token(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire("rec", T1, LONG).await.unwrap();
+    node.acquire(AcquireRequest::new("rec", T1, LONG))
+        .await
+        .unwrap();
     // Not the holder: nothing stored, the holder's lock untouched.
-    assert!(!node.complete("rec", REC, T2, BLOB, LONG).await.unwrap());
+    assert!(!node
+        .complete(CompleteRequest::new("rec", REC, T2, BLOB, LONG))
+        .await
+        .unwrap());
     assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T1));
     assert_eq!(completed(node, "rec", T2).await, None);
     // A lease that expired before it stored: nothing stored, and the key is free.
-    node.acquire("gone", T1, Duration::from_millis(30))
+    node.acquire(AcquireRequest::new("gone", T1, Duration::from_millis(30)))
         .await
         .unwrap();
     eventually("the lock expires", LONG, || async {
         peek.peek(0, "gone").await.is_none()
     })
     .await;
-    assert!(!node.complete("gone", REC, T1, BLOB, LONG).await.unwrap());
+    assert!(!node
+        .complete(CompleteRequest::new("gone", REC, T1, BLOB, LONG))
+        .await
+        .unwrap());
     assert_eq!(completed(node, "gone", T2).await, None);
 }
 
 pub async fn records_never_take_a_lock_for_one(node: &dyn Node, peek: &dyn Peek) {
     // Someone locks a resource that happens to be named like a record key.
-    node.acquire(REC, T1, LONG).await.unwrap();
-    let got = node.acquire_unless_completed("rec", REC, T2, LONG).await;
+    node.acquire(AcquireRequest::new(REC, T1, LONG))
+        .await
+        .unwrap();
+    let got = node
+        .acquire(AcquireRequest::new("rec", T2, LONG).unless_completed(REC))
+        .await;
     assert_eq!(got.unwrap(), Acquire::Acquired, "a lock taken for a record");
     // And the completion does not overwrite it: nothing stored, the lock kept.
-    assert!(!node.complete("rec", REC, T2, BLOB, LONG).await.unwrap());
+    assert!(!node
+        .complete(CompleteRequest::new("rec", REC, T2, BLOB, LONG))
+        .await
+        .unwrap());
     assert_eq!(peek.peek(0, REC).await.as_deref(), Some(T1));
     assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
 }
 
 pub async fn a_first_record_is_never_overwritten(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire_unless_completed("rec", REC, T1, LONG)
+    node.acquire(AcquireRequest::new("rec", T1, LONG).unless_completed(REC))
         .await
         .unwrap();
-    assert!(node.complete("rec", REC, T1, b"first", LONG).await.unwrap());
+    assert!(node
+        .complete(CompleteRequest::new("rec", REC, T1, b"first", LONG))
+        .await
+        .unwrap());
     // A plain lock of the same resource (not the replay acquire) and a second record.
-    node.acquire("rec", T2, LONG).await.unwrap();
+    node.acquire(AcquireRequest::new("rec", T2, LONG))
+        .await
+        .unwrap();
     assert!(!node
-        .complete("rec", REC, T2, b"second", LONG)
+        .complete(CompleteRequest::new("rec", REC, T2, b"second", LONG))
         .await
         .unwrap());
     // The lock of the refused completion stays (it is not the record's).
@@ -268,10 +346,12 @@ pub async fn a_first_record_is_never_overwritten(node: &dyn Node, peek: &dyn Pee
 }
 
 pub async fn records_expire(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire("rec", T1, LONG).await.unwrap();
+    node.acquire(AcquireRequest::new("rec", T1, LONG))
+        .await
+        .unwrap();
     let retention = Duration::from_millis(50);
     assert!(node
-        .complete("rec", REC, T1, BLOB, retention)
+        .complete(CompleteRequest::new("rec", REC, T1, BLOB, retention))
         .await
         .unwrap());
     // Gone: the first request that finds no record locks (and would run) again.

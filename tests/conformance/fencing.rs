@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tower_redlock::node::{Acquire, FenceFloor, Node};
+use tower_redlock::node::{
+    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, FenceFloor, Node, ReleaseRequest,
+};
 
 use crate::{Peek, LONG, T1, T2};
 
@@ -20,7 +22,7 @@ fn now_us() -> u64 {
 
 async fn fenced(node: &dyn Node, key: &str, token: &str) -> Acquire {
     let fence = format!("{key}:fence");
-    node.acquire_fenced(key, &fence, token, LONG, RETAIN)
+    node.acquire(AcquireRequest::new(key, token, LONG).fenced(&fence, RETAIN))
         .await
         .unwrap()
 }
@@ -34,7 +36,7 @@ async fn token_of(node: &dyn Node, key: &str, token: &str) -> u64 {
 
 async fn release(node: &dyn Node, key: &str, token: &str, floor: u64) -> bool {
     let fence = format!("{key}:fence");
-    node.release_fenced(key, &fence, token, floor, RETAIN)
+    node.release(ReleaseRequest::new(key, token).fenced(FenceFloor::new(&fence, floor, RETAIN)))
         .await
         .unwrap()
 }
@@ -90,14 +92,18 @@ pub async fn fencing_raise_of_an_absent_counter_starts_from_the_clock(
         "the next token {next} came from the old floor, not from the clock ({before})"
     );
     // The same for the raise right after a fenced grant.
-    let floor = FenceFloor {
-        key: "f8:fence",
-        floor: 42,
-        retention: RETAIN,
-    };
-    assert!(node.acquire("f8", T1, LONG).await.unwrap() == Acquire::Acquired);
-    assert!(node.extend_fenced("f8", T1, LONG, floor).await.unwrap());
-    assert!(node.release("f8", T1).await.unwrap());
+    let floor = FenceFloor::new("f8:fence", 42, RETAIN);
+    assert!(
+        node.acquire(AcquireRequest::new("f8", T1, LONG))
+            .await
+            .unwrap()
+            == Acquire::Acquired
+    );
+    assert!(node
+        .extend(ExtendRequest::new("f8", T1, LONG).fenced(floor))
+        .await
+        .unwrap());
+    assert!(node.release(ReleaseRequest::new("f8", T1)).await.unwrap());
     assert!(token_of(node, "f8", T2).await > before);
 }
 
@@ -109,7 +115,9 @@ pub async fn fencing_release_is_owner_only(node: &dyn Node, peek: &dyn Peek) {
     assert_eq!(peek.peek(0, "f3").await.as_deref(), Some(T1));
     assert!(release(node, "f3", T1, a).await);
     assert_eq!(
-        node.acquire("f3", T2, LONG).await.unwrap(),
+        node.acquire(AcquireRequest::new("f3", T2, LONG))
+            .await
+            .unwrap(),
         Acquire::Acquired
     );
 }
@@ -120,7 +128,7 @@ pub async fn fencing_counters_expire_and_restart_from_the_clock(node: &dyn Node,
     let short = Duration::from_millis(50);
     let (key, fence) = ("f4", "f4:fence");
     assert!(!node
-        .release_fenced(key, fence, T1, BIG, short)
+        .release(ReleaseRequest::new(key, T1).fenced(FenceFloor::new(fence, BIG, short)))
         .await
         .unwrap());
     // Each try that finds the counter alive bumps it and keeps it another 50 ms: tries are
@@ -129,12 +137,14 @@ pub async fn fencing_counters_expire_and_restart_from_the_clock(node: &dyn Node,
     let token = loop {
         tokio::time::sleep(short * 3).await;
         match node
-            .acquire_fenced(key, fence, T1, LONG, short)
+            .acquire(AcquireRequest::new(key, T1, LONG).fenced(fence, short))
             .await
             .unwrap()
         {
             Acquire::Fenced { fence } if fence < BIG => break fence,
-            Acquire::Fenced { .. } => assert!(node.release(key, T1).await.unwrap()),
+            Acquire::Fenced { .. } => {
+                assert!(node.release(ReleaseRequest::new(key, T1)).await.unwrap())
+            }
             other => panic!("expected a fenced grant, got {other:?}"),
         }
         assert!(Instant::now() < deadline, "the counter never expired");
@@ -154,11 +164,13 @@ pub async fn fencing_never_overwrites_a_lock_named_like_the_counter(
     peek: &dyn Peek,
 ) {
     assert_eq!(
-        node.acquire("f5:fence", T1, LONG).await.unwrap(),
+        node.acquire(AcquireRequest::new("f5:fence", T1, LONG))
+            .await
+            .unwrap(),
         Acquire::Acquired
     );
     match node
-        .acquire_fenced("f5", "f5:fence", T2, LONG, RETAIN)
+        .acquire(AcquireRequest::new("f5", T2, LONG).fenced("f5:fence", RETAIN))
         .await
     {
         Ok(Acquire::Fenced { fence }) => {
@@ -169,7 +181,10 @@ pub async fn fencing_never_overwrites_a_lock_named_like_the_counter(
     }
     assert!(!release(node, "f5", T2, BIG).await);
     assert_eq!(peek.peek(0, "f5:fence").await.as_deref(), Some(T1));
-    assert!(node.release("f5:fence", T1).await.unwrap());
+    assert!(node
+        .release(ReleaseRequest::new("f5:fence", T1))
+        .await
+        .unwrap());
 }
 
 /// With idempotent work: the fenced replay acquire bumps like the fenced acquire, answers a
@@ -177,8 +192,13 @@ pub async fn fencing_never_overwrites_a_lock_named_like_the_counter(
 /// counter to the lease's token before it stores the record.
 pub async fn fencing_with_records(node: &dyn Node, peek: &dyn Peek) {
     let (key, record, fence) = ("f6", "f6:record", "f6:fence");
-    let replay =
-        |token| node.acquire_unless_completed_fenced(key, record, fence, token, LONG, RETAIN);
+    let replay = |token| {
+        node.acquire(
+            AcquireRequest::new(key, token, LONG)
+                .unless_completed(record)
+                .fenced(fence, RETAIN),
+        )
+    };
     let a = match replay(T1).await.unwrap() {
         Acquire::Fenced { fence } => fence,
         other => panic!("expected a fenced grant, got {other:?}"),
@@ -186,23 +206,15 @@ pub async fn fencing_with_records(node: &dyn Node, peek: &dyn Peek) {
     assert!(matches!(replay(T2).await.unwrap(), Acquire::Held { .. }));
     assert_eq!(peek.peek(0, key).await.as_deref(), Some(T1));
     // Not the holder: nothing stored (the raise alone is harmless: a counter only grows).
-    let floor = FenceFloor {
-        key: fence,
-        floor: BIG,
-        retention: RETAIN,
-    };
+    let floor = FenceFloor::new(fence, BIG, RETAIN);
     assert!(!node
-        .complete_fenced(key, record, T2, b"no", LONG, floor)
+        .complete(CompleteRequest::new(key, record, T2, b"no", LONG).fenced(floor))
         .await
         .unwrap());
     assert!(node
-        .complete_fenced(
-            key,
-            record,
-            T1,
-            b"done",
-            LONG,
-            FenceFloor { floor: a, ..floor }
+        .complete(
+            CompleteRequest::new(key, record, T1, b"done", LONG)
+                .fenced(FenceFloor::new(fence, a, RETAIN))
         )
         .await
         .unwrap());

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tower_redlock::node::{Acquire, Node};
+use tower_redlock::node::{Acquire, AcquireRequest, ExtendRequest, Node, ReleaseRequest};
 use tower_redlock::{Redlock, Retry};
 
 use crate::support::{eventually, NODE_TIMEOUT};
@@ -63,7 +63,11 @@ pub async fn redlock_flow<B: Backend>(backend: &B) {
         let held: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
         for &i in &held {
             assert_eq!(
-                backend.node(i).acquire(key, "foreign", ttl).await.unwrap(),
+                backend
+                    .node(i)
+                    .acquire(AcquireRequest::new(key, "foreign", ttl))
+                    .await
+                    .unwrap(),
                 Acquire::Acquired
             );
         }
@@ -158,11 +162,16 @@ pub async fn lock_reaches_every_node<B: Backend>(backend: &B) {
         for round in 0..3 {
             let key = format!("everywhere-{round}");
             assert_eq!(
-                node.acquire(&key, T1, LONG).await.unwrap(),
+                node.acquire(AcquireRequest::new(&key, T1, LONG))
+                    .await
+                    .unwrap(),
                 Acquire::Acquired
             );
-            assert!(node.extend(&key, T1, LONG).await.unwrap());
-            assert!(node.release(&key, T1).await.unwrap());
+            assert!(node
+                .extend(ExtendRequest::new(&key, T1, LONG))
+                .await
+                .unwrap());
+            assert!(node.release(ReleaseRequest::new(&key, T1)).await.unwrap());
         }
     }
     for round in 0..3 {

@@ -16,8 +16,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use support::{eventually, Masters};
-use tower_redlock::node::Acquire;
-use tower_redlock::node::{MemoryNode, Node, RedisNode};
+use tower_redlock::node::{Acquire, AcquireRequest, CompleteRequest, MemoryNode, Node, RedisNode};
 
 mod backends;
 mod check;
@@ -224,7 +223,7 @@ async fn redis_replay_acquire_keeps_restart_protection() {
     let node = RedisNode::open_with(&masters[0].url(), &opts).unwrap();
     let ttl = Duration::from_millis(200);
     let young = node
-        .acquire_unless_completed("k", "k:record", T1, ttl)
+        .acquire(AcquireRequest::new("k", T1, ttl).unless_completed("k:record"))
         .await;
     assert!(young.is_err(), "{young:?}");
     assert_eq!(masters[0].get("k").await, None);
@@ -232,7 +231,7 @@ async fn redis_replay_acquire_keeps_restart_protection() {
         "the dataset is old enough to vote",
         Duration::from_secs(10),
         || async {
-            node.acquire_unless_completed("k", "k:record", T1, ttl)
+            node.acquire(AcquireRequest::new("k", T1, ttl).unless_completed("k:record"))
                 .await
                 .is_ok()
         },
@@ -240,11 +239,11 @@ async fn redis_replay_acquire_keeps_restart_protection() {
     .await;
     assert_eq!(masters[0].get("k").await.as_deref(), Some(T1));
     assert!(node
-        .complete("k", "k:record", T1, b"done", ttl)
+        .complete(CompleteRequest::new("k", "k:record", T1, b"done", ttl))
         .await
         .unwrap());
     let replay = node
-        .acquire_unless_completed("k", "k:record", T1, ttl)
+        .acquire(AcquireRequest::new("k", T1, ttl).unless_completed("k:record"))
         .await;
     assert_eq!(
         replay.unwrap(),
@@ -264,7 +263,9 @@ async fn redis_fencing_acquire_keeps_restart_protection() {
     let opts = RedisNodeOptions::new().restart_protection(Duration::from_millis(300));
     let node = RedisNode::open_with(&masters[0].url(), &opts).unwrap();
     let (ttl, retain) = (Duration::from_millis(200), Duration::from_secs(10));
-    let young = node.acquire_fenced("k", "k:fence", T1, ttl, retain).await;
+    let young = node
+        .acquire(AcquireRequest::new("k", T1, ttl).fenced("k:fence", retain))
+        .await;
     assert!(young.is_err(), "{young:?}");
     assert_eq!(masters[0].get("k").await, None);
     assert_eq!(masters[0].get("k:fence").await, None);
@@ -272,7 +273,7 @@ async fn redis_fencing_acquire_keeps_restart_protection() {
         "the dataset is old enough to vote",
         Duration::from_secs(10),
         || async {
-            node.acquire_fenced("k", "k:fence", T1, ttl, retain)
+            node.acquire(AcquireRequest::new("k", T1, ttl).fenced("k:fence", retain))
                 .await
                 .is_ok()
         },
@@ -283,7 +284,7 @@ async fn redis_fencing_acquire_keeps_restart_protection() {
     let counter: u64 = raw.strip_prefix("TRF1:").unwrap().parse().unwrap();
     // Too long a ttl for the protection window: refused before anything is sent.
     let long = node
-        .acquire_fenced("k2", "k2:fence", T1, Duration::from_secs(1), retain)
+        .acquire(AcquireRequest::new("k2", T1, Duration::from_secs(1)).fenced("k2:fence", retain))
         .await;
     assert!(long.is_err(), "{long:?}");
     assert!(

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tower_redlock::node::{Node, RedisNode};
+use tower_redlock::node::{ExtendRequest, Node, RedisNode, ReleaseRequest};
 
 use crate::support::{eventually, warm_up, Masters};
 use crate::{gone_everywhere, ms, SECOND, TTL};
@@ -129,10 +129,17 @@ async fn wrong_token_release_and_extend_do_nothing() {
     .await;
 
     let node = RedisNode::open(&m[0].url()).unwrap();
-    assert!(!node.release("owned", "wrong").await.unwrap());
+    assert!(!node
+        .release(ReleaseRequest::new("owned", "wrong"))
+        .await
+        .unwrap());
     assert_eq!(m[0].get("owned").await.as_deref(), Some(value.as_str()));
     assert!(!node
-        .extend("owned", "wrong", Duration::from_secs(100))
+        .extend(ExtendRequest::new(
+            "owned",
+            "wrong",
+            Duration::from_secs(100)
+        ))
         .await
         .unwrap());
     let pttl = m[0].pttl("owned").await;
@@ -141,7 +148,11 @@ async fn wrong_token_release_and_extend_do_nothing() {
 
     // The owner's token does work through the same node.
     assert!(node
-        .extend("owned", &value, Duration::from_secs(100))
+        .extend(ExtendRequest::new(
+            "owned",
+            &value,
+            Duration::from_secs(100)
+        ))
         .await
         .unwrap());
     assert!(m[0].pttl("owned").await > ms(TTL));

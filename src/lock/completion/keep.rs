@@ -14,7 +14,7 @@ use crate::lock::owed::{Debt, Owed};
 use crate::lock::quorum::{self, Skip};
 use crate::lock::release::{self, FIRST_PAUSE, MAX_PAUSE};
 use crate::lock::Inner;
-use crate::node::NodeFailure;
+use crate::node::{ExtendRequest, NodeFailure};
 
 /// How long a completion that lacks its quorum is kept going, in ttls past the lease's
 /// validity, at most (extensions of the lock where the write is refused included).
@@ -207,10 +207,13 @@ async fn keep_locked(inner: &Inner, keep: &mut Keep, progress: &mut Progress, ma
         mask,
         inner.config.node_timeout,
         Skip::Never,
-        &|node| node.extend_now(&key, token.as_str(), ttl),
+        &|node| node.extend_now(&ExtendRequest::new(&key, token.as_str(), ttl)),
         |v| {
             let key = key.clone();
-            async move { v.node.extend(&key, token.as_str(), ttl).await }
+            async move {
+                let request = ExtendRequest::new(&key, token.as_str(), ttl);
+                v.node.extend(request).await
+            }
         },
     );
     while let Some((i, answer)) = sent.next().await {

@@ -25,7 +25,7 @@ use super::records::record_key;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
 use super::{Inner, Redlock};
 use crate::error::Error;
-use crate::node::NodeFailure;
+use crate::node::{CompleteRequest, NodeFailure};
 
 mod keep;
 #[cfg(test)]
@@ -267,44 +267,28 @@ impl Completion {
             mask,
             inner.config.node_timeout,
             Skip::Suspended,
-            &|node| match fence {
-                None => node.complete_now(key, record_key, token.as_str(), record, retention),
-                Some(f) => node.complete_fenced_now(
-                    key,
-                    record_key,
-                    token.as_str(),
-                    record,
-                    retention,
-                    f.floor(),
-                ),
+            &|node| {
+                let request =
+                    CompleteRequest::new(key, record_key, token.as_str(), record, retention);
+                node.complete_now(&match fence {
+                    None => request,
+                    Some(f) => request.fenced(f.floor()),
+                })
             },
             |v| {
                 let (key, record_key, record) = (key.clone(), record_key.clone(), record.clone());
                 let fence = fence.clone();
                 async move {
+                    let plain =
+                        CompleteRequest::new(&key, &record_key, token.as_str(), &record, retention);
                     let Some(f) = &fence else {
-                        return v
-                            .node
-                            .complete(&key, &record_key, token.as_str(), &record, retention)
-                            .await;
+                        return v.node.complete(plain).await;
                     };
                     // The counters raised to the lease's token first, as a release does; a
                     // node without counters (no vote: see `acquire.rs`) may still hold our
                     // key, and gets the plain completion, as it gets the plain release.
-                    let fenced = v.node.complete_fenced(
-                        &key,
-                        &record_key,
-                        token.as_str(),
-                        &record,
-                        retention,
-                        f.floor(),
-                    );
-                    match fenced.await {
-                        Err(e) if e.is_unsupported() => {
-                            v.node
-                                .complete(&key, &record_key, token.as_str(), &record, retention)
-                                .await
-                        }
+                    match v.node.complete(plain.fenced(f.floor())).await {
+                        Err(e) if e.is_unsupported() => v.node.complete(plain).await,
                         answer => answer,
                     }
                 }

@@ -3,7 +3,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::node::{Acquire, MemoryNode, Node, NodeFailure, NodeFuture};
+use crate::node::{
+    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, MemoryNode, Node,
+    NodeFailure, NodeFuture, ReleaseRequest,
+};
 use crate::{Claim, Redlock, Retry};
 
 /// What a [`Scripted`] node does with one completion request.
@@ -39,38 +42,19 @@ impl Node for Scripted {
     fn name(&self) -> String {
         "scripted".to_owned()
     }
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        self.inner.acquire(key, token, ttl)
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::LOCKS.with_records()
     }
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-        self.inner.release(key, token)
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+        self.inner.acquire(request)
     }
-    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
-        self.inner.extend(key, token, ttl)
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+        self.inner.release(request)
     }
-    fn acquire_unless_completed<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        self.inner
-            .acquire_unless_completed(key, record_key, token, ttl)
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+        self.inner.extend(request)
     }
-    fn complete<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
         let step = self
             .steps
             .lock()
@@ -86,9 +70,7 @@ impl Node for Scripted {
                 Step::Refuse => return Ok(false),
                 Step::StoreAfter(d) => tokio::time::sleep(d).await,
             }
-            self.inner
-                .complete(key, record_key, token, record, retention)
-                .await
+            self.inner.complete(request).await
         })
     }
 }

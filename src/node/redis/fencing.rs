@@ -20,7 +20,7 @@ use crate::node::{Acquire, FenceFloor, NodeFailure};
 const MAX_FENCE: u64 = 1 << 53;
 
 impl RedisNode {
-    /// The fenced acquire (see [`Node::acquire_fenced`](crate::node::Node)).
+    /// The fenced acquire (see [`AcquireRequest::fence`](crate::node::AcquireRequest)).
     pub(crate) async fn acquire_fenced_key(
         &self,
         key: &str,
@@ -42,7 +42,7 @@ impl RedisNode {
     }
 
     /// The fenced replay acquire (see
-    /// [`Node::acquire_unless_completed_fenced`](crate::node::Node)).
+    /// [`AcquireRequest`](crate::node::AcquireRequest) with a record key and a fence).
     pub(crate) async fn acquire_unless_completed_fenced_key(
         &self,
         key: &str,
@@ -131,7 +131,7 @@ impl RedisNode {
         }
     }
 
-    /// The fenced release (see [`Node::release_fenced`](crate::node::Node)).
+    /// The fenced release (see [`ReleaseRequest::fence`](crate::node::ReleaseRequest)).
     pub(crate) async fn release_fenced_key(
         &self,
         key: &str,
@@ -150,7 +150,7 @@ impl RedisNode {
         Ok(int(&reply)? == 1)
     }
 
-    /// The fenced extension (see [`Node::extend_fenced`](crate::node::Node)).
+    /// The fenced extension (see [`ExtendRequest::fence`](crate::node::ExtendRequest)).
     pub(crate) async fn extend_fenced_key(
         &self,
         key: &str,
@@ -174,7 +174,7 @@ impl RedisNode {
         Ok(int(&reply)? == 1)
     }
 
-    /// The fenced completion (see [`Node::complete_fenced`](crate::node::Node)).
+    /// The fenced completion (see [`CompleteRequest::fence`](crate::node::CompleteRequest)).
     pub(crate) async fn complete_fenced_key(
         &self,
         key: &str,

@@ -1,9 +1,107 @@
-//! The [`Node`] trait over a [`RedisNode`]'s calls (each in the file of its concern).
+//! The [`Node`] trait over a [`RedisNode`]'s calls (each in the file of its concern), and the
+//! dispatch of a request value to the call of its form: the plain forms unboxed (the hot
+//! path), the others boxed.
 
+use std::future::Future;
 use std::time::Duration;
 
+use futures_util::future::Either;
+use redis::Cmd;
+
 use super::RedisNode;
-use crate::node::{Acquire, FenceFloor, Node, NodeFuture};
+use crate::node::{
+    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, Node, NodeFailure,
+    NodeFuture, ReleaseRequest,
+};
+
+impl RedisNode {
+    /// The acquire `request` asks; with `prepared` ([`RedisNode::set_cmd`]), the plain
+    /// `SET` packed once for the fan-out.
+    pub(crate) fn acquire_request<'a>(
+        &'a self,
+        request: AcquireRequest<'a>,
+        prepared: Option<&'a Cmd>,
+    ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
+        let AcquireRequest {
+            key, token, ttl, ..
+        } = request;
+        let other: NodeFuture<'a, Acquire> = match (request.record_key, request.fence) {
+            (None, None) => return Either::Left(self.acquire_key(key, token, ttl, prepared)),
+            (Some(record_key), None) => {
+                Box::pin(self.acquire_unless_completed_key(key, record_key, token, ttl))
+            }
+            (None, Some(f)) => {
+                Box::pin(self.acquire_fenced_key(key, f.key, token, ttl, f.retention))
+            }
+            (Some(record_key), Some(f)) => Box::pin(self.acquire_unless_completed_fenced_key(
+                key,
+                record_key,
+                f.key,
+                token,
+                ttl,
+                f.retention,
+            )),
+        };
+        Either::Right(other)
+    }
+
+    /// The extension `request` asks.
+    pub(crate) fn extend_request<'a>(
+        &'a self,
+        request: ExtendRequest<'a>,
+    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+        let ExtendRequest {
+            key, token, ttl, ..
+        } = request;
+        match request.fence {
+            None => Either::Left(self.extend_key(key, token, ttl)),
+            Some(f) => Either::Right(
+                Box::pin(self.extend_fenced_key(key, token, ttl, f)) as NodeFuture<'a, bool>
+            ),
+        }
+    }
+
+    /// The release `request` asks; with `prepared` ([`RedisNode::release_cmd`]), the plain
+    /// release packed once for the fan-out.
+    pub(crate) fn release_request<'a>(
+        &'a self,
+        request: ReleaseRequest<'a>,
+        prepared: Option<&'a Cmd>,
+    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+        let ReleaseRequest { key, token, .. } = request;
+        match request.fence {
+            None => Either::Left(self.release_key(key, token, prepared)),
+            Some(f) => Either::Right(Box::pin(self.release_fenced_key(
+                key,
+                f.key,
+                token,
+                f.floor,
+                f.retention,
+            )) as NodeFuture<'a, bool>),
+        }
+    }
+
+    /// The completion `request` asks.
+    pub(crate) fn complete_request<'a>(
+        &'a self,
+        request: CompleteRequest<'a>,
+    ) -> NodeFuture<'a, bool> {
+        let CompleteRequest {
+            key,
+            record_key,
+            token,
+            record,
+            retention,
+            ..
+        } = request;
+        match request.fence {
+            None => Box::pin(self.complete_key(key, record_key, token, record, retention)),
+            Some(f) => {
+                Box::pin(self.complete_fenced_key(key, record_key, token, record, retention, f))
+            }
+        }
+    }
+}
 
 impl Node for RedisNode {
     fn name(&self) -> String {
@@ -14,101 +112,23 @@ impl Node for RedisNode {
         self.guard.as_ref().map(|g| g.max_ttl)
     }
 
-    fn acquire<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(self.acquire_key(key, token, ttl, None))
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
     }
 
-    fn release<'a>(&'a self, key: &'a str, token: &'a str) -> NodeFuture<'a, bool> {
-        Box::pin(self.release_key(key, token, None))
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+        Box::pin(self.acquire_request(request, None))
     }
 
-    fn extend<'a>(&'a self, key: &'a str, token: &'a str, ttl: Duration) -> NodeFuture<'a, bool> {
-        Box::pin(self.extend_key(key, token, ttl))
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+        Box::pin(self.extend_request(request))
     }
 
-    fn acquire_unless_completed<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(self.acquire_unless_completed_key(key, record_key, token, ttl))
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+        Box::pin(self.release_request(request, None))
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(self.complete_key(key, record_key, token, record, retention))
-    }
-
-    fn acquire_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(self.acquire_fenced_key(key, fence_key, token, ttl, retention))
-    }
-
-    fn release_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        floor: u64,
-        retention: Duration,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(self.release_fenced_key(key, fence_key, token, floor, retention))
-    }
-
-    fn extend_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(self.extend_fenced_key(key, token, ttl, fence))
-    }
-
-    fn acquire_unless_completed_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        fence_key: &'a str,
-        token: &'a str,
-        ttl: Duration,
-        retention: Duration,
-    ) -> NodeFuture<'a, Acquire> {
-        Box::pin(
-            self.acquire_unless_completed_fenced_key(
-                key, record_key, fence_key, token, ttl, retention,
-            ),
-        )
-    }
-
-    fn complete_fenced<'a>(
-        &'a self,
-        key: &'a str,
-        record_key: &'a str,
-        token: &'a str,
-        record: &'a [u8],
-        retention: Duration,
-        fence: FenceFloor<'a>,
-    ) -> NodeFuture<'a, bool> {
-        Box::pin(self.complete_fenced_key(key, record_key, token, record, retention, fence))
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
+        self.complete_request(request)
     }
 }

@@ -11,7 +11,7 @@ use super::{held, int, query, ttl_ms, RedisNode};
 use crate::node::{Acquire, NodeFailure};
 
 impl RedisNode {
-    /// The replay acquire (see [`Node::acquire_unless_completed`](crate::node::Node)), gated
+    /// The replay acquire (see [`AcquireRequest::record_key`](crate::node::AcquireRequest)), gated
     /// by the eviction check (a record on a master that evicts may be gone).
     pub(crate) async fn acquire_unless_completed_key(
         &self,
@@ -63,7 +63,7 @@ impl RedisNode {
         }
     }
 
-    /// The fenced completion (see [`Node::complete`](crate::node::Node)).
+    /// The completion (see [`Node::complete`](crate::node::Node::complete)), fenced by the lock.
     pub(crate) async fn complete_key(
         &self,
         key: &str,

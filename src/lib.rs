@@ -176,8 +176,7 @@ pub mod tower;
 pub use crate::actix::middleware::RedlockMiddleware;
 pub use crate::error::{Error, ErrorKind, NodeError, Result};
 pub use crate::lock::{
-    Claim, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope, MAX_RECORD_LEN,
-    MAX_RECORD_RETENTION, MAX_RESOURCE_LEN,
+    Claim, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope,
 };
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]

@@ -439,11 +439,11 @@ async fn a_completion_that_timed_out_is_asked_again_until_a_quorum_stored_it() {
 async fn records_are_bounded_and_checked() {
     let client = Redlock::in_memory();
     let lease = locked(claim(&client, "pay:6").await);
-    let big = vec![0u8; tower_redlock::MAX_RECORD_LEN + 1];
+    let big = vec![0u8; tower_redlock::Lease::MAX_RECORD_LEN + 1];
     let e = lease.complete(big, DAY).await.unwrap_err();
     assert!(e.is_invalid_input(), "{e}");
     let lease = locked(claim(&client, "pay:6").await);
-    let forever = tower_redlock::MAX_RECORD_RETENTION + Duration::from_secs(1);
+    let forever = tower_redlock::Lease::MAX_RECORD_RETENTION + Duration::from_secs(1);
     let e = lease.complete("ok", forever).await.unwrap_err();
     assert!(e.is_invalid_input(), "{e}");
     let e = locked(claim(&client, "pay:6").await)

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::health::Health;
-use super::options::{Config, MAX_RESOURCE_LEN};
+use super::options::Config;
 use super::quorum::{self, Voter};
 use super::{Inner, Redlock, Retry};
 use crate::error::Error;
@@ -187,9 +187,10 @@ impl RedlockBuilder {
                 c.drift_factor
             )));
         }
-        if c.key_prefix.len() > MAX_RESOURCE_LEN {
+        if c.key_prefix.len() > Redlock::MAX_RESOURCE_LEN {
             return Err(Error::invalid(format!(
-                "the key prefix is longer than {MAX_RESOURCE_LEN} bytes"
+                "the key prefix is longer than {} bytes",
+                Redlock::MAX_RESOURCE_LEN
             )));
         }
         let mut config = self.config;

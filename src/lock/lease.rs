@@ -75,6 +75,13 @@ impl Parked {
 }
 
 impl Lease {
+    /// The largest completion record [`Lease::complete`] stores (1 MiB): records live in the
+    /// masters' memory, beside the locks.
+    pub const MAX_RECORD_LEN: usize = 1 << 20;
+
+    /// The longest a completion record is kept (one year).
+    pub const MAX_RECORD_RETENTION: Duration = Duration::from_secs(365 * 86_400);
+
     pub(crate) fn new(client: Redlock, state: Arc<LeaseState>, parked: Option<Parked>) -> Self {
         Self {
             client,
@@ -206,8 +213,8 @@ impl Lease {
     /// From then on [`Redlock::lock_unless_completed`] answers
     /// [`Claim::Completed`](crate::Claim::Completed) with `record`.
     ///
-    /// A record over [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN), or a retention of zero or
-    /// over [`MAX_RECORD_RETENTION`](crate::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
+    /// A record over [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN), or a retention of zero or
+    /// over [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
     /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
     /// expired or was lost (nothing stale is stored where it no longer holds),
     /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
@@ -226,18 +233,18 @@ impl Lease {
         retention: std::time::Duration,
     ) -> crate::Result<()> {
         let record = record.into();
-        let invalid = if record.len() > crate::MAX_RECORD_LEN {
+        let invalid = if record.len() > crate::Lease::MAX_RECORD_LEN {
             Some(format!(
                 "the completion record is {} bytes; the maximum is {}",
                 record.len(),
-                crate::MAX_RECORD_LEN
+                crate::Lease::MAX_RECORD_LEN
             ))
         } else if retention < std::time::Duration::from_millis(1)
-            || retention > crate::MAX_RECORD_RETENTION
+            || retention > crate::Lease::MAX_RECORD_RETENTION
         {
             Some(format!(
                 "the retention of a completion record must be between 1 ms and {:?}",
-                crate::MAX_RECORD_RETENTION
+                crate::Lease::MAX_RECORD_RETENTION
             ))
         } else {
             None

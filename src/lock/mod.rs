@@ -38,8 +38,8 @@ mod state;
 pub use self::builder::RedlockBuilder;
 pub use self::health::NodeStatus;
 pub use self::lease::{Lease, LeaseHandle};
-pub use self::options::{Retry, MAX_RESOURCE_LEN};
-pub use self::records::{Claim, MAX_RECORD_LEN, MAX_RECORD_RETENTION};
+pub use self::options::Retry;
+pub use self::records::Claim;
 pub use self::scope::Scope;
 
 /// A Redlock client: locks resources on a quorum of independent nodes.
@@ -71,6 +71,9 @@ impl std::fmt::Debug for Redlock {
 }
 
 impl Redlock {
+    /// The longest resource name, in bytes (and the longest key prefix).
+    pub const MAX_RESOURCE_LEN: usize = 1024;
+
     /// A client for the Redis voters at `urls`, with the default settings: masters
     /// (`redis://…`), Sentinel groups (`redis+sentinel://…`) and Clusters
     /// (`redis+cluster://…`, feature `cluster`), see [`RedisNode::open`](crate::node::RedisNode::open).

@@ -183,9 +183,6 @@ pub(crate) const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// The longest ttl a lock may ask for.
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The longest resource name, in bytes.
-pub const MAX_RESOURCE_LEN: usize = 1024;
-
 impl Config {
     /// The drift allowance for `ttl`: `ttl · drift_factor + 2 ms`.
     pub(crate) fn drift(&self, ttl: Duration) -> Duration {
@@ -223,9 +220,10 @@ pub(crate) fn check_resource(resource: &str) -> crate::Result<()> {
     if resource.is_empty() {
         return Err(crate::Error::invalid("the resource name is empty"));
     }
-    if resource.len() > MAX_RESOURCE_LEN {
+    let max = crate::Redlock::MAX_RESOURCE_LEN;
+    if resource.len() > max {
         return Err(crate::Error::invalid(format!(
-            "the resource name is {} bytes long; the maximum is {MAX_RESOURCE_LEN} \
+            "the resource name is {} bytes long; the maximum is {max} \
              (hash long names before locking them)",
             resource.len()
         )));
@@ -265,7 +263,7 @@ mod tests {
     #[test]
     fn resource_checks() {
         assert!(check_resource("").unwrap_err().is_invalid_input());
-        assert!(check_resource(&"x".repeat(MAX_RESOURCE_LEN + 1)).is_err());
+        assert!(check_resource(&"x".repeat(crate::Redlock::MAX_RESOURCE_LEN + 1)).is_err());
         assert!(check_resource("a").is_ok());
     }
 

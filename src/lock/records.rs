@@ -16,13 +16,6 @@ use super::{Redlock, Retry, Token};
 use crate::node::Acquire;
 use crate::Lease;
 
-/// The largest completion record [`Lease::complete`] stores (1 MiB): records live in the
-/// masters' memory, beside the locks.
-pub const MAX_RECORD_LEN: usize = 1 << 20;
-
-/// The longest a completion record is kept (one year).
-pub const MAX_RECORD_RETENTION: Duration = Duration::from_secs(365 * 86_400);
-
 /// The Redis key of `key`'s completion record: beside the lock, with a distinct suffix.
 pub(crate) fn record_key(key: &str) -> Arc<str> {
     format!("{key}:record").into()

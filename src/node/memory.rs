@@ -156,7 +156,7 @@ impl MemoryNode {
         match map.entries.get(key) {
             Some(e) if !taken && e.token == token && e.expires > now => {
                 map.entries.remove(key);
-                // The client bounds the retention (`MAX_RECORD_RETENTION`).
+                // The client bounds the retention (`Lease::MAX_RECORD_RETENTION`).
                 map.records.insert(
                     record_key.to_owned(),
                     (Bytes::copy_from_slice(record), expiry(now, retention)),

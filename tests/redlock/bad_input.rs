@@ -32,7 +32,7 @@ async fn bad_input_is_rejected_and_locks_nothing() {
         assert!(e.is_invalid_input(), "{e:?}");
         assert_eq!(e.attempts(), 0, "nothing was tried");
     }
-    let long = "x".repeat(tower_redlock::MAX_RESOURCE_LEN + 1);
+    let long = "x".repeat(tower_redlock::Redlock::MAX_RESOURCE_LEN + 1);
     assert!(c.try_lock(&long, TTL).await.unwrap_err().is_invalid_input());
     let ran = AtomicBool::new(false);
     let e = c

@@ -113,7 +113,7 @@ impl Replay {
     }
 
     /// How long a stored response is replayed (default 24 h, at most
-    /// [`MAX_RECORD_RETENTION`](crate::MAX_RECORD_RETENTION)). After it, the key runs the
+    /// [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION)). After it, the key runs the
     /// handler again.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
@@ -145,7 +145,7 @@ impl Replay {
     }
 
     /// The largest stored response, status, headers and body together (default 64 KiB, at
-    /// most [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN)). A larger response, or one whose body
+    /// most [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN)). A larger response, or one whose body
     /// length is not known in advance (a stream), is sent as it is and K is marked
     /// completed without it: duplicates get `409`
     /// (`/problems/idempotency-completed-not-stored`), the handler never runs twice.
@@ -222,17 +222,18 @@ impl Replay {
 
     /// Checks the settings (from [`LockPolicyBuilder::build`](crate::policy::LockPolicyBuilder::build)).
     pub(crate) fn check(&self) -> crate::Result<()> {
-        if self.retention < Duration::from_millis(1) || self.retention > crate::MAX_RECORD_RETENTION
+        if self.retention < Duration::from_millis(1)
+            || self.retention > crate::Lease::MAX_RECORD_RETENTION
         {
             return Err(crate::Error::invalid(format!(
                 "the replay retention must be between 1 ms and {:?}",
-                crate::MAX_RECORD_RETENTION
+                crate::Lease::MAX_RECORD_RETENTION
             )));
         }
-        if self.response_limit > crate::MAX_RECORD_LEN {
+        if self.response_limit > crate::Lease::MAX_RECORD_LEN {
             return Err(crate::Error::invalid(format!(
-                "the replay response limit is at most {} bytes (MAX_RECORD_LEN)",
-                crate::MAX_RECORD_LEN
+                "the replay response limit is at most {} bytes (Lease::MAX_RECORD_LEN)",
+                crate::Lease::MAX_RECORD_LEN
             )));
         }
         if let Some(bad) = self
@@ -285,7 +286,7 @@ mod tests {
             "{e}"
         );
         let e = Replay::new()
-            .response_limit(crate::MAX_RECORD_LEN + 1)
+            .response_limit(crate::Lease::MAX_RECORD_LEN + 1)
             .check()
             .unwrap_err();
         assert!(e.to_string().contains("response limit"), "{e}");

@@ -129,7 +129,7 @@ impl Recorder {
             return record;
         };
         match super::record::seal(record, &**transform) {
-            Some(sealed) if sealed.len() <= crate::MAX_RECORD_LEN => sealed,
+            Some(sealed) if sealed.len() <= crate::Lease::MAX_RECORD_LEN => sealed,
             // Not stored (warned) or too large sealed: the key is marked completed, so
             // that a duplicate is answered `409` rather than run again.
             _ => self.completed(),

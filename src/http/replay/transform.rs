@@ -23,7 +23,7 @@ pub type TransformError = Box<dyn std::error::Error + Send + Sync>;
 /// can write to your Redis can move a sealed response under another key). Records stored
 /// unsealed (before the transform was turned on) are still replayed. The replay's
 /// `response_limit` applies to the response before it is sealed; a sealed record over
-/// [`MAX_RECORD_LEN`](crate::MAX_RECORD_LEN) is not stored (the key is marked completed).
+/// [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN) is not stored (the key is marked completed).
 ///
 /// ```
 /// use tower_redlock::replay::{RecordTransform, Replay, TransformError};

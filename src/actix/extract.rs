@@ -28,6 +28,6 @@ impl ResponseError for MissingLease {
     }
 
     fn error_response(&self) -> HttpResponse {
-        super::middleware::rejection_response(self.to_problem_json())
+        super::glue::rejection_response(self.to_problem_json())
     }
 }

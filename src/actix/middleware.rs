@@ -1,14 +1,13 @@
 use std::future::{ready, Ready};
 use std::rc::Rc;
 
-use actix_web::body::{BoxBody, EitherBody, MessageBody};
+use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::http::{header, StatusCode};
-use actix_web::HttpResponse;
 use futures_util::future::LocalBoxFuture;
 
+use super::glue::{rejection_response, Actix};
 use super::{ActixRequestView, LeaseBody};
-use crate::http::{KeyExtractor, LockPolicy, RejectionResponse, Wire};
+use crate::http::{flow, KeyExtractor, LockPolicy, Wire};
 use crate::Redlock;
 
 /// The actix-web middleware: lock a key per request. Attach it to the routes that need it
@@ -91,21 +90,6 @@ pub struct RedlockMiddlewareService<S> {
     policy: LockPolicy,
 }
 
-/// Turns a neutral rejection into an actix-web response.
-pub(crate) fn rejection_response(r: RejectionResponse) -> HttpResponse<BoxBody> {
-    let status = StatusCode::from_u16(r.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut res = HttpResponse::build(status);
-    // Checked when the rejection was built: none of these conversions fails.
-    res.insert_header((header::CONTENT_TYPE, r.content_type()));
-    if let Some(secs) = r.retry_after() {
-        res.insert_header((header::RETRY_AFTER, secs));
-    }
-    for (name, value) in r.headers() {
-        res.append_header((name, value));
-    }
-    res.body(r.into_body())
-}
-
 impl<S, B> Service<ServiceRequest> for RedlockMiddlewareService<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
@@ -151,8 +135,13 @@ where
         };
         let service = Rc::clone(&self.service);
         let policy = self.policy.clone();
-        Box::pin(
-            async move { super::flow::call(&*service, policy, key, fingerprint, wire, req).await },
-        )
+        Box::pin(flow::run(
+            Actix(service),
+            policy,
+            key,
+            fingerprint,
+            wire,
+            req,
+        ))
     }
 }

@@ -39,7 +39,7 @@
 
 mod body;
 mod extract;
-mod flow;
+mod glue;
 pub(crate) mod middleware;
 mod view;
 

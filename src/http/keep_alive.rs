@@ -34,15 +34,6 @@ impl KeepAliveTimer {
         Self { sleep: None, due }
     }
 
-    /// A timer that never fires.
-    #[cfg(feature = "tower")]
-    pub(crate) fn off() -> Self {
-        Self {
-            sleep: None,
-            due: None,
-        }
-    }
-
     /// Call while the guarded work is pending: arms the timer on the first call, and starts
     /// the keep-alive of `lease` when it fires.
     pub(crate) fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>, lease: Option<&mut Lease>) {
@@ -61,17 +52,6 @@ impl KeepAliveTimer {
                     lease.keep_alive_from(Instant::now());
                 }
             }
-        }
-    }
-
-    /// The lease moves on (to a response body that holds it to its end): start its
-    /// keep-alive now if it is due to have one, on the same schedule.
-    #[cfg(feature = "tower")]
-    pub(crate) fn hand_over(self: Pin<&mut Self>, lease: &mut Lease) {
-        let mut this = self.project();
-        if let Some(due) = this.due.take() {
-            this.sleep.set(None);
-            lease.keep_alive_from(due);
         }
     }
 }

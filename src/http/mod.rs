@@ -13,6 +13,8 @@
     allow(dead_code, unused_imports)
 )]
 
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) mod flow;
 pub(crate) mod grpc;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod keep_alive;
@@ -26,8 +28,6 @@ mod view;
 
 pub(crate) use grpc::is_grpc;
 pub(crate) use grpc::Wire;
-#[cfg(feature = "tower")]
-pub(crate) use keep_alive::KeepAliveTimer;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use keep_alive::KeptAlive;
 pub(crate) use policy::{Decision, LockPolicy, ReleaseOn, Unlocked};

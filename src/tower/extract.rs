@@ -51,7 +51,7 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for LeaseHandle {
 
 impl IntoResponse for MissingLease {
     fn into_response(self) -> Response {
-        super::future::rejection_response::<axum::body::Body>(self.to_problem_json())
+        super::glue::rejection_response::<axum::body::Body>(self.to_problem_json())
             .map(axum::body::Body::new)
     }
 }

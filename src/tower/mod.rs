@@ -55,8 +55,8 @@ mod body;
 #[cfg(feature = "axum")]
 mod extract;
 mod future;
+mod glue;
 pub(crate) mod layer;
-mod replay;
 mod request;
 mod service;
 mod view;

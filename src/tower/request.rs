@@ -38,6 +38,14 @@ impl<B> RequestBody<B> {
         }
     }
 
+    /// The client's body if it is still streamed, else the buffered bytes.
+    pub(crate) fn into_streamed(self) -> Result<B, Bytes> {
+        match self.kind {
+            Kind::Streamed(body) => Ok(body),
+            Kind::Buffered(bytes) => Err(bytes.unwrap_or_default()),
+        }
+    }
+
     /// Whether the body was buffered (for a replay fingerprint).
     pub fn is_buffered(&self) -> bool {
         matches!(self.kind, Kind::Buffered(_))

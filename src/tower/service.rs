@@ -5,8 +5,9 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
+use super::glue::Tower;
 use super::{HttpRequestView, LeaseBody, RequestBody, ResponseFuture};
-use crate::http::{LockPolicy, Wire};
+use crate::http::{flow, LockPolicy, Wire};
 
 /// The middleware service of [`RedlockLayer`](crate::RedlockLayer).
 #[derive(Debug, Clone)]
@@ -62,12 +63,10 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let (mut parts, body) = req.into_parts();
-        let fencing = self.policy.fencing_header().map(|name| {
+        if let Some(name) = self.policy.fencing_header() {
             // Only the lock's token reaches the inner service under this name.
             parts.headers.remove(name);
-            http::HeaderName::from_bytes(name.as_bytes())
-                .expect("checked when the policy was built")
-        });
+        }
         let (key, fingerprint, wire) = {
             let view = HttpRequestView::new(&mut parts);
             let key = self.policy.key(&view);
@@ -77,39 +76,18 @@ where
             };
             (key, fingerprint, Wire::of(&view))
         };
+        let req = Request::from_parts(parts, RequestBody::new(body));
         match key {
             Err(rejection) => ResponseFuture::rejected(rejection),
-            Ok(None) => {
-                let req = Request::from_parts(parts, RequestBody::new(body));
-                ResponseFuture::pass(self.inner.call(req))
-            }
+            Ok(None) => ResponseFuture::pass(self.inner.call(req)),
             Ok(Some(key)) => {
                 // The ready service goes into the future; a fresh clone stays for the next
                 // call (tower's `mem::replace` idiom).
                 let clone = self.inner.clone();
-                let inner = std::mem::replace(&mut self.inner, clone);
-                if let Some(fingerprint) = fingerprint {
-                    let req = Request::from_parts(parts, body);
-                    let policy = self.policy.clone();
-                    return ResponseFuture::replaying(Box::pin(super::replay::call(
-                        policy,
-                        key,
-                        fingerprint,
-                        fencing,
-                        wire,
-                        inner,
-                        req,
-                    )));
-                }
-                let req = Request::from_parts(parts, RequestBody::new(body));
-                ResponseFuture::acquiring(
-                    Box::pin(self.policy.clone().acquire(key, None, wire)),
-                    inner,
-                    req,
-                    self.policy.release_on(),
-                    self.policy.keeps_alive(),
-                    fencing,
-                )
+                let inner = Tower::new(std::mem::replace(&mut self.inner, clone));
+                let policy = self.policy.clone();
+                let flow = flow::run(inner, policy, key, fingerprint, wire, req);
+                ResponseFuture::flowing(Box::pin(flow))
             }
         }
     }

@@ -1,0 +1,242 @@
+//! The one request flow of both frameworks, for a request that has a key: (with
+//! [replay](crate::replay) on, buffer and fingerprint the body,) claim the key, put the lease
+//! and the fencing token in, run the inner service with keep-alive, then release — or store
+//! the response — and answer. The tower and actix-web glue implement [`Glue`] with their own
+//! types and call [`run`]; nothing here knows either framework.
+
+use std::future::Future;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::replay::FingerprintBuilder;
+use super::{
+    AfterResponse, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
+    RejectionResponse, Running, StoredResponse, Wire, REPLAYED_HEADER,
+};
+use crate::{Lease, LeaseHandle};
+
+/// What a framework's glue gives the flow: its request and response types and the few
+/// operations on them. `Output` is what the middleware answers; the others are the inner
+/// service's own.
+pub(crate) trait Glue {
+    /// The request the middleware got.
+    type Request;
+    /// The inner service's response.
+    type Response;
+    /// A response's head once its body is taken out ([`Glue::split`]).
+    type Head;
+    /// A response's body.
+    type Body;
+    /// The middleware's answer.
+    type Output;
+    /// The inner service's error.
+    type Error;
+
+    /// The request's declared `Content-Length`.
+    fn content_length(req: &Self::Request) -> Option<u64>;
+
+    /// Reads the request's body whole, up to `limit` bytes, and puts the same bytes back for
+    /// the inner service.
+    fn buffer_body(
+        req: &mut Self::Request,
+        limit: usize,
+    ) -> impl Future<Output = Result<Bytes, RejectionKind>>;
+
+    /// Hands the lease to the inner service: its handle in the request extensions, and the
+    /// fencing token in `fencing.0`'s header.
+    fn lend(req: &mut Self::Request, handle: LeaseHandle, fencing: Option<(&str, u64)>);
+
+    /// Marks a request let through without a lock (fail-open).
+    fn unlocked(req: &mut Self::Request);
+
+    /// Calls the inner service.
+    fn call(
+        &mut self,
+        req: Self::Request,
+    ) -> impl Future<Output = Result<Self::Response, Self::Error>>;
+
+    /// The response's status.
+    fn status(res: &Self::Response) -> u16;
+
+    /// The response's headers.
+    fn headers(res: &Self::Response) -> impl Iterator<Item = (&str, &[u8])>;
+
+    /// The head's headers.
+    fn head_headers(head: &Self::Head) -> impl Iterator<Item = (&str, &[u8])>;
+
+    /// The exact length of the response's body, if known.
+    fn body_len(res: &Self::Response) -> Option<u64>;
+
+    /// Whether the response's body may still have data to send (an empty one is never
+    /// polled by the server, so it could not report its end).
+    fn body_to_send(res: &Self::Response) -> bool;
+
+    /// The response as the middleware's answer; with `lease`, its body releases it at its
+    /// end.
+    fn pass(res: Self::Response, lease: Option<Lease>) -> Self::Output;
+
+    /// The response's head and body.
+    fn split(res: Self::Response) -> (Self::Head, Self::Body);
+
+    /// Reads a response body whole, up to `limit` bytes (`None`: it failed or was longer).
+    fn collect(body: Self::Body, limit: usize) -> impl Future<Output = Option<Bytes>>;
+
+    /// A head with this body.
+    fn rebuild(head: Self::Head, body: Bytes) -> Self::Output;
+
+    /// `500`, no headers, no body, for the request of `head`.
+    fn server_error(head: Self::Head) -> Self::Output;
+
+    /// The middleware's own answer to `req`.
+    fn full(req: Self::Request, res: FullResponse) -> Self::Output;
+}
+
+/// An answer made whole by the middleware: a rejection or a replayed response.
+#[derive(Debug)]
+pub(crate) struct FullResponse {
+    pub(crate) status: u16,
+    /// Lower-case names; the values were checked when they were made or stored.
+    pub(crate) headers: Vec<(String, Bytes)>,
+    pub(crate) body: Bytes,
+}
+
+impl FullResponse {
+    /// The rejection as a response: its `Content-Type`, `Retry-After` and own headers.
+    pub(crate) fn rejection(r: RejectionResponse) -> Self {
+        let mut headers = vec![(
+            "content-type".to_owned(),
+            Bytes::copy_from_slice(r.content_type().as_bytes()),
+        )];
+        if let Some(secs) = r.retry_after() {
+            headers.push(("retry-after".to_owned(), Bytes::from(secs.to_string())));
+        }
+        headers.extend(
+            r.headers()
+                .map(|(n, v)| (n.to_owned(), Bytes::copy_from_slice(v.as_bytes()))),
+        );
+        Self {
+            status: r.status(),
+            headers,
+            body: r.into_body(),
+        }
+    }
+
+    /// The stored response, replayed: its status, headers and body, and
+    /// `Idempotency-Replayed: true`.
+    pub(crate) fn replay(stored: StoredResponse) -> Self {
+        let mut headers = stored.headers;
+        headers.push((REPLAYED_HEADER.to_owned(), Bytes::from_static(b"true")));
+        Self {
+            status: stored.status,
+            headers,
+            body: stored.body,
+        }
+    }
+}
+
+/// The flow for one keyed request. `fingerprint`: replay is on (with the body limit; `None`:
+/// the body is not fingerprinted).
+pub(crate) async fn run<G: Glue>(
+    mut glue: G,
+    policy: LockPolicy,
+    key: LockKey,
+    fingerprint: Option<(FingerprintBuilder, Option<usize>)>,
+    wire: Wire,
+    mut req: G::Request,
+) -> Result<G::Output, G::Error> {
+    let reject = |req, kind| G::full(req, FullResponse::rejection(policy.reject(kind, wire)));
+    let fingerprint = match fingerprint {
+        None => None,
+        Some((fingerprint, None)) => Some(fingerprint.finish(None)),
+        Some((fingerprint, Some(limit))) => {
+            if G::content_length(&req).is_some_and(|len| len > limit as u64) {
+                return Ok(reject(req, RejectionKind::BodyTooLarge));
+            }
+            match G::buffer_body(&mut req, limit).await {
+                Ok(bytes) => Some(fingerprint.finish(Some(&bytes))),
+                Err(kind) => return Ok(reject(req, kind)),
+            }
+        }
+    };
+    let (lease, recorder) = match policy.clone().acquire(key, fingerprint, wire).await {
+        Decision::Reject(r) => return Ok(G::full(req, FullResponse::rejection(r))),
+        Decision::Replay(stored) => return Ok(G::full(req, FullResponse::replay(stored))),
+        Decision::Unlocked => {
+            G::unlocked(&mut req);
+            return Ok(G::pass(glue.call(req).await?, None));
+        }
+        Decision::Locked(lease, recorder) => {
+            let fencing = policy.fencing_header().zip(lease.fencing_token());
+            G::lend(&mut req, lease.handle(), fencing);
+            (lease, recorder)
+        }
+    };
+    // A cancelled request drops `running` from here on: without replay that releases the
+    // lease in the background, with replay it marks the key completed (see `Running`). The
+    // keep-alive starts only if the handler outlives ttl/3.
+    let due = Instant::now() + lease.ttl() / 3;
+    let keep_alive = policy.keeps_alive();
+    let mut running = Running::new(lease, recorder);
+    let res = match KeptAlive::new(glue.call(req), running.lease_mut(), keep_alive).await {
+        Ok(res) => res,
+        Err(e) => {
+            // With replay the handler may have run: at most once, so the key is marked
+            // completed; without, the lease is released.
+            running.finish_unstored().await;
+            return Err(e);
+        }
+    };
+    let status = G::status(&res);
+    let plan = running.recorder().map_or(Plan::Release, |recorder| {
+        recorder.plan_response(status, G::headers(&res), G::body_len(&res))
+    });
+    match plan {
+        Plan::Release => {
+            let body_to_send = G::body_to_send(&res);
+            match AfterResponse::decide(running.into_lease(), policy.release_on(), body_to_send) {
+                AfterResponse::HoldToBodyEnd(mut lease) => {
+                    if keep_alive {
+                        // On the handler's schedule (nothing if it already started).
+                        lease.keep_alive_from(due);
+                    }
+                    Ok(G::pass(res, Some(lease)))
+                }
+                AfterResponse::ReleaseNow(lease) => {
+                    super::release(lease).await;
+                    Ok(G::pass(res, None))
+                }
+            }
+        }
+        Plan::MarkCompleted => {
+            running.finish_unstored().await;
+            Ok(G::pass(res, None))
+        }
+        Plan::Store { body_len } => {
+            let (head, body) = G::split(res);
+            // Bounded by the lease: a body that takes longer is not waited for.
+            let until = running.lease_mut().deadline();
+            let read = tokio::time::timeout_at(until.into(), G::collect(body, body_len));
+            match read.await.ok().flatten() {
+                Some(bytes) => {
+                    let record = running
+                        .recorder()
+                        .map(|recorder| recorder.response(status, G::head_headers(&head), &bytes));
+                    running
+                        .complete(record.expect("a plan to store has a recorder"))
+                        .await;
+                    Ok(G::rebuild(head, bytes))
+                }
+                None => {
+                    // The handler ran but its response failed (or outlasted the lease):
+                    // nothing to replay, and it must not run again.
+                    tracing::warn!(
+                        "the response body failed while it was read for replay: key marked completed, answered 500"
+                    );
+                    running.finish_unstored().await;
+                    Ok(G::server_error(head))
+                }
+            }
+        }
+    }
+}

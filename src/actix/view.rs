@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use actix_web::dev::{Extensions, ServiceRequest};
 use actix_web::HttpMessage;
 
+use crate::http::view::percent_decodes_to_utf8;
 use crate::http::{ExtensionType, RequestView};
 
 /// [`RequestView`] over an actix-web request (`http` 0.2 types).
@@ -101,29 +102,6 @@ impl RequestView for ActixRequestView<'_> {
     }
 }
 
-/// Whether `path`, percent-decoded, is UTF-8 (a `%` not followed by two hex digits stays as
-/// it is, as actix-web leaves it).
-fn percent_decodes_to_utf8(path: &str) -> bool {
-    let bytes = path.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
-                decoded.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                decoded.push(b);
-                i += 1;
-            }
-        }
-    }
-    std::str::from_utf8(&decoded).is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,13 +137,5 @@ mod tests {
         drop(view);
         // The view's borrow of the extensions ended with it.
         req.extensions_mut().insert(1_u8);
-    }
-
-    #[test]
-    fn lossy_route_params_are_malformed_real_replacement_characters_are_not() {
-        assert!(percent_decodes_to_utf8("/a/%E2%82%AC/%zz/%"));
-        assert!(percent_decodes_to_utf8("/a/%EF%BF%BD"));
-        assert!(!percent_decodes_to_utf8("/a/%FF"));
-        assert!(!percent_decodes_to_utf8("/a/%C3"));
     }
 }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::replay::FingerprintBuilder;
 use super::{
     AfterResponse, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
-    RejectionResponse, Running, StoredResponse, Wire, REPLAYED_HEADER,
+    RejectionResponse, RequestView, Running, StoredResponse, Wire, REPLAYED_HEADER,
 };
 use crate::{Lease, LeaseHandle};
 
@@ -135,16 +135,51 @@ impl FullResponse {
     }
 }
 
-/// The flow for one keyed request. `fingerprint`: replay is on (with the body limit; `None`:
-/// the body is not fingerprinted).
+/// What the middleware does with a request, decided from its view before anything else.
+pub(crate) enum Route {
+    /// Answer this (a bad key).
+    Reject(RejectionResponse),
+    /// No key: the inner service, without a lock.
+    Pass,
+    /// The flow ([`run`]).
+    Lock(Keyed),
+}
+
+/// A request's key, and what the flow needs of the request's view.
+pub(crate) struct Keyed {
+    key: LockKey,
+    /// With replay on: the fingerprint of all but the body, and the body limit (`None`: the
+    /// body is not fingerprinted).
+    fingerprint: Option<(FingerprintBuilder, Option<usize>)>,
+    /// gRPC or HTTP, for the rejections.
+    wire: Wire,
+}
+
+/// The route of the request `view` shows.
+pub(crate) fn route(policy: &LockPolicy, view: &dyn RequestView) -> Route {
+    match policy.key(view) {
+        Err(rejection) => Route::Reject(rejection),
+        Ok(None) => Route::Pass,
+        Ok(Some(key)) => Route::Lock(Keyed {
+            key,
+            fingerprint: policy.fingerprint(view),
+            wire: Wire::of(view),
+        }),
+    }
+}
+
+/// The flow for one keyed request.
 pub(crate) async fn run<G: Glue>(
     mut glue: G,
     policy: LockPolicy,
-    key: LockKey,
-    fingerprint: Option<(FingerprintBuilder, Option<usize>)>,
-    wire: Wire,
+    keyed: Keyed,
     mut req: G::Request,
 ) -> Result<G::Output, G::Error> {
+    let Keyed {
+        key,
+        fingerprint,
+        wire,
+    } = keyed;
     let reject = |req, kind| G::full(req, FullResponse::rejection(policy.reject(kind, wire)));
     let fingerprint = match fingerprint {
         None => None,

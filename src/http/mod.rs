@@ -24,7 +24,7 @@ pub(crate) mod rejection;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod release;
 pub(crate) mod replay;
-mod view;
+pub(crate) mod view;
 
 pub(crate) use grpc::is_grpc;
 pub(crate) use grpc::Wire;
@@ -35,7 +35,7 @@ pub(crate) use rejection::{RejectionKind, RejectionResponse};
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use release::{release, AfterResponse, BodyTail};
 
-pub(crate) use key::{KeyExtractor, LockKey};
+pub(crate) use key::LockKey;
 pub(crate) use replay::REPLAYED_HEADER;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use replay::{Collector, Plan, Running, StoredResponse};

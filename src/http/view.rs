@@ -339,3 +339,40 @@ impl fmt::Debug for SimpleRequest {
             .finish_non_exhaustive()
     }
 }
+
+/// Whether `path`, percent-decoded, is UTF-8 (a `%` not followed by two hex digits stays as
+/// it is, as actix-web leaves it).
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+pub(crate) fn percent_decodes_to_utf8(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                let (h, l) = (hex(h).unwrap_or(0), hex(l).unwrap_or(0));
+                decoded.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lossy_route_params_are_malformed_real_replacement_characters_are_not() {
+        assert!(percent_decodes_to_utf8("/a/%E2%82%AC/%zz/%"));
+        assert!(percent_decodes_to_utf8("/a/%EF%BF%BD"));
+        assert!(!percent_decodes_to_utf8("/a/%FF"));
+        assert!(!percent_decodes_to_utf8("/a/%C3"));
+    }
+}

@@ -1,8 +1,7 @@
 use tower_layer::Layer;
 
 use super::RedlockService;
-use crate::http::{KeyExtractor, LockPolicy};
-use crate::Redlock;
+use crate::http::LockPolicy;
 
 /// Applies [`RedlockService`] to a service: lock a key per request. See the
 /// [module docs](crate::tower).
@@ -32,49 +31,7 @@ pub struct RedlockLayer {
     policy: LockPolicy,
 }
 
-impl RedlockLayer {
-    /// A layer locking the key `extractor` derives, on `redlock`'s nodes, with the default
-    /// [`LockPolicy`].
-    ///
-    /// # Errors
-    ///
-    /// When the defaults do not fit `redlock` (e.g. its nodes' `restart_protection` is
-    /// shorter than the default ttl of 30 s): a misconfiguration is reported here, never
-    /// per request. Use [`LockPolicy::builder`] to choose a ttl that fits.
-    pub fn new(redlock: Redlock, extractor: impl KeyExtractor) -> crate::Result<Self> {
-        Ok(Self {
-            policy: LockPolicy::builder(redlock, extractor).build()?,
-        })
-    }
-
-    /// An idempotent endpoint with the defaults: the `Idempotency-Key` header (required,
-    /// scoped by route) locks the first request, whose response is stored and replayed to
-    /// every later request with that key for 24 h (a reused key with another request:
-    /// `422`). See [`LockPolicy::idempotent`] and [`replay`](crate::replay).
-    ///
-    /// # Errors
-    ///
-    /// As [`new`](Self::new).
-    pub fn idempotent(redlock: Redlock) -> crate::Result<Self> {
-        Ok(Self::with_policy(LockPolicy::idempotent(redlock).build()?))
-    }
-
-    /// A layer with a configured policy (checked when it was built).
-    pub fn with_policy(policy: LockPolicy) -> Self {
-        Self { policy }
-    }
-
-    /// The layer's policy.
-    pub fn policy(&self) -> &LockPolicy {
-        &self.policy
-    }
-}
-
-impl From<LockPolicy> for RedlockLayer {
-    fn from(policy: LockPolicy) -> Self {
-        Self::with_policy(policy)
-    }
-}
+crate::http::policy::policy_constructors!(RedlockLayer, "layer");
 
 impl<S> Layer<S> for RedlockLayer {
     type Service = RedlockService<S>;

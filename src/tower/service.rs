@@ -7,7 +7,8 @@ use tower_service::Service;
 
 use super::glue::Tower;
 use super::{HttpRequestView, LeaseBody, RequestBody, ResponseFuture};
-use crate::http::{flow, LockPolicy, Wire};
+use crate::http::flow::{self, Route};
+use crate::http::LockPolicy;
 
 /// The middleware service of [`RedlockLayer`](crate::RedlockLayer).
 #[derive(Debug, Clone)]
@@ -67,26 +68,18 @@ where
             // Only the lock's token reaches the inner service under this name.
             parts.headers.remove(name);
         }
-        let (key, fingerprint, wire) = {
-            let view = HttpRequestView::new(&mut parts);
-            let key = self.policy.key(&view);
-            let fingerprint = match key {
-                Ok(Some(_)) => self.policy.fingerprint(&view),
-                _ => None,
-            };
-            (key, fingerprint, Wire::of(&view))
-        };
+        let route = flow::route(&self.policy, &HttpRequestView::new(&mut parts));
         let req = Request::from_parts(parts, RequestBody::new(body));
-        match key {
-            Err(rejection) => ResponseFuture::rejected(rejection),
-            Ok(None) => ResponseFuture::pass(self.inner.call(req)),
-            Ok(Some(key)) => {
+        match route {
+            Route::Reject(rejection) => ResponseFuture::rejected(rejection),
+            Route::Pass => ResponseFuture::pass(self.inner.call(req)),
+            Route::Lock(keyed) => {
                 // The ready service goes into the future; a fresh clone stays for the next
                 // call (tower's `mem::replace` idiom).
                 let clone = self.inner.clone();
                 let inner = Tower::new(std::mem::replace(&mut self.inner, clone));
                 let policy = self.policy.clone();
-                let flow = flow::run(inner, policy, key, fingerprint, wire, req);
+                let flow = flow::run(inner, policy, keyed, req);
                 ResponseFuture::flowing(Box::pin(flow))
             }
         }

@@ -11,6 +11,10 @@ use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredRes
 use crate::{Claim, Lease, Redlock, Retry};
 
 mod builder;
+#[cfg(any(feature = "tower", feature = "actix"))]
+mod constructors;
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) use constructors::policy_constructors;
 
 /// What to do when another request holds the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@
 //! that expired or was lost (a restart without persistence) starts again from the node's
 //! clock, which is above every token it carried as long as the nodes' clocks differ by less
 //! than the time that took: the retention, or the restart protection's window (≥ the
-//! longest ttl) — not the acquisition's duration (`tests/fencing.rs`:
+//! longest ttl) — not the acquisition's duration (`tests/client/fencing.rs`:
 //! `fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back`).
 //!
 //! [`RedlockBuilder::fencing`]: crate::RedlockBuilder::fencing

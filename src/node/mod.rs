@@ -9,7 +9,7 @@
 //! extend, release, complete), each given a request value ([`AcquireRequest`], …) whose
 //! optional parts — a completion record, a fencing counter — say which form of the verb it
 //! is, and [`Node::capabilities`] to say which forms the node knows. The conformance tests in
-//! `tests/conformance` show the semantics every node must keep (owner-only release and
+//! `tests/voters/conformance` show the semantics every node must keep (owner-only release and
 //! extend, expiry, an expired key never re-created by an extend, records and counters).
 
 use std::fmt;

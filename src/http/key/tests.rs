@@ -1,6 +1,6 @@
 //! Unit tests that pin the exact parts an extractor hashes (the private domain
 //! tags `TAG_*`) or read a crate-private field. Everything that the public API
-//! can express lives in the `keys` integration test (`tests/keys/`).
+//! can express lives in the `middleware` integration test (`tests/middleware/extractors/`).
 
 use super::*;
 use proptest::prelude::*;

@@ -184,7 +184,7 @@ impl RedisNode {
     /// asynchronous, so a promoted replica may lack a lock its old master granted; the new
     /// master abstains until its tenure is as old as the longest ttl plus the majority
     /// window. Without it, a failover can let a second client win a lock the first still
-    /// holds (`tests/sentinel.rs` shows both). Must be called inside a Tokio runtime.
+    /// holds (`tests/voters/sentinel.rs` shows both). Must be called inside a Tokio runtime.
     pub fn sentinel(group: Sentinel) -> crate::Result<Self> {
         Self::sentinel_with(group, &RedisNodeOptions::default())
     }

@@ -132,7 +132,7 @@ impl RedisNodeOptions {
     /// and promoted again (the same process, a new history) starts the clock again; a
     /// master whose tenure is younger than `max_ttl` abstains (counts as failed). Locks the
     /// old master granted were granted before that, with ttls up to `max_ttl`: they are gone
-    /// everywhere when it votes again (`tests/tenure.rs`, `tests/sentinel.rs`).
+    /// everywhere when it votes again (`tests/voters/tenure.rs`, `tests/voters/sentinel.rs`).
     ///
     /// The markers are a format: `tower-redlock:restart-guard:<ms>` holds `<run_id>:<ms>`
     /// (read and written the same way by every version of this crate), and
@@ -173,7 +173,7 @@ impl RedisNodeOptions {
     ///
     /// An evicting master can drop a lock before its ttl, and then a second client can gain a
     /// quorum while the first still holds its lease; it can drop a completion record, and
-    /// then the work runs again (`tests/eviction/main.rs` shows both). Allow it only where
+    /// then the work runs again (`tests/voters/eviction/mod.rs` shows both). Allow it only where
     /// that is acceptable (locks for efficiency, not correctness); the voter then logs a
     /// warning when it sees the policy. The right fix is on the master:
     /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.

@@ -9,12 +9,12 @@ use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt};
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::replay::Replay;
 
-use crate::server::{Layout, Server};
-use crate::service::PayRequest;
-use crate::support;
-use crate::support::apps::{assert_held, assert_released, masters_and_client};
-use crate::support::http::within;
-use crate::{assert_retry_hint, meta, policy_of, redis_key, refused, PAY, REFUND, TTL};
+use super::server::{Layout, Server};
+use super::service::PayRequest;
+use super::support;
+use super::support::apps::{assert_held, assert_released, masters_and_client};
+use super::support::http::within;
+use super::{assert_retry_hint, meta, policy_of, redis_key, refused, PAY, REFUND, TTL};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_duplicate_in_flight_is_aborted_with_a_retry_hint() {

@@ -1,6 +1,6 @@
 //! What a rejection says: its texts, and never the raw key.
 
-use crate::helpers::*;
+use super::helpers::*;
 use tower_redlock::key::{IdempotencyKey, KeyRejection, KeyRejectionKind, KeySource};
 
 #[test]

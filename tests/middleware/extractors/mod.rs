@@ -6,7 +6,7 @@
 //! Tests that pin the private domain tags (`TAG_*`) or read a crate-private
 //! field stay as unit tests in `src/http/key/tests.rs`.
 
-mod extractors;
+mod builtin;
 mod hash;
 mod helpers;
 mod prop;

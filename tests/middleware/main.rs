@@ -1,5 +1,8 @@
 #![cfg(all(feature = "axum", feature = "actix"))]
-//! The lock middleware over HTTP, one scenario suite for both frameworks: every scenario is an
+//! The middleware: the lock over HTTP (one scenario suite for both frameworks), over gRPC
+//! ([`grpc`]), and the key extractors ([`extractors`]).
+//!
+//! Over HTTP, one scenario suite for both frameworks: every scenario is an
 //! `async fn <scenario><F: Framework>()`, written once, and [`on_both!`] runs it as
 //! `axum::<scenario>` (`RedlockLayer` in an axum router) and `actix::<scenario>`
 //! (`RedlockMiddleware` in an actix-web app). Real servers on loopback ports, real Redis
@@ -12,7 +15,9 @@
 //! - replay (idempotent endpoints): [`replay`], [`replay_faults`], [`replay_limits`];
 //! - [`mixed`], [`replay_mixed`]: axum and actix-web side by side, on the same masters;
 //! - [`axum_only`], [`actix_only`]: what only one framework has (the tower service in
-//!   process; actix-web's half-closed connections).
+//!   process; actix-web's half-closed connections);
+//! - [`grpc`]: gRPC answers with a real tonic server and client;
+//! - [`extractors`]: the key extractors through the public API (no Redis).
 //!
 //! No sleep synchronizes anything: handlers block on a gate the test opens once it has seen
 //! what it needs, and every wait is bounded.
@@ -22,7 +27,9 @@ use tower_redlock_testkit as support;
 mod actix_only;
 mod axum_only;
 mod exclusion;
+mod extractors;
 mod fencing;
+mod grpc;
 mod harness;
 mod keep_alive;
 mod keys;

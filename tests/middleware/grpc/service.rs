@@ -15,8 +15,8 @@ use tonic::{Code, Status};
 use tonic_prost::ProstCodec;
 use tower_redlock::LeaseHandle;
 
-use crate::support::http::within;
-use crate::{HEALTH_CHECK, PAY, REFUND};
+use super::support::http::within;
+use super::{HEALTH_CHECK, PAY, REFUND};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PayRequest {

@@ -12,12 +12,12 @@ use tonic_prost::ProstCodec;
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::RedlockLayer;
 
-use crate::service::{
+use super::service::{
     Gate, HealthCheckRequest, HealthCheckResponse, HealthServer, PayReply, PayRequest,
     PaymentsServer,
 };
-use crate::support::http::within;
-use crate::{HEALTH_CHECK, PAY};
+use super::support::http::within;
+use super::{HEALTH_CHECK, PAY};
 
 /// Where the lock layer goes.
 #[derive(Clone, Copy, PartialEq)]

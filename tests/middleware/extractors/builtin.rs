@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::helpers::*;
+use super::helpers::*;
 use tower_redlock::key::{
     key_fn, HeaderKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, KeyRejection, KeySource,
     LockKey, MethodPathKey, PathKey, RequestView, SimpleRequest,

@@ -1,7 +1,7 @@
 //! The hash: a `LockKey` is the prefix and 128 bits of SHA-256 over
 //! length-prefixed parts, and never shows the raw key.
 
-use crate::helpers::*;
+use super::helpers::*;
 use tower_redlock::key::{IdempotencyKey, KeyExtractorExt, KeyMaterial, LockKey};
 
 #[test]

@@ -1,6 +1,6 @@
 //! The combinators: scoping by route, method, header or closure, and prefixes.
 
-use crate::helpers::*;
+use super::helpers::*;
 use tower_redlock::key::{
     IdempotencyKey, KeyExtractorExt, KeySource, LockKey, PathKey, SimpleRequest,
 };

@@ -3,7 +3,7 @@
 //! them where a test needs more voters.
 //!
 //! Test names start with `cluster_`: `cargo test --all-features cluster` runs them. The
-//! conformance suite (tests/conformance/) runs the node checks and the quorum flow with
+//! conformance suite (tests/voters/conformance/) runs the node checks and the quorum flow with
 //! Cluster voters too; these tests check what is particular to a Cluster: each key on its
 //! slot's master, a master down (the voter fails, the others keep the quorum) and back, and
 //! the keys a script uses beside the lock key (the completion record, the tenure marker)

@@ -7,10 +7,10 @@ use tower_redlock::node::{
     Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Node, ReleaseRequest,
 };
 
-use crate::support::eventually;
-use crate::{Peek, LONG, T1, T2};
+use super::support::eventually;
+use super::{Peek, LONG, T1, T2};
 
-pub use crate::fencing::*;
+pub use super::fencing::*;
 
 pub async fn names_itself(node: &dyn Node, _: &dyn Peek) {
     assert!(!node.name().is_empty());

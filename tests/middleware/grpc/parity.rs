@@ -7,7 +7,7 @@ use tonic::codegen::http;
 use tower_redlock::replay::Replay;
 use tower_redlock::RedlockLayer;
 
-use crate::{policy_of, redis_key, support, PAY, REFUND};
+use super::{policy_of, redis_key, support, PAY, REFUND};
 
 /// The rejections of a gRPC request, as (status, header name, value) for the headers that
 /// make a gRPC answer, and the body's length.

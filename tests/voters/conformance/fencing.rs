@@ -7,7 +7,7 @@ use tower_redlock::node::{
     Acquire, AcquireRequest, CompleteRequest, ExtendRequest, FenceFloor, Node, ReleaseRequest,
 };
 
-use crate::{Peek, LONG, T1, T2};
+use super::{Peek, LONG, T1, T2};
 
 const RETAIN: Duration = Duration::from_secs(60);
 /// A counter far above any clock reading (microseconds in the year 2128, below 2^53).

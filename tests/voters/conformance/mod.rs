@@ -175,7 +175,7 @@ every_check!(conformance!(redis => Redis:));
 // A Cluster stores a record in its lock key's slot, at `{tag}<record key>`: a lock of a
 // resource named like the record key is another key there, so
 // `records_never_take_a_lock_for_one` (which locks `rec:record` and expects the completion
-// of `rec` to collide with it) does not apply. tests/cluster.rs runs its Cluster form: a lock
+// of `rec` to collide with it) does not apply. tests/voters/cluster.rs runs its Cluster form: a lock
 // at the record's real key is never taken for a record.
 #[cfg(feature = "cluster")]
 conformance_in_turn!(cluster => Cluster:

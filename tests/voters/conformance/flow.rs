@@ -6,8 +6,8 @@ use std::time::Duration;
 use tower_redlock::node::{Acquire, AcquireRequest, ExtendRequest, Node, ReleaseRequest};
 use tower_redlock::{Redlock, Retry};
 
-use crate::support::{eventually, NODE_TIMEOUT};
-use crate::{Backend, Peek, LONG, T1};
+use super::support::{eventually, NODE_TIMEOUT};
+use super::{Backend, Peek, LONG, T1};
 
 async fn peek_all<P: Peek>(backend: &P, key: &str) -> Vec<Option<String>> {
     let mut out = Vec::new();
@@ -156,7 +156,7 @@ pub async fn lock_reaches_every_node<B: Backend>(backend: &B) {
     // Every node runs each call once first, on the keys of the rounds (for Redis: the
     // client's connections, shared with these node handles, are up and the scripts are
     // cached — on a Cluster, by the master of each key's slot), so this checks the fan-out
-    // itself. Redis-specific late-node cases are in tests/redlock/faults.rs.
+    // itself. Redis-specific late-node cases are in tests/client/faults.rs.
     for i in 0..3 {
         let node = backend.node(i);
         for round in 0..3 {

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tower_redlock::node::{MemoryNode, Node, RedisNode, ReleaseRequest};
 
-use crate::support::{eventually, Masters};
-use crate::{Backend, Peek, PeekFuture};
+use super::support::{eventually, Masters};
+use super::{Backend, Peek, PeekFuture};
 
 // --- the memory backend ----------------------------------------------------------------------
 
@@ -92,7 +92,7 @@ async fn answer_once(nodes: &[RedisNode]) {
     for node in nodes {
         let what = format!("{} answers", node.name());
         eventually(what, Duration::from_secs(10), || async {
-            let answer = node.release(ReleaseRequest::new("conformance:warm-up", crate::T1));
+            let answer = node.release(ReleaseRequest::new("conformance:warm-up", super::T1));
             let answer = tokio::time::timeout(Duration::from_secs(1), answer).await;
             matches!(answer, Ok(Ok(false)))
         })
@@ -107,8 +107,8 @@ pub use self::cluster::Cluster;
 
 #[cfg(feature = "cluster")]
 mod cluster {
+    use super::super::support::cluster::Cluster as Topology;
     use super::*;
-    use crate::support::cluster::Cluster as Topology;
 
     pub struct Cluster {
         clusters: Vec<Topology>,
@@ -167,7 +167,7 @@ mod cluster {
 // --- the Sentinel backend: each node one Sentinel group (master, replica, 3 sentinels) -----
 
 pub struct Sentinel {
-    groups: Vec<crate::support::sentinel::SentinelGroup>,
+    groups: Vec<super::support::sentinel::SentinelGroup>,
     nodes: Vec<RedisNode>,
 }
 
@@ -182,11 +182,11 @@ impl Backend for Sentinel {
     type Node = RedisNode;
 
     fn start(n: usize) -> Self {
-        use crate::support::sentinel::SentinelGroup;
+        use super::support::sentinel::SentinelGroup;
         use tower_redlock::node::{RedisNodeOptions, Sentinel};
         let groups = start_each(n, |i| SentinelGroup::start(&format!("tr-conformance-{i}")));
         // Without tenure protection: on by default for a Sentinel voter, it would keep these
-        // fresh masters out of the quorum for 60 s (tests/sentinel.rs checks it).
+        // fresh masters out of the quorum for 60 s (tests/voters/sentinel.rs checks it).
         let options = RedisNodeOptions::new().no_protection();
         let nodes = groups
             .iter()

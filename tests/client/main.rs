@@ -12,16 +12,26 @@
 //! - [`keep_alive`]: auto-extension past the ttl, the loss signalled, `abort_on_loss`;
 //! - [`scoped`]: `with_lock` / `scope(..).run` release on success, error, contention,
 //!   cancellation and panic;
-//! - [`bad_input`]: bad resources, ttls and configurations are rejected and lock nothing.
+//! - [`bad_input`]: bad resources, ttls and configurations are rejected and lock nothing;
+//! - [`safety`]: paused, black-holed and restarted-empty masters, and the races of extension
+//!   and release with expiry;
+//! - [`fencing`]: fencing tokens of successive holders strictly increase;
+//! - [`completion`]: work that runs once (`lock_unless_completed`, `Lease::complete`);
+//! - [`liveness`]: a paused majority, a blocked runtime thread, suspended masters, retried
+//!   releases — the lock stays live.
 
 use tower_redlock_testkit as support;
 
 mod bad_input;
+mod completion;
 mod extend;
 mod faults;
+mod fencing;
 mod keep_alive;
+mod liveness;
 mod lock;
 mod quorum;
+mod safety;
 mod scoped;
 
 use std::time::Duration;

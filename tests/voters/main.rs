@@ -1,0 +1,14 @@
+//! The voters against real processes: bare masters behind tenure protection ([`tenure`]),
+//! Sentinel groups ([`sentinel`]), Redis Clusters ([`cluster`], feature `cluster`), TLS
+//! ([`tls`], feature `tls`), masters that may evict ([`eviction`]), the test kit's
+//! topologies themselves ([`topology`]), and the backend conformance suite
+//! ([`conformance`]): one set of checks over every kind of node.
+
+#[cfg(feature = "cluster")]
+mod cluster;
+mod conformance;
+mod eviction;
+mod sentinel;
+mod tenure;
+mod tls;
+mod topology;

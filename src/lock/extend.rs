@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use super::lease::LeaseState;
 use super::observe;
-use super::quorum::{self, Skip, Vote};
 use super::release::Release;
+use super::tally::{self, Skip, Vote};
 use super::Redlock;
 use crate::error::Error;
 use crate::node::ExtendRequest;
@@ -46,9 +46,9 @@ impl Redlock {
         let start = Instant::now();
         let n = inner.nodes.len();
         let (key, token) = (state.key_arc(), state.token_copy());
-        let mut sent = quorum::send(
+        let mut sent = tally::send(
             &inner.nodes,
-            quorum::all(n),
+            tally::all(n),
             inner.config.node_timeout,
             Skip::Suspended,
             &|node| node.extend_now(&ExtendRequest::new(&key, token.as_str(), ttl)),
@@ -60,7 +60,7 @@ impl Redlock {
                 }
             },
         );
-        let tally = quorum::count(&mut sent, n, inner.quorum, |ok| {
+        let tally = tally::count(&mut sent, n, inner.quorum, |ok| {
             if ok {
                 Vote::For
             } else {
@@ -69,7 +69,7 @@ impl Redlock {
         })
         .await;
         observe::votes(span, &tally);
-        quorum::finish_in_background(sent);
+        tally::finish_in_background(sent);
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
             state.extended(deadline);

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::lease::Token;
-use super::quorum::{self, Skip};
+use super::tally::{self, Skip};
 use super::Redlock;
 use crate::error::Error;
 use crate::node::ExtendRequest;
@@ -92,7 +92,7 @@ impl Redlock {
         }
         let below = holding & !carry;
         let floor = fence.floor();
-        let mut sent = quorum::send(
+        let mut sent = tally::send(
             &inner.nodes,
             below,
             inner.config.node_timeout,
@@ -116,7 +116,7 @@ impl Redlock {
                 Ok(None) | Err(_) => break,
             }
         }
-        quorum::finish_in_background(sent);
+        tally::finish_in_background(sent);
         if have >= need && Instant::now() < deadline {
             return Ok(());
         }

@@ -9,17 +9,19 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use self::acquire::Acquisition;
+use self::call::Voter;
 use self::lease::{Grant, LeaseState, Parked, Token};
 use self::observe::Acquiring;
 pub(crate) use self::observe::{hashed, KeyHash};
 use self::options::Config;
-use self::quorum::{Skip, Vote, Voter};
 use self::release::{CancelGuard, Release};
+use self::tally::{Skip, Vote};
 use crate::error::Error;
 use crate::node::{Acquire, MemoryNode};
 
 mod acquire;
 mod builder;
+mod call;
 mod completion;
 mod extend;
 mod fencing;
@@ -28,12 +30,11 @@ mod lease;
 mod observe;
 mod options;
 mod owed;
-mod quorum;
 mod records;
 mod release;
-mod request;
 mod scope;
 mod state;
+mod tally;
 
 pub use self::builder::RedlockBuilder;
 pub use self::health::NodeStatus;
@@ -312,9 +313,9 @@ impl Redlock {
             ttl,
         };
         let request = Acquisition::new(&inner.nodes, key, record_key, fence_key, token, ttl);
-        let mut sent = quorum::send(
+        let mut sent = tally::send(
             &inner.nodes,
-            quorum::all(n),
+            tally::all(n),
             timeout,
             Skip::Suspended,
             &|node| request.now(node),
@@ -324,7 +325,7 @@ impl Redlock {
             },
         );
         let replay = record_key.is_some();
-        let mut tally = quorum::count(&mut sent, n, inner.quorum, |a| match a {
+        let mut tally = tally::count(&mut sent, n, inner.quorum, |a| match a {
             Acquire::Acquired => Vote::For,
             Acquire::Fenced { fence } => Vote::Fenced(fence),
             Acquire::Held { remaining } => Vote::Against(remaining),
@@ -334,7 +335,7 @@ impl Redlock {
         })
         .await;
         // The answers that came meanwhile need no release if they hold nothing of ours.
-        quorum::drain_ready(&mut sent, |answer| tally.late_acquire(answer, replay));
+        tally::drain_ready(&mut sent, |answer| tally.late_acquire(answer, replay));
         if replay {
             let until = deadline.min(start + timeout);
             records::await_every_answer(&mut sent, &mut tally, until).await;

@@ -19,8 +19,8 @@ use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
 use tracing::{Instrument, Span};
 
 use super::lease::LeaseState;
-use super::quorum::{Tally, Vote};
 use super::records::Claim;
+use super::tally::{Tally, Vote};
 use crate::metrics::{self, Acquire};
 
 /// How a Redis key appears in logs and spans: the first 8 bytes of its SHA-256, in hex —

@@ -9,9 +9,10 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tracing::Instrument;
 
+use super::call::Answer;
 use super::observe::{self, Background};
-use super::quorum::{self, Answer, Tally};
 use super::release::Release;
+use super::tally::{self, Tally};
 use super::{Redlock, Retry, Token};
 use crate::node::Acquire;
 use crate::Lease;
@@ -46,7 +47,7 @@ where
 /// locked nothing, so a replay hit usually costs no release at all.
 pub(super) fn settle_in_background<F>(
     client: Redlock,
-    mut sent: quorum::Sent<Acquire, F>,
+    mut sent: tally::Sent<Acquire, F>,
     key: Arc<str>,
     token: Token,
     until: Instant,

@@ -16,11 +16,12 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use tracing::Instrument;
 
+use super::call::Voter;
 use super::fencing::Fence;
 use super::lease::{LeaseState, Token};
 use super::observe::{self, Background};
 use super::owed::{Debt, Owed};
-use super::quorum::{self, Vote};
+use super::tally::{self, Vote};
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
 use crate::node::{NodeFailure, RedisNode, ReleaseRequest};
@@ -84,7 +85,7 @@ impl Redlock {
         let n = self.inner.nodes.len();
         // The nodes that hold none of our tokens need no release, and count as released: a
         // quorum of released-or-never-ours nodes means the lock can no longer be held.
-        let holders = state.holders() & quorum::all(n);
+        let holders = state.holders() & tally::all(n);
         if holders == 0 {
             return None;
         }
@@ -135,14 +136,13 @@ impl Redlock {
             let needed = r.needed - released;
             // A round waits one node timeout at least (a lock past its validity still gets
             // its release), and never past the caller's patience beyond that (a node kept
-            // waited for as it answers late, see `request.rs`, must not stretch it).
+            // waited for as it answers late, see `call.rs`, must not stretch it).
             let patience = Some(r.patience.min(r.until).max(Instant::now() + timeout));
-            let tally =
-                quorum::count_until(&mut sent, asked, needed, |_| Vote::For, patience).await;
+            let tally = tally::count_until(&mut sent, asked, needed, |_| Vote::For, patience).await;
             released += tally.for_;
             let mut failed = transient(&tally.errors);
             if released >= r.needed {
-                quorum::drain_ready(&mut sent, |(i, answer)| {
+                tally::drain_ready(&mut sent, |(i, answer)| {
                     if answer.is_err_and(|e| e.is_transient()) {
                         failed |= 1 << i;
                     }
@@ -176,7 +176,7 @@ impl Redlock {
     /// for at most [`PATIENCE`] more node timeouts, and never a suspended node or one whose
     /// reply refused (it would refuse again). The task holds the client weakly: dropping the
     /// client ends it.
-    fn release_in_background<F>(&self, mut r: Release, sent: quorum::Sent<bool, F>, failed: u64)
+    fn release_in_background<F>(&self, mut r: Release, sent: tally::Sent<bool, F>, failed: u64)
     where
         F: std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
     {
@@ -200,7 +200,7 @@ impl Redlock {
 }
 
 /// The background part of a release (see `Redlock::release_in_background`).
-async fn release_rest<F>(client: Weak<Inner>, r: Release, sent: quorum::Sent<bool, F>, failed: u64)
+async fn release_rest<F>(client: Weak<Inner>, r: Release, sent: tally::Sent<bool, F>, failed: u64)
 where
     F: std::future::Future<Output = Result<bool, NodeFailure>>,
 {
@@ -240,7 +240,7 @@ where
 pub(super) async fn retry_rest<F, G, R, O>(
     client: Weak<Inner>,
     until: Instant,
-    mut sent: quorum::Sent<bool, F>,
+    mut sent: tally::Sent<bool, F>,
     mut failed: u64,
     resend: R,
     owe: O,
@@ -248,7 +248,7 @@ pub(super) async fn retry_rest<F, G, R, O>(
 where
     F: Future<Output = Result<bool, NodeFailure>>,
     G: Future<Output = Result<bool, NodeFailure>>,
-    R: Fn(&Inner, u64) -> quorum::Sent<bool, G>,
+    R: Fn(&Inner, u64) -> tally::Sent<bool, G>,
     O: Fn(&Inner, u64),
 {
     while let Some((i, answer)) = sent.next().await {
@@ -286,7 +286,7 @@ where
 }
 
 /// Each node in `mask`: `owe` is called with its voter.
-pub(super) fn each_voter(inner: &Inner, mask: u64, mut owe: impl FnMut(&quorum::Voter)) {
+pub(super) fn each_voter(inner: &Inner, mask: u64, mut owe: impl FnMut(&Voter)) {
     for (i, voter) in inner.nodes.iter().enumerate() {
         if mask & (1 << i) != 0 {
             owe(voter);
@@ -358,7 +358,7 @@ impl Drop for CancelGuard {
         let span = observe::background(Background::Cancelled);
         let release = async move {
             let inner = &*client.inner;
-            let all = quorum::all(inner.nodes.len());
+            let all = tally::all(inner.nodes.len());
             // Every node may hold it; a quorum released means it is no longer ours.
             let release = Release {
                 key,
@@ -379,23 +379,23 @@ impl Drop for CancelGuard {
 /// Sends the compare-and-delete of `token` at `key` to every node in `mask` — with `fence`,
 /// the fenced release (the counters raised to the lease's token first).
 fn send_release(
-    nodes: &[Arc<quorum::Voter>],
+    nodes: &[Arc<Voter>],
     mask: u64,
     timeout: Duration,
     key: &Arc<str>,
     token: Token,
     fence: Option<&Fence>,
-) -> quorum::Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
+) -> tally::Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
     let owned = key.clone();
     // The `EVALSHA`, packed once for every Redis master.
     let packed = (fence.is_none() && nodes.iter().any(|v| v.node.uses_prepared(false)))
         .then(|| Arc::new(RedisNode::release_cmd(key, token.as_str())));
     let fenced = fence.cloned();
-    quorum::send(
+    tally::send(
         nodes,
         mask,
         timeout,
-        quorum::Skip::Never,
+        tally::Skip::Never,
         &|node| {
             let request = ReleaseRequest::new(key, token.as_str());
             node.release_now(&match fence {

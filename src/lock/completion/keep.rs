@@ -11,8 +11,8 @@ use tracing::Instrument;
 use super::{Completion, Progress};
 use crate::lock::observe::{self, Background};
 use crate::lock::owed::{Debt, Owed};
-use crate::lock::quorum::{self, Skip};
 use crate::lock::release::{self, FIRST_PAUSE, MAX_PAUSE};
+use crate::lock::tally::{self, Skip};
 use crate::lock::Inner;
 use crate::node::{ExtendRequest, NodeFailure};
 
@@ -91,7 +91,7 @@ impl Drop for KeepOnDrop {
             retry: keep.holders,
             ..Progress::default()
         };
-        let sent = quorum::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
+        let sent = tally::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
         let span = observe::background(Background::Completing);
         rt.spawn(keep_completing(keep, progress, sent).instrument(span));
     }
@@ -108,7 +108,7 @@ impl Drop for KeepOnDrop {
 pub(super) async fn keep_completing<F>(
     mut keep: Keep,
     mut progress: Progress,
-    mut sent: quorum::Sent<bool, F>,
+    mut sent: tally::Sent<bool, F>,
 ) where
     F: std::future::Future<Output = Result<bool, NodeFailure>>,
 {
@@ -202,7 +202,7 @@ fn reached(keep: &Keep) {
 async fn keep_locked(inner: &Inner, keep: &mut Keep, progress: &mut Progress, mask: u64) {
     let (key, token, ttl) = (keep.completion.key.clone(), keep.completion.token, keep.ttl);
     let start = Instant::now();
-    let mut sent = quorum::send(
+    let mut sent = tally::send(
         &inner.nodes,
         mask,
         inner.config.node_timeout,

@@ -17,12 +17,13 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tracing::Instrument;
 
+use super::call::Answer;
 use super::fencing::Fence;
 use super::lease::{LeaseState, Token};
 use super::observe::{self, Background};
-use super::quorum::{self, Answer, Skip, Tally, Vote};
 use super::records::record_key;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
+use super::tally::{self, Skip, Tally, Vote};
 use super::{Inner, Redlock};
 use crate::error::Error;
 use crate::node::{CompleteRequest, NodeFailure};
@@ -76,7 +77,7 @@ impl Redlock {
             hard_until: state.deadline() + state.ttl().saturating_mul(KEEP_TTLS),
             gone: Instant::now().max(state.deadline()) + state.ttl(),
             quorum: inner.quorum,
-            holders: state.holders() & quorum::all(n),
+            holders: state.holders() & tally::all(n),
         }));
         let completion = &guard.keep().completion;
         let vote = |stored| {
@@ -87,20 +88,20 @@ impl Redlock {
             }
         };
         // Only where the lease's lock may be: a record is never stored anywhere else.
-        let holders = state.holders() & quorum::all(n);
+        let holders = state.holders() & tally::all(n);
         let mut sent = completion.send(inner, holders);
         let asked = holders.count_ones() as usize;
         // Each round stops at the caller's patience (one node timeout at least): a node that
-        // answers late (`request.rs`) is waited for in the background.
+        // answers late (`call.rs`) is waited for in the background.
         let patience = self.patience(state.deadline());
         let timeout = inner.config.node_timeout;
         let round = || patience.max(Instant::now() + timeout);
         let first = round();
-        let tally = quorum::count_until(&mut sent, asked, inner.quorum, vote, Some(first)).await;
+        let tally = tally::count_until(&mut sent, asked, inner.quorum, vote, Some(first)).await;
         // The first round's votes, on the `redlock.complete` span.
         observe::votes(span, &tally);
         let mut progress = Progress::from_tally(&tally);
-        progress.refused |= quorum::all(n) & !holders;
+        progress.refused |= tally::all(n) & !holders;
         // The first round decided early without a quorum (some node refused): its other
         // answers still count.
         progress.count(&mut sent, inner.quorum, first).await;
@@ -124,7 +125,7 @@ impl Redlock {
         if stored >= inner.quorum {
             // The slower nodes store it too, and those that gave no answer are asked again,
             // in the background while the lease is valid.
-            quorum::drain_ready(&mut sent, |answer| progress.take(answer));
+            tally::drain_ready(&mut sent, |answer| progress.take(answer));
             if progress.retry != 0 || !sent.is_empty() {
                 let client = Arc::downgrade(&self.inner);
                 let until = self.patience(state.deadline());
@@ -256,13 +257,13 @@ impl Completion {
         &self,
         inner: &Inner,
         mask: u64,
-    ) -> quorum::Sent<
+    ) -> tally::Sent<
         bool,
         impl std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
     > {
         let (key, record_key, token) = (&self.key, &self.record_key, self.token);
         let (record, retention, fence) = (&self.record, self.retention, &self.fence);
-        quorum::send(
+        tally::send(
             &inner.nodes,
             mask,
             inner.config.node_timeout,

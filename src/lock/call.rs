@@ -26,8 +26,8 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use super::health::Health;
-use super::observe::{self, Background};
 use super::owed::{Debt, Ledger, Owed};
+use super::telemetry::{self, Background};
 use crate::error::NodeError;
 use crate::metrics;
 use crate::node::{AnyNode, CompleteRequest, FenceFloor, NodeFailure, NodeFuture, ReleaseRequest};
@@ -259,7 +259,7 @@ fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
             pay(&voter, i, timeout);
         }
     };
-    rt.spawn(payment.instrument(observe::background(Background::Owed)));
+    rt.spawn(payment.instrument(telemetry::background(Background::Owed)));
 }
 
 /// A node's payment under way: when dropped, what it did not send is owed again and the

@@ -3,9 +3,9 @@
 use std::time::{Duration, Instant};
 
 use super::lease::LeaseState;
-use super::observe;
 use super::release::Release;
 use super::tally::{self, Skip, Vote};
+use super::telemetry;
 use super::Redlock;
 use crate::error::Error;
 use crate::node::ExtendRequest;
@@ -17,11 +17,11 @@ impl Redlock {
         state: &LeaseState,
         ttl: Duration,
     ) -> crate::Result<()> {
-        let span = observe::extend_span(state, ttl);
-        let t0 = observe::clock(&span);
+        let span = telemetry::extend_span(state.key(), state.span(), ttl);
+        let t0 = telemetry::clock(&span);
         let extension = self.extend_quorum(state, ttl, span.as_ref());
-        let result = observe::within(&span, extension).await;
-        observe::extended(&span, t0, state, &result);
+        let result = telemetry::within(&span, extension).await;
+        telemetry::extended(&span, t0, &result, || state.validity());
         result
     }
 
@@ -68,7 +68,7 @@ impl Redlock {
             }
         })
         .await;
-        observe::votes(span, &tally);
+        telemetry::votes(span, tally.votes());
         tally::finish_in_background(sent);
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {

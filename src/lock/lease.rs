@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 pub(crate) use super::state::{Grant, LeaseState};
-use super::{observe, Redlock};
+use super::{telemetry, Redlock};
 
 /// A lock token: 128 random bits from the OS CSPRNG (a UUID v4), as 32 lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -183,7 +183,7 @@ impl Lease {
         if self.keep_alive.is_none() && !self.released {
             let client = self.client.clone();
             let state = self.state.clone();
-            let span = observe::keep_alive_span(&state);
+            let span = telemetry::keep_alive_span(state.key(), state.span());
             let task = keep_alive(client, state, first).instrument(span);
             self.keep_alive = Some(tokio::spawn(task));
         }
@@ -258,21 +258,21 @@ impl Lease {
         // From here the lock is never released early, not even if this future is dropped.
         self.released = true;
         let state = &*self.state;
-        let end = observe::Ending::start(state, true);
+        let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), true);
         let valid = state.is_valid();
         let completion = self
             .client
             .complete_state(state, record, retention, end.span.as_ref());
-        let result = observe::within(&end.span, completion).await;
+        let result = telemetry::within(&end.span, completion).await;
         // Still held: the lease had expired, and nothing was stored. A loss found by the
         // completion itself (its token gone from a quorum) counts too, once.
         let ended = state.end();
         if let Err(e) = &result {
             if e.is_lost() && (valid || ended) {
-                observe::lost(state, "found by its completion");
+                telemetry::lost(state.key(), "found by its completion");
             }
         }
-        end.done(state, &result);
+        end.done(state.started(), &result);
         result
     }
 
@@ -301,7 +301,7 @@ impl Drop for Lease {
                 });
             }
             Err(_) => tracing::warn!(
-                key = %observe::hashed(self.key()),
+                key = %telemetry::hashed(self.key()),
                 "lease dropped outside a Tokio runtime: not released; the lock expires with its ttl"
             ),
         }

@@ -11,11 +11,11 @@ use tracing::Instrument;
 use self::acquire::Acquisition;
 use self::call::Voter;
 use self::lease::{Grant, LeaseState, Parked, Token};
-use self::observe::Acquiring;
-pub(crate) use self::observe::{hashed, KeyHash};
 use self::options::Config;
 use self::release::{CancelGuard, Release};
 use self::tally::{Skip, Vote};
+pub(crate) use self::telemetry::{hashed, KeyHash};
+use self::telemetry::{Acquiring, LockOutcome};
 use crate::error::Error;
 use crate::node::{Acquire, MemoryNode};
 
@@ -27,7 +27,6 @@ mod extend;
 mod fencing;
 mod health;
 mod lease;
-mod observe;
 mod options;
 mod owed;
 mod records;
@@ -35,6 +34,9 @@ mod release;
 mod scope;
 mod state;
 mod tally;
+mod telemetry;
+#[cfg(test)]
+mod tests;
 
 pub use self::builder::RedlockBuilder;
 pub use self::health::NodeStatus;
@@ -153,7 +155,7 @@ impl Redlock {
 
     /// How `resource`'s Redis key appears in logs: its short hash, as on the lock's spans.
     pub(crate) fn key_hash<'a>(&'a self, resource: &'a str) -> KeyHash<'a> {
-        observe::hashed_in(&self.inner.config.key_prefix, resource)
+        telemetry::hashed_in(&self.inner.config.key_prefix, resource)
     }
 
     /// Checks that `ttl` is usable with this client's drift allowance.
@@ -210,7 +212,10 @@ impl Redlock {
         let checked = options::check_resource(resource).and_then(|()| self.check_ttl(ttl));
         let ttl = match checked {
             Ok(ttl) => ttl,
-            Err(e) => return obs.done(Err(e)),
+            Err(e) => {
+                obs.done(LockOutcome::Failed(&e));
+                return Err(e);
+            }
         };
         let prefix = &self.inner.config.key_prefix;
         let key: Arc<str> = if prefix.is_empty() {
@@ -225,7 +230,7 @@ impl Redlock {
         let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
         let mut attempt = 0u32;
         let mut split_vote_retried = false;
-        let result = loop {
+        loop {
             attempt = attempt.saturating_add(1);
             // A try decided without I/O (every node suspended, in-process nodes) must still
             // let other tasks run: a loop of tries would otherwise starve its runtime.
@@ -235,7 +240,7 @@ impl Redlock {
             let (record_key, fence_key) = (record_key.as_ref(), fence_key.as_ref());
             let try_once = || self.try_once(&key, record_key, fence_key, token, ttl, &obs);
             // The try runs in the span only when it is enabled, and awaited in place
-            // otherwise: a wrapper (`observe::within`, or one around the whole loop) would
+            // otherwise: a wrapper (`telemetry::within`, or one around the whole loop) would
             // cost every lock call a move of its future (measured: ~270 instructions).
             let tried = match &obs.span {
                 None => try_once().await,
@@ -243,11 +248,17 @@ impl Redlock {
             };
             match tried {
                 Ok(Try::Granted(Granted { grant, parked })) => {
+                    let deadline = grant.deadline;
                     let span = obs.lease_span(&key);
                     let state = LeaseState::new(key, prefix.len(), token, ttl, grant, span);
-                    break Ok(Claim::Locked(Lease::new(self.clone(), state, parked)));
+                    let lease = Lease::new(self.clone(), state, parked);
+                    obs.done(LockOutcome::Locked(deadline));
+                    return Ok(Claim::Locked(lease));
                 }
-                Ok(Try::Completed(record)) => break Ok(Claim::Completed(record)),
+                Ok(Try::Completed(record)) => {
+                    obs.done(LockOutcome::Completed);
+                    return Ok(Claim::Completed(record));
+                }
                 Err(e) => {
                     let mut pause = retry.next_delay();
                     // A try takes at most two node timeouts: the requests, then the release
@@ -265,14 +276,14 @@ impl Redlock {
                         }
                     }
                     if !more {
-                        let e = self.ask_holder_ttl(&key, e).await;
-                        break Err(e.with_attempts(attempt));
+                        let e = self.ask_holder_ttl(&key, e).await.with_attempts(attempt);
+                        obs.done(LockOutcome::Failed(&e));
+                        return Err(e);
                     }
                     tokio::time::sleep(pause).await;
                 }
             }
-        };
-        obs.done(result)
+        }
     }
 
     /// One try: returns the grant, or an error after releasing what it took.
@@ -352,7 +363,7 @@ impl Redlock {
                 );
             }
         }
-        obs.tried(&tally);
+        obs.tried(tally.votes(), tally.record.is_some());
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         let granted =
             tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline;

@@ -10,9 +10,9 @@ use futures_util::{Stream, StreamExt};
 use tracing::Instrument;
 
 use super::call::Answer;
-use super::observe::{self, Background};
 use super::release::Release;
 use super::tally::{self, Tally};
+use super::telemetry::{self, Background};
 use super::{Redlock, Retry, Token};
 use crate::node::Acquire;
 use crate::Lease;
@@ -75,7 +75,7 @@ pub(super) fn settle_in_background<F>(
             let _ = client.release_token(release).await;
         }
     };
-    tokio::spawn(settle.instrument(observe::background(Background::Settle)));
+    tokio::spawn(settle.instrument(telemetry::background(Background::Settle)));
 }
 
 /// The answer of [`Redlock::lock_unless_completed`].

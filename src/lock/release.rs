@@ -19,9 +19,9 @@ use tracing::Instrument;
 use super::call::Voter;
 use super::fencing::Fence;
 use super::lease::{LeaseState, Token};
-use super::observe::{self, Background};
 use super::owed::{Debt, Owed};
 use super::tally::{self, Vote};
+use super::telemetry::{self, Background};
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
 use crate::node::{NodeFailure, RedisNode, ReleaseRequest};
@@ -62,9 +62,9 @@ impl Redlock {
     /// (linked to the lease's); its owner just ended it, and `held` says whether it was still
     /// held then (not lost, nor released before).
     pub(crate) async fn release_state(&self, state: &LeaseState, held: bool) -> crate::Result<()> {
-        let end = observe::Ending::start(state, false);
+        let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), false);
         // The span is entered only when enabled, and the release awaited in place otherwise:
-        // `observe::within` would move the release's future (measured: ~75 instructions a
+        // `telemetry::within` would move the release's future (measured: ~75 instructions a
         // release).
         let (result, released, failed) = match (self.lease_release(state, held), &end.span) {
             (None, _) => (Ok(()), 0, 0),
@@ -72,7 +72,7 @@ impl Redlock {
             (Some(r), Some(span)) => self.release_token(r).instrument(span.clone()).await,
         };
         end.released(released, failed);
-        end.done(state, &result);
+        end.done(state.started(), &result);
         result
     }
 
@@ -80,7 +80,7 @@ impl Redlock {
     fn lease_release(&self, state: &LeaseState, held: bool) -> Option<Release> {
         let (now, deadline) = (Instant::now(), state.deadline());
         if held && now >= deadline {
-            observe::lost(state, "its validity ran out before it was released");
+            telemetry::lost(state.key(), "its validity ran out before it was released");
         }
         let n = self.inner.nodes.len();
         // The nodes that hold none of our tokens need no release, and count as released: a
@@ -183,7 +183,7 @@ impl Redlock {
         let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
         r.until = r.until.min(Instant::now() + patience);
         let client = Arc::downgrade(&self.inner);
-        let span = observe::background(Background::ReleaseRest);
+        let span = telemetry::background(Background::ReleaseRest);
         tokio::spawn(release_rest(client, r, sent, failed).instrument(span));
     }
 
@@ -223,7 +223,7 @@ where
     };
     if let Some(left) = retry_rest(client, until, sent, failed, resend, owe).await {
         tracing::debug!(
-            key = %observe::hashed(&key),
+            key = %telemetry::hashed(&key),
             nodes = left.count_ones(),
             "nodes did not answer the release: it is owed to them, sent when they answer again"
         );
@@ -323,7 +323,7 @@ fn release_failed(key: &str, released: usize, needed: usize, errors: Vec<NodeErr
         ),
         errors,
     );
-    tracing::warn!(key = %observe::hashed(key), error = %err, "release failed");
+    tracing::warn!(key = %telemetry::hashed(key), error = %err, "release failed");
     err
 }
 
@@ -355,7 +355,7 @@ impl Drop for CancelGuard {
             return;
         };
         let (key, token, deadline, ttl) = (self.key.clone(), self.token, self.deadline, self.ttl);
-        let span = observe::background(Background::Cancelled);
+        let span = telemetry::background(Background::Cancelled);
         let release = async move {
             let inner = &*client.inner;
             let all = tally::all(inner.nodes.len());

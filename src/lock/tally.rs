@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::call::{Answer, Call, Voter};
-use super::observe::{self, Background};
+use super::telemetry::{self, Background, NodeVote, Votes};
 use crate::error::NodeError;
 use crate::node::{Acquire, AnyNode, NodeFailure};
 
@@ -41,6 +41,18 @@ pub(crate) enum Vote {
     /// The node has the completion record of the work (replay acquire): nothing was locked,
     /// and counting stops — any stored record is the answer.
     Completed(bytes::Bytes),
+}
+
+impl Vote {
+    /// How the node's debug event names it.
+    fn telemetry(&self) -> NodeVote {
+        match self {
+            Vote::For => NodeVote::For,
+            Vote::Fenced(_) => NodeVote::Fenced,
+            Vote::Against(_) => NodeVote::Against,
+            Vote::Completed(_) => NodeVote::Completed,
+        }
+    }
 }
 
 /// The votes counted so far.
@@ -297,7 +309,7 @@ where
         match answer {
             Ok(v) => {
                 let v = vote(v);
-                observe::answered(i, &v);
+                telemetry::answered(i, v.telemetry());
                 match v {
                     Vote::For => {
                         tally.for_ += 1;
@@ -339,7 +351,7 @@ where
 {
     drain_ready(&mut sent, |_| ());
     let rest = |sent: Sent<T, F>| {
-        let span = observe::background(Background::Stragglers);
+        let span = telemetry::background(Background::Stragglers);
         tokio::spawn(sent.for_each(|_| async {}).instrument(span))
     };
     (!sent.is_empty()).then(|| rest(sent))
@@ -356,6 +368,15 @@ pub(crate) fn drain_ready<T, F: Future<Output = Result<T, NodeFailure>>>(
 }
 
 impl Tally {
+    /// The votes as a span records them: for, held (against), failed.
+    pub(crate) fn votes(&self) -> Votes {
+        Votes {
+            for_: self.for_,
+            held: self.against,
+            failed: self.errors.len(),
+        }
+    }
+
     /// The nodes whose request failed or timed out.
     pub(crate) fn error_mask(&self) -> u64 {
         self.errors.iter().fold(0, |m, e| m | 1 << e.node())

@@ -20,10 +20,10 @@ use tracing::Instrument;
 use super::call::Answer;
 use super::fencing::Fence;
 use super::lease::{LeaseState, Token};
-use super::observe::{self, Background};
 use super::records::record_key;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
 use super::tally::{self, Skip, Tally, Vote};
+use super::telemetry::{self, Background};
 use super::{Inner, Redlock};
 use crate::error::Error;
 use crate::node::{CompleteRequest, NodeFailure};
@@ -99,7 +99,7 @@ impl Redlock {
         let first = round();
         let tally = tally::count_until(&mut sent, asked, inner.quorum, vote, Some(first)).await;
         // The first round's votes, on the `redlock.complete` span.
-        observe::votes(span, &tally);
+        telemetry::votes(span, tally.votes());
         let mut progress = Progress::from_tally(&tally);
         progress.refused |= tally::all(n) & !holders;
         // The first round decided early without a quorum (some node refused): its other
@@ -136,12 +136,12 @@ impl Redlock {
                     let owe = |inner: &Inner, mask| keep.owe(inner, mask);
                     release::retry_rest(client, until, sent, failed, resend, owe).await;
                 };
-                tokio::spawn(rest.instrument(observe::background(Background::Stragglers)));
+                tokio::spawn(rest.instrument(telemetry::background(Background::Stragglers)));
             }
             return Ok(());
         }
         tracing::warn!(
-            key = %observe::hashed(state.key()),
+            key = %telemetry::hashed(state.key()),
             stored_on = stored,
             "completion record not stored on a quorum yet: it is retried where the lock \
              holds, and the lock is kept there meanwhile, so duplicates are refused rather \
@@ -149,7 +149,7 @@ impl Redlock {
         );
         tokio::spawn(
             keep_completing(keep, progress, sent)
-                .instrument(observe::background(Background::Completing)),
+                .instrument(telemetry::background(Background::Completing)),
         );
         if progress.lost(n, inner.quorum) {
             Err(Error::lost(

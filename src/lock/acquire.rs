@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::call::Voter;
 use super::fencing;
-use super::lease::Token;
+use super::token::Token;
 use crate::node::{Acquire, AcquireRequest, AnyNode, NodeFailure, RedisNode};
 
 /// One try's acquire, cloned into the request to every remote node (reference counts only:

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::lease::LeaseState;
 use super::release::Release;
+use super::state::LeaseState;
 use super::tally::{self, Skip, Vote};
 use super::telemetry;
 use super::Redlock;

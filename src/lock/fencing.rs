@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
-use super::lease::Token;
 use super::tally::{self, Skip};
+use super::token::Token;
 use super::Redlock;
 use crate::error::Error;
 use crate::node::ExtendRequest;

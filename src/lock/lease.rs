@@ -6,25 +6,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-pub(crate) use super::state::{Grant, LeaseState};
+use super::state::LeaseState;
 use super::{telemetry, Redlock};
-
-/// A lock token: 128 random bits from the OS CSPRNG (a UUID v4), as 32 lowercase hex digits.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Token([u8; 32]);
-
-impl Token {
-    pub(crate) fn new() -> Self {
-        let mut buf = [0u8; 32];
-        uuid::Uuid::new_v4().simple().encode_lower(&mut buf);
-        Self(buf)
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        // Always 32 ASCII hex digits.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
 
 /// A lock held on a quorum of nodes, returned by [`Redlock::lock`].
 ///
@@ -432,18 +415,4 @@ async fn keep_alive(client: Redlock, state: Arc<LeaseState>, first: Instant) {
         }
     }
     state.lose("the keep-alive could not extend it before its validity ran out");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Token;
-
-    #[test]
-    fn tokens_are_ascii_hex_and_unique() {
-        let a = Token::new();
-        let b = Token::new();
-        assert_ne!(a.as_str(), b.as_str());
-        assert_eq!(a.as_str().len(), 32);
-        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
-    }
 }

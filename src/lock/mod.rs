@@ -10,12 +10,14 @@ use tracing::Instrument;
 
 use self::acquire::Acquisition;
 use self::call::Voter;
-use self::lease::{Grant, LeaseState, Parked, Token};
+use self::lease::Parked;
 use self::options::Config;
 use self::release::{CancelGuard, Release};
+use self::state::{Grant, LeaseState};
 use self::tally::{Skip, Vote};
 pub(crate) use self::telemetry::{hashed, KeyHash};
 use self::telemetry::{Acquiring, LockOutcome};
+use self::token::Token;
 use crate::error::Error;
 use crate::node::{Acquire, MemoryNode};
 
@@ -37,6 +39,7 @@ mod tally;
 mod telemetry;
 #[cfg(test)]
 mod tests;
+mod token;
 
 pub use self::builder::RedlockBuilder;
 pub use self::health::NodeStatus;

@@ -13,7 +13,8 @@ use super::call::Answer;
 use super::release::Release;
 use super::tally::{self, Tally};
 use super::telemetry::{self, Background};
-use super::{Redlock, Retry, Token};
+use super::token::Token;
+use super::{Redlock, Retry};
 use crate::node::Acquire;
 use crate::Lease;
 

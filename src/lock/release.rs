@@ -18,10 +18,11 @@ use tracing::Instrument;
 
 use super::call::Voter;
 use super::fencing::Fence;
-use super::lease::{LeaseState, Token};
 use super::owed::{Debt, Owed};
+use super::state::LeaseState;
 use super::tally::{self, Vote};
 use super::telemetry::{self, Background};
+use super::token::Token;
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
 use crate::node::{NodeFailure, RedisNode, ReleaseRequest};

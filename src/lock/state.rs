@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::fencing::Fence;
-use super::lease::Token;
 use super::telemetry;
+use super::token::Token;
 
 /// What a granted try hands to its lease.
 pub(crate) struct Grant {

@@ -19,11 +19,12 @@ use tracing::Instrument;
 
 use super::call::Answer;
 use super::fencing::Fence;
-use super::lease::{LeaseState, Token};
 use super::records::record_key;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
+use super::state::LeaseState;
 use super::tally::{self, Skip, Tally, Vote};
 use super::telemetry::{self, Background};
+use super::token::Token;
 use super::{Inner, Redlock};
 use crate::error::Error;
 use crate::node::{CompleteRequest, NodeFailure};

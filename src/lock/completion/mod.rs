@@ -1,6 +1,8 @@
-//! Completing idempotent work: [`Lease::complete`](crate::Lease::complete) stores the
-//! completion record on every node where the lease still holds, ending the lock there, and
-//! keeps at it until a quorum has it.
+//! Idempotent work on the quorum: [`Redlock::lock_unless_completed`] answers with the
+//! completion record when the work is done, or with a lease to do it (the replay acquire:
+//! `acquire/replay.rs`); [`Lease::complete`](crate::Lease::complete) stores the completion
+//! record on every node where the lease still holds, ending the lock there, and keeps at it
+//! until a quorum has it.
 //!
 //! A duplicate runs the work again only if a quorum of nodes answers it with neither the
 //! record nor our lock. So while the record lacks its quorum, the nodes that did not store
@@ -17,9 +19,10 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tracing::Instrument;
 
+use super::acquire::{record_key, Claim};
 use super::call::Answer;
 use super::fencing::Fence;
-use super::records::record_key;
+use super::options::Retry;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
 use super::state::LeaseState;
 use super::tally::{self, Skip, Tally, Vote};
@@ -34,6 +37,44 @@ mod keep;
 mod tests;
 
 use self::keep::{keep_completing, Keep, KeepOnDrop, KEEP_TTLS};
+
+impl Redlock {
+    /// Locks `resource` for work that must run **once**, unless it already ran: each node is
+    /// asked, in one atomic step, for the resource's completion record, and locks only if it
+    /// has none. Any record found is the answer ([`Claim::Completed`]: only a holder ever
+    /// stores one); "not done yet" is concluded only from a quorum of locks
+    /// ([`Claim::Locked`]). Contended and unavailable as [`Redlock::lock_with`]; a node
+    /// that stores no records (a custom [`Node`](crate::node::Node) without them) counts as
+    /// failed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+    /// use std::time::Duration;
+    /// use tower_redlock::{Claim, Redlock, Retry};
+    ///
+    /// let redlock = Redlock::in_memory();
+    /// let ttl = Duration::from_secs(10);
+    /// let day = Duration::from_secs(86_400);
+    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
+    ///     Claim::Locked(lease) => lease.complete("charged: pay_1", day).await?,
+    ///     Claim::Completed(_) => unreachable!("first time"),
+    /// }
+    /// // A retry of the same work gets the stored answer; nothing runs twice.
+    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
+    ///     Claim::Completed(record) => assert_eq!(&record[..], b"charged: pay_1"),
+    ///     Claim::Locked(_) => unreachable!("already done"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_unless_completed(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        retry: Retry,
+    ) -> crate::Result<Claim> {
+        self.lock_inner(resource, ttl, retry, true).await
+    }
+}
 
 impl Redlock {
     /// Stores `record` for `state`'s resource on every node where its token still holds.

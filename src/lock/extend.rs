@@ -1,7 +1,12 @@
-//! Extending a lease: compare-and-`PEXPIRE` on every node, counted at quorum.
+//! Extending a lease: compare-and-`PEXPIRE` on every node, counted at quorum — on demand
+//! ([`Lease::extend`]) or in the background ([`Lease::keep_alive`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
+use super::lease::Lease;
 use super::release::Release;
 use super::state::LeaseState;
 use super::tally::{self, Skip, Vote};
@@ -9,6 +14,34 @@ use super::telemetry;
 use super::Redlock;
 use crate::error::Error;
 use crate::node::ExtendRequest;
+
+impl Lease {
+    /// Extends the lease to `ttl` from now on a quorum of nodes. See [`Redlock::extend`].
+    pub async fn extend(&self, ttl: Duration) -> crate::Result<()> {
+        self.client.extend_state(&self.state, ttl).await
+    }
+
+    /// Keeps the lease alive in the background: it is extended to its ttl about every
+    /// ttl/3, until it is released or dropped, the extension cap is reached, or an
+    /// extension finds the lock lost
+    /// ([`LeaseHandle::lost`](super::lease::LeaseHandle::lost) then resolves).
+    ///
+    /// Calling it again does nothing. Must be called inside a Tokio runtime.
+    pub fn keep_alive(&mut self) {
+        self.keep_alive_from(Instant::now() + self.state.ttl() / 3);
+    }
+
+    /// [`Lease::keep_alive`] with the first extension at `first` (at once if it is past).
+    pub(crate) fn keep_alive_from(&mut self, first: Instant) {
+        if self.keep_alive.is_none() && !self.released {
+            let client = self.client.clone();
+            let state = self.state.clone();
+            let span = telemetry::keep_alive_span(state.key(), state.span());
+            let task = keep_alive(client, state, first).instrument(span);
+            self.keep_alive = Some(tokio::spawn(task));
+        }
+    }
+}
 
 impl Redlock {
     /// Extends `state` to `ttl` from now, in a `redlock.extend` span (see [`Redlock::extend`]).
@@ -115,4 +148,36 @@ impl Redlock {
             tally.errors,
         ))
     }
+}
+
+/// Extends the lease at `first`, then about every ttl/3, until it ends.
+async fn keep_alive(client: Redlock, state: Arc<LeaseState>, first: Instant) {
+    let period = state.ttl() / 3;
+    let mut next = first;
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        match client.extend_state(&state, state.ttl()).await {
+            Ok(()) => next = Instant::now() + period,
+            Err(e) if e.is_unavailable() => {
+                // Transient: try again soon, while the lease is still valid.
+                let left = state.deadline().saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                tracing::debug!(error = %e, "keep-alive extension failed; retrying");
+                next = Instant::now() + (left / 4).min(period).max(Duration::from_millis(1));
+            }
+            Err(e) if e.is_extension_limit() => {
+                // The lease now runs out at its deadline; `lost()` fires then.
+                tracing::debug!(error = %e, "keep-alive stopped at the extension cap");
+                return;
+            }
+            Err(e) => {
+                // A loss was counted and logged at warn by the extension.
+                tracing::debug!(error = %e, "keep-alive stopped");
+                break;
+            }
+        }
+    }
+    state.lose("the keep-alive could not extend it before its validity ran out");
 }

@@ -12,24 +12,40 @@ pub(crate) use self::telemetry::{hashed, KeyHash};
 use crate::error::Error;
 use crate::node::MemoryNode;
 
-mod acquire;
-mod builder;
-mod call;
-mod completion;
-mod extend;
+// The files of the lock core, bottom-up: each imports only files listed before it (this
+// file, the client, sits on top).
+//
+// Leaves, importing no other lock module: the fencing token, a node's health, the settings,
+// telemetry, the lock token.
 mod fencing;
 mod health;
-mod lease;
 mod options;
-mod owed;
-mod release;
-mod scope;
-mod state;
-mod tally;
 mod telemetry;
+mod token;
+// What a node is owed: the releases and completions it missed.
+mod owed;
+// A voter, and one call to it (timeout, stall excuses, probes, paying what it is owed).
+mod call;
+// Fan-out to every voter, and the vote count with its early decision.
+mod tally;
+// What a lease and its handles share.
+mod state;
+// The held lock.
+mod lease;
+// The verbs. Releasing a lease (or a failed try's token), retried.
+mod release;
+// Extending a lease, on demand or kept alive.
+mod extend;
+// Taking a lock: the lock loop, one try, the replay acquire.
+mod acquire;
+// Idempotent work: locking unless completed, and completing.
+mod completion;
+// The client's builder, and its scoped API.
+mod builder;
+mod scope;
+
 #[cfg(test)]
 mod tests;
-mod token;
 
 pub use self::acquire::Claim;
 pub use self::builder::RedlockBuilder;

@@ -1,4 +1,5 @@
-//! Releasing a token: compare-and-delete on every node that may hold it, retried.
+//! Releasing a lease ([`Lease::release`], or its drop) or a failed try's token:
+//! compare-and-delete on every node that may hold it, retried.
 //!
 //! A release that does not reach enough nodes leaves the lock held for the rest of its ttl —
 //! and the next request for the key is refused all that time. So a release is not one try
@@ -18,6 +19,7 @@ use tracing::Instrument;
 
 use super::call::Voter;
 use super::fencing::Fence;
+use super::lease::Lease;
 use super::owed::{Debt, Owed};
 use super::state::LeaseState;
 use super::tally::{self, Vote};
@@ -57,6 +59,51 @@ pub(crate) struct Release {
 /// How a release went: its result, the nodes that released (or answered), the nodes that
 /// failed in its last round.
 type Released = (crate::Result<()>, usize, usize);
+
+impl Lease {
+    /// Releases the lock on every node that may hold it (compare-and-delete with this
+    /// lease's token). Returns once a quorum of nodes has released it (or holds nothing of
+    /// ours) — the lock can then be taken by the next client — while the slower nodes'
+    /// releases finish in the background, so a dead minority costs nothing here.
+    ///
+    /// Nodes that fail or do not answer in time are asked again, with a short backoff,
+    /// until a quorum is reached, the lease's validity ends, or ten node timeouts have
+    /// passed. Errors (and logs at warn) when no quorum was reached by then; the lock then
+    /// still expires after its ttl.
+    pub async fn release(mut self) -> crate::Result<()> {
+        self.stop_keep_alive();
+        let held = self.state.end();
+        let result = self.client.release_state(&self.state, held).await;
+        // Only now: if this future is dropped before, `Drop` spawns the release.
+        self.released = true;
+        result
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.stop_keep_alive();
+        let held = self.state.end();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let client = self.client.clone();
+                let state = self.state.clone();
+                // `release_state` runs in a `redlock.release` span linked to the lease's,
+                // and logs a release that failed at warn.
+                rt.spawn(async move {
+                    let _ = client.release_state(&state, held).await;
+                });
+            }
+            Err(_) => tracing::warn!(
+                key = %telemetry::hashed(self.key()),
+                "lease dropped outside a Tokio runtime: not released; the lock expires with its ttl"
+            ),
+        }
+    }
+}
 
 impl Redlock {
     /// Releases a lease's token on every node that may hold it, in a `redlock.release` span

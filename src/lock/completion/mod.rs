@@ -22,6 +22,7 @@ use tracing::Instrument;
 use super::acquire::{record_key, Claim};
 use super::call::Answer;
 use super::fencing::Fence;
+use super::lease::Lease;
 use super::options::Retry;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
 use super::state::LeaseState;
@@ -73,6 +74,77 @@ impl Redlock {
         retry: Retry,
     ) -> crate::Result<Claim> {
         self.lock_inner(resource, ttl, retry, true).await
+    }
+}
+
+impl Lease {
+    /// Completes the work this lease guarded (see [`Redlock::lock_unless_completed`]):
+    /// stores `record` as the resource's completion record for `retention`, on every node
+    /// where the lease still holds, and ends the lock there — one atomic step per node.
+    /// From then on [`Redlock::lock_unless_completed`] answers
+    /// [`Claim::Completed`](crate::Claim::Completed) with `record`.
+    ///
+    /// A record over [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN), or a retention of zero or
+    /// over [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
+    /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
+    /// expired or was lost (nothing stale is stored where it no longer holds),
+    /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
+    /// released early: the record is asked again, in the background, where the lock still
+    /// holds (and the lock extended where the write is refused with an error reply), until a
+    /// quorum has it or the lock has expired there, so duplicates are refused rather than
+    /// run a second time. The same holds if this future is dropped midway. See the crate's
+    /// Safety docs for the one case left open.
+    ///
+    /// [`Error::is_lost`]: crate::Error::is_lost
+    /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
+    /// [`Error::is_unavailable`]: crate::Error::is_unavailable
+    pub async fn complete(
+        mut self,
+        record: impl Into<bytes::Bytes>,
+        retention: std::time::Duration,
+    ) -> crate::Result<()> {
+        let record = record.into();
+        let invalid = if record.len() > Lease::MAX_RECORD_LEN {
+            Some(format!(
+                "the completion record is {} bytes; the maximum is {}",
+                record.len(),
+                Lease::MAX_RECORD_LEN
+            ))
+        } else if retention < std::time::Duration::from_millis(1)
+            || retention > Lease::MAX_RECORD_RETENTION
+        {
+            Some(format!(
+                "the retention of a completion record must be between 1 ms and {:?}",
+                Lease::MAX_RECORD_RETENTION
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = invalid {
+            // Refused before anything was stored: the work may run again, so release.
+            let _ = self.release().await;
+            return Err(crate::Error::invalid(why));
+        }
+        self.stop_keep_alive();
+        // From here the lock is never released early, not even if this future is dropped.
+        self.released = true;
+        let state = &*self.state;
+        let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), true);
+        let valid = state.is_valid();
+        let completion = self
+            .client
+            .complete_state(state, record, retention, end.span.as_ref());
+        let result = telemetry::within(&end.span, completion).await;
+        // Still held: the lease had expired, and nothing was stored. A loss found by the
+        // completion itself (its token gone from a quorum) counts too, once.
+        let ended = state.end();
+        if let Err(e) = &result {
+            if e.is_lost() && (valid || ended) {
+                telemetry::lost(state.key(), "found by its completion");
+            }
+        }
+        end.done(state.started(), &result);
+        result
     }
 }
 

@@ -203,7 +203,7 @@ impl Redlock {
     ) -> crate::Result<Lease> {
         match self.lock_inner(resource, ttl, retry, false).await? {
             Claim::Locked(lease) => Ok(lease),
-            // A plain acquire counts a record as "held" (see `try_once`): never here.
+            // A plain acquire counts a record as "held" (see `try_once`, `acquire/`): never here.
             Claim::Completed(_) => Err(Error::invalid("a plain lock answered with a record")),
         }
     }

@@ -400,7 +400,7 @@ impl Completion {
                         return v.node.complete(plain).await;
                     };
                     // The counters raised to the lease's token first, as a release does; a
-                    // node without counters (no vote: see `acquire.rs`) may still hold our
+                    // node without counters (no vote: see `acquire/acquisition.rs`) may still hold our
                     // key, and gets the plain completion, as it gets the plain release.
                     match v.node.complete(plain.fenced(f.floor())).await {
                         Err(e) if e.is_unsupported() => v.node.complete(plain).await,

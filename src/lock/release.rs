@@ -53,7 +53,7 @@ pub(crate) struct Release {
     /// the retries could not release is owed to the nodes until then (see `owed.rs`).
     pub(crate) gone: Instant,
     /// The lease's fencing token: the release raises the counters to it.
-    pub(crate) fence: Option<super::fencing::Fence>,
+    pub(crate) fence: Option<Fence>,
 }
 
 /// How a release went: its result, the nodes that released (or answered), the nodes that

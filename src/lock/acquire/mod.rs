@@ -82,11 +82,11 @@ impl Redlock {
             };
             match tried {
                 Ok(Try::Granted(Granted { grant, parked })) => {
-                    let deadline = grant.deadline;
+                    let valid_until = grant.deadline;
                     let span = obs.lease_span(&key);
                     let state = LeaseState::new(key, prefix.len(), token, ttl, grant, span);
                     let lease = Lease::new(self.clone(), state, parked);
-                    obs.done(LockOutcome::Locked(deadline));
+                    obs.done(LockOutcome::Locked(valid_until));
                     return Ok(Claim::Locked(lease));
                 }
                 Ok(Try::Completed(record)) => {

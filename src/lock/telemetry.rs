@@ -204,12 +204,13 @@ impl Acquiring {
     }
 
     /// A try was counted: its votes, and whether a node had the completion record, at
-    /// debug (the span keeps the last try's).
+    /// debug (the span keeps the last try's). `counted` is asked only for an enabled span.
     #[inline]
-    pub(crate) fn tried(&self, v: Votes, completed: bool) {
+    pub(crate) fn tried(&self, counted: impl FnOnce() -> (Votes, bool)) {
         let Some(span) = &self.span else {
             return;
         };
+        let (v, completed) = counted();
         votes(Some(span), v);
         tracing::debug!(
             parent: span,

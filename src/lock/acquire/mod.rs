@@ -197,7 +197,7 @@ impl Redlock {
                 );
             }
         }
-        obs.tried(tally.votes(), tally.record.is_some());
+        obs.tried(|| (tally.votes(), tally.record.is_some()));
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         let granted =
             tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline;

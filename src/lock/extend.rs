@@ -101,7 +101,7 @@ impl Redlock {
             }
         })
         .await;
-        telemetry::votes(span, tally.votes());
+        telemetry::votes(span, || tally.votes());
         tally::finish_in_background(sent);
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {

@@ -98,10 +98,12 @@ pub(crate) struct Votes {
     pub(crate) failed: usize,
 }
 
-/// Records a count of votes on `span`: for, held (against), failed.
+/// Records a count of votes on `span`: for, held (against), failed (`counted` is asked only
+/// for an enabled span).
 #[inline]
-pub(crate) fn votes(span: Option<&Span>, votes: Votes) {
+pub(crate) fn votes(span: Option<&Span>, counted: impl FnOnce() -> Votes) {
     if let Some(span) = span.filter(|s| !s.is_disabled()) {
+        let votes = counted();
         span.record("votes_for", votes.for_);
         span.record("votes_held", votes.held);
         span.record("votes_failed", votes.failed);
@@ -211,7 +213,7 @@ impl Acquiring {
             return;
         };
         let (v, completed) = counted();
-        votes(Some(span), v);
+        votes(Some(span), || v);
         tracing::debug!(
             parent: span,
             votes_for = v.for_,

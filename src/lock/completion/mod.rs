@@ -213,7 +213,7 @@ impl Redlock {
         let first = round();
         let tally = tally::count_until(&mut sent, asked, inner.quorum, vote, Some(first)).await;
         // The first round's votes, on the `redlock.complete` span.
-        telemetry::votes(span, tally.votes());
+        telemetry::votes(span, || tally.votes());
         let mut progress = Progress::from_tally(&tally);
         progress.refused |= tally::all(n) & !holders;
         // The first round decided early without a quorum (some node refused): its other

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::call::{self, Voter};
 use super::health::Health;
 use super::options::Config;
-use super::quorum::{self, Voter};
+use super::tally;
 use super::{Inner, Redlock, Retry};
 use crate::error::Error;
 use crate::node::{AnyNode, Node, RedisNode, RedisNodeOptions};
@@ -168,10 +169,10 @@ impl RedlockBuilder {
                  `.redis(url)` or nodes with `.node(..)`",
             ));
         }
-        if self.nodes.len() > quorum::MAX_NODES {
+        if self.nodes.len() > tally::MAX_NODES {
             return Err(Error::invalid(format!(
                 "a Redlock client supports at most {} nodes, not {}",
-                quorum::MAX_NODES,
+                tally::MAX_NODES,
                 self.nodes.len()
             )));
         }
@@ -210,11 +211,11 @@ impl RedlockBuilder {
         crate::metrics::describe();
         for voter in &nodes {
             // Every node's series exists from the start (0: not suspended).
-            super::request::report_suspended(voter);
+            call::report_suspended(voter);
         }
         Ok(Redlock {
             inner: Arc::new(Inner {
-                quorum: quorum::quorum(nodes.len()),
+                quorum: tally::quorum(nodes.len()),
                 nodes,
                 config,
             }),

@@ -1,14 +1,47 @@
-//! Extending a lease: compare-and-`PEXPIRE` on every node, counted at quorum.
+//! Extending a lease: compare-and-`PEXPIRE` on every node, counted at quorum — on demand
+//! ([`Lease::extend`]) or in the background ([`Lease::keep_alive`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::lease::LeaseState;
-use super::observe;
-use super::quorum::{self, Skip, Vote};
+use tracing::Instrument;
+
+use super::lease::Lease;
 use super::release::Release;
+use super::state::LeaseState;
+use super::tally::{self, Skip, Vote};
+use super::telemetry;
 use super::Redlock;
 use crate::error::Error;
 use crate::node::ExtendRequest;
+
+impl Lease {
+    /// Extends the lease to `ttl` from now on a quorum of nodes. See [`Redlock::extend`].
+    pub async fn extend(&self, ttl: Duration) -> crate::Result<()> {
+        self.client.extend_state(&self.state, ttl).await
+    }
+
+    /// Keeps the lease alive in the background: it is extended to its ttl about every
+    /// ttl/3, until it is released or dropped, the extension cap is reached, or an
+    /// extension finds the lock lost
+    /// ([`LeaseHandle::lost`](super::lease::LeaseHandle::lost) then resolves).
+    ///
+    /// Calling it again does nothing. Must be called inside a Tokio runtime.
+    pub fn keep_alive(&mut self) {
+        self.keep_alive_from(Instant::now() + self.state.ttl() / 3);
+    }
+
+    /// [`Lease::keep_alive`] with the first extension at `first` (at once if it is past).
+    pub(crate) fn keep_alive_from(&mut self, first: Instant) {
+        if self.keep_alive.is_none() && !self.released {
+            let client = self.client.clone();
+            let state = self.state.clone();
+            let span = telemetry::keep_alive_span(state.key(), state.span());
+            let task = keep_alive(client, state, first).instrument(span);
+            self.keep_alive = Some(tokio::spawn(task));
+        }
+    }
+}
 
 impl Redlock {
     /// Extends `state` to `ttl` from now, in a `redlock.extend` span (see [`Redlock::extend`]).
@@ -17,11 +50,11 @@ impl Redlock {
         state: &LeaseState,
         ttl: Duration,
     ) -> crate::Result<()> {
-        let span = observe::extend_span(state, ttl);
-        let t0 = observe::clock(&span);
+        let span = telemetry::extend_span(state.key(), state.span(), ttl);
+        let t0 = telemetry::clock(&span);
         let extension = self.extend_quorum(state, ttl, span.as_ref());
-        let result = observe::within(&span, extension).await;
-        observe::extended(&span, t0, state, &result);
+        let result = telemetry::within(&span, extension).await;
+        telemetry::extended(&span, t0, &result, || state.validity());
         result
     }
 
@@ -46,9 +79,9 @@ impl Redlock {
         let start = Instant::now();
         let n = inner.nodes.len();
         let (key, token) = (state.key_arc(), state.token_copy());
-        let mut sent = quorum::send(
+        let mut sent = tally::send(
             &inner.nodes,
-            quorum::all(n),
+            tally::all(n),
             inner.config.node_timeout,
             Skip::Suspended,
             &|node| node.extend_now(&ExtendRequest::new(&key, token.as_str(), ttl)),
@@ -60,7 +93,7 @@ impl Redlock {
                 }
             },
         );
-        let tally = quorum::count(&mut sent, n, inner.quorum, |ok| {
+        let tally = tally::count(&mut sent, n, inner.quorum, |ok| {
             if ok {
                 Vote::For
             } else {
@@ -68,8 +101,8 @@ impl Redlock {
             }
         })
         .await;
-        observe::votes(span, &tally);
-        quorum::finish_in_background(sent);
+        telemetry::votes(span, || tally.votes());
+        tally::finish_in_background(sent);
         let deadline = start + ttl - inner.config.drift(ttl);
         if tally.for_ >= inner.quorum && Instant::now() < deadline {
             state.extended(deadline);
@@ -115,4 +148,36 @@ impl Redlock {
             tally.errors,
         ))
     }
+}
+
+/// Extends the lease at `first`, then about every ttl/3, until it ends.
+async fn keep_alive(client: Redlock, state: Arc<LeaseState>, first: Instant) {
+    let period = state.ttl() / 3;
+    let mut next = first;
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        match client.extend_state(&state, state.ttl()).await {
+            Ok(()) => next = Instant::now() + period,
+            Err(e) if e.is_unavailable() => {
+                // Transient: try again soon, while the lease is still valid.
+                let left = state.deadline().saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                tracing::debug!(error = %e, "keep-alive extension failed; retrying");
+                next = Instant::now() + (left / 4).min(period).max(Duration::from_millis(1));
+            }
+            Err(e) if e.is_extension_limit() => {
+                // The lease now runs out at its deadline; `lost()` fires then.
+                tracing::debug!(error = %e, "keep-alive stopped at the extension cap");
+                return;
+            }
+            Err(e) => {
+                // A loss was counted and logged at warn by the extension.
+                tracing::debug!(error = %e, "keep-alive stopped");
+                break;
+            }
+        }
+    }
+    state.lose("the keep-alive could not extend it before its validity ran out");
 }

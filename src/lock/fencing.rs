@@ -1,4 +1,7 @@
-//! Fencing tokens from the quorum (opt-in: [`RedlockBuilder::fencing`]).
+//! Fencing tokens from the quorum (opt-in: [`RedlockBuilder::fencing`]): a lease's
+//! [`Fence`], and the counter's key and retention. The scheme is stated here; the acquire
+//! settles the token (`acquire/fence.rs`), the release and the completion raise the counters
+//! to it.
 //!
 //! Each node keeps a counter per resource. The fenced acquire bumps it in the same atomic
 //! step as the `SET`, to its value plus one (or, when it has none, to the node's clock in
@@ -9,7 +12,7 @@
 //! is below the token have it raised to the token ([`ExtendRequest::fence`], only where the
 //! lock is still ours), until at least `N − quorum + 1` nodes holding our lock carry it —
 //! enough to share a node with every later quorum. If that cannot be done while the lease is
-//! valid, the try fails (and releases what it took).
+//! valid, the try fails (and releases what it took). See `acquire/fence.rs`.
 //!
 //! Why the next holder's token is larger: its quorum shares a node `m` with those that carry
 //! this lease's token, and it can bump `m`'s counter only after this lease's lock is gone
@@ -26,15 +29,7 @@
 //! [`ExtendRequest::fence`]: crate::node::ExtendRequest::fence
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use futures_util::StreamExt;
-
-use super::lease::Token;
-use super::quorum::{self, Skip};
-use super::Redlock;
-use crate::error::Error;
-use crate::node::ExtendRequest;
+use std::time::Duration;
 
 /// A lease's fencing token, and what its release needs to raise the counters to it.
 #[derive(Debug, Clone)]
@@ -61,72 +56,4 @@ pub(crate) fn fence_key(key: &str) -> Arc<str> {
 /// How long a counter is kept after its last use: twice the ttl, at least 10 s.
 pub(crate) fn retention(ttl: Duration) -> Duration {
     ttl.saturating_mul(2).max(Duration::from_secs(10))
-}
-
-impl Redlock {
-    /// Settles a fenced grant's token (see the module docs): raises the counters of the
-    /// nodes holding our lock (`holding`: every vote for, also those that came after the
-    /// decision) that do not carry `fence.token` yet (`fences`: the counted votes' counters,
-    /// by node) until at least `N − quorum + 1` of them carry it, before `deadline`. The
-    /// requests still in flight when that is reached finish in the background.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn settle_fence(
-        &self,
-        key: &Arc<str>,
-        token: Token,
-        ttl: Duration,
-        fence: &Fence,
-        fences: &[(usize, u64)],
-        holding: u64,
-        deadline: Instant,
-    ) -> crate::Result<()> {
-        let inner = &*self.inner;
-        let need = inner.nodes.len() - inner.quorum + 1;
-        let carry = fences
-            .iter()
-            .filter(|(_, f)| *f >= fence.token)
-            .fold(0u64, |m, (i, _)| m | 1 << i);
-        let mut have = carry.count_ones() as usize;
-        if have >= need {
-            return Ok(());
-        }
-        let below = holding & !carry;
-        let floor = fence.floor();
-        let mut sent = quorum::send(
-            &inner.nodes,
-            below,
-            inner.config.node_timeout,
-            Skip::Suspended,
-            &|node| node.extend_now(&ExtendRequest::new(key, token.as_str(), ttl).fenced(floor)),
-            |v| {
-                let (key, fence) = (key.clone(), fence.clone());
-                async move {
-                    let request = ExtendRequest::new(&key, token.as_str(), ttl);
-                    v.node.extend(request.fenced(fence.floor())).await
-                }
-            },
-        );
-        let mut errors = Vec::new();
-        while have < need {
-            let next = tokio::time::timeout_at(deadline.into(), sent.next()).await;
-            match next {
-                Ok(Some((_, Ok(true)))) => have += 1,
-                Ok(Some((_, Ok(false)))) => {}
-                Ok(Some((_, Err(e)))) => errors.push(e),
-                Ok(None) | Err(_) => break,
-            }
-        }
-        quorum::finish_in_background(sent);
-        if have >= need && Instant::now() < deadline {
-            return Ok(());
-        }
-        Err(Error::unavailable(
-            format!(
-                "the fencing token was settled on {have} of the {need} nodes it needs \
-                 (the counters of the nodes that granted the lock, raised to the token) \
-                 while the lock was valid"
-            ),
-            errors,
-        ))
-    }
 }

@@ -7,7 +7,7 @@
 //!
 //! A node is judged by Redis's behaviour, not by this process's scheduling:
 //! - a request whose timer fired late (this process was stalled) is given the time back
-//!   before it may time out at all (see `request::Request`);
+//!   before it may time out at all (see `call::Call`);
 //! - a node is suspended only after `trip_after` timeouts in a row **spanning at least one
 //!   node timeout** without a single answer in between: a burst of requests that queued
 //!   behind this process's own work and timed out together does not suspend a master that

@@ -1,30 +1,15 @@
-//! The held lock.
+//! The held lock: [`Lease`], what its owner holds (the resource, the token, the validity,
+//! the fencing token), and [`LeaseHandle`], a view of it for other tasks. What they share
+//! is in `state.rs`; the verbs that act on a lease are with the verbs: `extend.rs`
+//! ([`Lease::extend`], [`Lease::keep_alive`]), `release.rs` ([`Lease::release`], and the
+//! release on drop), `completion/` ([`Lease::complete`]).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tracing::Instrument;
-
-pub(crate) use super::state::{Grant, LeaseState};
-use super::{observe, Redlock};
-
-/// A lock token: 128 random bits from the OS CSPRNG (a UUID v4), as 32 lowercase hex digits.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Token([u8; 32]);
-
-impl Token {
-    pub(crate) fn new() -> Self {
-        let mut buf = [0u8; 32];
-        uuid::Uuid::new_v4().simple().encode_lower(&mut buf);
-        Self(buf)
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        // Always 32 ASCII hex digits.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-}
+use super::state::LeaseState;
+use super::Redlock;
 
 /// A lock held on a quorum of nodes, returned by [`Redlock::lock`].
 ///
@@ -54,10 +39,13 @@ impl Token {
 /// ```
 #[must_use = "a Lease is the held lock: dropping it releases the lock at once (in the background)"]
 pub struct Lease {
-    client: Redlock,
-    state: Arc<LeaseState>,
-    keep_alive: Option<tokio::task::JoinHandle<()>>,
-    released: bool,
+    pub(super) client: Redlock,
+    pub(super) state: Arc<LeaseState>,
+    /// The keep-alive task (see `extend.rs`).
+    pub(super) keep_alive: Option<tokio::task::JoinHandle<()>>,
+    /// Whether the release (or the completion) took over the lock: `Drop` then releases
+    /// nothing.
+    pub(super) released: bool,
     /// The acquisition's requests still unanswered when the lock was granted, kept (not
     /// polled) until the release: one already handed to its connection is written — redis-rs
     /// skips a queued request whose caller is gone — so the lock lands on every master that
@@ -164,146 +152,10 @@ impl Lease {
         }
     }
 
-    /// Extends the lease to `ttl` from now on a quorum of nodes. See [`Redlock::extend`].
-    pub async fn extend(&self, ttl: Duration) -> crate::Result<()> {
-        self.client.extend_state(&self.state, ttl).await
-    }
-
-    /// Keeps the lease alive in the background: it is extended to its ttl about every
-    /// ttl/3, until it is released or dropped, the extension cap is reached, or an
-    /// extension finds the lock lost ([`LeaseHandle::lost`] then resolves).
-    ///
-    /// Calling it again does nothing. Must be called inside a Tokio runtime.
-    pub fn keep_alive(&mut self) {
-        self.keep_alive_from(Instant::now() + self.state.ttl() / 3);
-    }
-
-    /// [`Lease::keep_alive`] with the first extension at `first` (at once if it is past).
-    pub(crate) fn keep_alive_from(&mut self, first: Instant) {
-        if self.keep_alive.is_none() && !self.released {
-            let client = self.client.clone();
-            let state = self.state.clone();
-            let span = observe::keep_alive_span(&state);
-            let task = keep_alive(client, state, first).instrument(span);
-            self.keep_alive = Some(tokio::spawn(task));
-        }
-    }
-
-    /// Releases the lock on every node that may hold it (compare-and-delete with this
-    /// lease's token). Returns once a quorum of nodes has released it (or holds nothing of
-    /// ours) — the lock can then be taken by the next client — while the slower nodes'
-    /// releases finish in the background, so a dead minority costs nothing here.
-    ///
-    /// Nodes that fail or do not answer in time are asked again, with a short backoff,
-    /// until a quorum is reached, the lease's validity ends, or ten node timeouts have
-    /// passed. Errors (and logs at warn) when no quorum was reached by then; the lock then
-    /// still expires after its ttl.
-    pub async fn release(mut self) -> crate::Result<()> {
-        self.stop_keep_alive();
-        let held = self.state.end();
-        let result = self.client.release_state(&self.state, held).await;
-        // Only now: if this future is dropped before, `Drop` spawns the release.
-        self.released = true;
-        result
-    }
-
-    /// Completes the work this lease guarded (see [`Redlock::lock_unless_completed`]):
-    /// stores `record` as the resource's completion record for `retention`, on every node
-    /// where the lease still holds, and ends the lock there — one atomic step per node.
-    /// From then on [`Redlock::lock_unless_completed`] answers
-    /// [`Claim::Completed`](crate::Claim::Completed) with `record`.
-    ///
-    /// A record over [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN), or a retention of zero or
-    /// over [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
-    /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
-    /// expired or was lost (nothing stale is stored where it no longer holds),
-    /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
-    /// released early: the record is asked again, in the background, where the lock still
-    /// holds (and the lock extended where the write is refused with an error reply), until a
-    /// quorum has it or the lock has expired there, so duplicates are refused rather than
-    /// run a second time. The same holds if this future is dropped midway. See the crate's
-    /// Safety docs for the one case left open.
-    ///
-    /// [`Error::is_lost`]: crate::Error::is_lost
-    /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
-    /// [`Error::is_unavailable`]: crate::Error::is_unavailable
-    pub async fn complete(
-        mut self,
-        record: impl Into<bytes::Bytes>,
-        retention: std::time::Duration,
-    ) -> crate::Result<()> {
-        let record = record.into();
-        let invalid = if record.len() > crate::Lease::MAX_RECORD_LEN {
-            Some(format!(
-                "the completion record is {} bytes; the maximum is {}",
-                record.len(),
-                crate::Lease::MAX_RECORD_LEN
-            ))
-        } else if retention < std::time::Duration::from_millis(1)
-            || retention > crate::Lease::MAX_RECORD_RETENTION
-        {
-            Some(format!(
-                "the retention of a completion record must be between 1 ms and {:?}",
-                crate::Lease::MAX_RECORD_RETENTION
-            ))
-        } else {
-            None
-        };
-        if let Some(why) = invalid {
-            // Refused before anything was stored: the work may run again, so release.
-            let _ = self.release().await;
-            return Err(crate::Error::invalid(why));
-        }
-        self.stop_keep_alive();
-        // From here the lock is never released early, not even if this future is dropped.
-        self.released = true;
-        let state = &*self.state;
-        let end = observe::Ending::start(state, true);
-        let valid = state.is_valid();
-        let completion = self
-            .client
-            .complete_state(state, record, retention, end.span.as_ref());
-        let result = observe::within(&end.span, completion).await;
-        // Still held: the lease had expired, and nothing was stored. A loss found by the
-        // completion itself (its token gone from a quorum) counts too, once.
-        let ended = state.end();
-        if let Err(e) = &result {
-            if e.is_lost() && (valid || ended) {
-                observe::lost(state, "found by its completion");
-            }
-        }
-        end.done(state, &result);
-        result
-    }
-
-    fn stop_keep_alive(&mut self) {
+    /// Stops the keep-alive task, if any.
+    pub(super) fn stop_keep_alive(&mut self) {
         if let Some(task) = self.keep_alive.take() {
             task.abort();
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        self.stop_keep_alive();
-        let held = self.state.end();
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let client = self.client.clone();
-                let state = self.state.clone();
-                // `release_state` runs in a `redlock.release` span linked to the lease's,
-                // and logs a release that failed at warn.
-                rt.spawn(async move {
-                    let _ = client.release_state(&state, held).await;
-                });
-            }
-            Err(_) => tracing::warn!(
-                key = %observe::hashed(self.key()),
-                "lease dropped outside a Tokio runtime: not released; the lock expires with its ttl"
-            ),
         }
     }
 }
@@ -399,51 +251,5 @@ impl fmt::Debug for LeaseHandle {
             .field("resource", &self.resource())
             .field("validity", &self.validity())
             .finish()
-    }
-}
-
-/// Extends the lease at `first`, then about every ttl/3, until it ends.
-async fn keep_alive(client: Redlock, state: Arc<LeaseState>, first: Instant) {
-    let period = state.ttl() / 3;
-    let mut next = first;
-    loop {
-        tokio::time::sleep_until(next.into()).await;
-        match client.extend_state(&state, state.ttl()).await {
-            Ok(()) => next = Instant::now() + period,
-            Err(e) if e.is_unavailable() => {
-                // Transient: try again soon, while the lease is still valid.
-                let left = state.deadline().saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                tracing::debug!(error = %e, "keep-alive extension failed; retrying");
-                next = Instant::now() + (left / 4).min(period).max(Duration::from_millis(1));
-            }
-            Err(e) if e.is_extension_limit() => {
-                // The lease now runs out at its deadline; `lost()` fires then.
-                tracing::debug!(error = %e, "keep-alive stopped at the extension cap");
-                return;
-            }
-            Err(e) => {
-                // A loss was counted and logged at warn by the extension.
-                tracing::debug!(error = %e, "keep-alive stopped");
-                break;
-            }
-        }
-    }
-    state.lose("the keep-alive could not extend it before its validity ran out");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Token;
-
-    #[test]
-    fn tokens_are_ascii_hex_and_unique() {
-        let a = Token::new();
-        let b = Token::new();
-        assert_ne!(a.as_str(), b.as_str());
-        assert_eq!(a.as_str().len(), 32);
-        assert!(a.as_str().bytes().all(|c| c.is_ascii_hexdigit()));
     }
 }

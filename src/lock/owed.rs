@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::fencing::Fence;
-use super::lease::Token;
+use super::token::Token;
 
 /// The most debts a node's ledger keeps.
 pub(crate) const MAX_OWED: usize = 65_536;

@@ -1,4 +1,5 @@
-//! Releasing a token: compare-and-delete on every node that may hold it, retried.
+//! Releasing a lease ([`Lease::release`], or its drop) or a failed try's token:
+//! compare-and-delete on every node that may hold it, retried.
 //!
 //! A release that does not reach enough nodes leaves the lock held for the rest of its ttl —
 //! and the next request for the key is refused all that time. So a release is not one try
@@ -16,11 +17,14 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use tracing::Instrument;
 
+use super::call::Voter;
 use super::fencing::Fence;
-use super::lease::{LeaseState, Token};
-use super::observe::{self, Background};
+use super::lease::Lease;
 use super::owed::{Debt, Owed};
-use super::quorum::{self, Vote};
+use super::state::LeaseState;
+use super::tally::{self, Vote};
+use super::telemetry::{self, Background};
+use super::token::Token;
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
 use crate::node::{NodeFailure, RedisNode, ReleaseRequest};
@@ -49,21 +53,66 @@ pub(crate) struct Release {
     /// the retries could not release is owed to the nodes until then (see `owed.rs`).
     pub(crate) gone: Instant,
     /// The lease's fencing token: the release raises the counters to it.
-    pub(crate) fence: Option<super::fencing::Fence>,
+    pub(crate) fence: Option<Fence>,
 }
 
 /// How a release went: its result, the nodes that released (or answered), the nodes that
 /// failed in its last round.
 type Released = (crate::Result<()>, usize, usize);
 
+impl Lease {
+    /// Releases the lock on every node that may hold it (compare-and-delete with this
+    /// lease's token). Returns once a quorum of nodes has released it (or holds nothing of
+    /// ours) — the lock can then be taken by the next client — while the slower nodes'
+    /// releases finish in the background, so a dead minority costs nothing here.
+    ///
+    /// Nodes that fail or do not answer in time are asked again, with a short backoff,
+    /// until a quorum is reached, the lease's validity ends, or ten node timeouts have
+    /// passed. Errors (and logs at warn) when no quorum was reached by then; the lock then
+    /// still expires after its ttl.
+    pub async fn release(mut self) -> crate::Result<()> {
+        self.stop_keep_alive();
+        let held = self.state.end();
+        let result = self.client.release_state(&self.state, held).await;
+        // Only now: if this future is dropped before, `Drop` spawns the release.
+        self.released = true;
+        result
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.stop_keep_alive();
+        let held = self.state.end();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let client = self.client.clone();
+                let state = self.state.clone();
+                // `release_state` runs in a `redlock.release` span linked to the lease's,
+                // and logs a release that failed at warn.
+                rt.spawn(async move {
+                    let _ = client.release_state(&state, held).await;
+                });
+            }
+            Err(_) => tracing::warn!(
+                key = %telemetry::hashed(self.key()),
+                "lease dropped outside a Tokio runtime: not released; the lock expires with its ttl"
+            ),
+        }
+    }
+}
+
 impl Redlock {
     /// Releases a lease's token on every node that may hold it, in a `redlock.release` span
     /// (linked to the lease's); its owner just ended it, and `held` says whether it was still
     /// held then (not lost, nor released before).
     pub(crate) async fn release_state(&self, state: &LeaseState, held: bool) -> crate::Result<()> {
-        let end = observe::Ending::start(state, false);
+        let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), false);
         // The span is entered only when enabled, and the release awaited in place otherwise:
-        // `observe::within` would move the release's future (measured: ~75 instructions a
+        // `telemetry::within` would move the release's future (measured: ~75 instructions a
         // release).
         let (result, released, failed) = match (self.lease_release(state, held), &end.span) {
             (None, _) => (Ok(()), 0, 0),
@@ -71,7 +120,7 @@ impl Redlock {
             (Some(r), Some(span)) => self.release_token(r).instrument(span.clone()).await,
         };
         end.released(released, failed);
-        end.done(state, &result);
+        end.done(state.started(), &result);
         result
     }
 
@@ -79,12 +128,12 @@ impl Redlock {
     fn lease_release(&self, state: &LeaseState, held: bool) -> Option<Release> {
         let (now, deadline) = (Instant::now(), state.deadline());
         if held && now >= deadline {
-            observe::lost(state, "its validity ran out before it was released");
+            telemetry::lost(state.key(), "its validity ran out before it was released");
         }
         let n = self.inner.nodes.len();
         // The nodes that hold none of our tokens need no release, and count as released: a
         // quorum of released-or-never-ours nodes means the lock can no longer be held.
-        let holders = state.holders() & quorum::all(n);
+        let holders = state.holders() & tally::all(n);
         if holders == 0 {
             return None;
         }
@@ -135,14 +184,13 @@ impl Redlock {
             let needed = r.needed - released;
             // A round waits one node timeout at least (a lock past its validity still gets
             // its release), and never past the caller's patience beyond that (a node kept
-            // waited for as it answers late, see `request.rs`, must not stretch it).
+            // waited for as it answers late, see `call.rs`, must not stretch it).
             let patience = Some(r.patience.min(r.until).max(Instant::now() + timeout));
-            let tally =
-                quorum::count_until(&mut sent, asked, needed, |_| Vote::For, patience).await;
+            let tally = tally::count_until(&mut sent, asked, needed, |_| Vote::For, patience).await;
             released += tally.for_;
             let mut failed = transient(&tally.errors);
             if released >= r.needed {
-                quorum::drain_ready(&mut sent, |(i, answer)| {
+                tally::drain_ready(&mut sent, |(i, answer)| {
                     if answer.is_err_and(|e| e.is_transient()) {
                         failed |= 1 << i;
                     }
@@ -176,14 +224,14 @@ impl Redlock {
     /// for at most [`PATIENCE`] more node timeouts, and never a suspended node or one whose
     /// reply refused (it would refuse again). The task holds the client weakly: dropping the
     /// client ends it.
-    fn release_in_background<F>(&self, mut r: Release, sent: quorum::Sent<bool, F>, failed: u64)
+    fn release_in_background<F>(&self, mut r: Release, sent: tally::Sent<bool, F>, failed: u64)
     where
         F: std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
     {
         let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
         r.until = r.until.min(Instant::now() + patience);
         let client = Arc::downgrade(&self.inner);
-        let span = observe::background(Background::ReleaseRest);
+        let span = telemetry::background(Background::ReleaseRest);
         tokio::spawn(release_rest(client, r, sent, failed).instrument(span));
     }
 
@@ -200,7 +248,7 @@ impl Redlock {
 }
 
 /// The background part of a release (see `Redlock::release_in_background`).
-async fn release_rest<F>(client: Weak<Inner>, r: Release, sent: quorum::Sent<bool, F>, failed: u64)
+async fn release_rest<F>(client: Weak<Inner>, r: Release, sent: tally::Sent<bool, F>, failed: u64)
 where
     F: std::future::Future<Output = Result<bool, NodeFailure>>,
 {
@@ -223,7 +271,7 @@ where
     };
     if let Some(left) = retry_rest(client, until, sent, failed, resend, owe).await {
         tracing::debug!(
-            key = %observe::hashed(&key),
+            key = %telemetry::hashed(&key),
             nodes = left.count_ones(),
             "nodes did not answer the release: it is owed to them, sent when they answer again"
         );
@@ -240,7 +288,7 @@ where
 pub(super) async fn retry_rest<F, G, R, O>(
     client: Weak<Inner>,
     until: Instant,
-    mut sent: quorum::Sent<bool, F>,
+    mut sent: tally::Sent<bool, F>,
     mut failed: u64,
     resend: R,
     owe: O,
@@ -248,7 +296,7 @@ pub(super) async fn retry_rest<F, G, R, O>(
 where
     F: Future<Output = Result<bool, NodeFailure>>,
     G: Future<Output = Result<bool, NodeFailure>>,
-    R: Fn(&Inner, u64) -> quorum::Sent<bool, G>,
+    R: Fn(&Inner, u64) -> tally::Sent<bool, G>,
     O: Fn(&Inner, u64),
 {
     while let Some((i, answer)) = sent.next().await {
@@ -286,7 +334,7 @@ where
 }
 
 /// Each node in `mask`: `owe` is called with its voter.
-pub(super) fn each_voter(inner: &Inner, mask: u64, mut owe: impl FnMut(&quorum::Voter)) {
+pub(super) fn each_voter(inner: &Inner, mask: u64, mut owe: impl FnMut(&Voter)) {
     for (i, voter) in inner.nodes.iter().enumerate() {
         if mask & (1 << i) != 0 {
             owe(voter);
@@ -323,7 +371,7 @@ fn release_failed(key: &str, released: usize, needed: usize, errors: Vec<NodeErr
         ),
         errors,
     );
-    tracing::warn!(key = %observe::hashed(key), error = %err, "release failed");
+    tracing::warn!(key = %telemetry::hashed(key), error = %err, "release failed");
     err
 }
 
@@ -355,10 +403,10 @@ impl Drop for CancelGuard {
             return;
         };
         let (key, token, deadline, ttl) = (self.key.clone(), self.token, self.deadline, self.ttl);
-        let span = observe::background(Background::Cancelled);
+        let span = telemetry::background(Background::Cancelled);
         let release = async move {
             let inner = &*client.inner;
-            let all = quorum::all(inner.nodes.len());
+            let all = tally::all(inner.nodes.len());
             // Every node may hold it; a quorum released means it is no longer ours.
             let release = Release {
                 key,
@@ -379,23 +427,23 @@ impl Drop for CancelGuard {
 /// Sends the compare-and-delete of `token` at `key` to every node in `mask` — with `fence`,
 /// the fenced release (the counters raised to the lease's token first).
 fn send_release(
-    nodes: &[Arc<quorum::Voter>],
+    nodes: &[Arc<Voter>],
     mask: u64,
     timeout: Duration,
     key: &Arc<str>,
     token: Token,
     fence: Option<&Fence>,
-) -> quorum::Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
+) -> tally::Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
     let owned = key.clone();
     // The `EVALSHA`, packed once for every Redis master.
     let packed = (fence.is_none() && nodes.iter().any(|v| v.node.uses_prepared(false)))
         .then(|| Arc::new(RedisNode::release_cmd(key, token.as_str())));
     let fenced = fence.cloned();
-    quorum::send(
+    tally::send(
         nodes,
         mask,
         timeout,
-        quorum::Skip::Never,
+        tally::Skip::Never,
         &|node| {
             let request = ReleaseRequest::new(key, token.as_str());
             node.release_now(&match fence {

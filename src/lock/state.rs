@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::fencing::Fence;
-use super::lease::Token;
-use super::observe;
+use super::telemetry;
+use super::token::Token;
 
 /// What a granted try hands to its lease.
 pub(crate) struct Grant {
@@ -166,7 +166,7 @@ impl LeaseState {
     /// ends it, and counts the loss — once, if the lease was still held.
     pub(crate) fn lose(&self, why: &str) {
         if self.end() {
-            observe::lost(self, why);
+            telemetry::lost(&self.key, why);
         }
     }
 }

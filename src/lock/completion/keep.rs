@@ -9,10 +9,10 @@ use futures_util::StreamExt;
 use tracing::Instrument;
 
 use super::{Completion, Progress};
-use crate::lock::observe::{self, Background};
 use crate::lock::owed::{Debt, Owed};
-use crate::lock::quorum::{self, Skip};
 use crate::lock::release::{self, FIRST_PAUSE, MAX_PAUSE};
+use crate::lock::tally::{self, Skip};
+use crate::lock::telemetry::{self, Background};
 use crate::lock::Inner;
 use crate::node::{ExtendRequest, NodeFailure};
 
@@ -81,7 +81,7 @@ impl Drop for KeepOnDrop {
         };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
-                key = %observe::hashed(&keep.completion.key),
+                key = %telemetry::hashed(&keep.completion.key),
                 "completion dropped outside a Tokio runtime: not asked again; the lock \
                  expires with its ttl where the record is missing"
             );
@@ -91,8 +91,8 @@ impl Drop for KeepOnDrop {
             retry: keep.holders,
             ..Progress::default()
         };
-        let sent = quorum::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
-        let span = observe::background(Background::Completing);
+        let sent = tally::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
+        let span = telemetry::background(Background::Completing);
         rt.spawn(keep_completing(keep, progress, sent).instrument(span));
     }
 }
@@ -108,7 +108,7 @@ impl Drop for KeepOnDrop {
 pub(super) async fn keep_completing<F>(
     mut keep: Keep,
     mut progress: Progress,
-    mut sent: quorum::Sent<bool, F>,
+    mut sent: tally::Sent<bool, F>,
 ) where
     F: std::future::Future<Output = Result<bool, NodeFailure>>,
 {
@@ -133,7 +133,7 @@ pub(super) async fn keep_completing<F>(
         let Some(inner) = keep.client.upgrade() else {
             // The application dropped its client (shutting down): nothing to report for it.
             tracing::debug!(
-                key = %observe::hashed(&keep.completion.key),
+                key = %telemetry::hashed(&keep.completion.key),
                 "the client was dropped: its completions in the background end"
             );
             return;
@@ -180,7 +180,7 @@ pub(super) async fn keep_completing<F>(
     let key = &keep.completion.key;
     crate::metrics::record_minority();
     tracing::warn!(
-        key = %observe::hashed(key),
+        key = %telemetry::hashed(key),
         stored_on = progress.stored(),
         quorum = keep.quorum,
         "the completion record never reached a quorum: once the lock expires where it is \
@@ -192,7 +192,7 @@ pub(super) async fn keep_completing<F>(
 /// Logs that a completion in the background reached its quorum.
 fn reached(keep: &Keep) {
     tracing::info!(
-        key = %observe::hashed(&keep.completion.key),
+        key = %telemetry::hashed(&keep.completion.key),
         "the completion record reached its quorum after all"
     );
 }
@@ -202,7 +202,7 @@ fn reached(keep: &Keep) {
 async fn keep_locked(inner: &Inner, keep: &mut Keep, progress: &mut Progress, mask: u64) {
     let (key, token, ttl) = (keep.completion.key.clone(), keep.completion.token, keep.ttl);
     let start = Instant::now();
-    let mut sent = quorum::send(
+    let mut sent = tally::send(
         &inner.nodes,
         mask,
         inner.config.node_timeout,

@@ -1,6 +1,8 @@
-//! Completing idempotent work: [`Lease::complete`](crate::Lease::complete) stores the
-//! completion record on every node where the lease still holds, ending the lock there, and
-//! keeps at it until a quorum has it.
+//! Idempotent work on the quorum: [`Redlock::lock_unless_completed`] answers with the
+//! completion record when the work is done, or with a lease to do it (the replay acquire:
+//! `acquire/replay.rs`); [`Lease::complete`](crate::Lease::complete) stores the completion
+//! record on every node where the lease still holds, ending the lock there, and keeps at it
+//! until a quorum has it.
 //!
 //! A duplicate runs the work again only if a quorum of nodes answers it with neither the
 //! record nor our lock. So while the record lacks its quorum, the nodes that did not store
@@ -17,12 +19,16 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tracing::Instrument;
 
+use super::acquire::{record_key, Claim};
+use super::call::Answer;
 use super::fencing::Fence;
-use super::lease::{LeaseState, Token};
-use super::observe::{self, Background};
-use super::quorum::{self, Answer, Skip, Tally, Vote};
-use super::records::record_key;
+use super::lease::Lease;
+use super::options::Retry;
 use super::release::{self, FIRST_PAUSE, MAX_PAUSE};
+use super::state::LeaseState;
+use super::tally::{self, Skip, Tally, Vote};
+use super::telemetry::{self, Background};
+use super::token::Token;
 use super::{Inner, Redlock};
 use crate::error::Error;
 use crate::node::{CompleteRequest, NodeFailure};
@@ -32,6 +38,115 @@ mod keep;
 mod tests;
 
 use self::keep::{keep_completing, Keep, KeepOnDrop, KEEP_TTLS};
+
+impl Redlock {
+    /// Locks `resource` for work that must run **once**, unless it already ran: each node is
+    /// asked, in one atomic step, for the resource's completion record, and locks only if it
+    /// has none. Any record found is the answer ([`Claim::Completed`]: only a holder ever
+    /// stores one); "not done yet" is concluded only from a quorum of locks
+    /// ([`Claim::Locked`]). Contended and unavailable as [`Redlock::lock_with`]; a node
+    /// that stores no records (a custom [`Node`](crate::node::Node) without them) counts as
+    /// failed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
+    /// use std::time::Duration;
+    /// use tower_redlock::{Claim, Redlock, Retry};
+    ///
+    /// let redlock = Redlock::in_memory();
+    /// let ttl = Duration::from_secs(10);
+    /// let day = Duration::from_secs(86_400);
+    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
+    ///     Claim::Locked(lease) => lease.complete("charged: pay_1", day).await?,
+    ///     Claim::Completed(_) => unreachable!("first time"),
+    /// }
+    /// // A retry of the same work gets the stored answer; nothing runs twice.
+    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
+    ///     Claim::Completed(record) => assert_eq!(&record[..], b"charged: pay_1"),
+    ///     Claim::Locked(_) => unreachable!("already done"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_unless_completed(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        retry: Retry,
+    ) -> crate::Result<Claim> {
+        self.lock_inner(resource, ttl, retry, true).await
+    }
+}
+
+impl Lease {
+    /// Completes the work this lease guarded (see [`Redlock::lock_unless_completed`]):
+    /// stores `record` as the resource's completion record for `retention`, on every node
+    /// where the lease still holds, and ends the lock there — one atomic step per node.
+    /// From then on [`Redlock::lock_unless_completed`] answers
+    /// [`Claim::Completed`](crate::Claim::Completed) with `record`.
+    ///
+    /// A record over [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN), or a retention of zero or
+    /// over [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
+    /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
+    /// expired or was lost (nothing stale is stored where it no longer holds),
+    /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
+    /// released early: the record is asked again, in the background, where the lock still
+    /// holds (and the lock extended where the write is refused with an error reply), until a
+    /// quorum has it or the lock has expired there, so duplicates are refused rather than
+    /// run a second time. The same holds if this future is dropped midway. See the crate's
+    /// Safety docs for the one case left open.
+    ///
+    /// [`Error::is_lost`]: crate::Error::is_lost
+    /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
+    /// [`Error::is_unavailable`]: crate::Error::is_unavailable
+    pub async fn complete(
+        mut self,
+        record: impl Into<bytes::Bytes>,
+        retention: std::time::Duration,
+    ) -> crate::Result<()> {
+        let record = record.into();
+        let invalid = if record.len() > Lease::MAX_RECORD_LEN {
+            Some(format!(
+                "the completion record is {} bytes; the maximum is {}",
+                record.len(),
+                Lease::MAX_RECORD_LEN
+            ))
+        } else if retention < std::time::Duration::from_millis(1)
+            || retention > Lease::MAX_RECORD_RETENTION
+        {
+            Some(format!(
+                "the retention of a completion record must be between 1 ms and {:?}",
+                Lease::MAX_RECORD_RETENTION
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = invalid {
+            // Refused before anything was stored: the work may run again, so release.
+            let _ = self.release().await;
+            return Err(crate::Error::invalid(why));
+        }
+        self.stop_keep_alive();
+        // From here the lock is never released early, not even if this future is dropped.
+        self.released = true;
+        let state = &*self.state;
+        let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), true);
+        let valid = state.is_valid();
+        let completion = self
+            .client
+            .complete_state(state, record, retention, end.span.as_ref());
+        let result = telemetry::within(&end.span, completion).await;
+        // Still held: the lease had expired, and nothing was stored. A loss found by the
+        // completion itself (its token gone from a quorum) counts too, once.
+        let ended = state.end();
+        if let Err(e) = &result {
+            if e.is_lost() && (valid || ended) {
+                telemetry::lost(state.key(), "found by its completion");
+            }
+        }
+        end.done(state.started(), &result);
+        result
+    }
+}
 
 impl Redlock {
     /// Stores `record` for `state`'s resource on every node where its token still holds.
@@ -76,7 +191,7 @@ impl Redlock {
             hard_until: state.deadline() + state.ttl().saturating_mul(KEEP_TTLS),
             gone: Instant::now().max(state.deadline()) + state.ttl(),
             quorum: inner.quorum,
-            holders: state.holders() & quorum::all(n),
+            holders: state.holders() & tally::all(n),
         }));
         let completion = &guard.keep().completion;
         let vote = |stored| {
@@ -87,20 +202,20 @@ impl Redlock {
             }
         };
         // Only where the lease's lock may be: a record is never stored anywhere else.
-        let holders = state.holders() & quorum::all(n);
+        let holders = state.holders() & tally::all(n);
         let mut sent = completion.send(inner, holders);
         let asked = holders.count_ones() as usize;
         // Each round stops at the caller's patience (one node timeout at least): a node that
-        // answers late (`request.rs`) is waited for in the background.
+        // answers late (`call.rs`) is waited for in the background.
         let patience = self.patience(state.deadline());
         let timeout = inner.config.node_timeout;
         let round = || patience.max(Instant::now() + timeout);
         let first = round();
-        let tally = quorum::count_until(&mut sent, asked, inner.quorum, vote, Some(first)).await;
+        let tally = tally::count_until(&mut sent, asked, inner.quorum, vote, Some(first)).await;
         // The first round's votes, on the `redlock.complete` span.
-        observe::votes(span, &tally);
+        telemetry::votes(span, || tally.votes());
         let mut progress = Progress::from_tally(&tally);
-        progress.refused |= quorum::all(n) & !holders;
+        progress.refused |= tally::all(n) & !holders;
         // The first round decided early without a quorum (some node refused): its other
         // answers still count.
         progress.count(&mut sent, inner.quorum, first).await;
@@ -124,7 +239,7 @@ impl Redlock {
         if stored >= inner.quorum {
             // The slower nodes store it too, and those that gave no answer are asked again,
             // in the background while the lease is valid.
-            quorum::drain_ready(&mut sent, |answer| progress.take(answer));
+            tally::drain_ready(&mut sent, |answer| progress.take(answer));
             if progress.retry != 0 || !sent.is_empty() {
                 let client = Arc::downgrade(&self.inner);
                 let until = self.patience(state.deadline());
@@ -135,12 +250,12 @@ impl Redlock {
                     let owe = |inner: &Inner, mask| keep.owe(inner, mask);
                     release::retry_rest(client, until, sent, failed, resend, owe).await;
                 };
-                tokio::spawn(rest.instrument(observe::background(Background::Stragglers)));
+                tokio::spawn(rest.instrument(telemetry::background(Background::Stragglers)));
             }
             return Ok(());
         }
         tracing::warn!(
-            key = %observe::hashed(state.key()),
+            key = %telemetry::hashed(state.key()),
             stored_on = stored,
             "completion record not stored on a quorum yet: it is retried where the lock \
              holds, and the lock is kept there meanwhile, so duplicates are refused rather \
@@ -148,7 +263,7 @@ impl Redlock {
         );
         tokio::spawn(
             keep_completing(keep, progress, sent)
-                .instrument(observe::background(Background::Completing)),
+                .instrument(telemetry::background(Background::Completing)),
         );
         if progress.lost(n, inner.quorum) {
             Err(Error::lost(
@@ -256,13 +371,13 @@ impl Completion {
         &self,
         inner: &Inner,
         mask: u64,
-    ) -> quorum::Sent<
+    ) -> tally::Sent<
         bool,
         impl std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
     > {
         let (key, record_key, token) = (&self.key, &self.record_key, self.token);
         let (record, retention, fence) = (&self.record, self.retention, &self.fence);
-        quorum::send(
+        tally::send(
             &inner.nodes,
             mask,
             inner.config.node_timeout,
@@ -285,7 +400,7 @@ impl Completion {
                         return v.node.complete(plain).await;
                     };
                     // The counters raised to the lease's token first, as a release does; a
-                    // node without counters (no vote: see `acquire.rs`) may still hold our
+                    // node without counters (no vote: see `acquire/acquisition.rs`) may still hold our
                     // key, and gets the plain completion, as it gets the plain release.
                     match v.node.complete(plain.fenced(f.floor())).await {
                         Err(e) if e.is_unsupported() => v.node.complete(plain).await,

@@ -1,20 +1,23 @@
-//! Idempotent work on the quorum: [`Redlock::lock_unless_completed`] answers with the
-//! completion record when the work is done, or with a lease to do it; [`Lease::complete`]
-//! stores the record where the lease still holds, ending the lock there (`completion.rs`).
+//! The replay acquire ([`Redlock::lock_unless_completed`]): each node is asked for the
+//! completion record first, and locks only without one. Any record found is the answer
+//! ([`Claim::Completed`]); "not done yet" is concluded only from a quorum of locks, after
+//! every asked node has answered. The record's key (beside the lock's) is named here.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tracing::Instrument;
 
-use super::observe::{self, Background};
-use super::quorum::{self, Answer, Tally};
-use super::release::Release;
-use super::{Redlock, Retry, Token};
+use crate::lock::call::Answer;
+use crate::lock::lease::Lease;
+use crate::lock::release::Release;
+use crate::lock::tally::{self, Tally};
+use crate::lock::telemetry::{self, Background};
+use crate::lock::token::Token;
+use crate::lock::Redlock;
 use crate::node::Acquire;
-use crate::Lease;
 
 /// The Redis key of `key`'s completion record: beside the lock, with a distinct suffix.
 pub(crate) fn record_key(key: &str) -> Arc<str> {
@@ -46,7 +49,7 @@ where
 /// locked nothing, so a replay hit usually costs no release at all.
 pub(super) fn settle_in_background<F>(
     client: Redlock,
-    mut sent: quorum::Sent<Acquire, F>,
+    mut sent: tally::Sent<Acquire, F>,
     key: Arc<str>,
     token: Token,
     until: Instant,
@@ -74,7 +77,7 @@ pub(super) fn settle_in_background<F>(
             let _ = client.release_token(release).await;
         }
     };
-    tokio::spawn(settle.instrument(observe::background(Background::Settle)));
+    tokio::spawn(settle.instrument(telemetry::background(Background::Settle)));
 }
 
 /// The answer of [`Redlock::lock_unless_completed`].
@@ -87,42 +90,4 @@ pub enum Claim {
     /// The work is done: the record its holder stored with [`Lease::complete`]. Nothing was
     /// locked.
     Completed(Bytes),
-}
-
-impl Redlock {
-    /// Locks `resource` for work that must run **once**, unless it already ran: each node is
-    /// asked, in one atomic step, for the resource's completion record, and locks only if it
-    /// has none. Any record found is the answer ([`Claim::Completed`]: only a holder ever
-    /// stores one); "not done yet" is concluded only from a quorum of locks
-    /// ([`Claim::Locked`]). Contended and unavailable as [`Redlock::lock_with`]; a node
-    /// that stores no records (a custom [`Node`](crate::node::Node) without them) counts as
-    /// failed.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
-    /// use std::time::Duration;
-    /// use tower_redlock::{Claim, Redlock, Retry};
-    ///
-    /// let redlock = Redlock::in_memory();
-    /// let ttl = Duration::from_secs(10);
-    /// let day = Duration::from_secs(86_400);
-    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
-    ///     Claim::Locked(lease) => lease.complete("charged: pay_1", day).await?,
-    ///     Claim::Completed(_) => unreachable!("first time"),
-    /// }
-    /// // A retry of the same work gets the stored answer; nothing runs twice.
-    /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
-    ///     Claim::Completed(record) => assert_eq!(&record[..], b"charged: pay_1"),
-    ///     Claim::Locked(_) => unreachable!("already done"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn lock_unless_completed(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        retry: Retry,
-    ) -> crate::Result<Claim> {
-        self.lock_inner(resource, ttl, retry, true).await
-    }
 }

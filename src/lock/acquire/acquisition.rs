@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fencing;
-use super::lease::Token;
-use super::quorum::Voter;
+use crate::lock::call::Voter;
+use crate::lock::fencing;
+use crate::lock::token::Token;
 use crate::node::{Acquire, AcquireRequest, AnyNode, NodeFailure, RedisNode};
 
 /// One try's acquire, cloned into the request to every remote node (reference counts only:

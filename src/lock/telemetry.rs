@@ -1,8 +1,12 @@
-//! What the lock client tells operators: one span per acquire, extend, release and
-//! completion, with its outcome, the votes, the elapsed time and the validity as fields; a
-//! `redlock.lease` span for the time a lease is held, to which background work (keep-alive,
-//! a release on drop) is linked; per-node answers at debug; and the metrics of
+//! Telemetry: what the lock client tells operators. One span per acquire, extend, release
+//! and completion, with its outcome, the votes, the elapsed time and the validity as fields;
+//! a `redlock.lease` span for the time a lease is held, to which background work
+//! (keep-alive, a release on drop) is linked; per-node answers at debug; and the metrics of
 //! [`crate::metrics`] (no-ops without the feature `metrics`).
+//!
+//! It imports no other lock module: callers hand it plain values (keys, instants, counts,
+//! the lease's span, the crate's [`Error`]) and its own outcome types ([`Votes`],
+//! [`NodeVote`], [`LockOutcome`]), mapped from the lock's at the call site.
 //!
 //! A span is an `Option<Span>` here, `Some` only when a subscriber wants it: without one no
 //! span is built, not even a disabled one (one atomic load), nothing is hashed (a key is
@@ -18,9 +22,7 @@ use tracing::field::{debug, display, Empty};
 use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
 use tracing::{Instrument, Span};
 
-use super::lease::LeaseState;
-use super::quorum::{Tally, Vote};
-use super::records::Claim;
+use crate::error::Error;
 use crate::metrics::{self, Acquire};
 
 /// How a Redis key appears in logs and spans: the first 8 bytes of its SHA-256, in hex —
@@ -85,29 +87,65 @@ fn since(t0: Option<Instant>) -> Duration {
     t0.map_or(Duration::ZERO, |t| t.elapsed())
 }
 
-/// Records a count of votes on `span`: for, held (against), failed.
+/// A count of votes, as a span records it.
+#[derive(Clone, Copy)]
+pub(crate) struct Votes {
+    /// The nodes that did what was asked.
+    pub(crate) for_: usize,
+    /// The nodes that refused: the key is held by another value (or no longer holds ours).
+    pub(crate) held: usize,
+    /// The nodes that failed or gave no answer.
+    pub(crate) failed: usize,
+}
+
+/// Records a count of votes on `span`: for, held (against), failed (`counted` is asked only
+/// for an enabled span).
 #[inline]
-pub(crate) fn votes(span: Option<&Span>, t: &Tally) {
+pub(crate) fn votes(span: Option<&Span>, counted: impl FnOnce() -> Votes) {
     if let Some(span) = span.filter(|s| !s.is_disabled()) {
-        span.record("votes_for", t.for_);
-        span.record("votes_held", t.against);
-        span.record("votes_failed", t.errors.len());
+        let votes = counted();
+        span.record("votes_for", votes.for_);
+        span.record("votes_held", votes.held);
+        span.record("votes_failed", votes.failed);
     }
+}
+
+/// One node's answer, as its debug event names it.
+#[derive(Clone, Copy)]
+pub(crate) enum NodeVote {
+    /// The node did what was asked.
+    For,
+    /// The node set the key and bumped the fencing counter.
+    Fenced,
+    /// The node refused.
+    Against,
+    /// The node had the completion record.
+    Completed,
 }
 
 /// Node `i`'s answer, at debug.
 #[inline]
-pub(crate) fn answered(i: usize, vote: &Vote) {
+pub(crate) fn answered(i: usize, vote: NodeVote) {
     if !on(LevelFilter::DEBUG) {
         return;
     }
     let vote = match vote {
-        Vote::For => "for",
-        Vote::Fenced(_) => "for (fenced)",
-        Vote::Against(_) => "against",
-        Vote::Completed(_) => "completed",
+        NodeVote::For => "for",
+        NodeVote::Fenced => "for (fenced)",
+        NodeVote::Against => "against",
+        NodeVote::Completed => "completed",
     };
     tracing::debug!(node = i, vote, "node answered");
+}
+
+/// How a lock call ended.
+pub(crate) enum LockOutcome<'a> {
+    /// The lock was taken; its validity ends at this instant.
+    Locked(Instant),
+    /// A node had the completion record (replay): nothing was locked.
+    Completed,
+    /// The call failed or was refused.
+    Failed(&'a Error),
 }
 
 /// One lock call ([`Redlock::lock`](crate::Redlock::lock) and its variants,
@@ -167,19 +205,21 @@ impl Acquiring {
         }
     }
 
-    /// A try was counted: its votes, at debug (the span keeps the last try's).
+    /// A try was counted: its votes, and whether a node had the completion record, at
+    /// debug (the span keeps the last try's). `counted` is asked only for an enabled span.
     #[inline]
-    pub(crate) fn tried(&self, t: &Tally) {
+    pub(crate) fn tried(&self, counted: impl FnOnce() -> (Votes, bool)) {
         let Some(span) = &self.span else {
             return;
         };
-        votes(Some(span), t);
+        let (v, completed) = counted();
+        votes(Some(span), || v);
         tracing::debug!(
             parent: span,
-            votes_for = t.for_,
-            votes_held = t.against,
-            votes_failed = t.errors.len(),
-            completed = t.record.is_some(),
+            votes_for = v.for_,
+            votes_held = v.held,
+            votes_failed = v.failed,
+            completed,
             "try counted"
         );
     }
@@ -194,24 +234,23 @@ impl Acquiring {
         enabled(span)
     }
 
-    /// The call's outcome: recorded, counted, and logged when exceptional; returned.
+    /// The call's outcome: recorded, counted, and logged when exceptional.
     #[inline]
-    pub(crate) fn done(mut self, result: crate::Result<Claim>) -> crate::Result<Claim> {
+    pub(crate) fn done(mut self, outcome: LockOutcome<'_>) {
         self.finished = true;
         if cfg!(feature = "metrics") || self.span.is_some() {
-            self.record(&result);
+            self.record(&outcome);
         }
-        result
     }
 
-    fn record(&self, result: &crate::Result<Claim>) {
+    fn record(&self, result: &LockOutcome<'_>) {
         let outcome = match result {
-            Ok(Claim::Locked(_)) => Some(Acquire::Acquired),
-            Ok(Claim::Completed(_)) => Some(Acquire::Completed),
-            Err(e) if e.is_contended() => Some(Acquire::Contended),
-            Err(e) if e.is_unavailable() => Some(Acquire::Unavailable),
+            LockOutcome::Locked(_) => Some(Acquire::Acquired),
+            LockOutcome::Completed => Some(Acquire::Completed),
+            LockOutcome::Failed(e) if e.is_contended() => Some(Acquire::Contended),
+            LockOutcome::Failed(e) if e.is_unavailable() => Some(Acquire::Unavailable),
             // Invalid input: refused before any I/O, not counted.
-            Err(_) => None,
+            LockOutcome::Failed(_) => None,
         };
         let elapsed = self.started.elapsed();
         if let Some(outcome) = outcome {
@@ -223,11 +262,12 @@ impl Acquiring {
         span.record("outcome", outcome.map_or("invalid", Acquire::as_str));
         span.record("elapsed", debug(elapsed));
         match result {
-            Ok(Claim::Locked(lease)) => {
-                span.record("validity", debug(lease.validity()));
+            LockOutcome::Locked(deadline) => {
+                let validity = deadline.saturating_duration_since(Instant::now());
+                span.record("validity", debug(validity));
             }
-            Ok(Claim::Completed(_)) => {}
-            Err(e) => {
+            LockOutcome::Completed => {}
+            LockOutcome::Failed(e) => {
                 if e.is_unavailable() {
                     tracing::info!(parent: span, error = %e, "lock quorum unreachable");
                 } else if !e.is_contended() {
@@ -255,15 +295,16 @@ impl Drop for Acquiring {
     }
 }
 
-/// An extension of a lease to `ttl`: its span, following from the lease's.
+/// An extension to `ttl` of the lease of `key` (held in the span `lease`): its span,
+/// following from the lease's.
 #[inline]
-pub(crate) fn extend_span(state: &LeaseState, ttl: Duration) -> Option<Span> {
+pub(crate) fn extend_span(key: &str, lease: Option<&Span>, ttl: Duration) -> Option<Span> {
     if !on(LevelFilter::INFO) {
         return None;
     }
     let span = tracing::info_span!(
         "redlock.extend",
-        key = %hashed(state.key()),
+        key = %hashed(key),
         ?ttl,
         outcome = Empty,
         votes_for = Empty,
@@ -273,17 +314,17 @@ pub(crate) fn extend_span(state: &LeaseState, ttl: Duration) -> Option<Span> {
         validity = Empty,
     );
     let span = enabled(span)?;
-    span.follows_from(state.span().and_then(Span::id));
+    span.follows_from(lease.and_then(Span::id));
     Some(span)
 }
 
-/// An extension's outcome: recorded and counted (a loss is counted where it is noticed,
-/// see [`lost`]).
+/// An extension's outcome: recorded, with the lease's `validity` now (asked only for an
+/// enabled span), and counted (a loss is counted where it is noticed, see [`lost`]).
 pub(crate) fn extended(
     span: &Option<Span>,
     t0: Option<Instant>,
-    state: &LeaseState,
     r: &crate::Result<()>,
+    validity: impl FnOnce() -> Duration,
 ) {
     if r.is_ok() {
         metrics::extended();
@@ -300,7 +341,7 @@ pub(crate) fn extended(
     };
     span.record("outcome", outcome);
     span.record("elapsed", debug(since(t0)));
-    span.record("validity", debug(state.validity()));
+    span.record("validity", debug(validity()));
     if let Err(e) = r {
         if e.is_unavailable() {
             tracing::info!(parent: span, error = %e, "extension: quorum unreachable");
@@ -318,13 +359,20 @@ pub(crate) struct Ending {
 }
 
 impl Ending {
-    pub(crate) fn start(state: &LeaseState, completing: bool) -> Self {
+    /// The end of the lease of `key` (held in the span `lease`), whose validity ends at
+    /// `deadline` (asked only when a span or the metrics record it).
+    pub(crate) fn start(
+        key: &str,
+        lease: Option<&Span>,
+        deadline: impl FnOnce() -> Instant,
+        completing: bool,
+    ) -> Self {
         let span = if !on(LevelFilter::INFO) {
             None
         } else if completing {
             enabled(tracing::info_span!(
                 "redlock.complete",
-                key = %hashed(state.key()),
+                key = %hashed(key),
                 outcome = Empty,
                 votes_for = Empty,
                 votes_held = Empty,
@@ -335,7 +383,7 @@ impl Ending {
         } else {
             enabled(tracing::info_span!(
                 "redlock.release",
-                key = %hashed(state.key()),
+                key = %hashed(key),
                 outcome = Empty,
                 votes_for = Empty,
                 votes_failed = Empty,
@@ -345,10 +393,10 @@ impl Ending {
         };
         let t0 = clock(&span);
         let left = t0.map_or(Duration::ZERO, |now| {
-            state.deadline().saturating_duration_since(now)
+            deadline().saturating_duration_since(now)
         });
         if let Some(span) = &span {
-            span.follows_from(state.span().and_then(Span::id));
+            span.follows_from(lease.and_then(Span::id));
             span.record("validity", debug(left));
         }
         Self {
@@ -368,11 +416,12 @@ impl Ending {
         }
     }
 
-    /// The outcome: recorded, and counted with the hold time and the validity left.
+    /// The outcome: recorded, and counted with the hold time (since the lock request was
+    /// sent, at `started`) and the validity left.
     #[inline]
-    pub(crate) fn done(&self, state: &LeaseState, r: &crate::Result<()>) {
+    pub(crate) fn done(&self, started: Instant, r: &crate::Result<()>) {
         if let Some(t0) = self.t0 {
-            let held = t0.saturating_duration_since(state.started());
+            let held = t0.saturating_duration_since(started);
             metrics::ended(self.completing, r.is_ok(), held, self.left);
         }
         let Some(span) = &self.span else {
@@ -391,18 +440,19 @@ impl Ending {
     }
 }
 
-/// A lease was found lost while held (once per lease: see `LeaseState::lose`): counted, and
-/// logged at warn.
-pub(crate) fn lost(state: &LeaseState, why: &str) {
+/// The lease of `key` was found lost while held (once per lease: see `LeaseState::lose`):
+/// counted, and logged at warn.
+pub(crate) fn lost(key: &str, why: &str) {
     metrics::lost();
-    tracing::warn!(key = %hashed(state.key()), "lease lost: {why}");
+    tracing::warn!(key = %hashed(key), "lease lost: {why}");
 }
 
-/// The span of a lease's keep-alive task, following from the lease's span.
-pub(crate) fn keep_alive_span(state: &LeaseState) -> Span {
-    let span = tracing::info_span!(parent: None, "redlock.keep_alive", key = %hashed(state.key()));
+/// The span of the keep-alive task of the lease of `key`, following from the lease's span
+/// (`lease`).
+pub(crate) fn keep_alive_span(key: &str, lease: Option<&Span>) -> Span {
+    let span = tracing::info_span!(parent: None, "redlock.keep_alive", key = %hashed(key));
     if !span.is_disabled() {
-        span.follows_from(state.span().and_then(Span::id));
+        span.follows_from(lease.and_then(Span::id));
     }
     span
 }
@@ -443,96 +493,7 @@ pub(crate) enum Background {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-    use std::time::Duration;
-
-    use tracing_subscriber::fmt::format::FmtSpan;
-
     use super::hashed;
-    use crate::node::MemoryNode;
-    use crate::{Claim, Redlock, Retry};
-
-    /// The log lines of a test, written by a `fmt` subscriber.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// With a subscriber, every lock call, extension, release and completion closes its span
-    /// with its outcome; the key appears only hashed — also for a lease dropped, whose
-    /// release runs in the background.
-    #[test]
-    fn spans_record_outcomes_and_never_the_key() {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_span_events(FmtSpan::CLOSE)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        tracing::subscriber::with_default(subscriber, || {
-            rt.block_on(async {
-                let node = MemoryNode::new();
-                let redlock = Redlock::builder().node(node.clone()).build().unwrap();
-                let ttl = Duration::from_secs(10);
-                let lease = redlock.lock("secret-resource", ttl).await.unwrap();
-                let busy = redlock.try_lock("secret-resource", ttl).await.unwrap_err();
-                assert!(busy.is_contended());
-                lease.extend(ttl).await.unwrap();
-                lease.release().await.unwrap();
-                drop(redlock.lock("secret-resource", ttl).await.unwrap());
-                for _ in 0..1000 {
-                    if node.get("secret-resource").is_none() {
-                        break;
-                    }
-                    tokio::task::yield_now().await;
-                }
-                assert_eq!(node.get("secret-resource"), None, "released on drop");
-                let work = || redlock.lock_unless_completed("secret-work", ttl, Retry::never());
-                match work().await.unwrap() {
-                    Claim::Locked(lease) => lease.complete("done", ttl).await.unwrap(),
-                    Claim::Completed(_) => panic!("first run"),
-                }
-                assert!(matches!(work().await.unwrap(), Claim::Completed(_)));
-            });
-        });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        let closed = |span: &str, outcome: &str| {
-            text.lines()
-                .filter(|l| l.contains(&format!("{span}{{")) && l.contains("close"))
-                .filter(|l| l.contains(&format!("outcome=\"{outcome}\"")))
-                .count()
-        };
-        assert_eq!(closed("redlock.acquire", "acquired"), 3, "{text}");
-        assert_eq!(closed("redlock.acquire", "contended"), 1, "{text}");
-        assert_eq!(closed("redlock.acquire", "completed"), 1, "{text}");
-        assert_eq!(closed("redlock.extend", "extended"), 1, "{text}");
-        assert_eq!(closed("redlock.release", "released"), 2, "{text}");
-        assert_eq!(closed("redlock.complete", "completed"), 1, "{text}");
-        assert!(text.contains("redlock.lease{"), "{text}");
-        assert!(text.contains("try counted"), "{text}");
-        assert!(
-            text.contains(&hashed("secret-resource").to_string()),
-            "{text}"
-        );
-        assert!(!text.contains("secret-resource"), "{text}");
-        assert!(!text.contains("secret-work"), "{text}");
-    }
 
     #[test]
     fn a_key_is_shown_by_a_short_stable_hash() {

@@ -1,5 +1,7 @@
-//! One request to one node: the node's call, bounded by the node timeout as this process
-//! experiences it, and reported to the node's health (and counted in the metrics).
+//! One request to one voter: a [`Voter`] (a node as the client holds it), and a [`Call`] to
+//! it — the node's call, bounded by the node timeout as this process experiences it, and
+//! reported to the node's health (and counted in the metrics). A suspended voter is probed
+//! here, and what a voter is owed (see `owed.rs`) is paid here when it answers again.
 //!
 //! A timer that fires late means this process did not run (a blocked thread, a starved CPU,
 //! a flooded runtime): the node is not blamed for that time, and the request gets it back
@@ -23,12 +25,25 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tracing::Instrument;
 
-use super::observe::{self, Background};
-use super::owed::{Debt, Owed};
-use super::quorum::{Answer, Voter};
+use super::health::Health;
+use super::owed::{Debt, Ledger, Owed};
+use super::telemetry::{self, Background};
 use crate::error::NodeError;
 use crate::metrics;
 use crate::node::{AnyNode, CompleteRequest, FenceFloor, NodeFailure, NodeFuture, ReleaseRequest};
+
+/// One node as the client holds it: the node, its name, its recent timeouts, and what it
+/// is owed (see `owed.rs`).
+#[derive(Debug)]
+pub(crate) struct Voter {
+    pub(crate) node: AnyNode,
+    pub(crate) name: Arc<str>,
+    pub(crate) health: Health,
+    pub(crate) owed: Ledger,
+}
+
+/// One node's answer: its index, and its result or why it has none.
+pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 
 /// The most time a request is given back for stalls of this process, in node timeouts.
 pub(crate) const MAX_EXCUSE: u32 = 4;
@@ -48,7 +63,7 @@ fn stall_threshold(timeout: Duration) -> Duration {
 pin_project_lite::pin_project! {
     /// One request to one node, bounded by the node timeout as this process experiences it,
     /// and reported to the node's health.
-    pub(crate) struct Request<F> {
+    pub(crate) struct Call<F> {
         #[pin]
         call: F,
         #[pin]
@@ -69,7 +84,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F> Request<F> {
+impl<F> Call<F> {
     pub(super) fn new(
         call: F,
         voter: Arc<Voter>,
@@ -92,7 +107,7 @@ impl<F> Request<F> {
     }
 }
 
-impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Request<F> {
+impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Call<F> {
     type Output = Answer<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<T>> {
@@ -227,7 +242,7 @@ fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
                 let debt = Arc::new(debt);
                 let (node, owed) = (voter.clone(), debt.clone());
                 let call = async move { settle(&node.node, &owed).await };
-                let request = Request::new(call, voter.clone(), i, timeout, false);
+                let request = Call::new(call, voter.clone(), i, timeout, false);
                 sent.push(request.map(move |(_, answer)| (debt, answer)));
             }
             let Some((debt, answer)) = sent.next().await else {
@@ -244,7 +259,7 @@ fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
             pay(&voter, i, timeout);
         }
     };
-    rt.spawn(payment.instrument(observe::background(Background::Owed)));
+    rt.spawn(payment.instrument(telemetry::background(Background::Owed)));
 }
 
 /// A node's payment under way: when dropped, what it did not send is owed again and the
@@ -337,10 +352,7 @@ fn start_probing(voter: &Arc<Voter>, i: usize, timeout: Duration) {
                     let probe = ReleaseRequest::new(PROBE_KEY, PROBE_TOKEN);
                     node.node.release(probe, None).await
                 };
-                let answered = Request::new(call, v.clone(), i, timeout, true)
-                    .await
-                    .1
-                    .is_ok();
+                let answered = Call::new(call, v.clone(), i, timeout, true).await.1.is_ok();
                 if !answered {
                     continue;
                 }

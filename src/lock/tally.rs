@@ -1,6 +1,7 @@
-//! Parallel fan-out to every node and vote counting. Every request to a node is a
-//! [`Request`] (see `request.rs`): the node's call, bounded by the node timeout as this
-//! process experiences it, reported to the node's health. Each answer is logged at debug.
+//! The quorum tally: parallel fan-out to every node, and vote counting with an early
+//! decision. Every request to a node is a [`Call`] (see `call.rs`): the node's call, bounded
+//! by the node timeout as this process experiences it, reported to the node's health. Each
+//! answer is logged at debug.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,22 +15,10 @@ use futures_util::FutureExt;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::health::Health;
-use super::observe::{self, Background};
-use super::owed::Ledger;
-pub(crate) use super::request::Request;
+use super::call::{Answer, Call, Voter};
+use super::telemetry::{self, Background, NodeVote, Votes};
 use crate::error::NodeError;
 use crate::node::{Acquire, AnyNode, NodeFailure};
-
-/// One node as the client holds it: the node, its name, its recent timeouts, and what it
-/// is owed (see `owed.rs`).
-#[derive(Debug)]
-pub(crate) struct Voter {
-    pub(crate) node: AnyNode,
-    pub(crate) name: Arc<str>,
-    pub(crate) health: Health,
-    pub(crate) owed: Ledger,
-}
 
 /// Whether a request may skip a suspended node.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -52,6 +41,18 @@ pub(crate) enum Vote {
     /// The node has the completion record of the work (replay acquire): nothing was locked,
     /// and counting stops — any stored record is the answer.
     Completed(bytes::Bytes),
+}
+
+impl Vote {
+    /// How the node's debug event names it.
+    fn telemetry(&self) -> NodeVote {
+        match self {
+            Vote::For => NodeVote::For,
+            Vote::Fenced(_) => NodeVote::Fenced,
+            Vote::Against(_) => NodeVote::Against,
+            Vote::Completed(_) => NodeVote::Completed,
+        }
+    }
 }
 
 /// The votes counted so far.
@@ -158,9 +159,6 @@ pub(crate) const fn all(n: usize) -> u64 {
     }
 }
 
-/// One node's answer: its index, and its result or why it has none.
-pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
-
 /// The requests of one fan-out: the answers known at once (in-process nodes, suspended
 /// nodes) and the requests in flight. As a stream, it yields the known answers first.
 ///
@@ -168,7 +166,7 @@ pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 /// (a Redis request's, about 1.7 KB), which an in-process node's answer need not pay.
 pub(crate) struct Sent<T, F> {
     now: Vec<Answer<T>>,
-    later: Option<FuturesUnordered<Request<F>>>,
+    later: Option<FuturesUnordered<Call<F>>>,
 }
 
 // Never pinned structurally: the answers are moved out, and `FuturesUnordered` is `Unpin`.
@@ -262,10 +260,10 @@ where
             sent.now.push((i, Err(err)));
             continue;
         }
-        let request = Request::new(later(voter.clone()), voter.clone(), i, timeout, false);
+        let call = Call::new(later(voter.clone()), voter.clone(), i, timeout, false);
         sent.later
             .get_or_insert_with(FuturesUnordered::new)
-            .push(request);
+            .push(call);
     }
     sent
 }
@@ -283,7 +281,7 @@ where
 }
 
 /// [`count`], stopping at `until` too (when given): a caller's patience, which a request
-/// waiting for a node that answers late (see `request.rs`) must not stretch.
+/// waiting for a node that answers late (see `call.rs`) must not stretch.
 pub(crate) async fn count_until<T, S, V>(
     sent: &mut S,
     asked: usize,
@@ -311,7 +309,7 @@ where
         match answer {
             Ok(v) => {
                 let v = vote(v);
-                observe::answered(i, &v);
+                telemetry::answered(i, v.telemetry());
                 match v {
                     Vote::For => {
                         tally.for_ += 1;
@@ -353,7 +351,7 @@ where
 {
     drain_ready(&mut sent, |_| ());
     let rest = |sent: Sent<T, F>| {
-        let span = observe::background(Background::Stragglers);
+        let span = telemetry::background(Background::Stragglers);
         tokio::spawn(sent.for_each(|_| async {}).instrument(span))
     };
     (!sent.is_empty()).then(|| rest(sent))
@@ -370,6 +368,15 @@ pub(crate) fn drain_ready<T, F: Future<Output = Result<T, NodeFailure>>>(
 }
 
 impl Tally {
+    /// The votes as a span records them: for, held (against), failed.
+    pub(crate) fn votes(&self) -> Votes {
+        Votes {
+            for_: self.for_,
+            held: self.against,
+            failed: self.errors.len(),
+        }
+    }
+
     /// The nodes whose request failed or timed out.
     pub(crate) fn error_mask(&self) -> u64 {
         self.errors.iter().fold(0, |m, e| m | 1 << e.node())

@@ -1,0 +1,328 @@
+//! Taking a lock: the lock loop and one try.
+//!
+//! The loop tries, and after a failed try waits the retry policy's delay and tries again
+//! (one more quick try after a split vote), within the policy's bounds; a contended error
+//! it returns carries the holder's remaining ttl. A try sends the acquire to every node at
+//! once ([`Acquisition`]), counts the votes as they come (see `tally.rs`), and is granted
+//! with a quorum and validity left — with fencing, once its token is settled (`fence.rs`);
+//! otherwise it releases what it took. The replay acquire (`replay.rs`) asks each node for
+//! the completion record first.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use self::acquisition::Acquisition;
+pub(in crate::lock) use self::replay::record_key;
+pub use self::replay::Claim;
+use crate::error::Error;
+use crate::lock::fencing::{self, Fence};
+use crate::lock::lease::{Lease, Parked};
+use crate::lock::options::{self, Retry};
+use crate::lock::release::{CancelGuard, Release};
+use crate::lock::state::{Grant, LeaseState};
+use crate::lock::tally::{self, Skip, Vote};
+use crate::lock::telemetry::{Acquiring, LockOutcome};
+use crate::lock::token::Token;
+use crate::lock::Redlock;
+use crate::node::Acquire;
+
+mod acquisition;
+mod fence;
+mod replay;
+
+impl Redlock {
+    /// The lock loop, in a `redlock.acquire` span; with `replay`, a node's completion record
+    /// ends it (see [`Redlock::lock_unless_completed`]).
+    pub(in crate::lock) async fn lock_inner(
+        &self,
+        resource: &str,
+        ttl: Duration,
+        retry: Retry,
+        replay: bool,
+    ) -> crate::Result<Claim> {
+        let obs = Acquiring::start(ttl, replay);
+        let checked = options::check_resource(resource).and_then(|()| self.check_ttl(ttl));
+        let ttl = match checked {
+            Ok(ttl) => ttl,
+            Err(e) => {
+                obs.done(LockOutcome::Failed(&e));
+                return Err(e);
+            }
+        };
+        let prefix = &self.inner.config.key_prefix;
+        let key: Arc<str> = if prefix.is_empty() {
+            resource.into()
+        } else {
+            format!("{prefix}{resource}").into()
+        };
+        obs.key(&key);
+        let record_key = replay.then(|| replay::record_key(&key));
+        let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
+
+        let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
+        let mut attempt = 0u32;
+        let mut split_vote_retried = false;
+        loop {
+            attempt = attempt.saturating_add(1);
+            // A try decided without I/O (every node suspended, in-process nodes) must still
+            // let other tasks run: a loop of tries would otherwise starve its runtime.
+            tokio::task::consume_budget().await;
+            let token = Token::new();
+            obs.attempt(attempt);
+            let (record_key, fence_key) = (record_key.as_ref(), fence_key.as_ref());
+            let try_once = || self.try_once(&key, record_key, fence_key, token, ttl, &obs);
+            // The try runs in the span only when it is enabled, and awaited in place
+            // otherwise: a wrapper (`telemetry::within`, or one around the whole loop) would
+            // cost every lock call a move of its future (measured: ~270 instructions).
+            let tried = match &obs.span {
+                None => try_once().await,
+                Some(span) => try_once().instrument(span.clone()).await,
+            };
+            match tried {
+                Ok(Try::Granted(Granted { grant, parked })) => {
+                    let valid_until = grant.deadline;
+                    let span = obs.lease_span(&key);
+                    let state = LeaseState::new(key, prefix.len(), token, ttl, grant, span);
+                    let lease = Lease::new(self.clone(), state, parked);
+                    obs.done(LockOutcome::Locked(valid_until));
+                    return Ok(Claim::Locked(lease));
+                }
+                Ok(Try::Completed(record)) => {
+                    obs.done(LockOutcome::Completed);
+                    return Ok(Claim::Completed(record));
+                }
+                Err(e) => {
+                    let mut pause = retry.next_delay();
+                    // A try takes at most two node timeouts: the requests, then the release
+                    // round of a failed try (a contended one rarely has any: it won no vote),
+                    // or the holder's ttl, asked once for the last error.
+                    let try_time = self.inner.config.node_timeout.saturating_mul(2);
+                    let mut more =
+                        attempt <= retry.retry_count() && Retry::fits(deadline, pause, try_time);
+                    if !more && !split_vote_retried {
+                        // A split vote between concurrent callers, not a holder: everyone
+                        // backed off, so one quick try after a random pause usually settles it.
+                        if let Some(p) = retry.split_vote_pause(&e) {
+                            split_vote_retried = true;
+                            (pause, more) = (p, Retry::fits(deadline, p, try_time));
+                        }
+                    }
+                    if !more {
+                        let e = self.ask_holder_ttl(&key, e).await.with_attempts(attempt);
+                        obs.done(LockOutcome::Failed(&e));
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// One try: returns the grant, or an error after releasing what it took.
+    ///
+    /// At the decision, the requests still unanswered are no longer polled: nothing is left
+    /// running once the outcome is known. A granted lease keeps them (unpolled) until it is
+    /// released, so that one already handed to its node's connection is written — the lock
+    /// lands on every master that is up — and is followed there, in order, by the release; one
+    /// never handed over is never sent. A failed try drops them at once. Either way no SET of
+    /// ours can land after our release (the `Node` contract).
+    ///
+    /// With `record_key` (replay), each node is asked the replay acquire: any completion
+    /// record ends the try with it, and what the try locked meanwhile is released.
+    ///
+    /// With `fence_key` (fencing), each node is asked the fenced acquire, and the grant
+    /// carries the largest counter among the votes for (see `fencing`).
+    async fn try_once(
+        &self,
+        key: &Arc<str>,
+        record_key: Option<&Arc<str>>,
+        fence_key: Option<&Arc<str>>,
+        token: Token,
+        ttl: Duration,
+        obs: &Acquiring,
+    ) -> crate::Result<Try> {
+        let inner = &*self.inner;
+        let n = inner.nodes.len();
+        let timeout = inner.config.node_timeout;
+        let start = Instant::now();
+        // If this future is dropped from here on (a cancelled caller), the guard releases
+        // the token everywhere in the background — after the requests, dropped first.
+        let deadline = start + ttl - inner.config.drift(ttl);
+        let guard = CancelGuard {
+            client: Some(self.clone()),
+            key: key.clone(),
+            token,
+            deadline,
+            ttl,
+        };
+        let request = Acquisition::new(&inner.nodes, key, record_key, fence_key, token, ttl);
+        let mut sent = tally::send(
+            &inner.nodes,
+            tally::all(n),
+            timeout,
+            Skip::Suspended,
+            &|node| request.now(node),
+            |v| {
+                let request = request.clone();
+                async move { request.send(&v.node).await }
+            },
+        );
+        let replay = record_key.is_some();
+        let mut tally = tally::count(&mut sent, n, inner.quorum, |a| match a {
+            Acquire::Acquired => Vote::For,
+            Acquire::Fenced { fence } => Vote::Fenced(fence),
+            Acquire::Held { remaining } => Vote::Against(remaining),
+            Acquire::Completed { record } if replay => Vote::Completed(record),
+            // From a plain acquire (a node must not answer it): it locked nothing.
+            Acquire::Completed { .. } => Vote::Against(None),
+        })
+        .await;
+        // The answers that came meanwhile need no release if they hold nothing of ours.
+        tally::drain_ready(&mut sent, |answer| tally.late_acquire(answer, replay));
+        if replay {
+            let until = deadline.min(start + timeout);
+            replay::await_every_answer(&mut sent, &mut tally, until).await;
+            if tally.record.is_some() && !sent.is_empty() {
+                // A record is the answer: the requests still in flight are settled in the
+                // background, releasing only where they locked — not on every node asked.
+                replay::settle_in_background(
+                    self.clone(),
+                    sent.take(),
+                    key.clone(),
+                    token,
+                    deadline,
+                    ttl,
+                );
+            }
+        }
+        obs.tried(|| (tally.votes(), tally.record.is_some()));
+        let holders = (tally.answered & !tally.not_ours) | sent.started();
+        let granted =
+            tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline;
+        let fence = fence_key
+            .zip(tally.fence)
+            .filter(|_| granted)
+            .map(|(key, token)| Fence {
+                token,
+                key: key.clone(),
+                retention: request.retention,
+            });
+        // A fenced grant is handed out only once its token is settled (see `fencing`). Boxed:
+        // the plain try's future (allocated per lock call) does not carry its state.
+        let settled = match &fence {
+            Some(f) => {
+                let holding = tally.for_mask;
+                let settle =
+                    self.settle_fence(key, token, ttl, f, &tally.fences, holding, deadline);
+                Box::pin(settle).await
+            }
+            None => Ok(()),
+        };
+        if granted && settled.is_ok() {
+            guard.disarm();
+            // The stragglers are kept, unpolled, with the lease (see `Lease`): what was handed
+            // to a connection is written, what was not is never sent.
+            let parked = (!sent.is_empty()).then(|| Parked::new(sent));
+            return Ok(Try::Granted(Granted {
+                grant: Grant {
+                    start,
+                    deadline,
+                    holders,
+                    fence,
+                },
+                parked,
+            }));
+        }
+        drop(sent);
+
+        // Failed: release on every node that may hold our token. Wait one round for the
+        // nodes that voted for (they answered quickly), so that nothing of ours outlives this
+        // try; the others, and any retry, go on in the background while the lock could be
+        // valid — a try never waits longer than its node timeouts.
+        if holders != 0 {
+            let release = Release {
+                key: key.clone(),
+                token,
+                mask: holders,
+                needed: (tally.for_mask & holders).count_ones() as usize,
+                patience: Instant::now(),
+                until: deadline,
+                gone: deadline + ttl,
+                fence: None,
+            };
+            // Still guarded: if this future is dropped during the release round, the guard
+            // releases everywhere in the background.
+            let _ = self.release_token(release).await;
+        }
+        guard.disarm();
+        if let Some(record) = tally.record {
+            return Ok(Try::Completed(record));
+        }
+        let err = if let Err(unsettled) = settled {
+            unsettled
+        } else if tally.for_ >= inner.quorum {
+            Error::unavailable(
+                format!(
+                    "a quorum answered, but too slowly to leave any validity of the {ttl:?} ttl"
+                ),
+                tally.errors,
+            )
+        } else if tally.against > 0 {
+            // Any "held" answer makes it contended: the rule is stated on `Error`.
+            let holder = tally.not_ours & !tally.error_mask();
+            Error::contended(
+                tally.against,
+                tally.for_,
+                n,
+                tally.min_remaining,
+                tally.errors,
+            )
+            .with_holder(holder.trailing_zeros() as usize)
+        } else {
+            Error::unavailable(
+                format!(
+                    "could not reach a quorum of {} of {n} nodes, and none said held",
+                    inner.quorum
+                ),
+                tally.errors,
+            )
+        };
+        Err(err)
+    }
+
+    /// Completes a contended error that is about to be returned with the holder's remaining
+    /// ttl, asked from one node that said "held" (bounded by the node timeout), when no node
+    /// reported it with its answer. Asked once per returned error, not on every try.
+    async fn ask_holder_ttl(&self, key: &str, mut e: Error) -> Error {
+        let Some(i) = e.holder_to_ask() else {
+            return e;
+        };
+        let Some(voter) = self.inner.nodes.get(i) else {
+            return e;
+        };
+        let Some(ask) = voter.node.remaining_ttl(key) else {
+            return e;
+        };
+        let timeout = self.inner.config.node_timeout;
+        if let Ok(Ok(Some(remaining))) = tokio::time::timeout(timeout, ask).await {
+            e.set_retry_after(remaining);
+        }
+        e
+    }
+}
+
+/// The outcome of a try that did not fail.
+enum Try {
+    Granted(Granted),
+    /// A node had the completion record (replay acquire).
+    Completed(bytes::Bytes),
+}
+
+struct Granted {
+    /// The validity, the nodes that may hold our token, the fencing token.
+    grant: Grant,
+    /// The requests still unanswered, kept with the lease.
+    parked: Option<Parked>,
+}

@@ -1,0 +1,93 @@
+//! The client's telemetry end to end: the spans of lock calls, extensions, releases and
+//! completions, with their outcomes, and never a raw key (see `telemetry.rs`).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tracing_subscriber::fmt::format::FmtSpan;
+
+use super::telemetry::hashed;
+use crate::node::MemoryNode;
+use crate::{Claim, Redlock, Retry};
+
+/// The log lines of a test, written by a `fmt` subscriber.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// With a subscriber, every lock call, extension, release and completion closes its span
+/// with its outcome; the key appears only hashed — also for a lease dropped, whose
+/// release runs in the background.
+#[test]
+fn spans_record_outcomes_and_never_the_key() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let node = MemoryNode::new();
+            let redlock = Redlock::builder().node(node.clone()).build().unwrap();
+            let ttl = Duration::from_secs(10);
+            let lease = redlock.lock("secret-resource", ttl).await.unwrap();
+            let busy = redlock.try_lock("secret-resource", ttl).await.unwrap_err();
+            assert!(busy.is_contended());
+            lease.extend(ttl).await.unwrap();
+            lease.release().await.unwrap();
+            drop(redlock.lock("secret-resource", ttl).await.unwrap());
+            for _ in 0..1000 {
+                if node.get("secret-resource").is_none() {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(node.get("secret-resource"), None, "released on drop");
+            let work = || redlock.lock_unless_completed("secret-work", ttl, Retry::never());
+            match work().await.unwrap() {
+                Claim::Locked(lease) => lease.complete("done", ttl).await.unwrap(),
+                Claim::Completed(_) => panic!("first run"),
+            }
+            assert!(matches!(work().await.unwrap(), Claim::Completed(_)));
+        });
+    });
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let closed = |span: &str, outcome: &str| {
+        text.lines()
+            .filter(|l| l.contains(&format!("{span}{{")) && l.contains("close"))
+            .filter(|l| l.contains(&format!("outcome=\"{outcome}\"")))
+            .count()
+    };
+    assert_eq!(closed("redlock.acquire", "acquired"), 3, "{text}");
+    assert_eq!(closed("redlock.acquire", "contended"), 1, "{text}");
+    assert_eq!(closed("redlock.acquire", "completed"), 1, "{text}");
+    assert_eq!(closed("redlock.extend", "extended"), 1, "{text}");
+    assert_eq!(closed("redlock.release", "released"), 2, "{text}");
+    assert_eq!(closed("redlock.complete", "completed"), 1, "{text}");
+    assert!(text.contains("redlock.lease{"), "{text}");
+    assert!(text.contains("try counted"), "{text}");
+    assert!(
+        text.contains(&hashed("secret-resource").to_string()),
+        "{text}"
+    );
+    assert!(!text.contains("secret-resource"), "{text}");
+    assert!(!text.contains("secret-work"), "{text}");
+}

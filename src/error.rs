@@ -81,7 +81,7 @@ impl NodeError {
     pub(crate) fn from_source(
         node: usize,
         name: std::sync::Arc<str>,
-        source: crate::node::NodeFailure,
+        source: crate::node::CallError,
     ) -> Self {
         Self {
             node,

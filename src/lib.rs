@@ -176,7 +176,7 @@ pub mod tower;
 pub use crate::actix::middleware::RedlockMiddleware;
 pub use crate::error::{Error, ErrorKind, NodeError, Result};
 pub use crate::lock::{
-    Claim, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry, Scope,
+    Claim, CriticalSection, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry,
 };
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]

@@ -30,7 +30,7 @@ use super::owed::{Debt, Ledger, Owed};
 use super::telemetry::{self, Background};
 use crate::error::NodeError;
 use crate::metrics;
-use crate::node::{AnyNode, CompleteRequest, FenceFloor, NodeFailure, NodeFuture, ReleaseRequest};
+use crate::node::{AnyNode, CallError, CompleteRequest, FenceFloor, NodeFuture, ReleaseRequest};
 
 /// One node as the client holds it: the node, its name, its recent timeouts, and what it
 /// is owed (see `owed.rs`).
@@ -107,7 +107,7 @@ impl<F> Call<F> {
     }
 }
 
-impl<T, F: Future<Output = Result<T, NodeFailure>>> Future for Call<F> {
+impl<T, F: Future<Output = Result<T, CallError>>> Future for Call<F> {
     type Output = Answer<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer<T>> {
@@ -280,7 +280,7 @@ impl Drop for Paying {
 
 /// Sends one debt to `node`: the release or the completion it stands for (the fenced form
 /// with a fence; the plain one where the node keeps no counters).
-async fn settle(node: &AnyNode, d: &Owed) -> Result<bool, NodeFailure> {
+async fn settle(node: &AnyNode, d: &Owed) -> Result<bool, CallError> {
     if let Some(f) = &d.fence {
         match ask(node, d, Some(f.floor())).await {
             Err(e) if e.is_unsupported() => {}

@@ -73,7 +73,7 @@ impl Redlock {
                 "the lease expired or was released; it cannot be extended",
             ));
         }
-        if state.extensions() >= inner.config.max_extensions {
+        if state.extension_count() >= inner.config.max_extensions {
             return Err(Error::extension_limit(inner.config.max_extensions));
         }
         let start = Instant::now();

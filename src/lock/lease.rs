@@ -140,8 +140,8 @@ impl Lease {
     }
 
     /// How many times the lease was extended.
-    pub fn extensions(&self) -> u32 {
-        self.state.extensions()
+    pub fn extension_count(&self) -> u32 {
+        self.state.extension_count()
     }
 
     /// A cheap, cloneable view of this lease for other tasks: its validity, and a future
@@ -178,7 +178,7 @@ impl fmt::Debug for Lease {
             .field("resource", &self.resource())
             .field("value", &self.value())
             .field("validity", &self.validity())
-            .field("extensions", &self.extensions())
+            .field("extensions", &self.extension_count())
             .field("keep_alive", &self.keep_alive.is_some())
             .finish()
     }
@@ -219,8 +219,8 @@ impl LeaseHandle {
     }
 
     /// How many times the lease was extended.
-    pub fn extensions(&self) -> u32 {
-        self.state.extensions()
+    pub fn extension_count(&self) -> u32 {
+        self.state.extension_count()
     }
 
     /// Resolves when the lease is no longer held: its validity ran out without an

@@ -40,19 +40,19 @@ mod extend;
 mod acquire;
 // Idempotent work: locking unless completed, and completing.
 mod completion;
-// The client's builder, and its scoped API.
+// The client's builder, and work run under a lock.
 mod builder;
-mod scope;
+mod critical_section;
 
 #[cfg(test)]
 mod tests;
 
 pub use self::acquire::Claim;
 pub use self::builder::RedlockBuilder;
+pub use self::critical_section::CriticalSection;
 pub use self::health::NodeStatus;
 pub use self::lease::{Lease, LeaseHandle};
 pub use self::options::Retry;
-pub use self::scope::Scope;
 
 /// A Redlock client: locks resources on a quorum of independent nodes.
 ///
@@ -233,7 +233,7 @@ impl Redlock {
     /// The lock is taken with the client's retry policy; if it cannot be taken, `work` does
     /// not run and the error is returned — the Rust form of the Ruby gem's `lock!`. `work`
     /// gets a [`LeaseHandle`] to check the validity. For auto-extension and abort on loss,
-    /// see [`Redlock::scope`].
+    /// see [`Redlock::critical_section`].
     pub async fn with_lock<F, Fut, T>(
         &self,
         resource: &str,
@@ -244,10 +244,10 @@ impl Redlock {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        self.scope(resource, ttl).run(work).await
+        self.critical_section(resource, ttl).run(work).await
     }
 
-    /// A configurable scoped lock: like [`Redlock::with_lock`], with auto-extension,
+    /// A configurable critical section: like [`Redlock::with_lock`], with auto-extension,
     /// abort-on-loss and an explicit retry policy.
     ///
     /// ```
@@ -257,18 +257,18 @@ impl Redlock {
     ///
     /// let redlock = Redlock::in_memory();
     /// let done = redlock
-    ///     .scope("nightly-export", Duration::from_millis(300))
+    ///     .critical_section("nightly-export", Duration::from_millis(300))
     ///     .keep_alive() // extended about every 100 ms while the work runs
     ///     .abort_on_loss() // if the lock is lost, stop the work and return an error
     ///     .run(|lease| async move {
     ///         tokio::time::sleep(Duration::from_millis(500)).await; // outlives the ttl
-    ///         lease.extensions()
+    ///         lease.extension_count()
     ///     })
     ///     .await?;
     /// assert!(done >= 1);
     /// # Ok(()) }
     /// ```
-    pub fn scope<'a>(&'a self, resource: &'a str, ttl: Duration) -> Scope<'a> {
-        Scope::new(self, resource, ttl, self.inner.config.retry)
+    pub fn critical_section<'a>(&'a self, resource: &'a str, ttl: Duration) -> CriticalSection<'a> {
+        CriticalSection::new(self, resource, ttl, self.inner.config.retry)
     }
 }

@@ -27,7 +27,7 @@ use super::telemetry::{self, Background};
 use super::token::Token;
 use super::{Inner, Redlock};
 use crate::error::{Error, NodeError};
-use crate::node::{NodeFailure, RedisNode, ReleaseRequest};
+use crate::node::{CallError, RedisNode, ReleaseRequest};
 
 /// How long a caller waits for a release at most, in node timeouts (when the lock's
 /// validity does not end sooner).
@@ -226,7 +226,7 @@ impl Redlock {
     /// client ends it.
     fn release_in_background<F>(&self, mut r: Release, sent: tally::Sent<bool, F>, failed: u64)
     where
-        F: std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
+        F: std::future::Future<Output = Result<bool, CallError>> + Send + 'static,
     {
         let patience = self.inner.config.node_timeout.saturating_mul(PATIENCE);
         r.until = r.until.min(Instant::now() + patience);
@@ -250,7 +250,7 @@ impl Redlock {
 /// The background part of a release (see `Redlock::release_in_background`).
 async fn release_rest<F>(client: Weak<Inner>, r: Release, sent: tally::Sent<bool, F>, failed: u64)
 where
-    F: std::future::Future<Output = Result<bool, NodeFailure>>,
+    F: std::future::Future<Output = Result<bool, CallError>>,
 {
     let (until, gone, key, token, fence) = (r.until, r.gone, r.key, r.token, r.fence);
     let resend = |inner: &Inner, mask| {
@@ -294,8 +294,8 @@ pub(super) async fn retry_rest<F, G, R, O>(
     owe: O,
 ) -> Option<u64>
 where
-    F: Future<Output = Result<bool, NodeFailure>>,
-    G: Future<Output = Result<bool, NodeFailure>>,
+    F: Future<Output = Result<bool, CallError>>,
+    G: Future<Output = Result<bool, CallError>>,
     R: Fn(&Inner, u64) -> tally::Sent<bool, G>,
     O: Fn(&Inner, u64),
 {
@@ -433,7 +433,7 @@ fn send_release(
     key: &Arc<str>,
     token: Token,
     fence: Option<&Fence>,
-) -> tally::Sent<bool, impl Future<Output = Result<bool, NodeFailure>> + Send + 'static> {
+) -> tally::Sent<bool, impl Future<Output = Result<bool, CallError>> + Send + 'static> {
     let owned = key.clone();
     // The `EVALSHA`, packed once for every Redis master.
     let packed = (fence.is_none() && nodes.iter().any(|v| v.node.uses_prepared(false)))

@@ -127,7 +127,7 @@ impl LeaseState {
         self.status().deadline
     }
 
-    pub(crate) fn extensions(&self) -> u32 {
+    pub(crate) fn extension_count(&self) -> u32 {
         self.status().extensions
     }
 

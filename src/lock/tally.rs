@@ -18,7 +18,7 @@ use tracing::Instrument;
 use super::call::{Answer, Call, Voter};
 use super::telemetry::{self, Background, NodeVote, Votes};
 use crate::error::NodeError;
-use crate::node::{Acquire, AnyNode, NodeFailure};
+use crate::node::{Acquire, AnyNode, CallError};
 
 /// Whether a request may skip a suspended node.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -205,7 +205,7 @@ impl<T, F> Sent<T, F> {
     }
 }
 
-impl<T, F: Future<Output = Result<T, NodeFailure>>> Stream for Sent<T, F> {
+impl<T, F: Future<Output = Result<T, CallError>>> Stream for Sent<T, F> {
     type Item = Answer<T>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Answer<T>>> {
@@ -234,12 +234,12 @@ pub(crate) fn send<T, C, F>(
     timeout: Duration,
     skip: Skip,
     // `dyn`: the returned futures' type must not depend on this closure, which borrows.
-    now: &dyn Fn(&AnyNode) -> Option<Result<T, NodeFailure>>,
+    now: &dyn Fn(&AnyNode) -> Option<Result<T, CallError>>,
     later: C,
 ) -> Sent<T, F>
 where
     C: Fn(Arc<Voter>) -> F,
-    F: Future<Output = Result<T, NodeFailure>> + Send + 'static,
+    F: Future<Output = Result<T, CallError>> + Send + 'static,
     T: Send + 'static,
 {
     let mut sent = Sent {
@@ -347,7 +347,7 @@ where
 pub(crate) fn finish_in_background<T, F>(mut sent: Sent<T, F>) -> Option<JoinHandle<()>>
 where
     T: Send + 'static,
-    F: Future<Output = Result<T, NodeFailure>> + Send + 'static,
+    F: Future<Output = Result<T, CallError>> + Send + 'static,
 {
     drain_ready(&mut sent, |_| ());
     let rest = |sent: Sent<T, F>| {
@@ -358,7 +358,7 @@ where
 }
 
 /// Takes the answers of `sent` that are ready now, without waiting, handing each to `each`.
-pub(crate) fn drain_ready<T, F: Future<Output = Result<T, NodeFailure>>>(
+pub(crate) fn drain_ready<T, F: Future<Output = Result<T, CallError>>>(
     sent: &mut Sent<T, F>,
     mut each: impl FnMut(Answer<T>),
 ) {

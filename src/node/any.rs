@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures_util::future::Either;
 
 use super::{
-    Acquire, AcquireRequest, CompleteRequest, EvictionStatus, ExtendRequest, MemoryNode, Node,
-    NodeFailure, NodeFuture, RedisNode, ReleaseRequest,
+    Acquire, AcquireRequest, CallError, CompleteRequest, EvictionStatus, ExtendRequest, MemoryNode,
+    Node, NodeFuture, RedisNode, ReleaseRequest,
 };
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
@@ -76,7 +76,7 @@ impl AnyNode {
     pub(crate) fn remaining_ttl<'a>(
         &'a self,
         key: &'a str,
-    ) -> Option<impl Future<Output = Result<Option<Duration>, NodeFailure>> + Send + 'a> {
+    ) -> Option<impl Future<Output = Result<Option<Duration>, CallError>> + Send + 'a> {
         match self {
             Self::Redis(n) => Some(Either::Left(n.remaining_ttl(key))),
             Self::Memory(n) => Some(Either::Right(ready(Ok(n.remaining_now(key))))),
@@ -97,7 +97,7 @@ impl AnyNode {
     pub(crate) fn acquire_now(
         &self,
         request: &AcquireRequest<'_>,
-    ) -> Option<Result<Acquire, NodeFailure>> {
+    ) -> Option<Result<Acquire, CallError>> {
         match self {
             Self::Memory(n) => Some(Ok(n.acquire_now(request))),
             _ => None,
@@ -110,7 +110,7 @@ impl AnyNode {
         &'a self,
         request: AcquireRequest<'a>,
         prepared: Option<&'a ::redis::Cmd>,
-    ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<Acquire, CallError>> + Send + 'a {
         match self {
             Self::Redis(n) => Either::Left(n.acquire_request(request, prepared)),
             Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.acquire_now(&request))))),
@@ -127,7 +127,7 @@ impl AnyNode {
     pub(crate) fn extend_now(
         &self,
         request: &ExtendRequest<'_>,
-    ) -> Option<Result<bool, NodeFailure>> {
+    ) -> Option<Result<bool, CallError>> {
         match self {
             Self::Memory(n) => Some(Ok(n.extend_now(request))),
             _ => None,
@@ -138,7 +138,7 @@ impl AnyNode {
     pub(crate) fn extend<'a>(
         &'a self,
         request: ExtendRequest<'a>,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<bool, CallError>> + Send + 'a {
         match self {
             Self::Redis(n) => Either::Left(n.extend_request(request)),
             Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.extend_now(&request))))),
@@ -155,7 +155,7 @@ impl AnyNode {
     pub(crate) fn release_now(
         &self,
         request: &ReleaseRequest<'_>,
-    ) -> Option<Result<bool, NodeFailure>> {
+    ) -> Option<Result<bool, CallError>> {
         match self {
             Self::Memory(n) => Some(Ok(n.release_now(request))),
             _ => None,
@@ -168,7 +168,7 @@ impl AnyNode {
         &'a self,
         request: ReleaseRequest<'a>,
         prepared: Option<&'a ::redis::Cmd>,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<bool, CallError>> + Send + 'a {
         match self {
             Self::Redis(n) => Either::Left(n.release_request(request, prepared)),
             Self::Memory(n) => Either::Right(Either::Left(ready(Ok(n.release_now(&request))))),
@@ -185,7 +185,7 @@ impl AnyNode {
     pub(crate) fn complete_now(
         &self,
         request: &CompleteRequest<'_>,
-    ) -> Option<Result<bool, NodeFailure>> {
+    ) -> Option<Result<bool, CallError>> {
         match self {
             Self::Memory(n) => Some(Ok(n.complete_now(request))),
             _ => None,
@@ -207,15 +207,15 @@ impl AnyNode {
 
 /// The client's answer in the place of a custom node asked a form it does not declare (see
 /// [`Node::capabilities`]): a request with a record (`records`) or a fence (`fencing`).
-fn refusal(node: &dyn Node, records: bool, fencing: bool) -> Option<NodeFailure> {
+fn refusal(node: &dyn Node, records: bool, fencing: bool) -> Option<CallError> {
     if !records && !fencing {
         return None;
     }
     let can = node.capabilities();
     if fencing && !can.fencing {
-        Some(NodeFailure::no_fencing(&node.name()))
+        Some(CallError::no_fencing(&node.name()))
     } else if records && !can.records {
-        Some(NodeFailure::no_records(&node.name()))
+        Some(CallError::no_records(&node.name()))
     } else {
         None
     }

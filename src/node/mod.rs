@@ -38,7 +38,7 @@ pub use self::request::{
 };
 
 /// The future a [`Node`] returns: boxed, `Send`, borrowing its arguments.
-pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>> + Send + 'a>>;
+pub type NodeFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CallError>> + Send + 'a>>;
 
 /// A node's answer to an [`AcquireRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,13 +165,13 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// [`Capabilities::records`]) never stores one.
     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
         let _ = request;
-        Box::pin(ready(Err(NodeFailure::no_records(&self.name()))))
+        Box::pin(ready(Err(CallError::no_records(&self.name()))))
     }
 }
 
 /// Why a node call failed.
 #[derive(Debug)]
-pub struct NodeFailure {
+pub struct CallError {
     timeout: bool,
     unreachable: bool,
     /// A default of the trait: the node does not do what was asked at all.
@@ -183,7 +183,7 @@ pub struct NodeFailure {
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
-impl NodeFailure {
+impl CallError {
     /// A failure with a message.
     pub fn new(message: impl Into<String>) -> Self {
         Self {
@@ -224,7 +224,7 @@ impl NodeFailure {
         }
     }
 
-    /// Whether the node does not keep fencing counters (see [`NodeFailure::no_fencing`]).
+    /// Whether the node does not keep fencing counters (see [`CallError::no_fencing`]).
     pub(crate) fn is_unsupported(&self) -> bool {
         self.unsupported
     }
@@ -236,7 +236,7 @@ impl NodeFailure {
         self
     }
 
-    /// Whether the voter refused without asking the node (see [`NodeFailure::abstaining`]).
+    /// Whether the voter refused without asking the node (see [`CallError::abstaining`]).
     pub(crate) fn is_local(&self) -> bool {
         self.local
     }
@@ -260,19 +260,19 @@ impl NodeFailure {
         self
     }
 
-    /// Whether the node could not be reached (see [`NodeFailure::with_unreachable`]).
+    /// Whether the node could not be reached (see [`CallError::with_unreachable`]).
     pub fn is_unreachable(&self) -> bool {
         self.unreachable
     }
 }
 
-impl fmt::Display for NodeFailure {
+impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
 }
 
-impl std::error::Error for NodeFailure {
+impl std::error::Error for CallError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.source
             .as_deref()
@@ -280,7 +280,7 @@ impl std::error::Error for NodeFailure {
     }
 }
 
-impl From<::redis::RedisError> for NodeFailure {
+impl From<::redis::RedisError> for CallError {
     fn from(e: ::redis::RedisError) -> Self {
         let timeout = e.is_timeout();
         let unreachable = self::redis::conn::connection_lost(&e);

@@ -50,7 +50,7 @@ async fn bad_input_is_rejected_and_locks_nothing() {
         .unwrap_err()
         .is_invalid_input());
     assert!(lease.is_valid());
-    assert_eq!(lease.extensions(), 0);
+    assert_eq!(lease.extension_count(), 0);
     lease.release().await.unwrap();
 
     // Bad configurations.

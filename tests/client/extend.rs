@@ -28,7 +28,7 @@ async fn extend_keeps_the_lock() {
     .await;
     let before = lease.validity();
     lease.extend(ttl).await.unwrap();
-    assert_eq!(lease.extensions(), 1);
+    assert_eq!(lease.extension_count(), 1);
     assert!(
         lease.validity() > before,
         "{:?} <= {before:?}",
@@ -41,7 +41,7 @@ async fn extend_keeps_the_lock() {
     );
 
     c.extend(&lease, Duration::from_secs(5)).await.unwrap();
-    assert_eq!(lease.extensions(), 2);
+    assert_eq!(lease.extension_count(), 2);
     assert!(lease.validity() > ttl);
     let p = m.pttls("extend").await;
     assert!(p.iter().filter(|p| **p > 1000).count() >= 2, "{p:?}");
@@ -170,7 +170,7 @@ async fn extensions_are_capped() {
     let err = lease.extend(Duration::from_secs(5)).await.unwrap_err();
     assert!(err.is_extension_limit(), "{err:?}");
     assert!(!err.is_lost());
-    assert_eq!(lease.extensions(), 2);
+    assert_eq!(lease.extension_count(), 2);
     assert!(lease.is_valid(), "hitting the cap does not end the lease");
     assert!(m.holding("capped", lease.value()).await >= 2);
     lease.release().await.unwrap();

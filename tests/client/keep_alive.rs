@@ -32,13 +32,17 @@ async fn keep_alive_holds_past_the_ttl() {
         assert!(lease.is_valid(), "at {:?}", start.elapsed());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(lease.extensions() >= 3, "{} extensions", lease.extensions());
+    assert!(
+        lease.extension_count() >= 3,
+        "{} extensions",
+        lease.extension_count()
+    );
     lease.release().await.unwrap();
     gone_everywhere(&m, "kept").await;
 
     // The scoped form.
     let out = a
-        .scope("kept-scope", ttl)
+        .critical_section("kept-scope", ttl)
         .keep_alive()
         .run(|handle| async move {
             let start = Instant::now();
@@ -51,7 +55,7 @@ async fn keep_alive_holds_past_the_ttl() {
                 assert!(!handle.is_lost());
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            handle.extensions()
+            handle.extension_count()
         })
         .await
         .unwrap();
@@ -109,7 +113,7 @@ async fn abort_on_loss_stops_the_work() {
 
     let work_finished = finished.clone();
     let run = c
-        .scope("aborted", Duration::from_millis(1500))
+        .critical_section("aborted", Duration::from_millis(1500))
         .keep_alive()
         .abort_on_loss()
         .run(move |handle| async move {

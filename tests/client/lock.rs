@@ -27,7 +27,7 @@ async fn lock_unlock_relock() {
     assert_eq!(lease.key(), "resource_key", "no prefix by default");
     assert!(is_token(lease.value()), "value {:?}", lease.value());
     assert_eq!(lease.ttl(), ttl);
-    assert_eq!(lease.extensions(), 0);
+    assert_eq!(lease.extension_count(), 0);
     let validity = lease.validity();
     assert!(validity > Duration::ZERO && validity <= ttl, "{validity:?}");
     assert!(lease.is_valid());

@@ -10,7 +10,7 @@
 //! - [`extend`]: extension, after expiry or vanished keys (lost, never re-created), a wrong
 //!   token, the extension cap;
 //! - [`keep_alive`]: auto-extension past the ttl, the loss signalled, `abort_on_loss`;
-//! - [`scoped`]: `with_lock` / `scope(..).run` release on success, error, contention,
+//! - [`scoped`]: `with_lock` / `critical_section(..).run` release on success, error, contention,
 //!   cancellation and panic;
 //! - [`bad_input`]: bad resources, ttls and configurations are rejected and lock nothing;
 //! - [`safety`]: paused, black-holed and restarted-empty masters, and the races of extension

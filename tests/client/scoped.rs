@@ -1,4 +1,4 @@
-//! Scoped locks: `with_lock` and `scope(..).run` release on success, on an error value, on
+//! Scoped locks: `with_lock` and `critical_section(..).run` release on success, on an error value, on
 //! cancellation (dropped, `select!`) and on a panic; contended, the work does not run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,7 +46,7 @@ async fn with_lock_always_releases() {
     let holder = other.try_lock("scoped", TTL).await.unwrap();
     let ran = AtomicBool::new(false);
     let err = c
-        .scope("scoped", TTL)
+        .critical_section("scoped", TTL)
         .retry(Retry::never())
         .run(|_| async { ran.store(true, Ordering::SeqCst) })
         .await

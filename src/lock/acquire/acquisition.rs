@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::lock::call::Voter;
 use crate::lock::fencing;
 use crate::lock::token::Token;
-use crate::node::{Acquire, AcquireRequest, AnyNode, NodeFailure, RedisNode};
+use crate::node::{Acquire, AcquireRequest, AnyNode, CallError, RedisNode};
 
 /// One try's acquire, cloned into the request to every remote node (reference counts only:
 /// no allocation per try beyond the packed `SET`, as before fencing).
@@ -63,12 +63,12 @@ impl Acquisition {
     }
 
     /// An in-process node's answer, at once; `None` for a remote node.
-    pub(crate) fn now(&self, node: &AnyNode) -> Option<Result<Acquire, NodeFailure>> {
+    pub(crate) fn now(&self, node: &AnyNode) -> Option<Result<Acquire, CallError>> {
         node.acquire_now(&self.request())
     }
 
     /// The request to `node`.
-    pub(crate) async fn send(&self, node: &AnyNode) -> Result<Acquire, NodeFailure> {
+    pub(crate) async fn send(&self, node: &AnyNode) -> Result<Acquire, CallError> {
         let answer = node.acquire(self.request(), self.set.as_deref()).await;
         if self.fence_key.is_some() {
             checked(answer)
@@ -81,9 +81,9 @@ impl Acquisition {
 /// A fenced acquire's answer: a lock set without a counter (a custom node answering
 /// [`Acquire::Acquired`]) is not a vote — the token must be the largest counter of every
 /// vote for — but a failure (its key is released with the others).
-fn checked(answer: Result<Acquire, NodeFailure>) -> Result<Acquire, NodeFailure> {
+fn checked(answer: Result<Acquire, CallError>) -> Result<Acquire, CallError> {
     match answer {
-        Ok(Acquire::Acquired) => Err(NodeFailure::new(
+        Ok(Acquire::Acquired) => Err(CallError::new(
             "answered a fenced acquire without its counter (Acquire::Fenced expected): not a vote",
         )),
         other => other,

@@ -55,7 +55,7 @@ pub(super) fn settle_in_background<F>(
     until: Instant,
     ttl: std::time::Duration,
 ) where
-    F: std::future::Future<Output = Result<Acquire, crate::node::NodeFailure>> + Send + 'static,
+    F: std::future::Future<Output = Result<Acquire, crate::node::CallError>> + Send + 'static,
 {
     let settle = async move {
         let mut late = Tally::default();

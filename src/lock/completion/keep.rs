@@ -14,7 +14,7 @@ use crate::lock::release::{self, FIRST_PAUSE, MAX_PAUSE};
 use crate::lock::tally::{self, Skip};
 use crate::lock::telemetry::{self, Background};
 use crate::lock::Inner;
-use crate::node::{ExtendRequest, NodeFailure};
+use crate::node::{CallError, ExtendRequest};
 
 /// How long a completion that lacks its quorum is kept going, in ttls past the lease's
 /// validity, at most (extensions of the lock where the write is refused included).
@@ -91,7 +91,7 @@ impl Drop for KeepOnDrop {
             retry: keep.holders,
             ..Progress::default()
         };
-        let sent = tally::Sent::<bool, std::future::Ready<Result<bool, NodeFailure>>>::empty();
+        let sent = tally::Sent::<bool, std::future::Ready<Result<bool, CallError>>>::empty();
         let span = telemetry::background(Background::Completing);
         rt.spawn(keep_completing(keep, progress, sent).instrument(span));
     }
@@ -110,7 +110,7 @@ pub(super) async fn keep_completing<F>(
     mut progress: Progress,
     mut sent: tally::Sent<bool, F>,
 ) where
-    F: std::future::Future<Output = Result<bool, NodeFailure>>,
+    F: std::future::Future<Output = Result<bool, CallError>>,
 {
     while let Some(answer) = sent.next().await {
         progress.take(answer);

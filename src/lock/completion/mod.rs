@@ -31,7 +31,7 @@ use super::telemetry::{self, Background};
 use super::token::Token;
 use super::{Inner, Redlock};
 use crate::error::Error;
-use crate::node::{CompleteRequest, NodeFailure};
+use crate::node::{CallError, CompleteRequest};
 
 mod keep;
 #[cfg(test)]
@@ -373,7 +373,7 @@ impl Completion {
         mask: u64,
     ) -> tally::Sent<
         bool,
-        impl std::future::Future<Output = Result<bool, NodeFailure>> + Send + 'static,
+        impl std::future::Future<Output = Result<bool, CallError>> + Send + 'static,
     > {
         let (key, record_key, token) = (&self.key, &self.record_key, self.token);
         let (record, retention, fence) = (&self.record, self.retention, &self.fence);

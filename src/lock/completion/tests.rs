@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::node::{
-    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, MemoryNode, Node,
-    NodeFailure, NodeFuture, ReleaseRequest,
+    Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest, MemoryNode,
+    Node, NodeFuture, ReleaseRequest,
 };
 use crate::{Claim, Redlock, Retry};
 
@@ -65,7 +65,7 @@ impl Node for Scripted {
             match step {
                 Step::Store => {}
                 Step::Unreachable => {
-                    return Err(NodeFailure::new("connection reset").with_unreachable())
+                    return Err(CallError::new("connection reset").with_unreachable())
                 }
                 Step::Refuse => return Ok(false),
                 Step::StoreAfter(d) => tokio::time::sleep(d).await,

@@ -13,7 +13,7 @@ use super::scripts::{
     RELEASE_FENCED,
 };
 use super::{held, int, ttl_ms, RedisNode};
-use crate::node::{Acquire, FenceFloor, NodeFailure};
+use crate::node::{Acquire, CallError, FenceFloor};
 
 /// Counters stay below 2^53: Lua numbers are doubles (the clock in microseconds reaches it in
 /// the year 2255).
@@ -28,7 +28,7 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
         retention: Duration,
-    ) -> Result<Acquire, NodeFailure> {
+    ) -> Result<Acquire, CallError> {
         self.gated(self.fenced_acquire(
             &ACQUIRE_FENCED,
             key,
@@ -51,7 +51,7 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
         retention: Duration,
-    ) -> Result<Acquire, NodeFailure> {
+    ) -> Result<Acquire, CallError> {
         let script = &ACQUIRE_UNLESS_COMPLETED_FENCED;
         self.gated(self.fenced_acquire(
             script,
@@ -77,7 +77,7 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
         retention: Duration,
-    ) -> Result<Acquire, NodeFailure> {
+    ) -> Result<Acquire, CallError> {
         let ttl_arg = ttl_ms(ttl).to_string();
         let retention_arg = ttl_ms(retention).to_string();
         let record_key = record_key.map(|r| self.conn.aux_key(key, r));
@@ -108,7 +108,7 @@ impl RedisNode {
             (Some(1), Some(fence)) => match u64::try_from(int(fence)?) {
                 // Lua numbers are doubles: above 2^53 a counter no longer grows by one.
                 Ok(fence) if fence < MAX_FENCE => Ok(Acquire::Fenced { fence }),
-                _ => Err(NodeFailure::new(
+                _ => Err(CallError::new(
                     "the fencing counter reached 2^53, beyond what the master's Lua counts \
                      exactly: abstains",
                 )),
@@ -119,11 +119,11 @@ impl RedisNode {
                     record: Bytes::copy_from_slice(record),
                 })
             }
-            (Some(3), None) => Err(NodeFailure::new(
+            (Some(3), None) => Err(CallError::new(
                 "the master's tenure is younger than the longest ttl: abstains \
                  (delayed-restart protection)",
             )),
-            (Some(4), None) => Err(NodeFailure::new(
+            (Some(4), None) => Err(CallError::new(
                 "the fencing counter's key (the lock's key + \":fence\") holds something \
                  else, a lock of a resource named like it: not overwritten, abstains",
             )),
@@ -139,7 +139,7 @@ impl RedisNode {
         token: &str,
         floor: u64,
         retention: Duration,
-    ) -> Result<bool, NodeFailure> {
+    ) -> Result<bool, CallError> {
         let floor = floor.to_string();
         let retention = ttl_ms(retention).to_string();
         let fence_key = self.conn.aux_key(key, fence_key);
@@ -157,7 +157,7 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
         fence: FenceFloor<'_>,
-    ) -> Result<bool, NodeFailure> {
+    ) -> Result<bool, CallError> {
         let ttl = ttl_ms(ttl).to_string();
         let floor = fence.floor.to_string();
         let retention = ttl_ms(fence.retention).to_string();
@@ -183,7 +183,7 @@ impl RedisNode {
         record: &[u8],
         retention: Duration,
         fence: FenceFloor<'_>,
-    ) -> Result<bool, NodeFailure> {
+    ) -> Result<bool, CallError> {
         let retention = ttl_ms(retention).to_string();
         let floor = fence.floor.to_string();
         let fence_retention = ttl_ms(fence.retention).to_string();
@@ -202,6 +202,6 @@ impl RedisNode {
     }
 }
 
-fn unexpected(v: &Value) -> NodeFailure {
-    NodeFailure::new(format!("unexpected reply from the fencing script: {v:?}"))
+fn unexpected(v: &Value) -> CallError {
+    CallError::new(format!("unexpected reply from the fencing script: {v:?}"))
 }

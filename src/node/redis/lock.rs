@@ -12,7 +12,7 @@ use super::conn::query;
 use super::options::RestartGuard;
 use super::scripts::{ACQUIRE, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{held, int, script_cmd, ttl_ms, RedisNode};
-use crate::node::{Acquire, NodeFailure};
+use crate::node::{Acquire, CallError};
 
 impl RedisNode {
     /// `SET key token NX PX ttl`. A plain `SET` costs a master about a fifth less CPU than a
@@ -32,7 +32,7 @@ impl RedisNode {
         token: &'a str,
         ttl: Duration,
         prepared: Option<&'a Cmd>,
-    ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<Acquire, CallError>> + Send + 'a {
         self.gated(self.acquire_key_unchecked(key, token, ttl, prepared))
     }
 
@@ -43,7 +43,7 @@ impl RedisNode {
         token: &str,
         ttl: Duration,
         prepared: Option<&Cmd>,
-    ) -> Result<Acquire, NodeFailure> {
+    ) -> Result<Acquire, CallError> {
         // The rare paths are boxed, so that the common one's future (allocated per request)
         // stays small.
         if !self.plain_acquire() {
@@ -68,14 +68,14 @@ impl RedisNode {
             // The holder's ttl is asked only if the caller needs it (`remaining_ttl`), from
             // one node: a contended try costs each master one command, as an uncontended one.
             Value::Nil => Ok(Acquire::Held { remaining: None }),
-            other => Err(NodeFailure::new(format!(
+            other => Err(CallError::new(format!(
                 "unexpected reply to SET NX PX: {other:?}"
             ))),
         }
     }
 
     /// The remaining ttl of `key` (`PTTL`): `None` when it has no expiry or is gone.
-    pub(crate) async fn remaining_ttl(&self, key: &str) -> Result<Option<Duration>, NodeFailure> {
+    pub(crate) async fn remaining_ttl(&self, key: &str) -> Result<Option<Duration>, CallError> {
         let mut conn = self.conn.clone();
         let mut cmd = Cmd::with_capacity(2, 4 + key.len());
         cmd.arg("PTTL").arg(key);
@@ -117,7 +117,7 @@ impl RedisNode {
         key: &str,
         token: &str,
         prepared: Option<&Cmd>,
-    ) -> Result<bool, NodeFailure> {
+    ) -> Result<bool, CallError> {
         let v = self
             .run(&RELEASE, &[key], token, None, None, prepared)
             .await?;
@@ -131,7 +131,7 @@ impl RedisNode {
         key: &'a str,
         token: &'a str,
         ttl: Duration,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<bool, CallError>> + Send + 'a {
         self.gated(self.extend_key_unchecked(key, token, ttl))
     }
 
@@ -140,7 +140,7 @@ impl RedisNode {
         key: &str,
         token: &str,
         ttl: Duration,
-    ) -> Result<bool, NodeFailure> {
+    ) -> Result<bool, CallError> {
         let v = self
             .run(&EXTEND, &[key], token, Some(ttl_ms(ttl)), None, None)
             .await?;
@@ -162,7 +162,7 @@ impl RedisNode {
         key: &str,
         token: &str,
         ttl: Duration,
-    ) -> Result<Value, NodeFailure> {
+    ) -> Result<Value, CallError> {
         match &self.guard {
             Some(guard) => self.acquire_guarded(guard, key, token, ttl).await,
             None => Ok(self
@@ -179,7 +179,7 @@ impl RedisNode {
         key: &str,
         token: &str,
         ttl: Duration,
-    ) -> Result<Value, NodeFailure> {
+    ) -> Result<Value, CallError> {
         guard.check(ttl)?;
         let [marker, repl_marker] = self.markers(guard, key);
         let keys = [key, marker.as_ref(), repl_marker.as_ref()];
@@ -195,7 +195,7 @@ impl RedisNode {
             )
             .await?;
         if int(&v)? == -4 {
-            return Err(NodeFailure::new(format!(
+            return Err(CallError::new(format!(
                 "the master's tenure is younger than {:?} (a restart, a failover, a flush, \
                  or the first use of protection): abstains (delayed-restart protection)",
                 guard.window

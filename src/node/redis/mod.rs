@@ -9,7 +9,7 @@ use self::conn::{query, Conn};
 use self::eviction::Eviction;
 use self::options::RestartGuard;
 use self::scripts::Script;
-use super::{Acquire, NodeFailure};
+use super::{Acquire, CallError};
 
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -353,10 +353,10 @@ fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-fn int(v: &Value) -> Result<i64, NodeFailure> {
+fn int(v: &Value) -> Result<i64, CallError> {
     match v {
         Value::Int(i) => Ok(*i),
-        other => Err(NodeFailure::new(format!(
+        other => Err(CallError::new(format!(
             "unexpected reply from the lock script: {other:?}"
         ))),
     }

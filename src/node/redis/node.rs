@@ -10,7 +10,7 @@ use redis::Cmd;
 
 use super::RedisNode;
 use crate::node::{
-    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, Node, NodeFailure,
+    Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest, Node,
     NodeFuture, ReleaseRequest,
 };
 
@@ -21,7 +21,7 @@ impl RedisNode {
         &'a self,
         request: AcquireRequest<'a>,
         prepared: Option<&'a Cmd>,
-    ) -> impl Future<Output = Result<Acquire, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<Acquire, CallError>> + Send + 'a {
         let AcquireRequest {
             key, token, ttl, ..
         } = request;
@@ -49,7 +49,7 @@ impl RedisNode {
     pub(crate) fn extend_request<'a>(
         &'a self,
         request: ExtendRequest<'a>,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<bool, CallError>> + Send + 'a {
         let ExtendRequest {
             key, token, ttl, ..
         } = request;
@@ -67,7 +67,7 @@ impl RedisNode {
         &'a self,
         request: ReleaseRequest<'a>,
         prepared: Option<&'a Cmd>,
-    ) -> impl Future<Output = Result<bool, NodeFailure>> + Send + 'a {
+    ) -> impl Future<Output = Result<bool, CallError>> + Send + 'a {
         let ReleaseRequest { key, token, .. } = request;
         match request.fence {
             None => Either::Left(self.release_key(key, token, prepared)),

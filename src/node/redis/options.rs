@@ -253,9 +253,9 @@ pub(super) struct RestartGuard {
 
 impl RestartGuard {
     /// Refuses a ttl longer than the protection window (the client refuses it up front too).
-    pub(super) fn check(&self, ttl: Duration) -> Result<(), crate::node::NodeFailure> {
+    pub(super) fn check(&self, ttl: Duration) -> Result<(), crate::node::CallError> {
         if ttl > self.max_ttl {
-            return Err(crate::node::NodeFailure::new(format!(
+            return Err(crate::node::CallError::new(format!(
                 "the ttl {ttl:?} exceeds the {:?} of delayed-restart protection; raise it",
                 self.max_ttl
             )));

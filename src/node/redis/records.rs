@@ -8,7 +8,7 @@ use redis::{Cmd, Value};
 
 use super::scripts::{Script, ACQUIRE_UNLESS_COMPLETED, COMPLETE};
 use super::{held, int, query, ttl_ms, RedisNode};
-use crate::node::{Acquire, NodeFailure};
+use crate::node::{Acquire, CallError};
 
 impl RedisNode {
     /// The replay acquire (see [`AcquireRequest::record_key`](crate::node::AcquireRequest)), gated
@@ -19,7 +19,7 @@ impl RedisNode {
         record_key: &str,
         token: &str,
         ttl: Duration,
-    ) -> Result<Acquire, NodeFailure> {
+    ) -> Result<Acquire, CallError> {
         self.gated(self.acquire_unless_completed_unchecked(key, record_key, token, ttl))
             .await
     }
@@ -30,7 +30,7 @@ impl RedisNode {
         record_key: &str,
         token: &str,
         ttl: Duration,
-    ) -> Result<Acquire, NodeFailure> {
+    ) -> Result<Acquire, CallError> {
         let ttl_arg = ttl_ms(ttl).to_string();
         let record_key = self.conn.aux_key(key, record_key);
         let markers = self.guard.as_ref().map(|g| self.markers(g, key));
@@ -55,7 +55,7 @@ impl RedisNode {
             (Some(2), Some(Value::BulkString(record))) => Ok(Acquire::Completed {
                 record: Bytes::copy_from_slice(record),
             }),
-            (Some(3), None) => Err(NodeFailure::new(
+            (Some(3), None) => Err(CallError::new(
                 "the master's tenure is too young to say there is no record: abstains (delayed-restart \
                  protection)",
             )),
@@ -71,7 +71,7 @@ impl RedisNode {
         token: &str,
         record: &[u8],
         retention: Duration,
-    ) -> Result<bool, NodeFailure> {
+    ) -> Result<bool, CallError> {
         let retention = ttl_ms(retention).to_string();
         let args = [token.as_bytes(), retention.as_bytes(), record];
         let record_key = self.conn.aux_key(key, record_key);
@@ -87,7 +87,7 @@ impl RedisNode {
         script: &Script,
         keys: &[&str],
         args: &[&[u8]],
-    ) -> Result<Value, NodeFailure> {
+    ) -> Result<Value, CallError> {
         let cmd = |verb: &str, body: &str| {
             let mut cmd = Cmd::new();
             cmd.arg(verb).arg(body).arg(keys.len()).arg(keys);
@@ -107,6 +107,6 @@ impl RedisNode {
     }
 }
 
-fn unexpected(v: &Value) -> NodeFailure {
-    NodeFailure::new(format!("unexpected reply from the record script: {v:?}"))
+fn unexpected(v: &Value) -> CallError {
+    CallError::new(format!("unexpected reply from the record script: {v:?}"))
 }

@@ -277,7 +277,7 @@ impl Seen {
             "resource": lease.map(|l| l.resource().to_owned()),
             "validity_ms": lease.map(|l| l.validity().as_millis() as u64),
             "lost": lease.map(LeaseHandle::is_lost),
-            "extensions": lease.map(LeaseHandle::extensions),
+            "extensions": lease.map(LeaseHandle::extension_count),
             "tenant": self.principal.as_ref().map(|p| p.tenant.clone()),
             "fencing_token": lease.and_then(LeaseHandle::fencing_token),
             "fencing_header": self.fencing_header,

@@ -127,7 +127,7 @@ pub async fn redlock_flow<B: Backend>(backend: &B) {
 
     // Extension goes through the nodes.
     lease.extend(Duration::from_secs(20)).await.unwrap();
-    assert_eq!(lease.extensions(), 1);
+    assert_eq!(lease.extension_count(), 1);
     assert!(lease.validity() > ttl);
 
     // Release frees a quorum before it returns and every node soon after (a node that had

@@ -39,7 +39,7 @@ use redis::{Cmd, RedisError};
 use self::info::{verdict, Verdict};
 use super::conn::{connection_lost, query, Conn};
 use super::RedisNode;
-use crate::node::NodeFailure;
+use crate::node::CallError;
 
 mod info;
 
@@ -139,7 +139,7 @@ impl Eviction {
     /// For a request that may not go at once: the check to send it beside (the master was
     /// not checked), else the last verdict — `Ok` to send it, or why the voter abstains —
     /// after starting a check in the background if one is due.
-    fn admit(&self, conn: &Conn) -> Result<Option<Check>, NodeFailure> {
+    fn admit(&self, conn: &Conn) -> Result<Option<Check>, CallError> {
         let mut state = self.inner.state();
         match (state.due, &state.verdict) {
             (Some(_), Some(verdict)) => {
@@ -225,7 +225,7 @@ impl Eviction {
 }
 
 /// A request's future, boxed on the rare path.
-type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, NodeFailure>> + Send + 'a>>;
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, CallError>> + Send + 'a>>;
 
 impl RedisNode {
     /// `request` (an acquire or an extension) as the eviction check allows it: at once on a
@@ -233,7 +233,7 @@ impl RedisNode {
     /// checked yet; not at all, failing at once, on a voter that abstains.
     pub(super) fn gated<'a, T, F>(&'a self, request: F) -> Either<F, Boxed<'a, T>>
     where
-        F: Future<Output = Result<T, NodeFailure>> + Send + 'a,
+        F: Future<Output = Result<T, CallError>> + Send + 'a,
         T: Send + 'a,
     {
         if self.eviction.votes() {
@@ -272,13 +272,13 @@ impl Inner {
     }
 
     /// Whether a voter votes with `verdict`, else why it abstains.
-    fn admits(&self, verdict: &Verdict) -> Result<(), NodeFailure> {
+    fn admits(&self, verdict: &Verdict) -> Result<(), CallError> {
         match verdict {
             Verdict::Evicts {
                 policy,
                 maxmemory,
                 master,
-            } if !self.allow => Err(NodeFailure::new(format!(
+            } if !self.allow => Err(CallError::new(format!(
                 "the master{} may evict keys (maxmemory-policy {policy}, maxmemory {maxmemory} \
                  bytes): a lock or a completion record could vanish before its ttl, so this \
                  voter abstains. Set `maxmemory-policy noeviction` on it (a Redis not shared \
@@ -414,9 +414,9 @@ async fn ask(conn: &mut Conn, timeout: Duration) -> Result<Verdict, Failed> {
     }
 }
 
-impl From<Failed> for NodeFailure {
+impl From<Failed> for CallError {
     fn from(failed: Failed) -> Self {
-        let why = NodeFailure::new(format!(
+        let why = CallError::new(format!(
             "could not check the maxmemory-policy: {}",
             failed.why
         ));

@@ -1,6 +1,6 @@
-//! The scoped API: [`Redlock::with_lock`](super::Redlock::with_lock) and
-//! [`Redlock::scope`](super::Redlock::scope) run work while holding a lock, and always
-//! release it.
+//! Work run under a lock: [`Redlock::with_lock`](super::Redlock::with_lock) and
+//! [`Redlock::critical_section`](super::Redlock::critical_section) run work while holding a
+//! lock, and always release it.
 
 use std::future::Future;
 use std::time::Duration;
@@ -8,10 +8,11 @@ use std::time::Duration;
 use super::{LeaseHandle, Redlock, Retry};
 use crate::error::Error;
 
-/// A scoped lock being configured; see [`Redlock::scope`].
+/// A critical section being configured — the lock to take, and how to hold it while the
+/// work runs; see [`Redlock::critical_section`].
 #[derive(Debug)]
-#[must_use = "a scope does nothing until `.run(work)` is awaited"]
-pub struct Scope<'a> {
+#[must_use = "a critical section does nothing until `.run(work)` is awaited"]
+pub struct CriticalSection<'a> {
     client: &'a Redlock,
     resource: &'a str,
     ttl: Duration,
@@ -20,7 +21,7 @@ pub struct Scope<'a> {
     abort_on_loss: bool,
 }
 
-impl<'a> Scope<'a> {
+impl<'a> CriticalSection<'a> {
     pub(crate) fn new(client: &'a Redlock, resource: &'a str, ttl: Duration, retry: Retry) -> Self {
         Self {
             client,

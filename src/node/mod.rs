@@ -147,7 +147,11 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire>;
 
     /// Set the key's time to live, only if it holds the token (see [`ExtendRequest`]).
-    /// Returns whether it did; an absent (expired) key is never re-created.
+    /// Returns whether it did; an absent (expired) key is never re-created. With a fence, the
+    /// counter is raised in the same step: answer `true` only if it was (a node that extends
+    /// without raising must answer an error instead — the client counts every `true` as a
+    /// node carrying the lease's token; `fencing_extend_raises_the_counter` in the
+    /// conformance suite checks it).
     fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool>;
 
     /// Delete the key only if it holds the token (see [`ReleaseRequest`]). Returns whether it

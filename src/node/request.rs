@@ -141,8 +141,10 @@ pub struct FenceBump<'a> {
 /// [`ReleaseRequest`] or [`CompleteRequest`]), or right after its grant (a fenced
 /// [`ExtendRequest`]). The counter at `key` goes to `floor` if it is below; one that is gone
 /// (expired, or lost) starts again from the larger of `floor` and the node's clock in
-/// microseconds, never from an old token alone; it is kept for `retention` — also when the
-/// lock no longer holds the token (the raise is safe on its own: a counter only grows).
+/// microseconds, never from an old token alone; it is kept for `retention`. A release or a
+/// completion raises it also when the lock no longer holds the token (the raise is safe on
+/// its own: a counter only grows); an extension raises it only where the lock holds the
+/// token, and answers `true` only if it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FenceFloor<'a> {

@@ -4,8 +4,8 @@
 //! fencing wrong.
 
 use tower_redlock::node::{
-    Acquire, AcquireRequest, Capabilities, ExtendRequest, MemoryNode, Node, NodeFuture,
-    ReleaseRequest,
+    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, MemoryNode, Node,
+    NodeFuture, ReleaseRequest,
 };
 
 /// Locks only: `acquire`, `extend` and `release` of the inner [`MemoryNode`] (public, to look
@@ -57,5 +57,39 @@ impl Node for LyingFencingNode {
 
     fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
         self.0.release(request)
+    }
+}
+
+/// A node that declares every form and carries them out over a [`MemoryNode`] — except the
+/// fenced extension, which it sends without its fence (extending, answering `true`, the
+/// counter left as it was): a node that gets fencing wrong where the client cannot see it.
+#[derive(Debug, Clone, Default)]
+pub struct FenceDroppingNode(pub MemoryNode);
+
+impl Node for FenceDroppingNode {
+    fn name(&self) -> String {
+        "fence-dropping".to_owned()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+        self.0.acquire(request)
+    }
+
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+        // The fence dropped: the plain extension.
+        let plain = ExtendRequest::new(request.key, request.token, request.ttl);
+        self.0.extend(plain)
+    }
+
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+        self.0.release(request)
+    }
+
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
+        self.0.complete(request)
     }
 }

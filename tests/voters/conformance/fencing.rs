@@ -107,6 +107,30 @@ pub async fn fencing_raise_of_an_absent_counter_starts_from_the_clock(
     assert!(token_of(node, "f8", T2).await > before);
 }
 
+/// The fenced extension raises the counter (only where the key holds the token): a node
+/// that answers `true` without raising it would let the client hand out a lease whose token a
+/// later quorum may not see, and the next token could go back. Here the counter must go to the
+/// floor, and a wrong token's fenced extension must change nothing.
+pub async fn fencing_extend_raises_the_counter(node: &dyn Node, _: &dyn Peek) {
+    let (key, fence) = ("f9", "f9:fence");
+    let a = token_of(node, key, T1).await;
+    assert!(a < BIG, "{a} already at the floor");
+    let wrong = ExtendRequest::new(key, T2, LONG).fenced(FenceFloor::new(fence, BIG + 100, RETAIN));
+    assert!(
+        !node.extend(wrong).await.unwrap(),
+        "extended for another token"
+    );
+    let right = ExtendRequest::new(key, T1, LONG).fenced(FenceFloor::new(fence, BIG, RETAIN));
+    assert!(node.extend(right).await.unwrap());
+    // The plain release: only the extension can have raised the counter.
+    assert!(node.release(ReleaseRequest::new(key, T1)).await.unwrap());
+    assert_eq!(
+        token_of(node, key, T2).await,
+        BIG + 1,
+        "the fenced extension did not raise the counter to its floor (or the wrong token's did)"
+    );
+}
+
 /// The fenced release is owner-only like the plain one; a plain acquire never answers with
 /// a counter.
 pub async fn fencing_release_is_owner_only(node: &dyn Node, peek: &dyn Peek) {

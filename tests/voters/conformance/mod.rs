@@ -164,6 +164,7 @@ macro_rules! every_check {
             fencing_counters_expire_and_restart_from_the_clock,
             fencing_never_overwrites_a_lock_named_like_the_counter,
             fencing_with_records,
+            fencing_extend_raises_the_counter,
         );
     };
 }
@@ -201,9 +202,26 @@ conformance_in_turn!(cluster => Cluster:
     fencing_counters_expire_and_restart_from_the_clock,
     fencing_never_overwrites_a_lock_named_like_the_counter,
     fencing_with_records,
+    fencing_extend_raises_the_counter,
 );
 
 every_check!(conformance_in_turn!(sentinel => Sentinel:));
+
+/// The check of the fenced extension can fail: a node that declares fencing but extends
+/// without the fence (answering `true`, its counter left as it was) fails it.
+#[tokio::test]
+async fn fencing_extend_check_catches_a_node_that_drops_the_fence() {
+    let peek = <Memory as Backend>::start(1);
+    let check = tokio::spawn(async move {
+        let node = support::nodes::FenceDroppingNode::default();
+        check::fencing_extend_raises_the_counter(&node, &peek).await;
+    });
+    let outcome = check.await;
+    assert!(
+        outcome.as_ref().is_err_and(|e| e.is_panic()),
+        "the check passed a node that never raises the counter on extend: {outcome:?}"
+    );
+}
 
 #[tokio::test]
 async fn redis_node_name_is_host_and_port() {

@@ -9,7 +9,8 @@
 //!
 //! Environment: `REDLOCK_URLS` (comma-separated voter URLs, see the axum example; unset →
 //! in-memory node), `BIND_ADDR`
-//! (default `127.0.0.1:3000`), `WORK_MS` (default 200), `RUST_LOG`.
+//! (default `127.0.0.1:3000`), `WORK_MS` (default 200), `TTL_MS` (default 10 000), `ON_LOST`
+//! (`abort` or, by default, finish: see the axum example), `RUST_LOG`.
 //!
 //! ```text
 //! cargo run --features actix --example actix_idempotent
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use serde_json::{json, Value};
-use tower_redlock::policy::LockPolicy;
+use tower_redlock::policy::{LockPolicy, OnLost};
 use tower_redlock::RedlockMiddleware;
 use tower_redlock::{LeaseHandle, Redlock};
 
@@ -66,12 +67,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bind: SocketAddr = std::env::var("BIND_ADDR")
         .unwrap_or_else(|_| "127.0.0.1:3000".into())
         .parse()?;
-    let work = Duration::from_millis(
-        std::env::var("WORK_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(200),
-    );
+    let ms = |name: &str, default: u64| {
+        let ms = std::env::var(name).ok().and_then(|v| v.parse().ok());
+        Duration::from_millis(ms.unwrap_or(default))
+    };
+    let (work, ttl) = (ms("WORK_MS", 200), ms("TTL_MS", 10_000));
+    // `ON_LOST=abort`: a handler whose lease is lost (masters paused past the ttl, so the
+    // keep-alive cannot extend it) is stopped, its client answered `503` lock-lost and its
+    // key marked "outcome unknown"; by default it finishes, answered with `Lock-Lost: true`.
+    let on_lost = match std::env::var("ON_LOST").as_deref() {
+        Ok("abort") => OnLost::Abort,
+        _ => OnLost::Finish,
+    };
     let redlock = match std::env::var("REDLOCK_URLS") {
         Ok(urls) if !urls.trim().is_empty() => {
             // Commas separate voters; a Sentinel's or a Cluster's hosts stay together.
@@ -90,7 +97,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The same policy as the axum example, so both protect — and replay — the same keys.
     // (With the default ttl, `RedlockMiddleware::idempotent(redlock)?` says the same.)
     let policy = LockPolicy::idempotent(redlock)
-        .ttl(Duration::from_secs(10))
+        .ttl(ttl)
+        .on_lost(on_lost)
         .build()?;
     let config = Config {
         work,
@@ -98,8 +106,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     println!(
-        "[{bind}] listening: POST /payments (WORK_MS={})",
-        work.as_millis()
+        "[{bind}] listening: POST /payments (WORK_MS={}, TTL_MS={}, ON_LOST={on_lost:?})",
+        work.as_millis(),
+        ttl.as_millis()
     );
     HttpServer::new(move || {
         App::new()

@@ -13,6 +13,9 @@
 //!   `cluster` feature); unset → the in-memory node (this process only);
 //! - `BIND_ADDR`: where to listen (default `127.0.0.1:3000`);
 //! - `WORK_MS`: how long the handler "works" (default 200);
+//! - `TTL_MS`: the lock's ttl (default 10 000), kept alive while the handler works;
+//! - `ON_LOST`: `abort` stops a handler whose lease is lost (e.g. the masters paused past
+//!   the ttl) and answers `503` lock-lost; otherwise it finishes, with `Lock-Lost: true`;
 //! - `RUST_LOG`: log filter (default `info`: one line per lock call, release and lease as
 //!   its span closes, with the outcome; `tower_redlock=debug` adds each try and node answer).
 //!
@@ -32,7 +35,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use tower_redlock::policy::LockPolicy;
+use tower_redlock::policy::{LockPolicy, OnLost};
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
 #[tokio::main]
@@ -55,12 +58,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bind: SocketAddr = std::env::var("BIND_ADDR")
         .unwrap_or_else(|_| "127.0.0.1:3000".into())
         .parse()?;
-    let work = Duration::from_millis(
-        std::env::var("WORK_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(200),
-    );
+    let ms = |name: &str, default: u64| {
+        let ms = std::env::var(name).ok().and_then(|v| v.parse().ok());
+        Duration::from_millis(ms.unwrap_or(default))
+    };
+    let (work, ttl) = (ms("WORK_MS", 200), ms("TTL_MS", 10_000));
+    // `ON_LOST=abort`: a handler whose lease is lost (masters paused past the ttl, so the
+    // keep-alive cannot extend it) is stopped, its client answered `503` lock-lost and its
+    // key marked "outcome unknown"; by default it finishes, answered with `Lock-Lost: true`.
+    let on_lost = match std::env::var("ON_LOST").as_deref() {
+        Ok("abort") => OnLost::Abort,
+        _ => OnLost::Finish,
+    };
     let redlock = match std::env::var("REDLOCK_URLS") {
         Ok(urls) if !urls.trim().is_empty() => {
             // Commas separate voters; a Sentinel's or a Cluster's hosts stay together.
@@ -77,7 +86,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Idempotency-Key required, scoped by route; responses replayed for 24 h. (With the
     // default ttl, `RedlockLayer::idempotent(redlock)?` says the same.)
     let policy = LockPolicy::idempotent(redlock)
-        .ttl(Duration::from_secs(10))
+        .ttl(ttl)
+        .on_lost(on_lost)
         .build()?;
     // The lock goes on the route that needs it (`route_layer`): /health is never locked,
     // an unknown path answers 404 and `GET /payments` 405, not 400 or 409.
@@ -93,8 +103,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind(bind).await?;
     println!(
-        "[{bind}] listening: POST /payments (WORK_MS={})",
-        work.as_millis()
+        "[{bind}] listening: POST /payments (WORK_MS={}, TTL_MS={}, ON_LOST={on_lost:?})",
+        work.as_millis(),
+        ttl.as_millis()
     );
     axum::serve(listener, app)
         .with_graceful_shutdown(async {

@@ -4,8 +4,11 @@
 # concurrent requests spread over all three (`examples/burst.rs`): one key (one run, the rest
 # 409), the same key after it (all replayed, the same payment_id), the key with another body
 # (all 422), a distinct key each (all run). Prints a table of the answers, then a few of the
-# lock's counters from the axum replicas' `GET /metrics` (built with the feature `metrics`),
-# exits non-zero when a count is not the expected one, and stops everything it started (by
+# lock's counters from the axum replicas' `GET /metrics` (built with the feature `metrics`).
+# Then a lost lease (with the masters started here): a replica with a 1 s ttl and
+# `ON_LOST=abort` runs a 4 s handler while two masters are paused (SIGSTOP) for 2 s — its
+# client gets `503` lock-lost, and the key afterwards `409` outcome-unknown, not a second run.
+# Exits non-zero when an answer is not the expected one, and stops everything it started (by
 # pid).
 #
 # Without redis-server (and no way to install it) it runs one replica on the in-memory node
@@ -22,7 +25,10 @@ target_dir=${CARGO_TARGET_DIR:-target}
 pids=()
 urls=()
 workdir=$(mktemp -d)
+master_pids=()
 cleanup() {
+  # A paused master would not act on its SIGTERM: resume it first.
+  for pid in "${master_pids[@]}"; do kill -CONT "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$workdir"
@@ -72,6 +78,7 @@ start_master() {
     pid=$!
     if wait_for "redis-cli -p $port ping" "$pid"; then
       pids+=("$pid")
+      master_pids+=("$pid")
       urls+=("redis://127.0.0.1:$port")
       return 0
     fi
@@ -81,14 +88,15 @@ start_master() {
   return 1
 }
 
-# Starts one replica of example $1 on a free port; appends its base URL to `replicas`. A port
-# taken meanwhile (by another process on this machine) makes it try another.
+# Starts one replica of example $1 on a free port, with the environment assignments that
+# follow (`NAME=value`); appends its base URL to `replicas`. A port taken meanwhile (by another
+# process on this machine) makes it try another.
 replicas=()
 start_replica() {
   local port pid
   for _ in 1 2 3 4 5; do
     port=$(free_port)
-    BIND_ADDR="127.0.0.1:$port" "$target_dir/release/examples/$1" \
+    env "${@:2}" BIND_ADDR="127.0.0.1:$port" "$target_dir/release/examples/$1" \
       >"$workdir/replica-$port.log" 2>&1 &
     pid=$!
     if wait_for "health_ok $port" "$pid"; then
@@ -134,6 +142,50 @@ else
   start_replica axum_idempotent
 fi
 echo
-# Its exit status is the script's: non-zero when a round's answers are not the expected ones.
-# After the rounds it prints the counters of every replica that serves GET /metrics.
-"$target_dir/release/examples/burst" "${replicas[@]}"
+# Non-zero when a round's answers are not the expected ones. After the rounds it prints the
+# counters of every replica that serves GET /metrics.
+status=0
+"$target_dir/release/examples/burst" "${replicas[@]}" || status=$?
+
+# POST /payments with `Idempotency-Key: "$2"` to 127.0.0.1:$1 (bash's /dev/tcp); prints the
+# status code and the problem type, if any ("503 /problems/lock-lost").
+post_payment() (
+  body='{"amount_cents":1250}'
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+  printf 'POST /payments HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: "%s"\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+    "$2" "${#body}" "$body" >&3
+  response=$(timeout 30 cat <&3)
+  code=$(printf '%s\n' "$response" | head -n 1 | cut -d' ' -f2)
+  problem=$(printf '%s' "$response" | grep -o '"type":"[^"]*"' | cut -d'"' -f4)
+  echo "$code${problem:+ $problem}"
+)
+
+# The lost lease: only with masters started here (it pauses two of them).
+if [ "${#master_pids[@]}" -eq 3 ]; then
+  echo
+  echo "a lost lease: one more axum replica (TTL_MS=1000, WORK_MS=4000, ON_LOST=abort) runs a"
+  echo "request while two of the three masters are paused (SIGSTOP) for 2 s, past the ttl:"
+  start_replica axum_idempotent TTL_MS=1000 WORK_MS=4000 ON_LOST=abort
+  port=${replicas[-1]##*:}
+  post_payment "$port" lost-lease-1 >"$workdir/lost-first" &
+  client=$!
+  sleep 0.5
+  kill -STOP "${master_pids[0]}" "${master_pids[1]}"
+  sleep 2
+  kill -CONT "${master_pids[0]}" "${master_pids[1]}"
+  wait "$client" || true
+  first=$(cat "$workdir/lost-first")
+  # The "outcome unknown" mark is written where the key is free once the masters are back.
+  sleep 1
+  again=$(post_payment "$port" lost-lease-1 || true)
+  echo
+  echo "| request | answer | expected |"
+  echo "| --- | --- | --- |"
+  echo "| the key, masters paused past its ttl | $first | 503 /problems/lock-lost (the handler was stopped) |"
+  echo "| the same key, after it | $again | 409 /problems/idempotency-outcome-unknown (not run again) |"
+  if [ "$first" != "503 /problems/lock-lost" ] || [ "$again" != "409 /problems/idempotency-outcome-unknown" ]; then
+    echo "the lost lease was not answered as expected" >&2
+    status=1
+  fi
+fi
+exit "$status"

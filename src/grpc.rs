@@ -21,6 +21,8 @@
 //! | `Mismatch` (replay): key reused with another request | `422` | `FAILED_PRECONDITION` (9) | the key's state forbids it: "do not retry until the state is fixed" — use a new key |
 //! | `CompletedNotStored` (replay) | `409` | `ALREADY_EXISTS` (6) | the call with this key was already done; retrying cannot run it again |
 //! | `Misconfigured`: invalid lock settings | `500` | `INTERNAL` (13) | the server's fault |
+//! | `LockLost`: the lease was lost while the handler ran, and the policy aborts ([`OnLost::Abort`](crate::policy::OnLost::Abort)) | `503` | `UNAVAILABLE` (14) + retry hint (at least the ttl) | the call was stopped; what it did is unknown. If the response had begun, its trailers carry this status |
+//! | `OutcomeUnknown` (replay): the call with this key was stopped on a lost lease | `409` | `UNKNOWN` (2) | the outcome of the first call is unknown, and it is not run again |
 //!
 //! The retry hint of `ABORTED` and `UNAVAILABLE` is sent twice: `retry-after` (whole
 //! seconds rounded up, as over HTTP) and `grpc-retry-pushback-ms` (the delay in

@@ -161,12 +161,15 @@ async fn metrics_count_extensions_and_lost_leases() {
     assert_eq!(mid.delta(&before, "redlock_extended_total"), 2.0);
     assert_eq!(mid.delta(&before, "redlock_lost_total"), 1.0);
 
-    // A lease whose validity runs out while its holder works: lost, counted at its release.
+    // A lease whose validity runs out while its holder works: lost the moment its handle
+    // sees it run out, and counted then — once, not again by its release.
     let short = client
         .lock("metrics-expired", Duration::from_millis(300))
         .await
         .unwrap();
     short.handle().lost().await;
+    assert!(short.handle().is_lost());
+    assert_eq!(Snapshot::take().delta(&mid, "redlock_lost_total"), 1.0);
     short.release().await.unwrap();
     let after = Snapshot::take();
     assert_eq!(after.delta(&mid, "redlock_lost_total"), 1.0);

@@ -5,6 +5,7 @@ use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use pin_project::pin_project;
 
+use crate::http::lost::{LockLostError, LossWatch};
 use crate::http::BodyTail;
 use crate::Lease;
 
@@ -12,7 +13,9 @@ use crate::Lease;
 /// holding the lease until its end when the policy releases at body end.
 ///
 /// The end of the stream is reported only once the release has completed. Dropping the body
-/// early spawns the release in the background.
+/// early spawns the release in the background. If the lease is lost while the body streams
+/// and the policy says [`OnLost::Abort`](crate::policy::OnLost::Abort), the body ends with
+/// [`LockLostError`]: actix-web then breaks the response off.
 #[pin_project]
 pub struct LeaseBody<B> {
     #[pin]
@@ -21,18 +24,21 @@ pub struct LeaseBody<B> {
     /// Bytes still to come of a body of known length: the last chunk is the one that
     /// brings this to zero.
     remaining: Option<u64>,
+    /// Broken off on a lost lease: nothing more follows.
+    aborted: bool,
 }
 
 impl<B: MessageBody> LeaseBody<B> {
-    pub(crate) fn new(body: B, lease: Option<Lease>) -> Self {
+    pub(crate) fn new(body: B, lease: Option<Lease>, watch: Option<LossWatch>) -> Self {
         let remaining = match body.size() {
             BodySize::Sized(n) => Some(n),
             _ => None,
         };
         Self {
             body,
-            tail: BodyTail::new(lease),
+            tail: BodyTail::new(lease, watch),
             remaining,
+            aborted: false,
         }
     }
 }
@@ -53,7 +59,7 @@ impl<B> std::fmt::Debug for LeaseBody<B> {
 }
 
 impl<B: MessageBody> MessageBody for LeaseBody<B> {
-    type Error = B::Error;
+    type Error = Box<dyn std::error::Error>;
 
     fn size(&self) -> BodySize {
         self.body.size()
@@ -64,8 +70,17 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Self::Error>>> {
         let this = self.project();
+        if *this.aborted {
+            return Poll::Ready(None);
+        }
         if this.tail.wants_more() {
-            match ready!(this.body.poll_next(cx)) {
+            let polled = this.body.poll_next(cx);
+            if polled.is_pending() {
+                ready!(this.tail.poll_abort(cx));
+                *this.aborted = true;
+                return Poll::Ready(Some(Err(Box::new(LockLostError))));
+            }
+            match ready!(polled) {
                 Some(Ok(chunk)) => {
                     let is_last = this.remaining.as_mut().is_some_and(|r| {
                         *r = r.saturating_sub(chunk.len() as u64);
@@ -77,7 +92,7 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
                 }
                 Some(Err(e)) => {
                     this.tail.abandon();
-                    return Poll::Ready(Some(Err(e)));
+                    return Poll::Ready(Some(Err(e.into())));
                 }
                 None => {}
             }
@@ -94,11 +109,13 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
             body,
             tail,
             remaining,
+            aborted,
         } = self;
         body.try_into_bytes().map_err(|body| Self {
             body,
             tail,
             remaining,
+            aborted,
         })
     }
 }

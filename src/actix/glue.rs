@@ -15,6 +15,7 @@ use futures_util::StreamExt;
 
 use super::LeaseBody;
 use crate::http::flow::{FullResponse, Glue};
+use crate::http::lost::LossWatch;
 use crate::http::{Collector, RejectionKind, RejectionResponse, Unlocked};
 use crate::{Lease, LeaseHandle};
 
@@ -99,6 +100,7 @@ where
         req.extensions_mut().insert(Unlocked);
     }
 
+
     fn call(
         &mut self,
         req: Self::Request,
@@ -130,8 +132,15 @@ where
         known_len(res.response()) != Some(0)
     }
 
-    fn pass(res: Self::Response, lease: Option<Lease>) -> Self::Output {
-        res.map_body(|_, b| LeaseBody::new(b, lease))
+    fn add_header(res: &mut Self::Response, name: &'static str, value: &'static str) {
+        res.headers_mut().insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
+
+    fn pass(res: Self::Response, lease: Option<Lease>, watch: Option<LossWatch>) -> Self::Output {
+        res.map_body(|_, b| LeaseBody::new(b, lease, watch))
             .map_into_left_body()
     }
 
@@ -162,5 +171,11 @@ where
 
     fn full(req: Self::Request, res: FullResponse) -> Self::Output {
         req.into_response(full_response(res)).map_into_right_body()
+    }
+
+    fn answer_dropped(res: FullResponse) -> Result<Self::Output, Self::Error> {
+        let response = full_response(res);
+        let cause = "the request's lock was lost and its handler stopped";
+        Err(actix_web::error::InternalError::from_response(cause, response).into())
     }
 }

@@ -77,7 +77,7 @@ where
                 return Box::pin(async move {
                     Ok(fut
                         .await?
-                        .map_body(|_, b| LeaseBody::new(b, None))
+                        .map_body(|_, b| LeaseBody::new(b, None, None))
                         .map_into_left_body())
                 });
             }

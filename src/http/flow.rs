@@ -1,7 +1,8 @@
 //! The one request flow of both frameworks, for a request that has a key: (with
 //! [replay](crate::replay) on, buffer and fingerprint the body,) claim the key, put the lease
-//! and the fencing token in, run the inner service with keep-alive, then release — or store
-//! the response — and answer. The tower and actix-web glue implement [`Glue`] with their own
+//! and the fencing token in, run the inner service with keep-alive — stopped if the lease is
+//! lost and the policy says abort (`lost.rs`) —, then release — or store the response — and
+//! answer. The tower and actix-web glue implement [`Glue`] with their own
 //! types and call [`run`]; nothing here knows either framework.
 
 use std::future::Future;
@@ -9,6 +10,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::lost::{LossWatch, OnLost, Watched, WatchedFuture, LOCK_LOST_HEADER};
 use super::replay::FingerprintBuilder;
 use super::{
     AfterResponse, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
@@ -72,9 +74,13 @@ pub(crate) trait Glue {
     /// polled by the server, so it could not report its end).
     fn body_to_send(res: &Self::Response) -> bool;
 
+    /// Adds `name: value` to the response's headers.
+    fn add_header(res: &mut Self::Response, name: &'static str, value: &'static str);
+
     /// The response as the middleware's answer; with `lease`, its body releases it at its
-    /// end.
-    fn pass(res: Self::Response, lease: Option<Lease>) -> Self::Output;
+    /// end (and, with `watch`, ends with an error if the lease is lost and the policy says
+    /// abort).
+    fn pass(res: Self::Response, lease: Option<Lease>, watch: Option<LossWatch>) -> Self::Output;
 
     /// The response's head and body.
     fn split(res: Self::Response) -> (Self::Head, Self::Body);
@@ -90,6 +96,12 @@ pub(crate) trait Glue {
 
     /// The middleware's own answer to `req`.
     fn full(req: Self::Request, res: FullResponse) -> Self::Output;
+
+    /// The middleware's own answer to a request already handed to the inner service (and
+    /// dropped with the handler): tower answers it; actix-web, which needs the request to
+    /// answer, returns it as an error whose response it is (a clone of the request kept
+    /// meanwhile would make actix-web's routing and `headers_mut` panic inside).
+    fn answer_dropped(res: FullResponse) -> Result<Self::Output, Self::Error>;
 }
 
 /// An answer made whole by the middleware: a rejection or a replayed response.
@@ -199,7 +211,7 @@ pub(crate) async fn run<G: Glue>(
         Decision::Replay(stored) => return Ok(G::full(req, FullResponse::replay(stored))),
         Decision::Unlocked => {
             G::unlocked(&mut req);
-            return Ok(G::pass(glue.call(req).await?, None));
+            return Ok(G::pass(glue.call(req).await?, None, None));
         }
         Decision::Locked(lease, recorder) => {
             let fencing = policy.fencing_header().zip(lease.fencing_token());
@@ -212,16 +224,29 @@ pub(crate) async fn run<G: Glue>(
     // keep-alive starts only if the handler outlives ttl/3.
     let due = Instant::now() + lease.ttl() / 3;
     let keep_alive = policy.keeps_alive();
+    let rule = policy.lost_rule();
+    let mut watch = LossWatch::new(lease.handle(), rule.clone(), wire);
     let mut running = Running::new(lease, recorder);
-    let res = match KeptAlive::new(glue.call(req), running.lease_mut(), keep_alive).await {
-        Ok(res) => res,
-        Err(e) => {
+    let call = KeptAlive::new(glue.call(req), running.lease_mut(), keep_alive);
+    let mut res = match WatchedFuture::new(call, &mut watch).await {
+        Watched::Done(Ok(res)) => res,
+        Watched::Done(Err(e)) => {
             // With replay the handler may have run: at most once, so the key is marked
             // completed; without, the lease is released.
             running.finish_unstored().await;
             return Err(e);
         }
+        Watched::Aborted => return abort::<G>(running, &policy, wire),
     };
+    // A loss known by now decides the answer: the handler ran (partly) without its lock.
+    match watch.decide(false) {
+        Some(OnLost::Abort) => {
+            drop(res);
+            return abort::<G>(running, &policy, wire);
+        }
+        Some(_) => G::add_header(&mut res, LOCK_LOST_HEADER, "true"),
+        None => {}
+    }
     let status = G::status(&res);
     let plan = running.recorder().map_or(Plan::Release, |recorder| {
         recorder.plan_response(status, G::headers(&res), G::body_len(&res))
@@ -235,24 +260,35 @@ pub(crate) async fn run<G: Glue>(
                         // On the handler's schedule (nothing if it already started).
                         lease.keep_alive_from(due);
                     }
-                    Ok(G::pass(res, Some(lease)))
+                    let watch = rule.may_abort().then_some(watch);
+                    Ok(G::pass(res, Some(lease), watch))
                 }
                 AfterResponse::ReleaseNow(lease) => {
                     super::release(lease).await;
-                    Ok(G::pass(res, None))
+                    Ok(G::pass(res, None, None))
                 }
             }
         }
         Plan::MarkCompleted => {
             running.finish_unstored().await;
-            Ok(G::pass(res, None))
+            Ok(G::pass(res, None, None))
         }
         Plan::Store { body_len } => {
             let (head, body) = G::split(res);
-            // Bounded by the lease: a body that takes longer is not waited for.
-            let until = running.lease_mut().deadline();
+            // Bounded by the lease (a body that takes longer is not waited for), or by a
+            // ttl from now once the lease is lost (a handler that finished without it).
+            let lease = running.lease_mut();
+            let until = if lease.is_valid() {
+                lease.deadline()
+            } else {
+                Instant::now() + lease.ttl()
+            };
             let read = tokio::time::timeout_at(until.into(), G::collect(body, body_len));
-            match read.await.ok().flatten() {
+            let read = match WatchedFuture::new(read, &mut watch).await {
+                Watched::Done(read) => read.ok().flatten(),
+                Watched::Aborted => return abort::<G>(running, &policy, wire),
+            };
+            match read {
                 Some(bytes) => {
                     let record = running
                         .recorder()
@@ -274,4 +310,16 @@ pub(crate) async fn run<G: Glue>(
             }
         }
     }
+}
+
+/// The answer to a request whose lease was lost and whose policy says abort: the handler's
+/// future is already dropped; with replay the key is marked "outcome unknown" (unless the
+/// handler is repeatable), and the client gets `503` lock-lost.
+fn abort<G: Glue>(
+    running: Running,
+    policy: &LockPolicy,
+    wire: Wire,
+) -> Result<G::Output, G::Error> {
+    running.abort(policy.repeatable_after_loss());
+    G::answer_dropped(FullResponse::rejection(policy.lock_lost(wire)))
 }

@@ -19,6 +19,7 @@ pub(crate) mod grpc;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod keep_alive;
 pub(crate) mod key;
+pub(crate) mod lost;
 pub(crate) mod policy;
 pub(crate) mod rejection;
 #[cfg(any(feature = "tower", feature = "actix"))]

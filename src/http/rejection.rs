@@ -43,6 +43,15 @@ pub enum RejectionKind {
     /// the response limit), so it cannot be replayed: `409` without `Retry-After` (gRPC
     /// `ALREADY_EXISTS`) — a retry gets the same answer, and the handler never runs twice.
     CompletedNotStored,
+    /// The lease was lost while the handler ran (its validity ran out, or the keep-alive
+    /// could not extend it on a quorum) and the policy aborts on a lost lease
+    /// ([`OnLost::Abort`](crate::policy::OnLost::Abort)): the handler was stopped. `503`
+    /// with a `Retry-After` of at least the ttl (gRPC `UNAVAILABLE`).
+    LockLost,
+    /// Replay: the request with this key was stopped because its lease was lost
+    /// ([`OnLost::Abort`](crate::policy::OnLost::Abort)); it may or may not have had its
+    /// effects, and it is not run again: `409` without `Retry-After` (gRPC `UNKNOWN`).
+    OutcomeUnknown,
 }
 
 /// A rejection: what went wrong, with the details a responder may use.
@@ -94,8 +103,19 @@ impl Rejection {
         }
     }
 
+    /// The answer to a request whose handler was stopped because its lease was lost: `503`,
+    /// retried no sooner than a new holder's `ttl` can need.
+    pub(crate) fn lock_lost(ttl: Duration) -> Self {
+        Self {
+            kind: RejectionKind::LockLost,
+            retry_after: Some(ttl.max(Duration::from_secs(1))),
+            cause: Cause::Replay,
+            wire: Wire::Http,
+        }
+    }
+
     /// A rejection of the replay step (`Mismatch`, `BodyTooLarge`, `BodyUnreadable`,
-    /// `CompletedNotStored`).
+    /// `CompletedNotStored`, `OutcomeUnknown`).
     pub(crate) fn replay(kind: RejectionKind) -> Self {
         Self {
             kind,
@@ -126,10 +146,12 @@ impl Rejection {
     pub fn status(&self) -> u16 {
         match self.kind {
             RejectionKind::BadKey | RejectionKind::BodyUnreadable => 400,
-            RejectionKind::Contended | RejectionKind::CompletedNotStored => 409,
+            RejectionKind::Contended
+            | RejectionKind::CompletedNotStored
+            | RejectionKind::OutcomeUnknown => 409,
             RejectionKind::BodyTooLarge => 413,
             RejectionKind::Mismatch => 422,
-            RejectionKind::Unavailable => 503,
+            RejectionKind::Unavailable | RejectionKind::LockLost => 503,
             RejectionKind::Misconfigured => 500,
         }
     }
@@ -181,6 +203,8 @@ impl Rejection {
             RejectionKind::BodyTooLarge => "Request body too large",
             RejectionKind::BodyUnreadable => "Request body unreadable",
             RejectionKind::CompletedNotStored => "Request already completed",
+            RejectionKind::LockLost => "Lock lost",
+            RejectionKind::OutcomeUnknown => "Request outcome unknown",
         }
     }
 
@@ -209,6 +233,14 @@ impl Rejection {
             RejectionKind::CompletedNotStored => "a request with this key already completed; \
                  its response was not stored and cannot be replayed, and it is not run again"
                 .to_owned(),
+            RejectionKind::LockLost => format!(
+                "the lock of this request was lost while it was processed, so it was stopped; \
+                 its effects are unknown; retry after {} s",
+                self.retry_after_secs().unwrap_or(1)
+            ),
+            RejectionKind::OutcomeUnknown => "a request with this key was stopped because its \
+                 lock was lost; it may or may not have taken effect, and it is not run again"
+                .to_owned(),
         }
     }
 
@@ -234,6 +266,8 @@ impl Rejection {
             RejectionKind::BodyTooLarge => "/problems/request-body-too-large",
             RejectionKind::BodyUnreadable => "/problems/request-body-unreadable",
             RejectionKind::CompletedNotStored => "/problems/idempotency-completed-not-stored",
+            RejectionKind::LockLost => "/problems/lock-lost",
+            RejectionKind::OutcomeUnknown => "/problems/idempotency-outcome-unknown",
         }
     }
 

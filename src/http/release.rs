@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use super::ReleaseOn;
+use super::lost::LossWatch;
+use super::{ReleaseOn, Wire};
 use crate::lock::hashed;
 use crate::Lease;
 
@@ -58,15 +59,33 @@ pub(crate) struct BodyTail<T> {
     releasing: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The last chunk, held back until the release is done.
     last: Option<T>,
+    /// With a policy that may stop a request on a lost lease: the lease's watch.
+    watch: Option<LossWatch>,
 }
 
 impl<T> BodyTail<T> {
-    pub(crate) fn new(lease: Option<Lease>) -> Self {
+    pub(crate) fn new(lease: Option<Lease>, watch: Option<LossWatch>) -> Self {
+        let watch = watch.filter(|_| lease.is_some());
         Self {
             lease,
             releasing: None,
             last: None,
+            watch,
         }
+    }
+
+    /// Call while the inner body is pending: `Ready` with the client's wire when the lease
+    /// was lost and the policy says abort — the body must then end with an error (gRPC:
+    /// its status in trailers). The lease is dropped (its release spawned).
+    pub(crate) fn poll_abort(&mut self, cx: &mut Context<'_>) -> Poll<Wire> {
+        let Some(watch) = self.watch.as_mut().filter(|_| self.lease.is_some()) else {
+            return Poll::Pending;
+        };
+        ready!(watch.poll_abort(cx, true));
+        let wire = watch.wire();
+        self.watch = None;
+        self.lease = None;
+        Poll::Ready(wire)
     }
 
     /// Whether a lease is still held or being released.

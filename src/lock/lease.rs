@@ -225,23 +225,39 @@ impl LeaseHandle {
 
     /// Resolves when the lease is no longer held: its validity ran out without an
     /// extension, an extension found it lost, or it was released. Cancel-safe.
+    ///
+    /// A lease still held past its deadline is lost from the moment anything looks —
+    /// this, [`is_lost`](Self::is_lost), an extension, the release — and counted once
+    /// (`redlock_lost_total`, the `lost_after` field of its `redlock.lease` span).
     pub async fn lost(&self) {
         loop {
             let notified = self.state.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let deadline = {
-                let s = self.state.status();
-                if !s.held || Instant::now() >= s.deadline {
-                    return;
-                }
-                s.deadline
-            };
+            if !self.state.is_valid() {
+                return;
+            }
+            let deadline = self.state.deadline();
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep_until(deadline.into()) => {}
             }
         }
+    }
+
+    /// Why and when the lease was lost, if it was (not when it was released).
+    pub(crate) fn loss(&self) -> Option<super::state::Loss> {
+        self.state.loss()
+    }
+
+    /// The lock key (the prefixed resource).
+    pub(crate) fn key(&self) -> &str {
+        self.state.key()
+    }
+
+    /// When its lock request was sent.
+    pub(crate) fn started(&self) -> Instant {
+        self.state.started()
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use self::call::Voter;
 use self::options::Config;
+pub(crate) use self::state::Loss;
 pub(crate) use self::telemetry::{hashed, KeyHash};
 use crate::error::Error;
 use crate::node::MemoryNode;

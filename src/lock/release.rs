@@ -72,8 +72,8 @@ impl Lease {
     /// still expires after its ttl.
     pub async fn release(mut self) -> crate::Result<()> {
         self.stop_keep_alive();
-        let held = self.state.end();
-        let result = self.client.release_state(&self.state, held).await;
+        self.state.finish();
+        let result = self.client.release_state(&self.state).await;
         // Only now: if this future is dropped before, `Drop` spawns the release.
         self.released = true;
         result
@@ -86,7 +86,7 @@ impl Drop for Lease {
             return;
         }
         self.stop_keep_alive();
-        let held = self.state.end();
+        self.state.finish();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 let client = self.client.clone();
@@ -94,7 +94,7 @@ impl Drop for Lease {
                 // `release_state` runs in a `redlock.release` span linked to the lease's,
                 // and logs a release that failed at warn.
                 rt.spawn(async move {
-                    let _ = client.release_state(&state, held).await;
+                    let _ = client.release_state(&state).await;
                 });
             }
             Err(_) => tracing::warn!(
@@ -107,14 +107,13 @@ impl Drop for Lease {
 
 impl Redlock {
     /// Releases a lease's token on every node that may hold it, in a `redlock.release` span
-    /// (linked to the lease's); its owner just ended it, and `held` says whether it was still
-    /// held then (not lost, nor released before).
-    pub(crate) async fn release_state(&self, state: &LeaseState, held: bool) -> crate::Result<()> {
+    /// (linked to the lease's); its owner just ended it ([`LeaseState::finish`]).
+    pub(crate) async fn release_state(&self, state: &LeaseState) -> crate::Result<()> {
         let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), false);
         // The span is entered only when enabled, and the release awaited in place otherwise:
         // `telemetry::within` would move the release's future (measured: ~75 instructions a
         // release).
-        let (result, released, failed) = match (self.lease_release(state, held), &end.span) {
+        let (result, released, failed) = match (self.lease_release(state), &end.span) {
             (None, _) => (Ok(()), 0, 0),
             (Some(r), None) => self.release_token(r).await,
             (Some(r), Some(span)) => self.release_token(r).instrument(span.clone()).await,
@@ -125,11 +124,8 @@ impl Redlock {
     }
 
     /// What releasing a lease asks: `None` when no node may hold its token.
-    fn lease_release(&self, state: &LeaseState, held: bool) -> Option<Release> {
+    fn lease_release(&self, state: &LeaseState) -> Option<Release> {
         let (now, deadline) = (Instant::now(), state.deadline());
-        if held && now >= deadline {
-            telemetry::lost(state.key(), "its validity ran out before it was released");
-        }
         let n = self.inner.nodes.len();
         // The nodes that hold none of our tokens need no release, and count as released: a
         // quorum of released-or-never-ours nodes means the lock can no longer be held.

@@ -49,6 +49,18 @@ pub(super) struct Status {
     extensions: u32,
     /// False once the lease is released or known to be lost.
     pub(super) held: bool,
+    /// Why and when the lease was lost, once it was.
+    loss: Option<Loss>,
+}
+
+/// How a lease was lost: decided once (see [`LeaseState::lose`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Loss {
+    /// The moment the lease stopped being held: its deadline when its validity ran out,
+    /// else when an extension found its token gone.
+    pub(crate) at: Instant,
+    /// Why, in words (for logs and hooks).
+    pub(crate) why: &'static str,
 }
 
 impl LeaseState {
@@ -69,6 +81,7 @@ impl LeaseState {
                 deadline: grant.deadline,
                 extensions: 0,
                 held: true,
+                loss: None,
             }),
             notify: Notify::new(),
             holders: grant.holders,
@@ -131,10 +144,23 @@ impl LeaseState {
         self.status().extensions
     }
 
-    /// Whether the lease is still held and its validity not yet over.
+    /// Whether the lease is still held and its validity not yet over. A lease found still
+    /// held past its deadline is lost from here on — decided once, by whoever looks first
+    /// (this, [`LeaseHandle::lost`](super::LeaseHandle::lost), an extension or the release),
+    /// and counted then.
     pub(crate) fn is_valid(&self) -> bool {
-        let s = self.status();
-        s.held && Instant::now() < s.deadline
+        let deadline = {
+            let s = self.status();
+            if !s.held {
+                return false;
+            }
+            if Instant::now() < s.deadline {
+                return true;
+            }
+            s.deadline
+        };
+        self.lose_at(deadline, "its validity ran out before an extension landed");
+        false
     }
 
     /// The remaining validity: zero once the lease expired, was released or was lost.
@@ -162,11 +188,55 @@ impl LeaseState {
         held
     }
 
-    /// An extension found the lease lost (expired, or its token gone from too many nodes):
-    /// ends it, and counts the loss — once, if the lease was still held.
-    pub(crate) fn lose(&self, why: &str) {
-        if self.end() {
-            telemetry::lost(&self.key, why);
+    /// Its owner ends the lease (a release): one still held past its deadline is lost first
+    /// (counted once, as [`is_valid`](Self::is_valid) does).
+    pub(crate) fn finish(&self) {
+        self.is_valid();
+        self.end();
+    }
+
+    /// The lease was found lost (expired, or its token gone from too many nodes): ends it,
+    /// and counts the loss — once, if the lease was still held.
+    pub(crate) fn lose(&self, why: &'static str) {
+        let at = Instant::now().min(self.deadline());
+        self.lose_at(at, why);
+    }
+
+    /// [`lose`](Self::lose), lost at `at`: the loss is kept (see [`LeaseState::loss`]),
+    /// counted, and recorded on the lease's span.
+    fn lose_at(&self, at: Instant, why: &'static str) {
+        let held = {
+            let mut s = self.status();
+            let held = std::mem::replace(&mut s.held, false);
+            if held {
+                s.loss = Some(Loss { at, why });
+            }
+            held
+        };
+        self.notify.notify_waiters();
+        if held {
+            let after = at.saturating_duration_since(self.started);
+            telemetry::lost(&self.key, why, after, self.span.as_ref());
         }
+    }
+
+    /// A loss found once its owner had ended the lease (its completion found the token
+    /// gone): kept and counted, unless a loss was already.
+    pub(crate) fn lost_after_end(&self, why: &'static str) {
+        let at = Instant::now().min(self.deadline());
+        let first = {
+            let mut s = self.status();
+            s.held = false;
+            s.loss.is_none().then(|| s.loss = Some(Loss { at, why })).is_some()
+        };
+        if first {
+            let after = at.saturating_duration_since(self.started);
+            telemetry::lost(&self.key, why, after, self.span.as_ref());
+        }
+    }
+
+    /// Why and when the lease was lost, if it was (not when it was released or completed).
+    pub(crate) fn loss(&self) -> Option<Loss> {
+        self.status().loss
     }
 }

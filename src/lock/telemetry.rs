@@ -229,7 +229,12 @@ impl Acquiring {
     #[inline]
     pub(crate) fn lease_span(&self, key: &str) -> Option<Span> {
         let (acquire, caller) = (self.span.as_ref()?, self.caller.as_ref()?);
-        let span = tracing::info_span!(parent: caller, "redlock.lease", key = %hashed(key));
+        let span = tracing::info_span!(
+            parent: caller,
+            "redlock.lease",
+            key = %hashed(key),
+            lost_after = tracing::field::Empty
+        );
         span.follows_from(acquire);
         enabled(span)
     }
@@ -440,11 +445,18 @@ impl Ending {
     }
 }
 
-/// The lease of `key` was found lost while held (once per lease: see `LeaseState::lose`):
-/// counted, and logged at warn.
-pub(crate) fn lost(key: &str, why: &str) {
+/// The lease of `key` was found lost while held (once per lease: see `LeaseState::lose`),
+/// `after` its lock request was sent: counted, recorded on the lease's span (`lost_after`),
+/// and logged at warn in it.
+pub(crate) fn lost(key: &str, why: &str, after: Duration, lease: Option<&Span>) {
     metrics::lost();
-    tracing::warn!(key = %hashed(key), "lease lost: {why}");
+    match lease {
+        Some(span) => {
+            span.record("lost_after", debug(after));
+            tracing::warn!(parent: span, key = %hashed(key), lost_after = ?after, "lease lost: {why}");
+        }
+        None => tracing::warn!(key = %hashed(key), lost_after = ?after, "lease lost: {why}"),
+    }
 }
 
 /// The span of the keep-alive task of the lease of `key`, following from the lease's span

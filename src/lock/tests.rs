@@ -91,3 +91,50 @@ fn spans_record_outcomes_and_never_the_key() {
     assert!(!text.contains("secret-resource"), "{text}");
     assert!(!text.contains("secret-work"), "{text}");
 }
+
+/// A lease whose validity runs out is lost once, at its deadline: `LeaseHandle::lost`
+/// resolves, the loss is logged in the lease's span with the moment (`lost_after`), and
+/// neither a second look nor the release logs it again.
+#[test]
+fn a_lease_past_its_validity_is_lost_once_with_its_moment_on_the_span() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let redlock = Redlock::builder().node(MemoryNode::new()).build().unwrap();
+            let lease = redlock
+                .lock("short-lived", Duration::from_millis(50))
+                .await
+                .unwrap();
+            let handle = lease.handle();
+            assert!(!handle.is_lost() && handle.loss().is_none());
+            handle.lost().await;
+            let loss = handle.loss().expect("lost, not released");
+            assert!(loss.at <= std::time::Instant::now());
+            assert!(loss.at >= handle.started());
+            assert!(handle.is_lost());
+            lease.release().await.unwrap();
+            assert_eq!(handle.loss().map(|l| l.at), Some(loss.at), "decided once");
+        });
+    });
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let lost: Vec<_> = text.lines().filter(|l| l.contains("lease lost")).collect();
+    assert_eq!(lost.len(), 1, "{text}");
+    assert!(lost[0].contains("redlock.lease{"), "not in the lease's span: {text}");
+    assert!(lost[0].contains("lost_after="), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("redlock.lease{") && l.contains("close") && l.contains("lost_after=")),
+        "the span does not record the moment: {text}"
+    );
+}

@@ -5,8 +5,12 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 
-use crate::http::BodyTail;
+use crate::http::lost::{LockLostError, LossWatch};
+use crate::http::{BodyTail, Wire};
 use crate::Lease;
+
+/// The error of a [`LeaseBody`]: its inner body's, or [`LockLostError`].
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The response body of [`RedlockService`](super::RedlockService): the inner body (holding
 /// the lease until its end when the policy releases at body end), or a body the middleware
@@ -14,11 +18,15 @@ use crate::Lease;
 ///
 /// With release at body end, the end of the stream is reported only once the release has
 /// completed, so a client that has read the whole response finds the key free. Dropping the
-/// body early spawns the release in the background.
+/// body early spawns the release in the background. If the lease is lost while the body
+/// streams and the policy says [`OnLost::Abort`](crate::policy::OnLost::Abort), the body
+/// ends with [`LockLostError`] (a gRPC body with `UNAVAILABLE` trailers).
 #[pin_project]
 pub struct LeaseBody<B: Body> {
     #[pin]
     kind: Kind<B>,
+    /// Broken off on a lost lease: nothing more follows.
+    aborted: bool,
 }
 
 #[pin_project(project = KindProj)]
@@ -33,12 +41,13 @@ enum Kind<B: Body> {
 }
 
 impl<B: Body> LeaseBody<B> {
-    pub(crate) fn new(body: B, lease: Option<Lease>) -> Self {
+    pub(crate) fn new(body: B, lease: Option<Lease>, watch: Option<LossWatch>) -> Self {
         Self {
             kind: Kind::Inner {
                 body,
-                tail: BodyTail::new(lease),
+                tail: BodyTail::new(lease, watch),
             },
+            aborted: false,
         }
     }
 
@@ -47,6 +56,7 @@ impl<B: Body> LeaseBody<B> {
             kind: Kind::Full {
                 body: Some(body).filter(|b| !b.is_empty()),
             },
+            aborted: false,
         }
     }
 
@@ -64,25 +74,51 @@ impl<B: Body> std::fmt::Debug for LeaseBody<B> {
     }
 }
 
+/// The last frame of a body broken off on a lost lease: gRPC's status in trailers, or the
+/// error that makes the server break the response off.
+fn lost_frame<D>(wire: Wire) -> Result<Frame<D>, BoxError> {
+    if wire == Wire::Http {
+        return Err(Box::new(LockLostError));
+    }
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("14"));
+    trailers.insert(
+        "grpc-message",
+        http::HeaderValue::from_static(LockLostError::GRPC_MESSAGE),
+    );
+    Ok(Frame::trailers(trailers))
+}
+
 impl<B> Body for LeaseBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project().kind.project() {
+        let this = self.project();
+        if *this.aborted {
+            return Poll::Ready(None);
+        }
+        match this.kind.project() {
             KindProj::Full { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
             KindProj::Inner { mut body, tail } => {
                 if tail.wants_more() {
-                    match ready!(body.as_mut().poll_frame(cx)) {
+                    let polled = body.as_mut().poll_frame(cx);
+                    if polled.is_pending() {
+                        let wire = ready!(tail.poll_abort(cx));
+                        *this.aborted = true;
+                        return Poll::Ready(Some(lost_frame(wire)));
+                    }
+                    match ready!(polled) {
                         Some(Ok(frame)) => {
                             if let Some(frame) = tail.chunk(frame, body.is_end_stream()) {
                                 return Poll::Ready(Some(Ok(frame)));
@@ -90,7 +126,7 @@ where
                         }
                         Some(Err(e)) => {
                             tail.abandon();
-                            return Poll::Ready(Some(Err(e)));
+                            return Poll::Ready(Some(Err(e.into())));
                         }
                         None => {}
                     }
@@ -101,6 +137,9 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
+        if self.aborted {
+            return true;
+        }
         match &self.kind {
             Kind::Full { body } => body.is_none(),
             // While a lease is held, the end must be polled so that it is released.

@@ -102,7 +102,7 @@ where
             }
             StateProj::Passing { fut } => {
                 let res = ready!(fut.poll(cx))?;
-                Poll::Ready(Ok(res.map(|b| LeaseBody::new(b, None))))
+                Poll::Ready(Ok(res.map(|b| LeaseBody::new(b, None, None))))
             }
             StateProj::Flowing { flow } => {
                 Poll::Ready(ready!(flow.as_mut().poll(cx)).map(Answer::into_response))

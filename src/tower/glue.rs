@@ -11,6 +11,7 @@ use tower_service::Service;
 
 use super::{LeaseBody, RequestBody};
 use crate::http::flow::{FullResponse, Glue};
+use crate::http::lost::LossWatch;
 use crate::http::{Collector, RejectionKind, RejectionResponse, Unlocked};
 use crate::{Lease, LeaseHandle};
 
@@ -25,8 +26,9 @@ impl<S, ReqBody> Tower<S, ReqBody> {
 
 /// The flow's answer; the response future makes it a `Response<LeaseBody<_>>`.
 pub(crate) enum Answer<R> {
-    /// The inner service's response, holding the lease to its body's end if there is one.
-    Pass(R, Option<Lease>),
+    /// The inner service's response, holding the lease to its body's end if there is one
+    /// (watched for its loss when the policy may abort).
+    Pass(R, Option<Lease>, Option<LossWatch>),
     /// A response whose body is these bytes: a stored or replayed response, or a rejection.
     Full(http::response::Parts, Bytes),
 }
@@ -34,7 +36,7 @@ pub(crate) enum Answer<R> {
 impl<B: Body> Answer<Response<B>> {
     pub(crate) fn into_response(self) -> Response<LeaseBody<B>> {
         match self {
-            Self::Pass(res, lease) => res.map(|b| LeaseBody::new(b, lease)),
+            Self::Pass(res, lease, watch) => res.map(|b| LeaseBody::new(b, lease, watch)),
             Self::Full(head, body) => Response::from_parts(head, LeaseBody::full(body)),
         }
     }
@@ -119,6 +121,7 @@ where
         req.extensions_mut().insert(Unlocked);
     }
 
+
     fn call(
         &mut self,
         req: Self::Request,
@@ -148,8 +151,12 @@ where
         !res.body().is_end_stream()
     }
 
-    fn pass(res: Self::Response, lease: Option<Lease>) -> Self::Output {
-        Answer::Pass(res, lease)
+    fn add_header(res: &mut Self::Response, name: &'static str, value: &'static str) {
+        res.headers_mut().insert(name, HeaderValue::from_static(value));
+    }
+
+    fn pass(res: Self::Response, lease: Option<Lease>, watch: Option<LossWatch>) -> Self::Output {
+        Answer::Pass(res, lease, watch)
     }
 
     fn split(res: Self::Response) -> (Self::Head, Self::Body) {
@@ -173,5 +180,10 @@ where
     fn full(_: Self::Request, res: FullResponse) -> Self::Output {
         let (head, body) = full_head(res);
         Answer::Full(head, body)
+    }
+
+    fn answer_dropped(res: FullResponse) -> Result<Self::Output, Self::Error> {
+        let (head, body) = full_head(res);
+        Ok(Answer::Full(head, body))
     }
 }

@@ -29,7 +29,7 @@ use crate::support::{eventually, Masters};
 
 /// A response body the test writes: each `Bytes` sent is one data frame, and dropping the
 /// sender ends the body.
-type TestBody = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
+pub type TestBody = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, Infallible>>>;
 
 fn test_body() -> (mpsc::Sender<Bytes>, TestBody) {
     let (tx, rx) = mpsc::channel::<Bytes>(1);
@@ -45,7 +45,7 @@ type Bodies = mpsc::UnboundedSender<mpsc::Sender<Bytes>>;
 
 /// The Redis key the layer locks for `Idempotency-Key: key` (no scope, default prefix; the
 /// test clients add no key prefix).
-fn redis_key(key: &str) -> String {
+pub fn redis_key(key: &str) -> String {
     let req = SimpleRequest::new("POST", PATH).header(IDEMPOTENCY_KEY, key);
     IdempotencyKey::required()
         .extract(&req)
@@ -55,7 +55,7 @@ fn redis_key(key: &str) -> String {
         .to_owned()
 }
 
-type InnerService =
+pub type InnerService =
     BoxCloneService<Request<RequestBody<Empty<Bytes>>>, Response<TestBody>, Infallible>;
 
 /// An inner service that passes the probe's gate, then answers with a [`test_body`] whose
@@ -75,7 +75,7 @@ fn body_service(probe: &Arc<Probe>, bodies: Bodies) -> InnerService {
     ))
 }
 
-fn request(key: &str) -> Request<Empty<Bytes>> {
+pub fn request(key: &str) -> Request<Empty<Bytes>> {
     Request::post(PATH)
         .header(IDEMPOTENCY_KEY, key)
         .body(Empty::new())
@@ -83,15 +83,15 @@ fn request(key: &str) -> Request<Empty<Bytes>> {
 }
 
 /// What an in-process lifecycle test needs.
-struct Lifecycle {
-    masters: Masters,
-    policy: LockPolicy,
-    service: tower_redlock::tower::RedlockService<InnerService>,
-    probe: Arc<Probe>,
-    bodies: mpsc::UnboundedReceiver<mpsc::Sender<Bytes>>,
+pub struct Lifecycle {
+    pub masters: Masters,
+    pub policy: LockPolicy,
+    pub service: tower_redlock::tower::RedlockService<InnerService>,
+    pub probe: Arc<Probe>,
+    pub bodies: mpsc::UnboundedReceiver<mpsc::Sender<Bytes>>,
 }
 
-async fn lifecycle(policy: impl FnOnce(Redlock) -> LockPolicy) -> Lifecycle {
+pub async fn lifecycle(policy: impl FnOnce(Redlock) -> LockPolicy) -> Lifecycle {
     let (masters, redlock) = masters_and_client().await;
     let probe = Probe::open_gate();
     let (bodies_tx, bodies) = mpsc::unbounded_channel();
@@ -106,7 +106,7 @@ async fn lifecycle(policy: impl FnOnce(Redlock) -> LockPolicy) -> Lifecycle {
     }
 }
 
-async fn next_data<B>(body: &mut B) -> Option<Bytes>
+pub async fn next_data<B>(body: &mut B) -> Option<Bytes>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Debug,

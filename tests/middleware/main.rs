@@ -10,7 +10,7 @@
 //!
 //! - [`harness`]: the app described once, served by either framework;
 //! - the scenarios: [`exclusion`], [`waiting`], [`unavailable`], [`keys`], [`scope`],
-//!   [`methods`], [`responder`], [`release`], [`keep_alive`];
+//!   [`methods`], [`responder`], [`release`], [`keep_alive`], [`on_lost`];
 //! - [`fencing`]: the lease's fencing token passed to the handler in a header;
 //! - replay (idempotent endpoints): [`replay`], [`replay_faults`], [`replay_limits`];
 //! - [`mixed`], [`replay_mixed`]: axum and actix-web side by side, on the same masters;
@@ -35,6 +35,7 @@ mod keep_alive;
 mod keys;
 mod methods;
 mod mixed;
+mod on_lost;
 mod release;
 mod replay;
 mod replay_faults;
@@ -108,7 +109,6 @@ on_both! {
     replay::replay_is_scoped_by_the_principal,
     replay_faults::replay_survives_a_master_down_during_the_write,
     replay_faults::replay_survives_masters_losing_the_record,
-    replay_faults::replay_a_lease_expired_before_the_write_stores_nothing,
     replay_faults::replay_a_cancelled_request_marks_the_key_completed,
     replay_limits::replay_a_response_too_large_or_streamed_is_not_stored,
     replay_limits::replay_a_body_over_the_limit_is_413,
@@ -116,4 +116,13 @@ on_both! {
     fencing::fencing_header_carries_the_lease_token,
     fencing::fencing_token_without_header_is_on_the_lease_handle,
     fencing::fencing_header_with_replay,
+    on_lost::on_lost_abort_stops_the_handler_when_the_masters_freeze,
+    on_lost::on_lost_abort_stops_a_handler_past_its_validity,
+    on_lost::on_lost_finish_answers_with_the_header_and_stores_nothing,
+    on_lost::on_lost_abort_with_replay_answers_outcome_unknown,
+    on_lost::on_lost_abort_with_replay_marks_the_key_once_the_masters_return,
+    on_lost::on_lost_abort_repeatable_runs_the_key_again,
+    on_lost::on_lost_finish_with_replay_stores_the_late_response,
+    on_lost::on_lost_abort_breaks_off_a_streaming_body,
+    on_lost::on_lost_abort_never_fires_on_healthy_masters,
 }

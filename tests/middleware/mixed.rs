@@ -86,7 +86,7 @@ async fn both(
 
 /// Same status, `Content-Type`, `Retry-After` and `x-lock-state`, and byte-identical bodies.
 #[track_caller]
-fn assert_same_answer(what: &str, axum: &Reply, actix: &Reply) {
+pub fn assert_same_answer(what: &str, axum: &Reply, actix: &Reply) {
     assert_eq!(axum.status, actix.status, "{what}");
     for header in ["content-type", "retry-after", "x-lock-state"] {
         assert_eq!(

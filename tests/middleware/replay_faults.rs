@@ -1,12 +1,11 @@
 //! Replay when masters fail or time runs out: a master down before the first request or
 //! hanging during the write (the response is stored on the remaining quorum), a minority and
-//! then a majority losing the record (any record found is the answer), and a holder whose
-//! lease expired before it stored (nothing stored, the duplicate runs).
-
-use std::time::Duration;
+//! then a majority losing the record (any record found is the answer), and a request
+//! cancelled while its handler runs. (A holder whose lease expired before it stored: see
+//! [`crate::on_lost`].)
 
 use crate::harness::app::{App, Handler, Route};
-use crate::harness::keys::{policy_of, redis_key};
+use crate::harness::keys::redis_key;
 use crate::harness::probe::Probe;
 use crate::harness::Framework;
 use crate::replay::{assert_ran, assert_replay_of, pay, records_on, replay_policy, BODY};
@@ -110,54 +109,6 @@ pub async fn replay_survives_masters_losing_the_record<F: Framework>() {
         assert_released(&m, &lock).await;
     }
     assert_eq!(probe.started(), 1, "a duplicate ran the handler");
-    drop(http);
-    app.stop().await;
-}
-
-/// A ttl of 500 ms without keep-alive, and a handler that outlives it (held at the gate until
-/// the lock expired on every master): its client still gets its `201`, but nothing is stored
-/// (no record on any master, nothing at all left), and the duplicate is not served a stale
-/// answer: it runs the handler again, a new payment.
-pub async fn replay_a_lease_expired_before_the_write_stores_nothing<F: Framework>() {
-    const KEY: &str = "\"order-expired\"";
-    const TTL: Duration = Duration::from_millis(500);
-    let (m, redlock) = masters_and_client().await;
-    let probe = Probe::new();
-    let policy = policy_of(&redlock)
-        .ttl(TTL)
-        .keep_alive(false)
-        .replay(Replay::new())
-        .build()
-        .expect("a valid policy");
-    let app =
-        F::serve(&App::new().route(Route::locked(PATH, policy).post(Handler::payment(&probe))))
-            .await;
-    let http = http_client();
-    let url = app.url(PATH);
-    let lock = redis_key(PATH, PATH, KEY);
-
-    let first = tokio::spawn(reply(pay(&http, &url, KEY, BODY)));
-    probe.until_started(1).await;
-    eventually(
-        "the lock expires on every master",
-        Duration::from_secs(10),
-        || m.absent_everywhere(&lock),
-    )
-    .await;
-    probe.open();
-    let first = within("the first reply", first).await.expect("no panic");
-    let id = assert_ran(&first);
-    assert_eq!(
-        records_on(&m, &lock, 0..3).await,
-        0,
-        "a stale answer was stored"
-    );
-    assert_eq!(m.dbsizes().await, [0, 0, 0]);
-
-    let duplicate = reply(pay(&http, &url, KEY, BODY)).await;
-    let new_id = assert_ran(&duplicate);
-    assert_ne!(new_id, id);
-    assert_eq!(probe.started(), 2, "the duplicate did not run");
     drop(http);
     app.stop().await;
 }

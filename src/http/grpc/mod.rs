@@ -278,6 +278,8 @@ impl Rejection {
             RejectionKind::Mismatch => GrpcCode::FailedPrecondition,
             RejectionKind::BodyTooLarge => GrpcCode::ResourceExhausted,
             RejectionKind::CompletedNotStored => GrpcCode::AlreadyExists,
+            RejectionKind::LockLost => GrpcCode::Unavailable,
+            RejectionKind::OutcomeUnknown => GrpcCode::Unknown,
         }
     }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn};
+use crate::http::lost::{LostLease, LostRule, OnLost};
 use crate::http::key::HmacKey;
 use crate::http::rejection::Responder;
 use crate::http::replay::Replay;
@@ -73,6 +74,66 @@ impl LockPolicyBuilder {
     /// run either: it waits in that worker's non-stealable LIFO slot.)
     pub fn keep_alive(mut self, on: bool) -> Self {
         self.inner.keep_alive = on;
+        self
+    }
+
+    /// What a lease lost while its request runs does to the request (default
+    /// [`OnLost::Finish`]: the handler runs on, its response says `Lock-Lost: true`). Lost
+    /// is the lock's own rule: the validity ran out before an extension landed, or an
+    /// extension found the token gone — a paused process or masters the keep-alive cannot
+    /// reach, never healthy masters and a live process.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::policy::{LockPolicy, OnLost};
+    /// use tower_redlock::Redlock;
+    ///
+    /// // Work whose result is worthless without the lock: stop it, answer 503 lock-lost.
+    /// let policy = LockPolicy::idempotent(Redlock::in_memory())
+    ///     .on_lost(OnLost::Abort)
+    ///     .build()?;
+    /// assert_eq!(policy.on_lost(), Some(OnLost::Abort));
+    /// # Ok(()) }
+    /// ```
+    pub fn on_lost(mut self, on: OnLost) -> Self {
+        self.inner.lost = LostRule::Always(on);
+        self
+    }
+
+    /// Decide per request what a lost lease does, at the moment it is known: `hook` is
+    /// called once per lost lease, on the request's task — keep it short and non-blocking
+    /// (log, count, look at the [`LostLease`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use std::time::Duration;
+    /// use tower_redlock::policy::{LockPolicy, LostLease, OnLost};
+    /// use tower_redlock::Redlock;
+    ///
+    /// let policy = LockPolicy::idempotent(Redlock::in_memory())
+    ///     .on_lost_with(|lost: &LostLease<'_>| {
+    ///         tracing::warn!(key = %lost.key_hash(), reason = lost.reason(), "lock lost");
+    ///         // A body already streaming is left to finish; anything else stops.
+    ///         if lost.streaming() { OnLost::Finish } else { OnLost::Abort }
+    ///     })
+    ///     .build()?;
+    /// assert_eq!(policy.on_lost(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn on_lost_with<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&LostLease<'_>) -> OnLost + Send + Sync + 'static,
+    {
+        self.inner.lost = LostRule::Hook(Arc::new(hook));
+        self
+    }
+
+    /// With replay and [`OnLost::Abort`]: the handler is safe to run again after it was
+    /// stopped on a lost lease, so such a request leaves no record and the key's next
+    /// request runs the handler again (instead of `409` outcome-unknown). Only for handlers
+    /// whose work is idempotent or fenced.
+    pub fn repeatable_after_loss(mut self) -> Self {
+        self.inner.repeatable_after_loss = true;
         self
     }
 

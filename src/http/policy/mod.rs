@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::grpc::{GrpcOr, Wire};
+use super::lost::{LostRule, OnLost};
 use super::key::{HmacKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
 use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
 use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
@@ -106,6 +107,11 @@ struct PolicyInner {
     fencing_header: Option<Box<str>>,
     /// The secret lock keys are keyed with (HMAC), if any.
     hmac: Option<HmacKey>,
+    /// What a lease lost while its request runs does to it.
+    lost: LostRule,
+    /// With replay: a request stopped on a lost lease leaves no record (see
+    /// [`LockPolicyBuilder::repeatable_after_loss`]).
+    repeatable_after_loss: bool,
 }
 
 impl fmt::Debug for LockPolicy {
@@ -121,6 +127,8 @@ impl fmt::Debug for LockPolicy {
             .field("methods", &p.methods)
             .field("replay", &p.replay)
             .field("fencing_header", &p.fencing_header)
+            .field("on_lost", &p.lost)
+            .field("repeatable_after_loss", &p.repeatable_after_loss)
             .finish_non_exhaustive()
     }
 }
@@ -176,6 +184,8 @@ impl LockPolicy {
                 replay: None,
                 fencing_header: None,
                 hmac: None,
+                lost: LostRule::Always(OnLost::Finish),
+                repeatable_after_loss: false,
             },
             problem: None,
         }
@@ -246,6 +256,32 @@ impl LockPolicy {
     /// Whether a lock is kept alive while its handler runs.
     pub fn keeps_alive(&self) -> bool {
         self.inner.keep_alive
+    }
+
+    /// What a lease lost while its request runs does to it, when it is the same for every
+    /// request (`None`: a hook decides, see [`LockPolicyBuilder::on_lost_with`]).
+    pub fn on_lost(&self) -> Option<OnLost> {
+        match &self.inner.lost {
+            LostRule::Always(on) => Some(*on),
+            LostRule::Hook(_) => None,
+        }
+    }
+
+    /// The rule for a lost lease.
+    pub(crate) fn lost_rule(&self) -> &LostRule {
+        &self.inner.lost
+    }
+
+    /// With replay: whether a request stopped on a lost lease leaves no record
+    /// ([`LockPolicyBuilder::repeatable_after_loss`]).
+    pub(crate) fn repeatable_after_loss(&self) -> bool {
+        self.inner.repeatable_after_loss
+    }
+
+    /// The answer to a request stopped because its lease was lost, for a client on `wire`.
+    pub(crate) fn lock_lost(&self, wire: Wire) -> RejectionResponse {
+        let rejection = Rejection::lock_lost(self.inner.ttl).on(wire);
+        self.inner.responder.respond(&rejection)
     }
 
     /// The Redlock client.

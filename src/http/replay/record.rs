@@ -6,7 +6,8 @@
 //! "TRH1"                     magic and format version
 //! fingerprint [32]
 //! kind u8                    0: response stored, 1: completed, response not stored,
-//!                            2: response stored sealed (Replay::transform)
+//!                            2: response stored sealed (Replay::transform),
+//!                            3: stopped on a lost lease, outcome unknown (OnLost::Abort)
 //! -- kind 0 only, and kind 2 once opened --
 //! status u16, header count u16
 //! per header: name len u16, name, value len u32, value
@@ -25,6 +26,7 @@ const MAGIC: &[u8; 4] = b"TRH1";
 const KIND_RESPONSE: u8 = 0;
 const KIND_COMPLETED: u8 = 1;
 const KIND_SEALED: u8 = 2;
+const KIND_ABORTED: u8 = 3;
 /// The bytes before a response: magic, fingerprint, kind.
 const HEAD: usize = 4 + 32 + 1;
 
@@ -44,6 +46,8 @@ pub(crate) enum Record {
     Response(Fingerprint, StoredResponse),
     /// Completed; the response was not stored.
     Completed(Fingerprint),
+    /// Stopped when its lease was lost: the outcome is unknown.
+    Aborted(Fingerprint),
     /// Not a record this version reads.
     Unreadable,
 }
@@ -89,10 +93,20 @@ pub(crate) fn encode_response<'a>(
 
 /// A "completed, response not stored" record.
 pub(crate) fn encode_completed(fingerprint: &Fingerprint) -> Bytes {
-    let mut out = BytesMut::with_capacity(MAGIC.len() + 33);
+    encode_mark(fingerprint, KIND_COMPLETED)
+}
+
+/// A "stopped on a lost lease, outcome unknown" record.
+pub(crate) fn encode_aborted(fingerprint: &Fingerprint) -> Bytes {
+    encode_mark(fingerprint, KIND_ABORTED)
+}
+
+/// A record without a response: its fingerprint and `kind`.
+fn encode_mark(fingerprint: &Fingerprint, kind: u8) -> Bytes {
+    let mut out = BytesMut::with_capacity(HEAD);
     out.put_slice(MAGIC);
     out.put_slice(&fingerprint.0);
-    out.put_u8(KIND_COMPLETED);
+    out.put_u8(kind);
     out.freeze()
 }
 
@@ -133,11 +147,14 @@ pub(crate) fn answer(
         }
     }
     match decode_with(record, transform) {
-        Record::Response(fp, _) | Record::Completed(fp) if fp != *fingerprint => {
+        Record::Response(fp, _) | Record::Completed(fp) | Record::Aborted(fp)
+            if fp != *fingerprint =>
+        {
             Err(RejectionKind::Mismatch)
         }
         Record::Response(_, response) => Ok(response),
         Record::Completed(_) => Err(RejectionKind::CompletedNotStored),
+        Record::Aborted(_) => Err(RejectionKind::OutcomeUnknown),
         Record::Unreadable => {
             tracing::warn!("a completion record this version cannot read: answered as completed");
             Err(RejectionKind::CompletedNotStored)
@@ -188,6 +205,9 @@ fn decode_inner(record: &Bytes) -> Option<Record> {
     let kind = record[take(1)?.start];
     if kind == KIND_COMPLETED {
         return Some(Record::Completed(fingerprint));
+    }
+    if kind == KIND_ABORTED {
+        return Some(Record::Aborted(fingerprint));
     }
     if kind != KIND_RESPONSE {
         return None;
@@ -250,6 +270,15 @@ mod tests {
         assert_eq!(&res.body[..], body);
 
         assert_eq!(decode(&encode_completed(&fp)), Record::Completed(fp));
+        assert_eq!(decode(&encode_aborted(&fp)), Record::Aborted(fp));
+        assert_eq!(
+            answer(&encode_aborted(&fp), &fp, None),
+            Err(crate::http::RejectionKind::OutcomeUnknown)
+        );
+        assert_eq!(
+            answer(&encode_aborted(&fp), &Fingerprint([8; 32]), None),
+            Err(crate::http::RejectionKind::Mismatch)
+        );
 
         // Every truncation and a foreign record are unreadable, never a panic.
         for n in 0..bytes.len() - body.len() {

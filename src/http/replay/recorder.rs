@@ -2,11 +2,11 @@
 //! by the tower and actix-web glue, which only read and rebuild their framework's bodies.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::record::{encode_completed, encode_response, response_len};
+use super::record::{encode_aborted, encode_completed, encode_response, response_len};
 use super::{Fingerprint, Replay};
 use crate::lock::hashed;
 use crate::Lease;
@@ -141,13 +141,30 @@ impl Recorder {
         encode_completed(&self.fingerprint)
     }
 
+    /// The record "stopped on a lost lease, outcome unknown".
+    pub(crate) fn aborted(&self) -> Bytes {
+        encode_aborted(&self.fingerprint)
+    }
+
     /// Stores `record` where `lease` still holds, ending the lock there. On failure the lock
     /// is left to its ttl (duplicates get `409` until then), logged at warn by the
     /// lock; the response is sent either way.
+    ///
+    /// A lease found lost stores it where its key is still ours or free — never over
+    /// another holder's lock —, trying for [`LOST_RECORD_PATIENCE`] (at least three ttls)
+    /// until a quorum has it, so that a duplicate gets the record rather than a second run.
     pub(crate) async fn complete(&self, lease: Lease, record: Bytes) {
         let started = Instant::now();
         let key = tracing::enabled!(tracing::Level::DEBUG).then(|| hashed(lease.key()).to_string());
-        match lease.complete(record, self.replay.retention).await {
+        let stored = if lease.is_valid() {
+            lease.complete(record, self.replay.retention).await
+        } else {
+            let patience = LOST_RECORD_PATIENCE.max(lease.ttl().saturating_mul(3));
+            lease
+                .complete_lost(record, self.replay.retention, patience)
+                .await
+        };
+        match stored {
             Ok(()) => {
                 if let Some(key) = key {
                     tracing::debug!(key, elapsed = ?started.elapsed(), "response stored for replay");
@@ -157,6 +174,10 @@ impl Recorder {
         }
     }
 }
+
+/// How long the record of a request whose lease was lost is tried for at least, while too
+/// few masters answer (see [`Recorder::complete`]).
+pub(crate) const LOST_RECORD_PATIENCE: Duration = Duration::from_secs(30);
 
 /// The lease of a request whose handler has started. Under a replay policy (`recorder`), a
 /// request cancelled from here on — its future dropped while the handler runs or while its
@@ -200,6 +221,19 @@ impl Running {
         let lease = self.lease.take().expect("taken once");
         let recorder = self.recorder.take().expect("only under a replay policy");
         recorder.complete(lease, record).await;
+    }
+
+    /// The handler was stopped because the lease was lost: under a replay policy the key is
+    /// marked "outcome unknown" (unless the handler is `repeatable`), in the background;
+    /// otherwise the lease is dropped, which releases it (where it still is ours) in the
+    /// background.
+    pub(crate) fn abort(mut self, repeatable: bool) {
+        let lease = self.lease.take().expect("taken once");
+        let Some(recorder) = self.recorder.take().filter(|_| !repeatable) else {
+            return;
+        };
+        let record = recorder.aborted();
+        tokio::spawn(async move { recorder.complete(lease, record).await });
     }
 
     /// The handler ran (or may have) but its response cannot be stored: under a replay

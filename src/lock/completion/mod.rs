@@ -130,18 +130,15 @@ impl Lease {
         self.released = true;
         let state = &*self.state;
         let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), true);
-        let valid = state.is_valid();
         let completion = self
             .client
             .complete_state(state, record, retention, end.span.as_ref());
         let result = telemetry::within(&end.span, completion).await;
-        // Still held: the lease had expired, and nothing was stored. A loss found by the
-        // completion itself (its token gone from a quorum) counts too, once.
-        let ended = state.end();
-        if let Err(e) = &result {
-            if e.is_lost() && (valid || ended) {
-                telemetry::lost(state.key(), "found by its completion");
-            }
+        state.end();
+        // A loss found by the completion itself (its token gone from a quorum) counts too,
+        // once: an expired lease was found lost before anything was sent.
+        if result.as_ref().is_err_and(crate::Error::is_lost) {
+            state.lost_after_end("its completion found its token gone");
         }
         end.done(state.started(), &result);
         result

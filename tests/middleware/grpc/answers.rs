@@ -285,3 +285,30 @@ async fn grpc_replay_aborts_in_flight_and_answers_already_exists_after() {
     assert_eq!(server.gate.started(), 2 + 2 * retried.len());
     server.stop().await;
 }
+
+/// A call whose lease is lost while its handler runs (keep-alive off, the handler held past
+/// the ttl), with `OnLost::Abort`: `UNAVAILABLE`, with a retry hint of at least the ttl (1 s);
+/// the key is free afterwards and the next call runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_on_lost_abort_is_unavailable() {
+    const KEY: &str = "order-grpc-lost";
+    let ttl = Duration::from_millis(900);
+    let (m, redlock) = masters_and_client().await;
+    let policy = policy_of(&redlock)
+        .ttl(ttl)
+        .keep_alive(false)
+        .on_lost(tower_redlock::policy::OnLost::Abort)
+        .build()
+        .unwrap();
+    let server = Server::serve(policy).await;
+
+    let status = refused(server.pay(Some(KEY), true).await);
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_retry_hint(&status, Duration::from_secs(1));
+    assert!(status.message().contains("lost"), "{status:?}");
+    assert_eq!(server.gate.started(), 1);
+    assert_released(&m, &redis_key(PAY, KEY)).await;
+    server.pay(Some(KEY), false).await.unwrap();
+    assert_eq!(server.gate.started(), 2);
+    server.stop().await;
+}

@@ -122,7 +122,8 @@ impl MemoryNode {
     }
 
     /// The answer to `request` (see [`CompleteRequest`]): the counter raised first, then the
-    /// record stored and the lock deleted, in one step under the map's lock.
+    /// record stored and the lock deleted — with `if_free`, stored where the lock is absent
+    /// too — in one step under the map's lock.
     pub(crate) fn complete_now(&self, request: &CompleteRequest<'_>) -> bool {
         let CompleteRequest {
             key,
@@ -131,6 +132,7 @@ impl MemoryNode {
             record,
             retention,
             fence,
+            if_free,
             ..
         } = *request;
         let now = Instant::now();
@@ -153,18 +155,21 @@ impl MemoryNode {
             _ => {}
         }
         let taken = map.entries.get(record_key).is_some_and(|e| e.expires > now);
-        match map.entries.get(key) {
-            Some(e) if !taken && e.token == token && e.expires > now => {
-                map.entries.remove(key);
-                // The client bounds the retention (`Lease::MAX_RECORD_RETENTION`).
-                map.records.insert(
-                    record_key.to_owned(),
-                    (Bytes::copy_from_slice(record), expiry(now, retention)),
-                );
-                true
-            }
-            _ => false,
+        let live = map.entries.get(key).filter(|e| e.expires > now);
+        let store = match live {
+            Some(e) => e.token == token,
+            None => if_free,
+        };
+        if taken || !store {
+            return false;
         }
+        map.entries.remove(key);
+        // The client bounds the retention (`Lease::MAX_RECORD_RETENTION`).
+        map.records.insert(
+            record_key.to_owned(),
+            (Bytes::copy_from_slice(record), expiry(now, retention)),
+        );
+        true
     }
 
     fn acquire_in(map: &mut Map, now: Instant, key: &str, token: &str, ttl: Duration) -> Acquire {

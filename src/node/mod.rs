@@ -163,7 +163,10 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// token (the lease expired or was lost), so a stale answer is never stored. Idempotent:
     /// asked again with the same record after its answer was lost, it finds that record and
     /// answers `true` (deleting the key if it still holds the token); a different record
-    /// already there answers `false`.
+    /// already there answers `false`. With [`CompleteRequest::if_free`], store it also where
+    /// the key is absent (never where it holds another value): a node that declares
+    /// [`Capabilities::records`] must honour it, as the conformance suite's
+    /// `completion_if_free_*` checks try.
     ///
     /// The default answers an error: a node that does not store records (see
     /// [`Capabilities::records`]) never stores one.

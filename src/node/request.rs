@@ -242,7 +242,8 @@ impl<'a> ReleaseRequest<'a> {
 /// [`Node::complete`], for idempotent work, fenced by the lock: only if `key` holds `token`,
 /// store `record` at `record_key` with a time to live of `retention` and delete `key`,
 /// atomically. With a [`fence`](Self::fence), raise that counter first (or in the same
-/// atomic step), as a fenced release does.
+/// atomic step), as a fenced release does. With [`if_free`](Self::if_free), store it also
+/// where `key` is absent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CompleteRequest<'a> {
@@ -258,6 +259,17 @@ pub struct CompleteRequest<'a> {
     pub retention: Duration,
     /// The counter to raise first ([`Capabilities::fencing`]).
     pub fence: Option<FenceFloor<'a>>,
+    /// Store the record also where `key` is **absent** (the lock expired there), not only
+    /// where it holds `token` — for a lease that may have been lost while its work ran,
+    /// whose outcome must still be recorded. Never where `key` holds anything else (another
+    /// client's token: that holder keeps its lock, and nothing is stored); the other rules
+    /// stand: a different record already at `record_key`, or a value there that is not a
+    /// record (a lock of another resource), answers `false` and is left alone; the same
+    /// record again answers `true`; where `key` held `token` it is deleted. `false` (the
+    /// default): only where `key` holds `token`. A node that declares
+    /// [`Capabilities::records`] gets the request as it is and must honour this field
+    /// (`completion_if_free_*` in the conformance suite checks it).
+    pub if_free: bool,
 }
 
 impl<'a> CompleteRequest<'a> {
@@ -276,6 +288,7 @@ impl<'a> CompleteRequest<'a> {
             record,
             retention,
             fence: None,
+            if_free: false,
         }
     }
 
@@ -283,6 +296,24 @@ impl<'a> CompleteRequest<'a> {
     #[must_use]
     pub fn fenced(mut self, fence: FenceFloor<'a>) -> Self {
         self.fence = Some(fence);
+        self
+    }
+
+    /// This completion, storing the record also where the key is absent (see
+    /// [`if_free`](Self::if_free)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_redlock::node::CompleteRequest;
+    ///
+    /// let day = Duration::from_secs(86_400);
+    /// let plain = CompleteRequest::new("job", "job:record", "token", b"unknown", day);
+    /// assert!(!plain.if_free);
+    /// assert!(plain.or_if_free().if_free);
+    /// ```
+    #[must_use]
+    pub fn or_if_free(mut self) -> Self {
+        self.if_free = true;
         self
     }
 }

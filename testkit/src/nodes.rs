@@ -93,3 +93,59 @@ impl Node for FenceDroppingNode {
         self.0.complete(request)
     }
 }
+
+/// A node that declares every form and carries them out over a [`MemoryNode`] — except the
+/// "if free" completion ([`CompleteRequest::if_free`]), which it gets wrong: it stores as
+/// the plain completion does (refusing where the lock is absent), or — `overreach` — it
+/// clears the lock first, whoever holds it (storing over another client's lock).
+#[derive(Debug, Clone, Default)]
+pub struct FreeMisreadingNode {
+    /// Where it keeps everything (public, to look at what it holds).
+    pub inner: MemoryNode,
+    /// Clear the lock before an "if free" completion (else: send the plain one).
+    pub overreach: bool,
+}
+
+impl Node for FreeMisreadingNode {
+    fn name(&self) -> String {
+        "free-misreading".to_owned()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+        self.inner.acquire(request)
+    }
+
+    fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+        self.inner.extend(request)
+    }
+
+    fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+        self.inner.release(request)
+    }
+
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
+        if !request.if_free {
+            return self.inner.complete(request);
+        }
+        if !self.overreach {
+            // The "if free" dropped: the plain completion.
+            let r = request;
+            let plain = CompleteRequest::new(r.key, r.record_key, r.token, r.record, r.retention);
+            return self.inner.complete(match r.fence {
+                Some(f) => plain.fenced(f),
+                None => plain,
+            });
+        }
+        Box::pin(async move {
+            if let Some(holder) = self.inner.get(request.key) {
+                let clear = ReleaseRequest::new(request.key, &holder);
+                self.inner.release(clear).await?;
+            }
+            self.inner.complete(request).await
+        })
+    }
+}

@@ -11,6 +11,9 @@
 //! reply (a master out of memory) but still holds the lock has it extended. What this
 //! leaves open is stated in the crate's Safety docs: a node that does not answer until its
 //! lock has expired can no longer store the record.
+//!
+//! `lost.rs`: the completion of a lease that may have been lost while its work ran, stored
+//! where its lock holds or has expired (never over another holder).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,10 +33,11 @@ use super::tally::{self, Skip, Tally, Vote};
 use super::telemetry::{self, Background};
 use super::token::Token;
 use super::{Inner, Redlock};
-use crate::error::Error;
+use crate::error::{Error, NodeError};
 use crate::node::{CallError, CompleteRequest};
 
 mod keep;
+mod lost;
 #[cfg(test)]
 mod tests;
 
@@ -104,23 +108,7 @@ impl Lease {
         retention: std::time::Duration,
     ) -> crate::Result<()> {
         let record = record.into();
-        let invalid = if record.len() > Lease::MAX_RECORD_LEN {
-            Some(format!(
-                "the completion record is {} bytes; the maximum is {}",
-                record.len(),
-                Lease::MAX_RECORD_LEN
-            ))
-        } else if retention < std::time::Duration::from_millis(1)
-            || retention > Lease::MAX_RECORD_RETENTION
-        {
-            Some(format!(
-                "the retention of a completion record must be between 1 ms and {:?}",
-                Lease::MAX_RECORD_RETENTION
-            ))
-        } else {
-            None
-        };
-        if let Some(why) = invalid {
+        if let Some(why) = invalid_record(&record, retention) {
             // Refused before anything was stored: the work may run again, so release.
             let _ = self.release().await;
             return Err(crate::Error::invalid(why));
@@ -175,14 +163,7 @@ impl Redlock {
         // completion to the background, where it goes on as below.
         let mut guard = KeepOnDrop(Some(Keep {
             client: Arc::downgrade(&self.inner),
-            completion: Completion {
-                key: state.key_arc(),
-                record_key: record_key(state.key()),
-                token: state.token_copy(),
-                record,
-                retention,
-                fence: state.fence().cloned(),
-            },
+            completion: Completion::of(state, record, retention, false),
             ttl: state.ttl(),
             until: state.deadline() + state.ttl(),
             hard_until: state.deadline() + state.ttl().saturating_mul(KEEP_TTLS),
@@ -279,6 +260,26 @@ impl Redlock {
     }
 }
 
+/// Why `record`, kept for `retention`, is refused before anything is sent (over
+/// [`Lease::MAX_RECORD_LEN`], or a retention of zero or over
+/// [`Lease::MAX_RECORD_RETENTION`]), if it is.
+fn invalid_record(record: &[u8], retention: Duration) -> Option<String> {
+    if record.len() > Lease::MAX_RECORD_LEN {
+        Some(format!(
+            "the completion record is {} bytes; the maximum is {}",
+            record.len(),
+            Lease::MAX_RECORD_LEN
+        ))
+    } else if retention < Duration::from_millis(1) || retention > Lease::MAX_RECORD_RETENTION {
+        Some(format!(
+            "the retention of a completion record must be between 1 ms and {:?}",
+            Lease::MAX_RECORD_RETENTION
+        ))
+    } else {
+        None
+    }
+}
+
 /// Where a completion stands on each node (bit sets, by node index).
 #[derive(Debug, Clone, Copy, Default)]
 struct Progress {
@@ -316,15 +317,24 @@ impl Progress {
     }
 
     /// Takes node `i`'s answer to a completion.
-    fn take(&mut self, (i, answer): Answer<bool>) {
+    fn take(&mut self, answer: Answer<bool>) {
+        let _ = self.take_error(answer);
+    }
+
+    /// Takes node `i`'s answer to a completion, and gives back its error, if it failed.
+    fn take_error(&mut self, (i, answer): Answer<bool>) -> Option<NodeError> {
         let bit = 1u64 << i;
         self.retry &= !bit;
         self.kept &= !bit;
         match answer {
             Ok(true) => self.stored |= bit,
             Ok(false) => self.refused |= bit,
-            Err(e) => self.failed(i, e.is_transient() || e.is_suspended()),
+            Err(e) => {
+                self.failed(i, e.is_transient() || e.is_suspended());
+                return Some(e);
+            }
         }
+        None
     }
 
     /// Takes the answers of a round until the quorum is reached, every node asked answered,
@@ -333,12 +343,29 @@ impl Progress {
     where
         S: Stream<Item = Answer<bool>> + Unpin,
     {
-        while self.stored() < quorum {
+        let go = |p: &Self| p.stored() < quorum;
+        self.count_while(sent, until, go, drop).await;
+    }
+
+    /// Takes the answers of a round while `go` says so, until every node asked answered or
+    /// `until`; each error goes to `failed`.
+    async fn count_while<S>(
+        &mut self,
+        sent: &mut S,
+        until: Instant,
+        go: impl Fn(&Self) -> bool,
+        mut failed: impl FnMut(NodeError),
+    ) where
+        S: Stream<Item = Answer<bool>> + Unpin,
+    {
+        while go(self) {
             let next = tokio::time::timeout_at(until.into(), sent.next()).await;
             let Ok(Some(answer)) = next else {
                 break;
             };
-            self.take(answer);
+            if let Some(e) = self.take_error(answer) {
+                failed(e);
+            }
         }
     }
 
@@ -360,9 +387,25 @@ struct Completion {
     record: Bytes,
     retention: Duration,
     fence: Option<Fence>,
+    /// Stored also where the lock is absent ([`CompleteRequest::or_if_free`]): the
+    /// completion of a lease that may have been lost (`lost.rs`).
+    if_free: bool,
 }
 
 impl Completion {
+    /// The completion of `state`'s work with `record`; `if_free`, its "if free" form.
+    fn of(state: &LeaseState, record: Bytes, retention: Duration, if_free: bool) -> Self {
+        Self {
+            key: state.key_arc(),
+            record_key: record_key(state.key()),
+            token: state.token_copy(),
+            record,
+            retention,
+            fence: state.fence().cloned(),
+            if_free,
+        }
+    }
+
     /// Sends the completion to the nodes in `mask` (suspended ones fail at once).
     fn send(
         &self,
@@ -374,6 +417,7 @@ impl Completion {
     > {
         let (key, record_key, token) = (&self.key, &self.record_key, self.token);
         let (record, retention, fence) = (&self.record, self.retention, &self.fence);
+        let if_free = self.if_free;
         tally::send(
             &inner.nodes,
             mask,
@@ -382,6 +426,7 @@ impl Completion {
             &|node| {
                 let request =
                     CompleteRequest::new(key, record_key, token.as_str(), record, retention);
+                let request = free_if(request, if_free);
                 node.complete_now(&match fence {
                     None => request,
                     Some(f) => request.fenced(f.floor()),
@@ -393,6 +438,7 @@ impl Completion {
                 async move {
                     let plain =
                         CompleteRequest::new(&key, &record_key, token.as_str(), &record, retention);
+                    let plain = free_if(plain, if_free);
                     let Some(f) = &fence else {
                         return v.node.complete(plain).await;
                     };
@@ -406,5 +452,14 @@ impl Completion {
                 }
             },
         )
+    }
+}
+
+/// `request`, in its "if free" form when `if_free`.
+fn free_if(request: CompleteRequest<'_>, if_free: bool) -> CompleteRequest<'_> {
+    if if_free {
+        request.or_if_free()
+    } else {
+        request
     }
 }

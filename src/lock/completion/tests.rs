@@ -3,6 +3,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::node::{
     Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest, MemoryNode,
     Node, NodeFuture, ReleaseRequest,
@@ -89,26 +91,201 @@ async fn completion_tally_counts_a_retry_rounds_stores_after_a_refusal() {
             Step::StoreAfter(Duration::from_millis(30)),
         ]),
     ];
-    let redlock = nodes
-        .iter()
-        .fold(Redlock::builder(), |b, n| b.node(n.clone()))
-        .node_timeout(Duration::from_millis(500))
-        .retry(Retry::never())
-        .build()
-        .unwrap();
-    let ttl = Duration::from_secs(30);
-    let Claim::Locked(lease) = redlock
-        .lock_unless_completed("tally", ttl, Retry::never())
-        .await
-        .unwrap()
-    else {
-        panic!("nothing was completed yet");
-    };
+    let redlock = scripted_client(&nodes);
+    let lease = scripted_lease(&redlock, "tally").await;
     let stored = lease.complete("done", Duration::from_secs(60)).await;
     stored.expect("the record is on a quorum (nodes 0 and 2): the completion succeeded");
     let completed = |n: &Scripted| n.inner.get("tally").is_none();
     assert!(
         completed(&nodes[0]) && completed(&nodes[2]),
         "stored on 0 and 2"
+    );
+}
+
+// --- the completion of a lease that may be lost (`lost.rs`) ---
+
+const DAY: Duration = Duration::from_secs(86_400);
+const PATIENCE: Duration = Duration::from_secs(2);
+
+fn client_of(nodes: &[MemoryNode], fencing: bool) -> Redlock {
+    nodes
+        .iter()
+        .fold(Redlock::builder(), |b, n| b.node(n.clone()))
+        .fencing(fencing)
+        .retry(Retry::never())
+        .build()
+        .unwrap()
+}
+
+/// A lease for `key`, taken with a ttl of 50 ms, once its lock has expired on every node
+/// (its validity is over then too: it ends before the ttl).
+async fn expired_lease(redlock: &Redlock, nodes: &[MemoryNode], key: &str) -> crate::Lease {
+    let ttl = Duration::from_millis(50);
+    let Claim::Locked(lease) = redlock
+        .lock_unless_completed(key, ttl, Retry::never())
+        .await
+        .unwrap()
+    else {
+        panic!("nothing was completed yet");
+    };
+    let start = std::time::Instant::now();
+    while nodes.iter().any(|n| n.get(key).is_some()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the lock never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        !lease.is_valid(),
+        "the validity ends before the lock expires"
+    );
+    lease
+}
+
+/// `complete_lost` stores the record where the lease's lock has expired (the "if free"
+/// completion; with fencing too, then fenced), and a duplicate then gets the record instead
+/// of a lock; the lease ends. The plain completion of such a lease stores nothing.
+#[tokio::test]
+async fn complete_lost_stores_where_the_lock_expired() {
+    for fencing in [false, true] {
+        let nodes = [MemoryNode::new(), MemoryNode::new(), MemoryNode::new()];
+        let redlock = client_of(&nodes, fencing);
+        // The plain completion of an expired lease: refused, nothing stored.
+        let lease = expired_lease(&redlock, &nodes, "plain").await;
+        assert!(lease.complete("no", DAY).await.unwrap_err().is_lost());
+        let again = redlock.lock_unless_completed("plain", DAY, Retry::never());
+        assert!(matches!(again.await.unwrap(), Claim::Locked(_)));
+
+        let lease = expired_lease(&redlock, &nodes, "lost").await;
+        let handle = lease.handle();
+        let record = Bytes::from_static(b"outcome unknown");
+        let stored = lease.complete_lost(record.clone(), DAY, PATIENCE).await;
+        stored.unwrap_or_else(|e| panic!("fencing {fencing}: not stored: {e}"));
+        assert!(handle.is_lost(), "the lease ended");
+        let claim = redlock.lock_unless_completed("lost", DAY, Retry::never());
+        match claim.await.unwrap() {
+            Claim::Completed(got) => assert_eq!(got, record),
+            Claim::Locked(_) => panic!("fencing {fencing}: a duplicate got the lock"),
+        }
+        assert!(
+            nodes.iter().all(|n| n.get("lost").is_none()),
+            "no lock left"
+        );
+    }
+}
+
+/// Where another client took the lock after the lease expired — on a quorum — the record is
+/// refused there: `complete_lost` answers lost, and the other holder keeps its lock (the
+/// record lands only on the node that was free).
+#[tokio::test]
+async fn complete_lost_never_takes_another_holders_lock() {
+    let nodes = [MemoryNode::new(), MemoryNode::new(), MemoryNode::new()];
+    let redlock = client_of(&nodes, false);
+    let lease = expired_lease(&redlock, &nodes, "taken").await;
+    let other = client_of(&nodes[..2], false);
+    let theirs = other.lock("taken", DAY).await.unwrap();
+    let stored = lease
+        .complete_lost(Bytes::from_static(b"mine"), DAY, PATIENCE)
+        .await;
+    let err = stored.expect_err("two of three nodes are held by another client");
+    assert!(err.is_lost(), "{err}");
+    for n in &nodes[..2] {
+        assert_eq!(n.get("taken").as_deref(), Some(theirs.value()));
+    }
+    let on_free = nodes[2]
+        .acquire_now(&AcquireRequest::new("taken", "x", DAY).unless_completed("taken:record"));
+    assert_eq!(
+        on_free,
+        Acquire::Completed {
+            record: Bytes::from_static(b"mine")
+        }
+    );
+    theirs
+        .release()
+        .await
+        .expect("the other holder's lock is intact");
+}
+
+fn scripted_client(nodes: &[Scripted]) -> Redlock {
+    nodes
+        .iter()
+        .fold(Redlock::builder(), |b, n| b.node(n.clone()))
+        .node_timeout(Duration::from_millis(500))
+        .retry(Retry::never())
+        .build()
+        .unwrap()
+}
+
+async fn scripted_lease(redlock: &Redlock, key: &str) -> crate::Lease {
+    let claim = redlock.lock_unless_completed(key, Duration::from_secs(30), Retry::never());
+    let Claim::Locked(lease) = claim.await.unwrap() else {
+        panic!("nothing was completed yet");
+    };
+    lease
+}
+
+/// Nodes that give no answer are asked again until a quorum stored the record.
+#[tokio::test]
+async fn complete_lost_asks_again_until_a_quorum_stored_it() {
+    let nodes = [
+        Scripted::new(&[Step::Store]),
+        Scripted::new(&[Step::Unreachable, Step::Unreachable, Step::Store]),
+        Scripted::new(&[Step::Unreachable; 1000]),
+    ];
+    let redlock = scripted_client(&nodes);
+    let lease = scripted_lease(&redlock, "retried").await;
+    let stored = lease
+        .complete_lost(Bytes::from_static(b"done"), DAY, PATIENCE)
+        .await;
+    stored.expect("stored on nodes 0 and 1, node 1 on its third try");
+    assert!(nodes[0].inner.get("retried").is_none() && nodes[1].inner.get("retried").is_none());
+}
+
+/// Nodes that never answer: once the patience has passed, unavailable (not lost: they may
+/// store it yet).
+#[tokio::test]
+async fn complete_lost_is_unavailable_once_its_patience_ran_out() {
+    let nodes = [
+        Scripted::new(&[Step::Store]),
+        Scripted::new(&[Step::Unreachable; 1000]),
+        Scripted::new(&[Step::Unreachable; 1000]),
+    ];
+    let redlock = scripted_client(&nodes);
+    let lease = scripted_lease(&redlock, "silent").await;
+    let start = std::time::Instant::now();
+    let patience = Duration::from_millis(300);
+    let stored = lease
+        .complete_lost(Bytes::from_static(b"done"), DAY, patience)
+        .await;
+    let err = stored.expect_err("only one node of three answers");
+    assert!(err.is_unavailable(), "{err}");
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "gave up at once"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "past its patience"
+    );
+}
+
+/// A record over the limit is refused before anything is sent, and the lease released.
+#[tokio::test]
+async fn complete_lost_refuses_an_invalid_record() {
+    let nodes = [MemoryNode::new()];
+    let redlock = client_of(&nodes, false);
+    let claim = redlock.lock_unless_completed("big", DAY, Retry::never());
+    let Claim::Locked(lease) = claim.await.unwrap() else {
+        panic!("nothing was completed yet");
+    };
+    let big = Bytes::from(vec![0u8; crate::Lease::MAX_RECORD_LEN + 1]);
+    let err = lease.complete_lost(big, DAY, PATIENCE).await.unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert_eq!(nodes[0].get("big"), None, "released");
+    let claim = redlock.lock_unless_completed("big", DAY, Retry::never());
+    assert!(
+        matches!(claim.await.unwrap(), Claim::Locked(_)),
+        "nothing stored"
     );
 }

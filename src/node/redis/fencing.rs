@@ -9,8 +9,8 @@ use bytes::Bytes;
 use redis::Value;
 
 use super::scripts::{
-    Script, ACQUIRE_FENCED, ACQUIRE_UNLESS_COMPLETED_FENCED, COMPLETE_FENCED, EXTEND_FENCED,
-    RELEASE_FENCED,
+    Script, ACQUIRE_FENCED, ACQUIRE_UNLESS_COMPLETED_FENCED, COMPLETE_FENCED, COMPLETE_FREE_FENCED,
+    EXTEND_FENCED, RELEASE_FENCED,
 };
 use super::{held, int, ttl_ms, RedisNode};
 use crate::node::{Acquire, CallError, FenceFloor};
@@ -174,7 +174,9 @@ impl RedisNode {
         Ok(int(&reply)? == 1)
     }
 
-    /// The fenced completion (see [`CompleteRequest::fence`](crate::node::CompleteRequest)).
+    /// The fenced completion (see [`CompleteRequest::fence`](crate::node::CompleteRequest));
+    /// `if_free`, stored where the lock is absent too ([`COMPLETE_FREE_FENCED`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn complete_fenced_key(
         &self,
         key: &str,
@@ -183,6 +185,7 @@ impl RedisNode {
         record: &[u8],
         retention: Duration,
         fence: FenceFloor<'_>,
+        if_free: bool,
     ) -> Result<bool, CallError> {
         let retention = ttl_ms(retention).to_string();
         let floor = fence.floor.to_string();
@@ -197,7 +200,12 @@ impl RedisNode {
             fence_retention.as_bytes(),
         ];
         let keys = [key, record_key.as_ref(), fence_key.as_ref()];
-        let reply = self.run_binary(&COMPLETE_FENCED, &keys, &args).await?;
+        let script = if if_free {
+            &COMPLETE_FREE_FENCED
+        } else {
+            &COMPLETE_FENCED
+        };
+        let reply = self.run_binary(script, &keys, &args).await?;
         Ok(int(&reply)? == 1)
     }
 }

@@ -92,13 +92,14 @@ impl RedisNode {
             token,
             record,
             retention,
+            if_free,
             ..
         } = request;
         match request.fence {
-            None => Box::pin(self.complete_key(key, record_key, token, record, retention)),
-            Some(f) => {
-                Box::pin(self.complete_fenced_key(key, record_key, token, record, retention, f))
-            }
+            None => Box::pin(self.complete_key(key, record_key, token, record, retention, if_free)),
+            Some(f) => Box::pin(
+                self.complete_fenced_key(key, record_key, token, record, retention, f, if_free),
+            ),
         }
     }
 }

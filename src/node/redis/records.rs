@@ -1,12 +1,13 @@
 //! Completion records on a Redis master: the replay acquire (a stored record answers instead
-//! of a lock) and the fenced write that stores a record and ends the lock, each one script.
+//! of a lock) and the fenced write that stores a record and ends the lock (in its "if free"
+//! form, also where the lock is gone), each one script.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use redis::{Cmd, Value};
 
-use super::scripts::{Script, ACQUIRE_UNLESS_COMPLETED, COMPLETE};
+use super::scripts::{Script, ACQUIRE_UNLESS_COMPLETED, COMPLETE, COMPLETE_FREE};
 use super::{held, int, query, ttl_ms, RedisNode};
 use crate::node::{Acquire, CallError};
 
@@ -63,7 +64,8 @@ impl RedisNode {
         }
     }
 
-    /// The completion (see [`Node::complete`](crate::node::Node::complete)), fenced by the lock.
+    /// The completion (see [`Node::complete`](crate::node::Node::complete)), fenced by the lock
+    /// — or, `if_free`, by its absence too ([`COMPLETE_FREE`]).
     pub(crate) async fn complete_key(
         &self,
         key: &str,
@@ -71,12 +73,14 @@ impl RedisNode {
         token: &str,
         record: &[u8],
         retention: Duration,
+        if_free: bool,
     ) -> Result<bool, CallError> {
         let retention = ttl_ms(retention).to_string();
         let args = [token.as_bytes(), retention.as_bytes(), record];
         let record_key = self.conn.aux_key(key, record_key);
+        let script = if if_free { &COMPLETE_FREE } else { &COMPLETE };
         let reply = self
-            .run_binary(&COMPLETE, &[key, record_key.as_ref()], &args)
+            .run_binary(script, &[key, record_key.as_ref()], &args)
             .await?;
         Ok(int(&reply)? == 1)
     }

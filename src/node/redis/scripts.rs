@@ -149,10 +149,12 @@ return 0
     };
 }
 
-/// The completion of [`COMPLETE`] (also the end of [`COMPLETE_FENCED`]). Idempotent: a
-/// completion asked again after its answer was lost finds its own record (the same bytes)
-/// and answers stored, ending the lock if it is still there.
-macro_rules! complete_lua {
+/// The start of every completion: when something is at the record key `KEYS[2]`, the
+/// answer — 1 when it is our record `ARGV[3]` (the same bytes: a completion asked again after
+/// its answer was lost; the lock is ended if it still holds our token), else 0 (a first
+/// record is never overwritten, nor a value that is not a record: a lock of another
+/// resource).
+macro_rules! record_there_lua {
     () => {
         r#"if redis.call('exists', KEYS[2]) == 1 then
   if redis.call('type', KEYS[2]).ok == 'string'
@@ -164,13 +166,47 @@ macro_rules! complete_lua {
   end
   return 0
 end
-if redis.call('get', KEYS[1]) == ARGV[1] then
+"#
+    };
+}
+
+/// The completion of [`COMPLETE`] (also the end of [`COMPLETE_FENCED`]). Idempotent: a
+/// completion asked again after its answer was lost finds its own record (the same bytes)
+/// and answers stored, ending the lock if it is still there.
+macro_rules! complete_lua {
+    () => {
+        concat!(
+            record_there_lua!(),
+            r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   redis.call('del', KEYS[1])
   return 1
 end
 return 0
 "#
+        )
+    };
+}
+
+/// The completion of [`COMPLETE_FREE`] (also the end of [`COMPLETE_FREE_FENCED`]): as
+/// `complete_lua!`, but the record is stored also where the lock `KEYS[1]` is absent; never
+/// where it holds another value (read with `pcall`: a key of another type, `WRONGTYPE`, is
+/// another value too).
+macro_rules! complete_free_lua {
+    () => {
+        concat!(
+            record_there_lua!(),
+            r#"local held = redis.pcall('get', KEYS[1])
+if held == ARGV[1] or held == false then
+  redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
+  if held then
+    redis.call('del', KEYS[1])
+  end
+  return 1
+end
+return 0
+"#
+        )
     };
 }
 
@@ -421,6 +457,29 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
     votes: true,
 };
 
+/// Completes the work of a lease that may have been lost (its lock expired while the work
+/// ran): as [`COMPLETE`], and also where `KEYS[1]` is absent — never where another value
+/// holds it (that holder keeps its lock). KEYS lock, record; ARGV token, retention, record.
+pub(crate) static COMPLETE_FREE: Script = Script {
+    source: complete_free_lua!(),
+    sha1: "c6c0c7e182db25b4cab577bb0bba929f86b37ca9",
+    votes: true,
+};
+
+/// The fenced [`COMPLETE_FREE`]: KEYS lock, record, counter; ARGV as [`COMPLETE_FENCED`].
+/// Raises the counter as [`COMPLETE_FENCED`] does (also where nothing is stored), then as
+/// [`COMPLETE_FREE`].
+pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
+    source: concat!(
+        "local fkey = KEYS[3]\n",
+        fence_read_lua!(),
+        fence_raise_lua!("ARGV[4]", "ARGV[5]"),
+        complete_free_lua!()
+    ),
+    sha1: "50c665934fddf0ffe09d6b766779d247ed899d19",
+    votes: true,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +498,8 @@ mod tests {
             &RELEASE_FENCED,
             &COMPLETE_FENCED,
             &EXTEND_FENCED,
+            &COMPLETE_FREE,
+            &COMPLETE_FREE_FENCED,
         ] {
             assert_eq!(
                 redis::Script::new(s.source()).get_hash(),

@@ -11,6 +11,7 @@ use super::support::eventually;
 use super::{Peek, LONG, T1, T2};
 
 pub use super::fencing::*;
+pub use super::free::*;
 
 pub async fn names_itself(node: &dyn Node, _: &dyn Peek) {
     assert!(!node.name().is_empty());

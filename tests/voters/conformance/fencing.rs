@@ -9,9 +9,9 @@ use tower_redlock::node::{
 
 use super::{Peek, LONG, T1, T2};
 
-const RETAIN: Duration = Duration::from_secs(60);
+pub(super) const RETAIN: Duration = Duration::from_secs(60);
 /// A counter far above any clock reading (microseconds in the year 2128, below 2^53).
-const BIG: u64 = 5_000_000_000_000_000;
+pub(super) const BIG: u64 = 5_000_000_000_000_000;
 
 fn now_us() -> u64 {
     SystemTime::now()
@@ -27,7 +27,7 @@ async fn fenced(node: &dyn Node, key: &str, token: &str) -> Acquire {
         .unwrap()
 }
 
-async fn token_of(node: &dyn Node, key: &str, token: &str) -> u64 {
+pub(super) async fn token_of(node: &dyn Node, key: &str, token: &str) -> u64 {
     match fenced(node, key, token).await {
         Acquire::Fenced { fence } => fence,
         other => panic!("expected a fenced grant, got {other:?}"),

@@ -6,8 +6,9 @@
 //! value stored at a key, bypassing the node). The Redlock-level flow runs the same quorum
 //! and contention scenario over three nodes of each backend.
 //!
-//! Layout: `check.rs` the checks of one node, `flow.rs` the flow over three, `backends.rs`
-//! the backends; here the traits, the wiring and the Redis-only tests.
+//! Layout: `check.rs` the checks of one node (with `fencing.rs`'s and `free.rs`'s),
+//! `flow.rs` the flow over three, `backends.rs` the backends; here the traits, the wiring
+//! and the Redis-only tests.
 
 use tower_redlock_testkit as support;
 
@@ -22,6 +23,7 @@ mod backends;
 mod check;
 mod fencing;
 mod flow;
+mod free;
 
 #[cfg(feature = "cluster")]
 use backends::Cluster;
@@ -165,6 +167,11 @@ macro_rules! every_check {
             fencing_never_overwrites_a_lock_named_like_the_counter,
             fencing_with_records,
             fencing_extend_raises_the_counter,
+            completion_if_free_stores_where_the_key_expired,
+            completion_if_free_ends_our_lock,
+            completion_if_free_never_takes_another_holders_lock,
+            completion_if_free_never_takes_a_lock_for_a_record,
+            completion_if_free_fenced_raises_the_counter,
         );
     };
 }
@@ -176,8 +183,9 @@ every_check!(conformance!(redis => Redis:));
 // A Cluster stores a record in its lock key's slot, at `{tag}<record key>`: a lock of a
 // resource named like the record key is another key there, so
 // `records_never_take_a_lock_for_one` (which locks `rec:record` and expects the completion
-// of `rec` to collide with it) does not apply. tests/voters/cluster.rs runs its Cluster form: a lock
-// at the record's real key is never taken for a record.
+// of `rec` to collide with it) does not apply, nor its "if free" form
+// (`completion_if_free_never_takes_a_lock_for_a_record`). tests/voters/cluster.rs runs its
+// Cluster form: a lock at the record's real key is never taken for a record.
 #[cfg(feature = "cluster")]
 conformance_in_turn!(cluster => Cluster:
     names_itself,
@@ -203,6 +211,10 @@ conformance_in_turn!(cluster => Cluster:
     fencing_never_overwrites_a_lock_named_like_the_counter,
     fencing_with_records,
     fencing_extend_raises_the_counter,
+    completion_if_free_stores_where_the_key_expired,
+    completion_if_free_ends_our_lock,
+    completion_if_free_never_takes_another_holders_lock,
+    completion_if_free_fenced_raises_the_counter,
 );
 
 every_check!(conformance_in_turn!(sentinel => Sentinel:));
@@ -221,6 +233,33 @@ async fn fencing_extend_check_catches_a_node_that_drops_the_fence() {
         outcome.as_ref().is_err_and(|e| e.is_panic()),
         "the check passed a node that never raises the counter on extend: {outcome:?}"
     );
+}
+
+/// The checks of the "if free" completion can fail: a node that sends it as the plain
+/// completion fails the first (it refuses where the lock is absent), and one that clears the
+/// lock first fails the second (it stores over another client's lock).
+#[tokio::test]
+async fn completion_if_free_checks_catch_a_node_that_misreads_it() {
+    for overreach in [false, true] {
+        let peek = <Memory as Backend>::start(1);
+        let node = support::nodes::FreeMisreadingNode {
+            inner: peek.node(0),
+            overreach,
+        };
+        let check = tokio::spawn(async move {
+            if overreach {
+                check::completion_if_free_never_takes_another_holders_lock(&node, &peek).await;
+            } else {
+                check::completion_if_free_stores_where_the_key_expired(&node, &peek).await;
+            }
+        });
+        let outcome = check.await;
+        assert!(
+            outcome.as_ref().is_err_and(|e| e.is_panic()),
+            "the check passed a node that misreads \"if free\" (overreach: {overreach}): \
+             {outcome:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,160 @@
+//! The completion of a lease that may have been lost while its work ran (its validity ran
+//! out: the lock expired on the masters, or the keep-alive could not extend it): the work's
+//! outcome — its answer, or a marker that it is unknown — must still be recorded, or a
+//! duplicate runs the work again. [`Lease::complete_lost`] stores the record with the "if
+//! free" completion ([`CompleteRequest::or_if_free`](crate::node::CompleteRequest::or_if_free)):
+//! on every node, where the lock still holds the lease's token or is absent — never where
+//! another client holds it (that client is doing the work now, and completes it), nor over
+//! another record.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tracing::Instrument;
+
+use super::{invalid_record, Completion, Progress};
+use crate::error::{Error, NodeError};
+use crate::lock::lease::Lease;
+use crate::lock::release::{self, FIRST_PAUSE, MAX_PAUSE};
+use crate::lock::state::LeaseState;
+use crate::lock::tally;
+use crate::lock::telemetry::{self, Background};
+use crate::lock::{Inner, Redlock};
+
+impl Lease {
+    /// Stores `record` as the resource's completion record for `retention`, for a lease that
+    /// may have been lost (its validity is not required): on every node where the lock holds
+    /// this lease's token (and ends it there) or is absent; fenced when the lease has a fence
+    /// (the plain form where a node keeps no counters).
+    ///
+    /// `Ok` once a quorum stored it. A node that refused (another holder, another record) is
+    /// final; the others (no answer, an error reply, suspended) are asked again, with a
+    /// growing pause, until a quorum stored it or `patience` has passed since the call (a
+    /// round in flight then gets one node timeout at least). [`Error::is_lost`] when too many
+    /// nodes refused for a quorum ever to store it; [`Error::is_unavailable`] when the
+    /// patience ran out first; [`Error::is_invalid_input`] (nothing sent, the lease released)
+    /// for a record or retention [`Lease::complete`] refuses. Past a quorum, the other nodes
+    /// are asked on in the background until the patience ends.
+    ///
+    /// A valid record ends the lease, which is never released afterwards (not on drop
+    /// either, nor when this future is dropped midway: nothing goes on then): where the lock
+    /// still holds, it keeps refusing duplicates until its ttl. No loss is counted here (the
+    /// keep-alive that found the lease lost counted it).
+    ///
+    /// Tests: `complete_lost_stores_where_the_lock_expired` (plain and fenced),
+    /// `complete_lost_never_takes_another_holders_lock`,
+    /// `complete_lost_asks_again_until_a_quorum_stored_it`,
+    /// `complete_lost_is_unavailable_once_its_patience_ran_out`,
+    /// `complete_lost_refuses_an_invalid_record` (`completion/tests.rs`); the node's side, on
+    /// every backend: the conformance suite's `completion_if_free_*`.
+    ///
+    /// [`Error::is_lost`]: crate::Error::is_lost
+    /// [`Error::is_unavailable`]: crate::Error::is_unavailable
+    /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
+    // For the middleware's records of work whose lease was lost (not wired yet): only the
+    // tests call it for now.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) async fn complete_lost(
+        mut self,
+        record: Bytes,
+        retention: Duration,
+        patience: Duration,
+    ) -> crate::Result<()> {
+        let now = Instant::now();
+        // A patience beyond the clock's range: a year.
+        let year = Duration::from_secs(365 * 86_400);
+        let until = now.checked_add(patience).unwrap_or(now + year);
+        self.stop_keep_alive();
+        self.state.end();
+        if let Some(why) = invalid_record(&record, retention) {
+            // Nothing stored, as `Lease::complete`: the lock goes (no loss counted: the
+            // lease is ended already, and a drop midway releases the same way).
+            let _ = self.client.release_state(&self.state, false).await;
+            self.released = true;
+            return Err(Error::invalid(why));
+        }
+        self.released = true;
+        let state = &*self.state;
+        let end = telemetry::Ending::start(state.key(), state.span(), || state.deadline(), true);
+        let completion = self.client.complete_free(state, record, retention, until);
+        let result = telemetry::within(&end.span, completion).await;
+        end.done(state.started(), &result);
+        result
+    }
+}
+
+impl Redlock {
+    /// Stores `record` for `state`'s resource on every node where the lock holds its token
+    /// or is absent, asking again until a quorum has it, a quorum is out of reach, or
+    /// `until` (see [`Lease::complete_lost`]).
+    #[cfg_attr(not(test), allow(dead_code))]
+    async fn complete_free(
+        &self,
+        state: &LeaseState,
+        record: Bytes,
+        retention: Duration,
+        until: Instant,
+    ) -> crate::Result<()> {
+        let inner = &*self.inner;
+        let (n, quorum) = (inner.nodes.len(), inner.quorum);
+        let completion = Completion::of(state, record, retention, true);
+        // Every node: the lock may have expired anywhere, and a record is stored where it did.
+        let mut sent = completion.send(inner, tally::all(n));
+        let mut progress = Progress::default();
+        // The last error of each node that has not stored it (nor refused).
+        let mut errors: Vec<NodeError> = Vec::new();
+        let open = |p: &Progress| p.stored() < quorum && !p.lost(n, quorum);
+        let timeout = inner.config.node_timeout;
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let round = until.max(Instant::now() + timeout);
+            let failed = |e: NodeError| {
+                errors.retain(|x| x.node() != e.node());
+                errors.push(e);
+            };
+            progress.count_while(&mut sent, round, open, failed).await;
+            // A round cut at the patience leaves requests in flight: no new round drops them.
+            if !open(&progress) || !sent.is_empty() || Instant::now() + pause >= until {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_PAUSE);
+            // A suspended node is being probed: it is asked again once it is back.
+            let ask = (progress.retry | progress.kept) & !release::suspended(inner);
+            sent = completion.send(inner, ask);
+        }
+        let failed = progress.retry | progress.kept;
+        if progress.stored() >= quorum {
+            if failed != 0 || !sent.is_empty() {
+                // More copies of the record: the others are asked on, until the patience.
+                let client = Arc::downgrade(&self.inner);
+                let rest = async move {
+                    let resend = |inner: &Inner, mask| completion.send(inner, mask);
+                    let owe_nothing = |_: &Inner, _| {};
+                    release::retry_rest(client, until, sent, failed, resend, owe_nothing).await;
+                };
+                tokio::spawn(rest.instrument(telemetry::background(Background::Stragglers)));
+            }
+            return Ok(());
+        }
+        // The requests still in flight may store it yet: they finish.
+        tally::finish_in_background(sent);
+        if progress.lost(n, quorum) {
+            return Err(Error::lost(format!(
+                "{} of the {n} nodes refused the completion record (another client holds \
+                 the lock there, or another record is stored): a quorum cannot store it",
+                progress.refused.count_ones()
+            )));
+        }
+        errors.retain(|e| failed & (1 << e.node()) != 0);
+        Err(Error::unavailable(
+            format!(
+                "the completion record reached {} of the {quorum} nodes a quorum needs \
+                 before the patience ran out",
+                progress.stored()
+            ),
+            errors,
+        ))
+    }
+}

@@ -1,0 +1,159 @@
+//! The checks of the "if free" completion ([`CompleteRequest::or_if_free`]) on one node
+//! (index 0 of the backend): the record of a lease that may have been lost is stored where
+//! the lock is absent or holds the lease's token — never where another value holds it, nor
+//! over another record — and the plain completion still refuses an absent lock.
+
+use std::time::Duration;
+
+use tower_redlock::node::{
+    Acquire, AcquireRequest, CompleteRequest, FenceFloor, Node, ReleaseRequest,
+};
+
+use super::fencing::{token_of, BIG, RETAIN};
+use super::support::eventually;
+use super::{Peek, LONG, T1, T2};
+
+const BLOB: &[u8] = b"status 500\x00\xff outcome unknown";
+const T3: &str = "00000000000000000000000000000003";
+
+/// The replay acquire of `key` by `token`: the record, if one is stored (else it locks).
+async fn replay(node: &dyn Node, key: &str, token: &str) -> Acquire {
+    let record_key = format!("{key}:record");
+    node.acquire(AcquireRequest::new(key, token, LONG).unless_completed(&record_key))
+        .await
+        .unwrap()
+}
+
+fn completed(record: &[u8]) -> Acquire {
+    Acquire::Completed {
+        record: record.to_vec().into(),
+    }
+}
+
+/// The completion of `key`'s work by `token` with `record`; `free`: the "if free" form.
+async fn complete(node: &dyn Node, key: &str, token: &str, record: &[u8], free: bool) -> bool {
+    let record_key = format!("{key}:record");
+    let plain = CompleteRequest::new(key, &record_key, token, record, LONG);
+    let request = if free { plain.or_if_free() } else { plain };
+    node.complete(request).await.unwrap()
+}
+
+/// Where the lock has expired, the plain completion refuses and the "if free" one stores the
+/// record (without locking anything); the same record again is stored, a different one is
+/// refused (the first kept). A lock never taken at all is free too.
+pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, peek: &dyn Peek) {
+    let key = "fa";
+    node.acquire(AcquireRequest::new(key, T1, Duration::from_millis(30)))
+        .await
+        .unwrap();
+    eventually("the lock expires", LONG, || async {
+        peek.peek(0, key).await.is_none()
+    })
+    .await;
+    assert!(
+        !complete(node, key, T1, BLOB, false).await,
+        "the plain completion stored a record where the lock is absent"
+    );
+    assert!(
+        complete(node, key, T1, BLOB, true).await,
+        "the \"if free\" completion refused where the lock is absent"
+    );
+    assert_eq!(peek.peek(0, key).await, None, "a lock was set");
+    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+    assert!(
+        complete(node, key, T1, BLOB, true).await,
+        "the same record again (its answer lost) must answer stored"
+    );
+    assert!(
+        !complete(node, key, T1, b"another", true).await,
+        "a first record was overwritten"
+    );
+    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+    assert_eq!(peek.peek(0, key).await, None);
+    // Never locked: free as well.
+    assert!(complete(node, "fb", T1, BLOB, true).await);
+    assert_eq!(replay(node, "fb", T2).await, completed(BLOB));
+}
+
+/// Where the lock holds the token, the "if free" completion stores the record and ends the
+/// lock, as the plain one does.
+pub async fn completion_if_free_ends_our_lock(node: &dyn Node, peek: &dyn Peek) {
+    let key = "fo";
+    node.acquire(AcquireRequest::new(key, T1, LONG))
+        .await
+        .unwrap();
+    assert!(complete(node, key, T1, BLOB, true).await);
+    assert_eq!(peek.peek(0, key).await, None, "the lock was not ended");
+    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+}
+
+/// Where another client holds the lock, the "if free" completion stores nothing and that
+/// holder keeps its lock (it is doing the work now).
+pub async fn completion_if_free_never_takes_another_holders_lock(node: &dyn Node, peek: &dyn Peek) {
+    let key = "fh";
+    node.acquire(AcquireRequest::new(key, T2, LONG))
+        .await
+        .unwrap();
+    assert!(
+        !complete(node, key, T1, BLOB, true).await,
+        "stored over another holder's lock"
+    );
+    assert_eq!(peek.peek(0, key).await.as_deref(), Some(T2));
+    assert!(
+        matches!(replay(node, key, T3).await, Acquire::Held { .. }),
+        "a record was stored"
+    );
+    assert!(node.release(ReleaseRequest::new(key, T2)).await.unwrap());
+}
+
+/// A lock of a resource named like the record key is never taken for a record, nor
+/// overwritten by one. (Not on a Cluster, whose records live at a slot-tagged key: see
+/// `records_never_take_a_lock_for_one`.)
+pub async fn completion_if_free_never_takes_a_lock_for_a_record(node: &dyn Node, peek: &dyn Peek) {
+    node.acquire(AcquireRequest::new("fr:record", T1, LONG))
+        .await
+        .unwrap();
+    assert!(!complete(node, "fr", T2, BLOB, true).await);
+    assert_eq!(peek.peek(0, "fr:record").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek(0, "fr").await, None);
+}
+
+/// The fenced "if free" completion raises the counter as the fenced completion does — also
+/// where it stores nothing — then stores as the "if free" one.
+pub async fn completion_if_free_fenced_raises_the_counter(node: &dyn Node, peek: &dyn Peek) {
+    let fenced = |key, token, floor| {
+        let (record_key, fence) = (format!("{key}:record"), format!("{key}:fence"));
+        async move {
+            let floor = FenceFloor::new(&fence, floor, RETAIN);
+            let request = CompleteRequest::new(key, &record_key, token, BLOB, LONG);
+            node.complete(request.fenced(floor).or_if_free())
+                .await
+                .unwrap()
+        }
+    };
+    // Another holder: refused, its lock kept, the counter raised all the same.
+    let key = "fg";
+    node.acquire(AcquireRequest::new(key, T2, LONG))
+        .await
+        .unwrap();
+    assert!(!fenced(key, T1, BIG).await, "stored over another holder");
+    assert_eq!(peek.peek(0, key).await.as_deref(), Some(T2));
+    assert!(node.release(ReleaseRequest::new(key, T2)).await.unwrap());
+    assert_eq!(
+        token_of(node, key, T3).await,
+        BIG + 1,
+        "the counter not raised"
+    );
+    // Absent: stored, and the counter raised.
+    let key = "fk";
+    assert!(
+        fenced(key, T1, BIG).await,
+        "refused where the lock is absent"
+    );
+    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+    assert_eq!(
+        token_of(node, key, T3).await,
+        BIG + 1,
+        "the counter not raised"
+    );
+}

@@ -100,7 +100,6 @@ where
         req.extensions_mut().insert(Unlocked);
     }
 
-
     fn call(
         &mut self,
         req: Self::Request,

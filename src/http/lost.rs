@@ -76,7 +76,9 @@ impl LostLease<'_> {
 
     /// How long after its lock request the lease was lost.
     pub fn held_for(&self) -> Duration {
-        self.loss.at.saturating_duration_since(self.handle.started())
+        self.loss
+            .at
+            .saturating_duration_since(self.handle.started())
     }
 
     /// The lease's fencing token, with fencing on.

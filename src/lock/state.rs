@@ -227,7 +227,10 @@ impl LeaseState {
         let first = {
             let mut s = self.status();
             s.held = false;
-            s.loss.is_none().then(|| s.loss = Some(Loss { at, why })).is_some()
+            s.loss
+                .is_none()
+                .then(|| s.loss = Some(Loss { at, why }))
+                .is_some()
         };
         if first {
             let after = at.saturating_duration_since(self.started);

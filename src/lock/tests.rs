@@ -130,11 +130,15 @@ fn a_lease_past_its_validity_is_lost_once_with_its_moment_on_the_span() {
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let lost: Vec<_> = text.lines().filter(|l| l.contains("lease lost")).collect();
     assert_eq!(lost.len(), 1, "{text}");
-    assert!(lost[0].contains("redlock.lease{"), "not in the lease's span: {text}");
+    assert!(
+        lost[0].contains("redlock.lease{"),
+        "not in the lease's span: {text}"
+    );
     assert!(lost[0].contains("lost_after="), "{text}");
     assert!(
-        text.lines()
-            .any(|l| l.contains("redlock.lease{") && l.contains("close") && l.contains("lost_after=")),
+        text.lines().any(|l| l.contains("redlock.lease{")
+            && l.contains("close")
+            && l.contains("lost_after=")),
         "the span does not record the moment: {text}"
     );
 }

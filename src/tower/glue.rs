@@ -121,7 +121,6 @@ where
         req.extensions_mut().insert(Unlocked);
     }
 
-
     fn call(
         &mut self,
         req: Self::Request,
@@ -152,7 +151,8 @@ where
     }
 
     fn add_header(res: &mut Self::Response, name: &'static str, value: &'static str) {
-        res.headers_mut().insert(name, HeaderValue::from_static(value));
+        res.headers_mut()
+            .insert(name, HeaderValue::from_static(value));
     }
 
     fn pass(res: Self::Response, lease: Option<Lease>, watch: Option<LossWatch>) -> Self::Output {

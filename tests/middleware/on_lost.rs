@@ -45,7 +45,10 @@ async fn quick_client_of(masters: &Masters) -> Redlock {
 pub fn assert_lock_lost(reply: &Reply, ttl: Duration) {
     let v = assert_problem(reply, 503, "/problems/lock-lost");
     let ceil = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    assert!(reply.retry_after() >= ceil, "Retry-After below the ttl: {v}");
+    assert!(
+        reply.retry_after() >= ceil,
+        "Retry-After below the ttl: {v}"
+    );
     assert_eq!(v["retry_after"], reply.retry_after(), "{v}");
     assert_eq!(reply.header(LOCK_LOST_HEADER), None);
 }
@@ -62,7 +65,12 @@ pub fn assert_outcome_unknown(reply: &Reply) {
 type Seen = Arc<Mutex<Vec<(Instant, Instant)>>>;
 
 /// A hook that records when each loss was and when it was told, and answers `on`.
-fn recording(on: OnLost) -> (Seen, impl Fn(&LostLease<'_>) -> OnLost + Send + Sync + 'static) {
+fn recording(
+    on: OnLost,
+) -> (
+    Seen,
+    impl Fn(&LostLease<'_>) -> OnLost + Send + Sync + 'static,
+) {
     let seen = Seen::default();
     let hook = {
         let seen = Arc::clone(&seen);
@@ -100,11 +108,16 @@ pub async fn on_lost_abort_stops_the_handler_when_the_masters_freeze<F: Framewor
     let frozen_at = Instant::now();
     m[0].freeze();
     m[1].freeze();
-    let first = within("the aborted request", first).await.expect("no panic");
+    let first = within("the aborted request", first)
+        .await
+        .expect("no panic");
     let took = frozen_at.elapsed();
     assert_lock_lost(&first, TTL);
     // The lease's deadline is at most a ttl after the freeze (no extension lands after it).
-    assert!(took <= TTL + TTL / 3 + SLACK, "aborted {took:?} after the freeze");
+    assert!(
+        took <= TTL + TTL / 3 + SLACK,
+        "aborted {took:?} after the freeze"
+    );
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "the hook is told once");
     let (lost_at, told_at) = seen[0];
@@ -186,9 +199,11 @@ pub async fn on_lost_finish_answers_with_the_header_and_stores_nothing<F: Framew
     let during = within("the duplicate", during).await.expect("no panic");
     assert_eq!(during.ok()["locked"], true);
     assert_eq!(probe.completed(), 2);
-    eventually("nothing is left on the masters", RELEASED_WITHIN, || async {
-        m.dbsizes().await == [0, 0, 0]
-    })
+    eventually(
+        "nothing is left on the masters",
+        RELEASED_WITHIN,
+        || async { m.dbsizes().await == [0, 0, 0] },
+    )
     .await;
     drop(http);
     app.stop().await;
@@ -220,7 +235,9 @@ pub async fn on_lost_abort_with_replay_answers_outcome_unknown<F: Framework>() {
     let first = tokio::spawn(reply(pay(&http, &url, KEY, BODY)));
     probe.until_started(1).await;
     assert_conflict(&reply(pay(&http, &url, KEY, BODY)).await, TTL);
-    let first = within("the aborted request", first).await.expect("no panic");
+    let first = within("the aborted request", first)
+        .await
+        .expect("no panic");
     assert_lock_lost(&first, TTL);
     eventually("the mark is on a quorum", RELEASED_WITHIN, || async {
         records_on(&m, &lock, 0..3).await >= 2
@@ -256,7 +273,9 @@ pub async fn on_lost_abort_with_replay_marks_the_key_once_the_masters_return<F: 
     probe.until_started(1).await;
     m[0].freeze();
     m[1].freeze();
-    let first = within("the aborted request", first).await.expect("no panic");
+    let first = within("the aborted request", first)
+        .await
+        .expect("no panic");
     assert_lock_lost(&first, TTL);
     m[0].thaw();
     m[1].thaw();
@@ -431,14 +450,20 @@ async fn on_lost_abort_ends_a_tower_body_with_an_error_or_grpc_trailers() {
             );
         }
         let service = t.service.ready().await.expect("ready");
-        let res = within("the response", service.call(req)).await.expect("a response");
+        let res = within("the response", service.call(req))
+            .await
+            .expect("a response");
         let mut body = res.into_body();
         let tx = within("the body", t.bodies.recv()).await.expect("a body");
-        tx.send(bytes::Bytes::from_static(b"first")).await.expect("streaming");
+        tx.send(bytes::Bytes::from_static(b"first"))
+            .await
+            .expect("streaming");
         assert_eq!(next_data(&mut body).await.as_deref(), Some(&b"first"[..]));
         t.masters[0].freeze();
         t.masters[1].freeze();
-        let last = within("the last frame", body.frame()).await.expect("a last frame");
+        let last = within("the last frame", body.frame())
+            .await
+            .expect("a last frame");
         if grpc {
             let trailers = last.expect("trailers, not an error").into_trailers();
             let trailers = trailers.expect("trailers");

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn};
-use crate::http::lost::{LostLease, LostRule, OnLost};
 use crate::http::key::HmacKey;
+use crate::http::lost::{LostLease, LostRule, OnLost};
 use crate::http::rejection::Responder;
 use crate::http::replay::Replay;
 

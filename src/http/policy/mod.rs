@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::grpc::{GrpcOr, Wire};
-use super::lost::{LostRule, OnLost};
 use super::key::{HmacKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
+use super::lost::{LostRule, OnLost};
 use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
 use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
 use crate::{Claim, Lease, Redlock, Retry};

@@ -39,8 +39,8 @@ impl Lease {
     ///
     /// A valid record ends the lease, which is never released afterwards (not on drop
     /// either, nor when this future is dropped midway: nothing goes on then): where the lock
-    /// still holds, it keeps refusing duplicates until its ttl. No loss is counted here (the
-    /// keep-alive that found the lease lost counted it).
+    /// still holds, it keeps refusing duplicates until its ttl. A loss is counted once: here
+    /// only for a lease still held past its deadline that nothing had looked at.
     ///
     /// Tests: `complete_lost_stores_where_the_lock_expired` (plain and fenced),
     /// `complete_lost_never_takes_another_holders_lock`,
@@ -52,9 +52,6 @@ impl Lease {
     /// [`Error::is_lost`]: crate::Error::is_lost
     /// [`Error::is_unavailable`]: crate::Error::is_unavailable
     /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input
-    // For the middleware's records of work whose lease was lost (not wired yet): only the
-    // tests call it for now.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) async fn complete_lost(
         mut self,
         record: Bytes,
@@ -66,11 +63,13 @@ impl Lease {
         let year = Duration::from_secs(365 * 86_400);
         let until = now.checked_add(patience).unwrap_or(now + year);
         self.stop_keep_alive();
-        self.state.end();
+        // A lease still held past its deadline is lost now (counted once, if nothing
+        // looked before).
+        self.state.finish();
         if let Some(why) = invalid_record(&record, retention) {
             // Nothing stored, as `Lease::complete`: the lock goes (no loss counted: the
             // lease is ended already, and a drop midway releases the same way).
-            let _ = self.client.release_state(&self.state, false).await;
+            let _ = self.client.release_state(&self.state).await;
             self.released = true;
             return Err(Error::invalid(why));
         }
@@ -88,7 +87,6 @@ impl Redlock {
     /// Stores `record` for `state`'s resource on every node where the lock holds its token
     /// or is absent, asking again until a quorum has it, a quorum is out of reach, or
     /// `until` (see [`Lease::complete_lost`]).
-    #[cfg_attr(not(test), allow(dead_code))]
     async fn complete_free(
         &self,
         state: &LeaseState,

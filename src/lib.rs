@@ -124,7 +124,7 @@
 //! | span (level) | one per | fields |
 //! | --- | --- | --- |
 //! | `redlock.acquire` (info) | lock call: [`Redlock::lock`] and its variants, [`Redlock::lock_unless_completed`], the middleware's | `key`, `ttl`, `replay`, `outcome` (`acquired`, `contended`, `unavailable`, `completed`, `invalid`, `cancelled`: the caller dropped the call first), `attempts`, `votes_for`, `votes_held`, `votes_failed` (of the last try), `elapsed`, `validity` |
-//! | `redlock.lease` (info) | lease, while it is held (a child of the caller's span; follows from its acquire) | `key` |
+//! | `redlock.lease` (info) | lease, while it is held (a child of the caller's span; follows from its acquire) | `key`, `lost_after` (when lost: how long after its lock request) |
 //! | `redlock.extend` (info) | extension, manual or keep-alive | `key`, `ttl`, `outcome` (`extended`, `lost`, `unavailable`, `limit`, `invalid`), votes, `elapsed`, `validity` |
 //! | `redlock.release` (info) | release: explicit, scoped or on drop | `key`, `outcome` (`released`, `failed`), `votes_for` (nodes released), `votes_failed`, `elapsed`, `validity` (left) |
 //! | `redlock.complete` (info) | [`Lease::complete`] | `key`, `outcome` (`completed`, `lost`, `unavailable`, `invalid`), votes, `elapsed`, `validity` (left) |

@@ -10,6 +10,8 @@
 //! | the same K, another request | `422` problem+json (`/problems/idempotency-key-reused`) |
 //! | body over the fingerprint limit | `413` problem+json (`/problems/request-body-too-large`) |
 //! | after a completion whose response was not stored (streamed, or over the response limit) | `409` problem+json (`/problems/idempotency-completed-not-stored`), no `Retry-After`: the handler never runs twice |
+//! | after the first was stopped on a lost lease ([`OnLost::Abort`](crate::policy::OnLost::Abort)) | `409` problem+json (`/problems/idempotency-outcome-unknown`), no `Retry-After`: it may have had its effects, and never runs twice (unless [`repeatable_after_loss`](crate::policy::LockPolicyBuilder::repeatable_after_loss)) |
+//! | after the first finished without its lease ([`OnLost::Finish`](crate::policy::OnLost::Finish)) | its response, stored where the key was still its own or free |
 //!
 //! **The request fingerprint** is a SHA-256 over the method, the path, the query, the
 //! headers named with [`Replay::fingerprint_header`] and the body's SHA-256. The body is
@@ -41,8 +43,10 @@
 //! concludes "not done" only from a quorum (fewer answers: `503`). If the record cannot be
 //! stored on a quorum, the lock is not released early: duplicates get `409` until its ttl
 //! ends (logged at warn); after that, a key whose record no master kept runs again. So does
-//! a key whose lease was lost before its record was written (a handler that outlived the
-//! ttl with keep-alive off, a crashed replica): replay is as strong as the lock. See
+//! a key whose replica crashed. A request whose lease was lost writes its record (its
+//! response, or the "outcome unknown" mark of an abort) where the key is still its own or
+//! free, never over another holder: a duplicate that took the expired key before runs (see
+//! [`OnLost`](crate::policy::OnLost)). Replay is as strong as the lock. See
 //! [`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed).
 //!
 //! **Costs**: a request body is buffered (up to [`Replay::body_limit`]) before the lock is

@@ -208,6 +208,58 @@ async fn golden_http_record_format() {
     assert_eq!(hex(&bytes), expected.concat());
 }
 
+/// The record of a request stopped on a lost lease (`OnLost::Abort`): magic, the request's
+/// fingerprint, kind 3 ("outcome unknown"), nothing else.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn golden_http_record_of_a_request_stopped_on_a_lost_lease() {
+    use axum::routing::post;
+    use tower::ServiceExt;
+    use tower_redlock::key::{IdempotencyKey, KeyExtractor, SimpleRequest};
+    use tower_redlock::policy::{LockPolicy, OnLost};
+    use tower_redlock::replay::Replay;
+    use tower_redlock::RedlockLayer;
+
+    let server = RedisServer::start();
+    let redlock = client(&server, false);
+    let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
+        .replay(Replay::new())
+        .ttl(Duration::from_millis(300))
+        .keep_alive(false)
+        .on_lost(OnLost::Abort)
+        .build()
+        .unwrap();
+    // A handler that never ends: its lease runs out and it is stopped.
+    let app = axum::Router::new()
+        .route("/payments", post(std::future::pending::<&'static str>))
+        .layer(RedlockLayer::with_policy(policy));
+    let request = axum::http::Request::post("/payments?x=1")
+        .header("idempotency-key", "\"golden-1\"")
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(r#"{"amount":1}"#))
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 503);
+
+    let view = SimpleRequest::new("POST", "/payments").header("idempotency-key", "\"golden-1\"");
+    let lock = IdempotencyKey::required().extract(&view).unwrap().unwrap();
+    let record = format!("{}:record", lock.as_str());
+    // Written in the background once the handler is stopped.
+    support::eventually("the record is written", Duration::from_secs(10), || async {
+        let exists: i64 = server.query(redis::cmd("EXISTS").arg(&record)).await;
+        exists == 1
+    })
+    .await;
+    let bytes = raw(&server, &record).await;
+    let expected = [
+        "545252310a",                                                       // TRR1\n
+        "54524831",                                                         // TRH1
+        "95056aa9611cd520367232ef1d84337d7d75dc753469bf52a911110f123b7d4a", // fingerprint
+        "03",                                                               // outcome unknown
+    ];
+    assert_eq!(hex(&bytes), expected.concat());
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

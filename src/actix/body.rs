@@ -5,7 +5,8 @@ use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use pin_project::pin_project;
 
-use crate::http::lost::{LockLostError, LossWatch};
+use crate::http::lost::LockLostError;
+use crate::http::watch::LossWatch;
 use crate::http::BodyTail;
 use crate::Lease;
 

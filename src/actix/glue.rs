@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 
 use super::LeaseBody;
 use crate::http::flow::{FullResponse, Glue};
-use crate::http::lost::LossWatch;
+use crate::http::watch::LossWatch;
 use crate::http::{Collector, RejectionKind, RejectionResponse, Unlocked};
 use crate::{Lease, LeaseHandle};
 

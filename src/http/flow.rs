@@ -10,8 +10,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::lost::{LossWatch, OnLost, Watched, WatchedFuture, LOCK_LOST_HEADER};
+use super::lost::{OnLost, LOCK_LOST_HEADER};
 use super::replay::FingerprintBuilder;
+use super::watch::{LossWatch, Watched, WatchedFuture};
 use super::{
     AfterResponse, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
     RejectionResponse, RequestView, Running, StoredResponse, Wire, REPLAYED_HEADER,

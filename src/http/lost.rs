@@ -1,15 +1,11 @@
 //! What a lease lost while its request runs does to the request: the policy's rule
-//! ([`OnLost`], or a hook), and the watch that applies it while the handler runs and while a
-//! body holding the lease streams. Public face: [`crate::policy`].
+//! ([`OnLost`], or a hook). The watch that applies it while the handler runs and while a
+//! body holding the lease streams is `watch.rs`. Public face: [`crate::policy`].
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::Wire;
 use crate::lock::{hashed, Loss};
 use crate::LeaseHandle;
 
@@ -51,9 +47,9 @@ pub enum OnLost {
 /// A lease lost while its request ran, as the hook of
 /// [`on_lost_with`](crate::policy::LockPolicyBuilder::on_lost_with) sees it.
 pub struct LostLease<'a> {
-    handle: &'a LeaseHandle,
-    loss: Loss,
-    streaming: bool,
+    pub(crate) handle: &'a LeaseHandle,
+    pub(crate) loss: Loss,
+    pub(crate) streaming: bool,
 }
 
 impl LostLease<'_> {
@@ -117,12 +113,6 @@ impl fmt::Debug for LostLease<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockLostError;
 
-impl LockLostError {
-    /// The `grpc-message` of a gRPC response ended this way.
-    pub(crate) const GRPC_MESSAGE: &'static str =
-        "the lock of this call was lost while its response streamed";
-}
-
 impl fmt::Display for LockLostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("the lock was lost while the response streamed: the response is broken off")
@@ -147,7 +137,7 @@ impl LostRule {
         !matches!(self, Self::Always(OnLost::Finish))
     }
 
-    fn decide(&self, lost: &LostLease<'_>) -> OnLost {
+    pub(crate) fn decide(&self, lost: &LostLease<'_>) -> OnLost {
         match self {
             Self::Always(on) => *on,
             Self::Hook(hook) => hook(lost),
@@ -161,112 +151,5 @@ impl fmt::Debug for LostRule {
             Self::Always(on) => on.fmt(f),
             Self::Hook(_) => f.write_str("Hook"),
         }
-    }
-}
-
-/// Watches a request's lease for its loss and applies the rule, once.
-pub(crate) struct LossWatch {
-    handle: LeaseHandle,
-    rule: LostRule,
-    /// The lease's `lost()`, made the first time the guarded work is pending.
-    lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// The rule's decision, once made.
-    decided: Option<OnLost>,
-    /// How the client expects an abort mid-body (gRPC: trailers).
-    wire: Wire,
-}
-
-impl LossWatch {
-    pub(crate) fn new(handle: LeaseHandle, rule: LostRule, wire: Wire) -> Self {
-        Self {
-            handle,
-            rule,
-            lost: None,
-            decided: None,
-            wire,
-        }
-    }
-
-    /// The client's wire.
-    pub(crate) fn wire(&self) -> Wire {
-        self.wire
-    }
-
-    /// The decision for a lease found lost, made once (`streaming`: the head was sent);
-    /// `None` while the lease holds (or once it was released: not a loss).
-    pub(crate) fn decide(&mut self, streaming: bool) -> Option<OnLost> {
-        if self.decided.is_none() {
-            // `is_lost` decides a lease held past its deadline lost (once, counted).
-            if !self.handle.is_lost() {
-                return None;
-            }
-            let loss = self.handle.loss()?;
-            let lost = LostLease {
-                handle: &self.handle,
-                loss,
-                streaming,
-            };
-            let decision = self.rule.decide(&lost);
-            tracing::debug!(key = %lost.key_hash(), reason = loss.why, ?decision, "lease lost while its request ran");
-            self.decided = Some(decision);
-        }
-        self.decided
-    }
-
-    /// Call while the guarded work is pending: `Ready` when the lease is lost and the
-    /// rule says [`OnLost::Abort`]. Watches only when the rule may abort; once it decided
-    /// to finish, it never wakes again.
-    pub(crate) fn poll_abort(&mut self, cx: &mut Context<'_>, streaming: bool) -> Poll<()> {
-        if self.decided.is_some() || !self.rule.may_abort() {
-            return match self.decided {
-                Some(OnLost::Abort) => Poll::Ready(()),
-                _ => Poll::Pending,
-            };
-        }
-        let lost = self.lost.get_or_insert_with(|| {
-            let handle = self.handle.clone();
-            Box::pin(async move { handle.lost().await })
-        });
-        if lost.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
-        }
-        self.lost = None;
-        match self.decide(streaming) {
-            Some(OnLost::Abort) => Poll::Ready(()),
-            _ => Poll::Pending,
-        }
-    }
-}
-
-/// The outcome of work watched by a [`LossWatch`].
-pub(crate) enum Watched<T> {
-    Done(T),
-    /// The lease was lost and the rule said abort: the work was dropped.
-    Aborted,
-}
-
-/// `fut`, stopped when `watch` says abort.
-#[pin_project::pin_project]
-pub(crate) struct WatchedFuture<'w, F> {
-    #[pin]
-    fut: F,
-    watch: &'w mut LossWatch,
-}
-
-impl<'w, F: Future> WatchedFuture<'w, F> {
-    pub(crate) fn new(fut: F, watch: &'w mut LossWatch) -> Self {
-        Self { fut, watch }
-    }
-}
-
-impl<F: Future> Future for WatchedFuture<'_, F> {
-    type Output = Watched<F::Output>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        if let Poll::Ready(out) = this.fut.poll(cx) {
-            return Poll::Ready(Watched::Done(out));
-        }
-        this.watch.poll_abort(cx, false).map(|()| Watched::Aborted)
     }
 }

@@ -26,6 +26,8 @@ pub(crate) mod rejection;
 mod release;
 pub(crate) mod replay;
 pub(crate) mod view;
+#[cfg(any(feature = "tower", feature = "actix"))]
+pub(crate) mod watch;
 
 pub(crate) use grpc::is_grpc;
 pub(crate) use grpc::Wire;

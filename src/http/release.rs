@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use super::lost::LossWatch;
+use super::watch::LossWatch;
 use super::{ReleaseOn, Wire};
 use crate::lock::hashed;
 use crate::Lease;

@@ -245,7 +245,15 @@ impl LeaseHandle {
         }
     }
 
+    /// When the lease was lost, on the monotonic clock: the end of its validity, or when an
+    /// extension found its token gone. `None` while it holds, and for a lease released or
+    /// completed before it was lost. Decided once (see [`lost`](Self::lost)).
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.state.loss().map(|l| l.at)
+    }
+
     /// Why and when the lease was lost, if it was (not when it was released).
+    #[cfg(any(feature = "tower", feature = "actix"))]
     pub(crate) fn loss(&self) -> Option<super::state::Loss> {
         self.state.loss()
     }

@@ -117,14 +117,22 @@ fn a_lease_past_its_validity_is_lost_once_with_its_moment_on_the_span() {
                 .await
                 .unwrap();
             let handle = lease.handle();
-            assert!(!handle.is_lost() && handle.loss().is_none());
+            assert!(!handle.is_lost() && handle.lost_at().is_none());
             handle.lost().await;
-            let loss = handle.loss().expect("lost, not released");
-            assert!(loss.at <= std::time::Instant::now());
-            assert!(loss.at >= handle.started());
+            let at = handle.lost_at().expect("lost, not released");
+            assert!(at <= std::time::Instant::now());
+            assert!(at >= handle.started() && at <= handle.deadline());
             assert!(handle.is_lost());
             lease.release().await.unwrap();
-            assert_eq!(handle.loss().map(|l| l.at), Some(loss.at), "decided once");
+            assert_eq!(handle.lost_at(), Some(at), "decided once");
+            // A lease released while it holds is not lost.
+            let released = redlock
+                .lock("released", Duration::from_secs(10))
+                .await
+                .unwrap();
+            let handle = released.handle();
+            released.release().await.unwrap();
+            assert!(handle.is_lost() && handle.lost_at().is_none());
         });
     });
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();

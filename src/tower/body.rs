@@ -5,12 +5,42 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 
-use crate::http::lost::{LockLostError, LossWatch};
+use crate::http::lost::LockLostError;
+use crate::http::watch::LossWatch;
 use crate::http::{BodyTail, Wire};
 use crate::Lease;
 
-/// The error of a [`LeaseBody`]: its inner body's, or [`LockLostError`].
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The error a [`LeaseBody`] ends with: its inner body's error, or [`LockLostError`] when
+/// its lease was lost while it streamed and the policy says
+/// [`OnLost::Abort`](crate::policy::OnLost::Abort). Shows as the error it holds.
+#[derive(Debug)]
+pub struct BodyError(BoxError);
+
+impl BodyError {
+    /// Whether the body was broken off because its lease was lost.
+    pub fn is_lock_lost(&self) -> bool {
+        self.0.is::<LockLostError>()
+    }
+
+    /// The error it holds.
+    pub fn into_inner(self) -> BoxError {
+        self.0
+    }
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for BodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
 
 /// The response body of [`RedlockService`](super::RedlockService): the inner body (holding
 /// the lease until its end when the policy releases at body end), or a body the middleware
@@ -20,7 +50,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// completed, so a client that has read the whole response finds the key free. Dropping the
 /// body early spawns the release in the background. If the lease is lost while the body
 /// streams and the policy says [`OnLost::Abort`](crate::policy::OnLost::Abort), the body
-/// ends with [`LockLostError`] (a gRPC body with `UNAVAILABLE` trailers).
+/// ends with [`LockLostError`] (a gRPC body with `UNAVAILABLE` trailers): see [`BodyError`].
 #[pin_project]
 pub struct LeaseBody<B: Body> {
     #[pin]
@@ -74,17 +104,20 @@ impl<B: Body> std::fmt::Debug for LeaseBody<B> {
     }
 }
 
+/// The `grpc-message` of a gRPC response broken off on a lost lease.
+const GRPC_LOST_MESSAGE: &str = "the lock of this call was lost while its response streamed";
+
 /// The last frame of a body broken off on a lost lease: gRPC's status in trailers, or the
 /// error that makes the server break the response off.
-fn lost_frame<D>(wire: Wire) -> Result<Frame<D>, BoxError> {
+fn lost_frame<D>(wire: Wire) -> Result<Frame<D>, BodyError> {
     if wire == Wire::Http {
-        return Err(Box::new(LockLostError));
+        return Err(BodyError(Box::new(LockLostError)));
     }
     let mut trailers = http::HeaderMap::new();
     trailers.insert("grpc-status", http::HeaderValue::from_static("14"));
     trailers.insert(
         "grpc-message",
-        http::HeaderValue::from_static(LockLostError::GRPC_MESSAGE),
+        http::HeaderValue::from_static(GRPC_LOST_MESSAGE),
     );
     Ok(Frame::trailers(trailers))
 }
@@ -96,7 +129,7 @@ where
     B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = BoxError;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -126,7 +159,7 @@ where
                         }
                         Some(Err(e)) => {
                             tail.abandon();
-                            return Poll::Ready(Some(Err(e.into())));
+                            return Poll::Ready(Some(Err(BodyError(e.into()))));
                         }
                         None => {}
                     }

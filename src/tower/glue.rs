@@ -11,7 +11,7 @@ use tower_service::Service;
 
 use super::{LeaseBody, RequestBody};
 use crate::http::flow::{FullResponse, Glue};
-use crate::http::lost::LossWatch;
+use crate::http::watch::LossWatch;
 use crate::http::{Collector, RejectionKind, RejectionResponse, Unlocked};
 use crate::{Lease, LeaseHandle};
 

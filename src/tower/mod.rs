@@ -10,7 +10,7 @@ mod request;
 mod service;
 mod view;
 
-pub use self::body::LeaseBody;
+pub use self::body::{BodyError, LeaseBody};
 pub use self::future::ResponseFuture;
 pub use self::request::RequestBody;
 pub use self::service::RedlockService;

@@ -470,7 +470,10 @@ async fn on_lost_abort_ends_a_tower_body_with_an_error_or_grpc_trailers() {
             assert_eq!(trailers["grpc-status"], "14", "{trailers:?}");
         } else {
             let e = last.expect_err("an error, not a frame");
-            assert!(e.to_string().contains("lock was lost"), "{e}");
+            assert!(
+                e.is_lock_lost() && e.to_string().contains("lock was lost"),
+                "{e}"
+            );
         }
         assert!(within("the end", body.frame()).await.is_none());
         assert!(http_body::Body::is_end_stream(&body));

@@ -167,7 +167,8 @@ impl LockPolicy {
     /// Defaults: only [`DEFAULT_LOCKED_METHODS`](Self::DEFAULT_LOCKED_METHODS) are locked (other requests pass through
     /// untouched); ttl 30 s, kept alive while the handler runs; `409` at once on
     /// contention; `503` when the quorum is unreachable (`Retry-After: 1`); release when
-    /// the response is produced; problem+json rejections (gRPC statuses for gRPC calls).
+    /// the response is produced; a handler whose lease is lost finishes
+    /// ([`OnLost::Finish`]); problem+json rejections (gRPC statuses for gRPC calls).
     pub fn builder(redlock: Redlock, extractor: impl KeyExtractor) -> LockPolicyBuilder {
         LockPolicyBuilder {
             inner: PolicyInner {

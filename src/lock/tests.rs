@@ -26,11 +26,9 @@ impl Write for Lines {
     }
 }
 
-/// With a subscriber, every lock call, extension, release and completion closes its span
-/// with its outcome; the key appears only hashed — also for a lease dropped, whose
-/// release runs in the background.
-#[test]
-fn spans_record_outcomes_and_never_the_key() {
+/// Runs `test` on a current-thread runtime under a `fmt` subscriber at debug that logs
+/// each span as it closes; answers the log.
+fn logged(test: impl std::future::Future<Output = ()>) -> String {
     let lines = Lines::default();
     let writer = lines.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -43,33 +41,40 @@ fn spans_record_outcomes_and_never_the_key() {
         .enable_all()
         .build()
         .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        rt.block_on(async {
-            let node = MemoryNode::new();
-            let redlock = Redlock::builder().node(node.clone()).build().unwrap();
-            let ttl = Duration::from_secs(10);
-            let lease = redlock.lock("secret-resource", ttl).await.unwrap();
-            let busy = redlock.try_lock("secret-resource", ttl).await.unwrap_err();
-            assert!(busy.is_contended());
-            lease.extend(ttl).await.unwrap();
-            lease.release().await.unwrap();
-            drop(redlock.lock("secret-resource", ttl).await.unwrap());
-            for _ in 0..1000 {
-                if node.get("secret-resource").is_none() {
-                    break;
-                }
-                tokio::task::yield_now().await;
-            }
-            assert_eq!(node.get("secret-resource"), None, "released on drop");
-            let work = || redlock.lock_unless_completed("secret-work", ttl, Retry::never());
-            match work().await.unwrap() {
-                Claim::Locked(lease) => lease.complete("done", ttl).await.unwrap(),
-                Claim::Completed(_) => panic!("first run"),
-            }
-            assert!(matches!(work().await.unwrap(), Claim::Completed(_)));
-        });
-    });
+    tracing::subscriber::with_default(subscriber, || rt.block_on(test));
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    text
+}
+
+/// With a subscriber, every lock call, extension, release and completion closes its span
+/// with its outcome; the key appears only hashed — also for a lease dropped, whose
+/// release runs in the background.
+#[test]
+fn spans_record_outcomes_and_never_the_key() {
+    let text = logged(async {
+        let node = MemoryNode::new();
+        let redlock = Redlock::builder().node(node.clone()).build().unwrap();
+        let ttl = Duration::from_secs(10);
+        let lease = redlock.lock("secret-resource", ttl).await.unwrap();
+        let busy = redlock.try_lock("secret-resource", ttl).await.unwrap_err();
+        assert!(busy.is_contended());
+        lease.extend(ttl).await.unwrap();
+        lease.release().await.unwrap();
+        drop(redlock.lock("secret-resource", ttl).await.unwrap());
+        for _ in 0..1000 {
+            if node.get("secret-resource").is_none() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(node.get("secret-resource"), None, "released on drop");
+        let work = || redlock.lock_unless_completed("secret-work", ttl, Retry::never());
+        match work().await.unwrap() {
+            Claim::Locked(lease) => lease.complete("done", ttl).await.unwrap(),
+            Claim::Completed(_) => panic!("first run"),
+        }
+        assert!(matches!(work().await.unwrap(), Claim::Completed(_)));
+    });
     let closed = |span: &str, outcome: &str| {
         text.lines()
             .filter(|l| l.contains(&format!("{span}{{")) && l.contains("close"))
@@ -97,45 +102,30 @@ fn spans_record_outcomes_and_never_the_key() {
 /// neither a second look nor the release logs it again.
 #[test]
 fn a_lease_past_its_validity_is_lost_once_with_its_moment_on_the_span() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_span_events(FmtSpan::CLOSE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        rt.block_on(async {
-            let redlock = Redlock::builder().node(MemoryNode::new()).build().unwrap();
-            let lease = redlock
-                .lock("short-lived", Duration::from_millis(50))
-                .await
-                .unwrap();
-            let handle = lease.handle();
-            assert!(!handle.is_lost() && handle.lost_at().is_none());
-            handle.lost().await;
-            let at = handle.lost_at().expect("lost, not released");
-            assert!(at <= std::time::Instant::now());
-            assert!(at >= handle.started() && at <= handle.deadline());
-            assert!(handle.is_lost());
-            lease.release().await.unwrap();
-            assert_eq!(handle.lost_at(), Some(at), "decided once");
-            // A lease released while it holds is not lost.
-            let released = redlock
-                .lock("released", Duration::from_secs(10))
-                .await
-                .unwrap();
-            let handle = released.handle();
-            released.release().await.unwrap();
-            assert!(handle.is_lost() && handle.lost_at().is_none());
-        });
+    let text = logged(async {
+        let redlock = Redlock::builder().node(MemoryNode::new()).build().unwrap();
+        let lease = redlock
+            .lock("short-lived", Duration::from_millis(50))
+            .await
+            .unwrap();
+        let handle = lease.handle();
+        assert!(!handle.is_lost() && handle.lost_at().is_none());
+        handle.lost().await;
+        let at = handle.lost_at().expect("lost, not released");
+        assert!(at <= std::time::Instant::now());
+        assert!(at >= handle.started() && at <= handle.deadline());
+        assert!(handle.is_lost());
+        lease.release().await.unwrap();
+        assert_eq!(handle.lost_at(), Some(at), "decided once");
+        // A lease released while it holds is not lost.
+        let released = redlock
+            .lock("released", Duration::from_secs(10))
+            .await
+            .unwrap();
+        let handle = released.handle();
+        released.release().await.unwrap();
+        assert!(handle.is_lost() && handle.lost_at().is_none());
     });
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let lost: Vec<_> = text.lines().filter(|l| l.contains("lease lost")).collect();
     assert_eq!(lost.len(), 1, "{text}");
     assert!(

@@ -82,6 +82,10 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
                 return Poll::Ready(Some(Err(Box::new(LockLostError))));
             }
             match ready!(polled) {
+                Some(Ok(_)) if this.tail.lost_abort().is_some() => {
+                    *this.aborted = true;
+                    return Poll::Ready(Some(Err(Box::new(LockLostError))));
+                }
                 Some(Ok(chunk)) => {
                     let is_last = this.remaining.as_mut().is_some_and(|r| {
                         *r = r.saturating_sub(chunk.len() as u64);
@@ -97,6 +101,10 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
                 }
                 None => {}
             }
+        }
+        if this.tail.lost_abort().is_some() {
+            *this.aborted = true;
+            return Poll::Ready(Some(Err(Box::new(LockLostError))));
         }
         this.tail.poll_end(cx).map(|last| last.map(Ok))
     }

@@ -172,6 +172,11 @@ where
         req.into_response(full_response(res)).map_into_right_body()
     }
 
+    fn replace(res: Self::Response, answer: FullResponse) -> Self::Output {
+        let (req, _) = res.into_parts();
+        ServiceResponse::new(req, full_response(answer)).map_into_right_body()
+    }
+
     fn answer_dropped(res: FullResponse) -> Result<Self::Output, Self::Error> {
         let response = full_response(res);
         let cause = "the request's lock was lost and its handler stopped";

@@ -98,6 +98,9 @@ pub(crate) trait Glue {
     /// The middleware's own answer to `req`.
     fn full(req: Self::Request, res: FullResponse) -> Self::Output;
 
+    /// The middleware's own answer in place of the response `res` (dropped).
+    fn replace(res: Self::Response, answer: FullResponse) -> Self::Output;
+
     /// The middleware's own answer to a request already handed to the inner service (and
     /// dropped with the handler): tower answers it; actix-web, which needs the request to
     /// answer, returns it as an error whose response it is (a clone of the request kept
@@ -242,8 +245,9 @@ pub(crate) async fn run<G: Glue>(
     // A loss known by now decides the answer: the handler ran (partly) without its lock.
     match watch.decide(false) {
         Some(OnLost::Abort) => {
-            drop(res);
-            return abort::<G>(running, &policy, wire);
+            running.abort(policy.repeatable_after_loss());
+            let answer = FullResponse::rejection(policy.lock_lost(wire));
+            return Ok(G::replace(res, answer));
         }
         Some(_) => G::add_header(&mut res, LOCK_LOST_HEADER, "true"),
         None => {}

@@ -31,13 +31,15 @@ pub enum OnLost {
     /// no longer excludes it.
     #[default]
     Finish,
-    /// The handler is stopped — its future dropped — as soon as the loss is known, and the
+    /// The handler is stopped — its future dropped — the moment the loss is known, and the
     /// client gets `503` `/problems/lock-lost` with a `Retry-After` of at least the ttl (gRPC
-    /// `UNAVAILABLE`). A body already streaming ends with an error instead (gRPC: trailers
-    /// with `UNAVAILABLE`), never as a truncated success. With replay, the key is marked
-    /// "outcome unknown" where it is still ours or free, and its later requests get `409`
+    /// `UNAVAILABLE`). A body already streaming ends with an error instead when the server
+    /// next polls it (gRPC: trailers with `UNAVAILABLE`): no chunk and no clean end follow a
+    /// known loss. With replay, the key is marked "outcome unknown" where it is still ours or
+    /// free; once the mark is on a quorum, its later requests get `409`
     /// `/problems/idempotency-outcome-unknown` rather than a second run (unless
-    /// [`repeatable_after_loss`](crate::policy::LockPolicyBuilder::repeatable_after_loss)).
+    /// [`repeatable_after_loss`](crate::policy::LockPolicyBuilder::repeatable_after_loss)); a
+    /// request that takes the expired key before the mark lands runs.
     ///
     /// Safe only for handlers whose writes are fenced (checked by the storage against the
     /// fencing token) or idempotent: a handler stopped between two writes leaves the first.

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
+use super::lost::OnLost;
 use super::watch::LossWatch;
 use super::{ReleaseOn, Wire};
 use crate::lock::hashed;
@@ -72,6 +73,21 @@ impl<T> BodyTail<T> {
             last: None,
             watch,
         }
+    }
+
+    /// Whether the lease is known lost and the policy says abort — checked before a chunk is
+    /// handed over and before the release, so that no chunk and no clean end follow a known
+    /// loss: then the client's wire, the lease dropped (its release spawned), and the body
+    /// must end with an error.
+    pub(crate) fn lost_abort(&mut self) -> Option<Wire> {
+        let watch = self.watch.as_mut().filter(|_| self.lease.is_some())?;
+        if watch.decide(true) != Some(OnLost::Abort) {
+            return None;
+        }
+        let wire = watch.wire();
+        self.watch = None;
+        self.lease = None;
+        Some(wire)
     }
 
     /// Call while the inner body is pending: `Ready` with the client's wire when the lease

@@ -18,6 +18,8 @@ pub(crate) struct LossWatch {
     lost: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The rule's decision, once made.
     decided: Option<OnLost>,
+    /// The lease ended without a loss (released): nothing more to watch.
+    ended: bool,
     /// How the client expects an abort mid-body (gRPC: trailers).
     wire: Wire,
 }
@@ -29,6 +31,7 @@ impl LossWatch {
             rule,
             lost: None,
             decided: None,
+            ended: false,
             wire,
         }
     }
@@ -63,7 +66,7 @@ impl LossWatch {
     /// rule says [`OnLost::Abort`]. Watches only when the rule may abort; once it decided
     /// to finish, it never wakes again.
     pub(crate) fn poll_abort(&mut self, cx: &mut Context<'_>, streaming: bool) -> Poll<()> {
-        if self.decided.is_some() || !self.rule.may_abort() {
+        if self.decided.is_some() || self.ended || !self.rule.may_abort() {
             return match self.decided {
                 Some(OnLost::Abort) => Poll::Ready(()),
                 _ => Poll::Pending,
@@ -79,7 +82,11 @@ impl LossWatch {
         self.lost = None;
         match self.decide(streaming) {
             Some(OnLost::Abort) => Poll::Ready(()),
-            _ => Poll::Pending,
+            Some(OnLost::Finish) => Poll::Pending,
+            None => {
+                self.ended = true;
+                Poll::Pending
+            }
         }
     }
 }

@@ -104,8 +104,9 @@ impl Redlock {
         telemetry::votes(span, || tally.votes());
         tally::finish_in_background(sent);
         let deadline = start + ttl - inner.config.drift(ttl);
-        if tally.for_ >= inner.quorum && Instant::now() < deadline {
-            state.extended(deadline);
+        // A lease that ended while the extension was on its way (found lost past its
+        // deadline, or released) stays ended: the nodes that extended it are released below.
+        if tally.for_ >= inner.quorum && Instant::now() < deadline && state.extended(deadline) {
             return Ok(());
         }
         let gone = n - tally.against < inner.quorum;
@@ -180,4 +181,88 @@ async fn keep_alive(client: Redlock, state: Arc<LeaseState>, first: Instant) {
         }
     }
     state.lose("the keep-alive could not extend it before its validity ran out");
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::node::{
+        Acquire, AcquireRequest, CompleteRequest, ExtendRequest, MemoryNode, Node, NodeFuture,
+        ReleaseRequest,
+    };
+    use crate::Redlock;
+
+    /// A memory node whose extensions answer after `delay` (applied first).
+    #[derive(Debug, Clone)]
+    struct SlowExtend {
+        inner: MemoryNode,
+        delay: Duration,
+    }
+
+    impl Node for SlowExtend {
+        fn name(&self) -> String {
+            "slow-extend".to_owned()
+        }
+        fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+            self.inner.acquire(request)
+        }
+        fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+            Box::pin(async move {
+                let extended = self.inner.extend(request).await;
+                tokio::time::sleep(self.delay).await;
+                extended
+            })
+        }
+        fn release<'a>(&'a self, request: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+            self.inner.release(request)
+        }
+        fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
+            self.inner.complete(request)
+        }
+    }
+
+    /// An extension that lands after the lease was found lost (its validity ran out while the
+    /// extension was on its way, and a holder looked) does not bring it back: it answers
+    /// lost, the lease stays lost at the moment it was lost, and the node that extended it
+    /// is released.
+    #[tokio::test]
+    async fn an_extension_landing_after_the_loss_never_revives_the_lease() {
+        let inner = MemoryNode::new();
+        let node = SlowExtend {
+            inner: inner.clone(),
+            delay: Duration::from_millis(300),
+        };
+        let redlock = Redlock::builder()
+            .node(node)
+            .node_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let lease = redlock
+            .lock("late", Duration::from_millis(100))
+            .await
+            .unwrap();
+        let handle = lease.handle();
+        let extension = lease.extend(Duration::from_secs(10));
+        let watcher = async {
+            handle.lost().await;
+            handle.lost_at()
+        };
+        let (extended, lost_at) = tokio::join!(extension, watcher);
+        let lost_at = lost_at.expect("lost at its deadline");
+        let e = extended.expect_err("the lease was lost before the extension landed");
+        assert!(e.is_lost(), "{e}");
+        assert!(handle.is_lost());
+        assert_eq!(handle.lost_at(), Some(lost_at), "the loss stands");
+        assert_eq!(handle.extension_count(), 0);
+        // Released in the background.
+        for _ in 0..1000 {
+            if inner.get("late").is_none() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(inner.get("late"), None, "the extended node is released");
+        drop(lease);
+    }
 }

@@ -134,7 +134,9 @@ impl Lease {
         self.state.deadline()
     }
 
-    /// Whether the lease is still held and valid.
+    /// Whether the lease is still held and valid. A lease still held past its deadline is
+    /// decided lost by this look (once: counted and logged, see
+    /// [`LeaseHandle::lost`](super::LeaseHandle::lost)).
     pub fn is_valid(&self) -> bool {
         self.state.is_valid()
     }
@@ -213,7 +215,8 @@ impl LeaseHandle {
     }
 
     /// Whether the lease is no longer held: released, expired, or found lost by an
-    /// extension.
+    /// extension. A lease still held past its deadline is decided lost by this look (once:
+    /// counted in `redlock_lost_total` and logged at warn, see [`lost`](Self::lost)).
     pub fn is_lost(&self) -> bool {
         !self.state.is_valid()
     }

@@ -173,11 +173,16 @@ impl LeaseState {
         }
     }
 
-    /// Records a successful extension (the caller checked the cap and the new validity).
-    pub(crate) fn extended(&self, deadline: Instant) {
+    /// Records a successful extension (the caller checked the cap and the new validity);
+    /// `false`, recording nothing, when the lease ended meanwhile (found lost, or released):
+    /// a loss, once decided, is never undone.
+    pub(crate) fn extended(&self, deadline: Instant) -> bool {
         let mut s = self.status();
-        s.deadline = deadline;
-        s.extensions += 1;
+        if s.held {
+            s.deadline = deadline;
+            s.extensions += 1;
+        }
+        s.held
     }
 
     /// Marks the lease as no longer held and wakes every waiter of

@@ -153,6 +153,10 @@ where
                     }
                     match ready!(polled) {
                         Some(Ok(frame)) => {
+                            if let Some(wire) = tail.lost_abort() {
+                                *this.aborted = true;
+                                return Poll::Ready(Some(lost_frame(wire)));
+                            }
                             if let Some(frame) = tail.chunk(frame, body.is_end_stream()) {
                                 return Poll::Ready(Some(Ok(frame)));
                             }
@@ -163,6 +167,10 @@ where
                         }
                         None => {}
                     }
+                }
+                if let Some(wire) = tail.lost_abort() {
+                    *this.aborted = true;
+                    return Poll::Ready(Some(lost_frame(wire)));
                 }
                 tail.poll_end(cx).map(|last| last.map(Ok))
             }
@@ -181,6 +189,9 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
+        if self.aborted {
+            return SizeHint::with_exact(0);
+        }
         match &self.kind {
             Kind::Full { body } => {
                 SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))

@@ -182,6 +182,11 @@ where
         Answer::Full(head, body)
     }
 
+    fn replace(_: Self::Response, answer: FullResponse) -> Self::Output {
+        let (head, body) = full_head(answer);
+        Answer::Full(head, body)
+    }
+
     fn answer_dropped(res: FullResponse) -> Result<Self::Output, Self::Error> {
         let (head, body) = full_head(res);
         Ok(Answer::Full(head, body))

@@ -123,6 +123,7 @@ on_both! {
     on_lost::on_lost_abort_with_replay_marks_the_key_once_the_masters_return,
     on_lost::on_lost_abort_repeatable_runs_the_key_again,
     on_lost::on_lost_finish_with_replay_stores_the_late_response,
+    on_lost::on_lost_finish_with_replay_answers_while_the_masters_are_frozen,
     on_lost::on_lost_abort_breaks_off_a_streaming_body,
     on_lost::on_lost_abort_never_fires_on_healthy_masters,
 }

@@ -182,14 +182,20 @@ pub async fn on_lost_abort_stops_the_handler_when_the_masters_freeze<F: Framewor
 }
 
 /// Abort, keep-alive off, healthy masters: the handler outlives its validity and is stopped
-/// when it runs out; `503` lock-lost. The key is free afterwards: the next request runs.
+/// when it runs out; `503` lock-lost. A duplicate while the lease held got `409`; the key is
+/// free afterwards: the next request runs.
 pub async fn on_lost_abort_stops_a_handler_past_its_validity<F: Framework>() {
     const KEY: &str = "order-expiring";
     let t = Setup::start::<F>(|p| p.keep_alive(false).on_lost(OnLost::Abort), gated).await;
     let (m, probe, http, url, key) = (&t.m, &t.probe, &t.http, &t.url, t.lock(KEY));
 
     let started = Instant::now();
-    let first = post_key(http, url, KEY).await;
+    let first = tokio::spawn(post_key(http, url, KEY));
+    probe.until_started(1).await;
+    assert_conflict(&post_key(http, url, KEY).await, TTL);
+    let first = within("the aborted request", first)
+        .await
+        .expect("no panic");
     assert_lock_lost(&first, TTL);
     assert!(started.elapsed() <= TTL + SLACK, "{:?}", started.elapsed());
     assert_eq!((probe.started(), probe.cancelled()), (1, 1));
@@ -202,7 +208,8 @@ pub async fn on_lost_abort_stops_a_handler_past_its_validity<F: Framework>() {
 
 /// Finish (the default), keep-alive off: the handler runs on past its validity and answers
 /// with `Lock-Lost: true`; it saw its lease lost. The lock no longer excludes: a duplicate
-/// sent after the expiry runs beside it. Nothing is left on the masters.
+/// sent after the expiry runs beside it. Nothing is left on the masters, and the next request
+/// runs.
 pub async fn on_lost_finish_answers_with_the_header_and_stores_nothing<F: Framework>() {
     const KEY: &str = "order-finish";
     let t = Setup::start::<F>(|p| p.keep_alive(false), gated).await;
@@ -229,6 +236,9 @@ pub async fn on_lost_finish_answers_with_the_header_and_stores_nothing<F: Framew
         || async { m.dbsizes().await == [0, 0, 0] },
     )
     .await;
+    // Nothing remembered: the next request runs.
+    assert_eq!(post_key(http, url, KEY).await.ok()["locked"], true);
+    assert_eq!(probe.started(), 3);
     t.stop().await;
 }
 
@@ -324,7 +334,7 @@ pub async fn on_lost_abort_repeatable_runs_the_key_again<F: Framework>() {
 
 /// Finish with replay, keep-alive off: the handler outlives its lease; its response (with
 /// `Lock-Lost: true`) is stored where the key is free, and the duplicate gets it replayed —
-/// the handler ran once.
+/// the handler ran once. A duplicate while the lease held got `409`.
 pub async fn on_lost_finish_with_replay_stores_the_late_response<F: Framework>() {
     const KEY: &str = "\"order-late\"";
     let t = Setup::start::<F>(|p| p.keep_alive(false).replay(Replay::new()), payments).await;
@@ -332,6 +342,7 @@ pub async fn on_lost_finish_with_replay_stores_the_late_response<F: Framework>()
 
     let first = tokio::spawn(reply(pay(http, url, KEY, BODY)));
     probe.until_started(1).await;
+    assert_conflict(&reply(pay(http, url, KEY, BODY)).await, TTL);
     eventually("the lock expires on every master", SLACK * 4, || {
         m.absent_everywhere(&lock)
     })
@@ -347,9 +358,48 @@ pub async fn on_lost_finish_with_replay_stores_the_late_response<F: Framework>()
     t.stop().await;
 }
 
+/// Finish with replay while two masters are frozen: the handler finishes after its lease
+/// was lost, and its response is not held back until the masters answer (it waits for its
+/// record one second at most); the record lands in the background once they are back, and
+/// the duplicate gets the response replayed — the handler ran once.
+pub async fn on_lost_finish_with_replay_answers_while_the_masters_are_frozen<F: Framework>() {
+    const KEY: &str = "\"order-late-frozen\"";
+    let (seen, hook) = recording(OnLost::Finish);
+    let t = Setup::start::<F>(|p| p.replay(Replay::new()).on_lost_with(hook), payments).await;
+    let (m, probe, http, url, lock) = (&t.m, &t.probe, &t.http, &t.url, t.lock(KEY));
+
+    let first = tokio::spawn(reply(pay(http, url, KEY, BODY)));
+    probe.until_started(1).await;
+    m[0].freeze();
+    m[1].freeze();
+    eventually("the lease is lost", SLACK * 4, || async {
+        !seen.lock().unwrap().is_empty()
+    })
+    .await;
+    let opened = Instant::now();
+    probe.open();
+    let first = within("the first request", first).await.expect("no panic");
+    let waited = opened.elapsed();
+    assert_ran(&first);
+    assert_eq!(first.header(LOCK_LOST_HEADER), Some("true"));
+    assert!(
+        waited <= Duration::from_secs(1) + SLACK,
+        "held back {waited:?}"
+    );
+    m[0].thaw();
+    m[1].thaw();
+    eventually("the record lands on a quorum", SLACK * 8, || async {
+        records_on(m, &lock, 0..3).await >= 2
+    })
+    .await;
+    assert_replay_of(&first, &reply(pay(http, url, KEY, BODY)).await);
+    assert_eq!(probe.started(), 1, "the handler ran again");
+    t.stop().await;
+}
+
 /// Abort with release at the body's end: a body streaming when two masters freeze is broken
-/// off — the client's read fails, never a clean, truncated end. Once the masters are back the
-/// key is free again.
+/// off — the client's read fails, never a clean, truncated end. While it streamed, a
+/// duplicate got `409`; once the masters are back the key is free again.
 pub async fn on_lost_abort_breaks_off_a_streaming_body<F: Framework>() {
     const KEY: &str = "stream-lost";
     let m = Masters::start(3);
@@ -368,6 +418,7 @@ pub async fn on_lost_abort_breaks_off_a_streaming_body<F: Framework>() {
     let mut response = send(post_with(&http, &url, &[KEY])).await;
     assert_eq!(response.status(), 200);
     stream_through(&body, &mut response, "first ").await;
+    assert_conflict(&post_key(&http, &url, KEY).await, TTL);
     m[0].freeze();
     m[1].freeze();
     let end = within("the broken body", async {
@@ -412,13 +463,16 @@ pub async fn on_lost_abort_never_fires_on_healthy_masters<F: Framework>() {
 
 /// The same in process (the tower service): a body whose lease is lost while it streams
 /// ends with an error for an HTTP client, and with `grpc-status: 14` (`UNAVAILABLE`)
-/// trailers for a gRPC call — never with a clean end.
+/// trailers for a gRPC call — never with a clean end: whether the loss comes while the body
+/// waits for its next chunk (masters frozen, the keep-alive fails), or is found when the
+/// next chunk is ready (keep-alive off, the lock expired meanwhile: that chunk is not sent).
 #[tokio::test(flavor = "multi_thread")]
 async fn on_lost_abort_ends_a_tower_body_with_an_error_or_grpc_trailers() {
-    for grpc in [false, true] {
+    for (grpc, keep_alive) in [(false, true), (true, true), (false, false)] {
         let mut t = lifecycle(|redlock| {
             LockPolicy::builder(redlock, IdempotencyKey::required())
                 .ttl(TTL)
+                .keep_alive(keep_alive)
                 .release_on_body_end()
                 .on_lost(OnLost::Abort)
                 .build()
@@ -442,8 +496,19 @@ async fn on_lost_abort_ends_a_tower_body_with_an_error_or_grpc_trailers() {
             .await
             .expect("streaming");
         assert_eq!(next_data(&mut body).await.as_deref(), Some(&b"first"[..]));
-        t.masters[0].freeze();
-        t.masters[1].freeze();
+        if keep_alive {
+            t.masters[0].freeze();
+            t.masters[1].freeze();
+        } else {
+            let key = crate::axum_only::redis_key("stream-grpc");
+            eventually("the lock expires on every master", SLACK * 4, || {
+                t.masters.absent_everywhere(&key)
+            })
+            .await;
+            tx.send(bytes::Bytes::from_static(b"after the loss"))
+                .await
+                .expect("streaming");
+        }
         let last = within("the last frame", body.frame())
             .await
             .expect("a last frame");
@@ -460,8 +525,10 @@ async fn on_lost_abort_ends_a_tower_body_with_an_error_or_grpc_trailers() {
         }
         assert!(within("the end", body.frame()).await.is_none());
         assert!(http_body::Body::is_end_stream(&body));
-        t.masters[0].thaw();
-        t.masters[1].thaw();
+        if keep_alive {
+            t.masters[0].thaw();
+            t.masters[1].thaw();
+        }
         drop(tx);
     }
 }

@@ -296,6 +296,12 @@ impl LockPolicyBuilder {
                 ));
             }
         }
+        if p.repeatable_after_loss && (p.replay.is_none() || !p.lost.may_abort()) {
+            return Err(crate::Error::invalid(
+                "repeatable_after_loss says what a request stopped on a lost lease leaves \
+                 behind: it needs replay and on_lost(OnLost::Abort) (or on_lost_with)",
+            ));
+        }
         if let Some(name) = &p.fencing_header {
             if !crate::http::rejection::is_token(name) {
                 return Err(crate::Error::invalid(format!(

@@ -461,6 +461,33 @@ mod tests {
     }
 
     #[test]
+    fn repeatable_after_loss_needs_replay_and_a_rule_that_may_abort() {
+        use crate::policy::OnLost;
+        let ok = policy(|b| {
+            b.replay(Replay::new())
+                .on_lost(OnLost::Abort)
+                .repeatable_after_loss()
+        });
+        assert!(ok.unwrap().repeatable_after_loss());
+        let hook = policy(|b| {
+            b.replay(Replay::new())
+                .on_lost_with(|_| OnLost::Abort)
+                .repeatable_after_loss()
+        });
+        assert!(hook.is_ok());
+        for b in [
+            policy(|b| b.on_lost(OnLost::Abort).repeatable_after_loss()),
+            policy(|b| b.replay(Replay::new()).repeatable_after_loss()),
+        ] {
+            let e = b.unwrap_err();
+            assert!(
+                e.is_invalid_input() && e.to_string().contains("repeatable_after_loss"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn the_method_filter_is_configurable_and_checked() {
         let p = policy(|b| b.methods(["post", "PUT"])).unwrap();
         assert!(p.locks_method("POST") && p.locks_method("PUT"));

@@ -150,20 +150,18 @@ impl Recorder {
     /// is left to its ttl (duplicates get `409` until then), logged at warn by the
     /// lock; the response is sent either way.
     ///
-    /// A lease found lost stores it where its key is still ours or free — never over
-    /// another holder's lock —, trying for [`LOST_RECORD_PATIENCE`] (at least three ttls)
-    /// until a quorum has it, so that a duplicate gets the record rather than a second run.
+    /// A lease found lost (before, or by the write) stores it where its key is still ours
+    /// or free — never over another holder's lock —, trying in the background for
+    /// [`LOST_RECORD_PATIENCE`] (three ttls if longer) until a quorum has it, so that a
+    /// duplicate gets the record rather than a second run; the response waits for that at
+    /// most [`LOST_RECORD_WAIT`].
     pub(crate) async fn complete(&self, lease: Lease, record: Bytes) {
         let started = Instant::now();
         let key = tracing::enabled!(tracing::Level::DEBUG).then(|| hashed(lease.key()).to_string());
-        let stored = if lease.is_valid() {
-            lease.complete(record, self.replay.retention).await
-        } else {
-            let patience = LOST_RECORD_PATIENCE.max(lease.ttl().saturating_mul(3));
-            lease
-                .complete_lost(record, self.replay.retention, patience)
-                .await
-        };
+        let patience = LOST_RECORD_PATIENCE.max(lease.ttl().saturating_mul(3));
+        let stored = lease
+            .complete_or_free(record, self.replay.retention, patience, LOST_RECORD_WAIT)
+            .await;
         match stored {
             Ok(()) => {
                 if let Some(key) = key {
@@ -178,6 +176,10 @@ impl Recorder {
 /// How long the record of a request whose lease was lost is tried for at least, while too
 /// few masters answer (see [`Recorder::complete`]).
 pub(crate) const LOST_RECORD_PATIENCE: Duration = Duration::from_secs(30);
+
+/// How long the response of a request whose lease was lost waits for its record to be
+/// stored (it goes on in the background).
+pub(crate) const LOST_RECORD_WAIT: Duration = Duration::from_secs(1);
 
 /// The lease of a request whose handler has started. Under a replay policy (`recorder`), a
 /// request cancelled from here on — its future dropped while the handler runs or while its

@@ -83,6 +83,54 @@ impl Lease {
     }
 }
 
+impl Lease {
+    /// The middleware's completion of work that ran under this lease: [`Lease::complete`]
+    /// while the lease holds, and the "if free" completion ([`Lease::complete_lost`]) when it
+    /// was lost already or `complete` finds it lost (its validity ran out meanwhile, its
+    /// token gone from a quorum) — so a lost lease never leaves its work unrecorded. The
+    /// "if free" part runs in a task of its own, kept at for `patience` and waited for here
+    /// at most `wait` (a quorum of unreachable masters does not hold the response back, and
+    /// a caller that goes away does not stop it): past `wait`, an unavailable error while it
+    /// goes on. Tests: `replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write`
+    /// (`completion/tests.rs`), the middleware's `on_lost_*_with_replay_*`.
+    pub(crate) async fn complete_or_free(
+        self,
+        record: Bytes,
+        retention: Duration,
+        patience: Duration,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        let task = if self.is_valid() {
+            let (client, state) = (self.client.clone(), Arc::clone(&self.state));
+            match self.complete(record.clone(), retention).await {
+                // Lost, or the validity ran out while the write was under way: the plain
+                // completion (which goes on where the lock holds) cannot store it where the
+                // lock has expired.
+                Err(e) if e.is_lost() || Instant::now() >= state.deadline() => {}
+                done => return done,
+            }
+            let free = async move {
+                let until = Instant::now() + patience;
+                client.complete_free(&state, record, retention, until).await
+            };
+            tokio::spawn(free.instrument(telemetry::background(Background::Completing)))
+        } else {
+            tokio::spawn(self.complete_lost(record, retention, patience))
+        };
+        match tokio::time::timeout(wait, task).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(_)) => Err(Error::unavailable(
+                "the completion task ended before it answered",
+                Vec::new(),
+            )),
+            Err(_) => Err(Error::unavailable(
+                "the completion record is still being stored, in the background",
+                Vec::new(),
+            )),
+        }
+    }
+}
+
 impl Redlock {
     /// Stores `record` for `state`'s resource on every node where the lock holds its token
     /// or is absent, asking again until a quorum has it, a quorum is out of reach, or

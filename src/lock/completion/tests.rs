@@ -289,3 +289,38 @@ async fn complete_lost_refuses_an_invalid_record() {
         "nothing stored"
     );
 }
+
+/// The middleware's completion (`Lease::complete_or_free`) of a lease that was valid when
+/// the write started and ran out before the node answered: the plain completion comes too
+/// late (refused where the lock expired), and the "if free" one stores the record — the
+/// duplicate gets it. A lease lost before the write goes straight to the "if free" form.
+#[tokio::test]
+async fn replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write() {
+    let node = Scripted::new(&[Step::StoreAfter(Duration::from_millis(700))]);
+    let redlock = scripted_client(std::slice::from_ref(&node));
+    let claim =
+        redlock.lock_unless_completed("late-write", Duration::from_millis(150), Retry::never());
+    let Claim::Locked(lease) = claim.await.unwrap() else {
+        panic!("nothing was completed yet");
+    };
+    let record = Bytes::from_static(b"the response");
+    let wait = Duration::from_secs(5);
+    lease
+        .complete_or_free(record.clone(), DAY, PATIENCE, wait)
+        .await
+        .expect("stored by the if-free completion");
+    let again = redlock.lock_unless_completed("late-write", Duration::from_secs(1), Retry::never());
+    match again.await.unwrap() {
+        Claim::Completed(got) => assert_eq!(got, record),
+        Claim::Locked(_) => panic!("the work would run again"),
+    }
+
+    let lost = expired_lease(&redlock, std::slice::from_ref(&node.inner), "lost-before").await;
+    assert!(!lost.is_valid());
+    lost.complete_or_free(record.clone(), DAY, PATIENCE, wait)
+        .await
+        .expect("stored where the lock expired");
+    let again =
+        redlock.lock_unless_completed("lost-before", Duration::from_secs(1), Retry::never());
+    assert!(matches!(again.await.unwrap(), Claim::Completed(_)));
+}

@@ -26,7 +26,7 @@ use http_body_util::BodyExt;
 use support::Masters;
 use tower::ServiceExt;
 use tower_redlock::key::IdempotencyKey;
-use tower_redlock::policy::LockPolicy;
+use tower_redlock::policy::{LockPolicy, OnLost};
 use tower_redlock::{Redlock, RedlockLayer};
 
 #[global_allocator]
@@ -86,6 +86,15 @@ fn layer(c: &mut Criterion) {
             (
                 "RedlockLayer, memory node, no keep-alive",
                 route().layer(RedlockLayer::with_policy(no_keep_alive)),
+            ),
+            (
+                "RedlockLayer, memory node, OnLost::Abort",
+                route().layer(RedlockLayer::with_policy(
+                    LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
+                        .on_lost(OnLost::Abort)
+                        .build()
+                        .expect("policy"),
+                )),
             ),
             (
                 "RedlockLayer, 3 Redis masters",

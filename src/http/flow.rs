@@ -229,10 +229,13 @@ pub(crate) async fn run<G: Glue>(
     let due = Instant::now() + lease.ttl() / 3;
     let keep_alive = policy.keeps_alive();
     let rule = policy.lost_rule();
-    let mut watch = LossWatch::new(lease.handle(), rule.clone(), wire);
+    // Watched only when a loss may stop it; otherwise the loss is looked at once, below.
+    let mut watch = rule
+        .may_abort()
+        .then(|| LossWatch::new(lease.handle(), rule.clone(), wire));
     let mut running = Running::new(lease, recorder);
     let call = KeptAlive::new(glue.call(req), running.lease_mut(), keep_alive);
-    let mut res = match WatchedFuture::new(call, &mut watch).await {
+    let mut res = match WatchedFuture::new(call, watch.as_mut()).await {
         Watched::Done(Ok(res)) => res,
         Watched::Done(Err(e)) => {
             // With replay the handler may have run: at most once, so the key is marked
@@ -243,7 +246,11 @@ pub(crate) async fn run<G: Glue>(
         Watched::Aborted => return abort::<G>(running, &policy, wire),
     };
     // A loss known by now decides the answer: the handler ran (partly) without its lock.
-    match watch.decide(false) {
+    let decision = match watch.as_mut() {
+        Some(watch) => watch.decide(false),
+        None => (!running.lease_mut().is_valid()).then_some(OnLost::Finish),
+    };
+    match decision {
         Some(OnLost::Abort) => {
             running.abort(policy.repeatable_after_loss());
             let answer = FullResponse::rejection(policy.lock_lost(wire));
@@ -265,7 +272,6 @@ pub(crate) async fn run<G: Glue>(
                         // On the handler's schedule (nothing if it already started).
                         lease.keep_alive_from(due);
                     }
-                    let watch = rule.may_abort().then_some(watch);
                     Ok(G::pass(res, Some(lease), watch))
                 }
                 AfterResponse::ReleaseNow(lease) => {
@@ -289,7 +295,7 @@ pub(crate) async fn run<G: Glue>(
                 Instant::now() + lease.ttl()
             };
             let read = tokio::time::timeout_at(until.into(), G::collect(body, body_len));
-            let read = match WatchedFuture::new(read, &mut watch).await {
+            let read = match WatchedFuture::new(read, watch.as_mut()).await {
                 Watched::Done(read) => read.ok().flatten(),
                 Watched::Aborted => return abort::<G>(running, &policy, wire),
             };

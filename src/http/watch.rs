@@ -98,16 +98,16 @@ pub(crate) enum Watched<T> {
     Aborted,
 }
 
-/// `fut`, stopped when `watch` says abort.
+/// `fut`, stopped when `watch` (if any) says abort.
 #[pin_project::pin_project]
 pub(crate) struct WatchedFuture<'w, F> {
     #[pin]
     fut: F,
-    watch: &'w mut LossWatch,
+    watch: Option<&'w mut LossWatch>,
 }
 
 impl<'w, F: Future> WatchedFuture<'w, F> {
-    pub(crate) fn new(fut: F, watch: &'w mut LossWatch) -> Self {
+    pub(crate) fn new(fut: F, watch: Option<&'w mut LossWatch>) -> Self {
         Self { fut, watch }
     }
 }
@@ -120,6 +120,9 @@ impl<F: Future> Future for WatchedFuture<'_, F> {
         if let Poll::Ready(out) = this.fut.poll(cx) {
             return Poll::Ready(Watched::Done(out));
         }
-        this.watch.poll_abort(cx, false).map(|()| Watched::Aborted)
+        match this.watch {
+            Some(watch) => watch.poll_abort(cx, false).map(|()| Watched::Aborted),
+            None => Poll::Pending,
+        }
     }
 }

@@ -53,6 +53,9 @@ pub(super) struct Status {
     loss: Option<Loss>,
 }
 
+/// Why a lease held past its deadline is lost.
+const VALIDITY_RAN_OUT: &str = "its validity ran out before an extension landed";
+
 /// How a lease was lost: decided once (see [`LeaseState::lose`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Loss {
@@ -159,7 +162,7 @@ impl LeaseState {
             }
             s.deadline
         };
-        self.lose_at(deadline, "its validity ran out before an extension landed");
+        self.lose_at(deadline, VALIDITY_RAN_OUT);
         false
     }
 
@@ -196,8 +199,23 @@ impl LeaseState {
     /// Its owner ends the lease (a release): one still held past its deadline is lost first
     /// (counted once, as [`is_valid`](Self::is_valid) does).
     pub(crate) fn finish(&self) {
-        self.is_valid();
-        self.end();
+        let lost = {
+            let mut s = self.status();
+            let held = std::mem::replace(&mut s.held, false);
+            let lost = held && Instant::now() >= s.deadline;
+            if lost {
+                s.loss = Some(Loss {
+                    at: s.deadline,
+                    why: VALIDITY_RAN_OUT,
+                });
+            }
+            lost.then_some(s.deadline)
+        };
+        self.notify.notify_waiters();
+        if let Some(at) = lost {
+            let after = at.saturating_duration_since(self.started);
+            telemetry::lost(&self.key, VALIDITY_RAN_OUT, after, self.span.as_ref());
+        }
     }
 
     /// The lease was found lost (expired, or its token gone from too many nodes): ends it,

@@ -153,6 +153,7 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
 pub mod actix;
 mod error;
+pub mod fenced;
 pub mod grpc;
 mod http;
 pub mod key;

@@ -22,6 +22,16 @@ impl FromRequest for LeaseHandle {
     }
 }
 
+impl ResponseError for crate::fenced::StaleToken {
+    fn status_code(&self) -> actix_web::http::StatusCode {
+        actix_web::http::StatusCode::CONFLICT
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        super::glue::rejection_response(self.to_problem_json())
+    }
+}
+
 impl ResponseError for MissingLease {
     fn status_code(&self) -> actix_web::http::StatusCode {
         actix_web::http::StatusCode::INTERNAL_SERVER_ERROR

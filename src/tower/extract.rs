@@ -49,6 +49,13 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for LeaseHandle {
     }
 }
 
+impl IntoResponse for crate::fenced::StaleToken {
+    fn into_response(self) -> Response {
+        super::glue::rejection_response::<axum::body::Body>(self.to_problem_json())
+            .map(axum::body::Body::new)
+    }
+}
+
 impl IntoResponse for MissingLease {
     fn into_response(self) -> Response {
         super::glue::rejection_response::<axum::body::Body>(self.to_problem_json())

@@ -1,0 +1,1 @@
+//! PostgreSQL: see the binary's docs.

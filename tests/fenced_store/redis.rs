@@ -1,0 +1,1 @@
+//! Redis: see the binary's docs.

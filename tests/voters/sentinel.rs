@@ -204,6 +204,9 @@ async fn failover_with_protection_keeps_the_promoted_master_out() {
     let expires = first.deadline();
 
     lose_the_lock_in_a_failover(&g, "guarded").await;
+    // On a loaded machine the failover can outlast the first lease: `b` then wins at once,
+    // rightly, and there is no abstention to see.
+    let failed_over_in_time = Instant::now() < expires;
 
     // `b` now reaches the promoted master (its abstention says so) but never wins while
     // the first lease may be valid; once the tenure is old enough it does.
@@ -223,7 +226,10 @@ async fn failover_with_protection_keeps_the_promoted_master_out() {
         "a second holder {:?} before the first lease's end",
         expires - granted
     );
-    assert!(abstained, "the promoted master abstained before voting");
+    assert!(
+        abstained || !failed_over_in_time,
+        "the promoted master abstained before voting"
+    );
     assert_eq!(
         g.master().get("guarded").await.as_deref(),
         Some(second.value())

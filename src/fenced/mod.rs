@@ -7,10 +7,17 @@
 //!
 //! A refused write is a [`StaleToken`]: a typed outcome the handler maps to an answer (with
 //! the `axum` or `actix` feature it is one: `409` problem+json `/problems/fencing-token-stale`).
+//!
+//! For data kept in Redis: [`FencedRedis`], a value, a hash field or a stream entry written
+//! only with a token at least the one stored beside it, one script per write.
 
 use std::fmt;
 
 use crate::rejection::RejectionResponse;
+
+mod redis;
+
+pub use self::redis::FencedRedis;
 
 /// A write refused because its fencing token is older than the one the data was last
 /// written with: a newer holder of the lock has written since (the writer's lease was lost,

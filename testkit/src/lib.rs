@@ -1,5 +1,6 @@
 //! The test kit of `tower-redlock` (a workspace member, never published): real
-//! `redis-server` masters on free loopback ports, polling helpers, the fault proxy
+//! `redis-server` masters on free loopback ports, a throwaway PostgreSQL server
+//! ([`PostgresServer`], for the fenced-store tests), polling helpers, the fault proxy
 //! ([`proxy`]), the TLS fixtures ([`tls_file`]), the HTTP helpers ([`http`], [`apps`]) and the
 //! multi-process mutual-exclusion checker ([`checker`], and the `soak` binary for long runs).
 //!
@@ -18,6 +19,7 @@ pub mod sentinel;
 
 mod launch;
 mod masters;
+mod postgres;
 mod serve;
 mod server;
 mod skew;
@@ -27,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 pub use launch::redis_server_version;
 pub use masters::{Masters, NODE_TIMEOUT};
+pub use postgres::PostgresServer;
 pub use serve::HttpApp;
 pub use server::RedisServer;
 pub use wait::{eventually, warm_up};

@@ -12,6 +12,8 @@
 //! - the scenarios: [`exclusion`], [`waiting`], [`unavailable`], [`keys`], [`scope`],
 //!   [`methods`], [`responder`], [`release`], [`keep_alive`], [`on_lost`];
 //! - [`fencing`]: the lease's fencing token passed to the handler in a header;
+//! - [`fenced_store`]: the token checked where the data lives (a fenced Redis write): a
+//!   paused handler's late write refused, its client answered `409`;
 //! - replay (idempotent endpoints): [`replay`], [`replay_faults`], [`replay_limits`];
 //! - [`mixed`], [`replay_mixed`]: axum and actix-web side by side, on the same masters;
 //! - [`axum_only`], [`actix_only`]: what only one framework has (the tower service in
@@ -28,6 +30,7 @@ mod actix_only;
 mod axum_only;
 mod exclusion;
 mod extractors;
+mod fenced_store;
 mod fencing;
 mod grpc;
 mod harness;
@@ -116,6 +119,7 @@ on_both! {
     fencing::fencing_header_carries_the_lease_token,
     fencing::fencing_token_without_header_is_on_the_lease_handle,
     fencing::fencing_header_with_replay,
+    fenced_store::fenced_store_refuses_a_paused_handlers_late_write,
     on_lost::on_lost_abort_stops_the_handler_when_the_masters_freeze,
     on_lost::on_lost_abort_stops_a_handler_past_its_validity,
     on_lost::on_lost_finish_answers_with_the_header_and_stores_nothing,

@@ -111,6 +111,7 @@ fn respond(answer: Answer) -> HttpResponse {
             .content_type("application/json")
             .body(v.to_string()),
         Answer::Text(text) => HttpResponse::Ok().body(text),
+        Answer::Stale(stale) => actix_web::ResponseError::error_response(&stale),
         Answer::Stream(body) => HttpResponse::Ok().streaming(chunks(body)),
         Answer::Full {
             status,

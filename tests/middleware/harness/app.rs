@@ -2,12 +2,15 @@
 //! lock policy (or none), with handlers per method, and an authentication layer outside the
 //! lock that turns an `x-user` header into a [`Principal`] request extension.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use tower_redlock::fenced::StaleToken;
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::LeaseHandle;
 
@@ -121,7 +124,19 @@ pub enum Handler {
     /// Passes the probe's gate (whose `started` counts the runs), reads the request body and
     /// makes a payment: a fresh `payment_id` per run, answered as [`Payment`] says.
     Payment(Arc<Probe>, Payment),
+    /// Writes its request's path through a fenced store with the lease's fencing token, after
+    /// passing the probe's gate when the query says `pause`: `200` `{"written": token}`, or
+    /// the store's [`StaleToken`] as the framework renders it (`409`).
+    Fenced(Arc<Probe>, FencedWrite),
 }
+
+/// A fenced store's write, `(token, value)`: refused with [`StaleToken`] when the data was
+/// written with a newer token.
+pub type FencedWrite = Arc<
+    dyn Fn(u64, String) -> Pin<Box<dyn Future<Output = Result<(), StaleToken>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// How a [`Handler::Payment`] answers.
 #[derive(Clone)]
@@ -246,6 +261,17 @@ impl Handler {
                 probe.pass().await;
                 payment.answer(&seen)
             }
+            Self::Fenced(probe, write) => {
+                if seen.path.contains("pause") {
+                    probe.pass().await;
+                }
+                let token = seen.lease.as_ref().and_then(LeaseHandle::fencing_token);
+                let token = token.expect("a fenced handler runs under a fencing client");
+                match write(token, seen.path.clone()).await {
+                    Ok(()) => Answer::Json(json!({ "written": token })),
+                    Err(stale) => Answer::Stale(stale),
+                }
+            }
         }
     }
 }
@@ -290,6 +316,9 @@ impl Seen {
 /// sender); or any status, headers (appended in this order) and a body of known length.
 pub enum Answer {
     Json(Value),
+    /// A fenced write refused: rendered by the framework's own impl (`IntoResponse`,
+    /// `ResponseError`).
+    Stale(StaleToken),
     Text(&'static str),
     Stream(mpsc::Receiver<Bytes>),
     Full {

@@ -100,6 +100,7 @@ fn seen(lease: Option<LeaseHandle>, req: &Request) -> Seen {
 fn respond(answer: Answer) -> Response {
     match answer {
         Answer::Json(v) => Json(v).into_response(),
+        Answer::Stale(stale) => stale.into_response(),
         Answer::Text(text) => text.into_response(),
         Answer::Stream(body) => axum::body::Body::from_stream(chunks(body)).into_response(),
         Answer::Full {

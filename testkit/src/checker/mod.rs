@@ -63,7 +63,9 @@
 //!
 //! It needs `redis-server` on `PATH` (`apt-get install -y redis-server`, `brew install
 //! redis`, or `. scripts/ensure-redis.sh && ensure_redis`; `skew` also a C compiler); it
-//! starts and stops its own five voters on free loopback ports.
+//! starts and stops its own five voters on free loopback ports. `--store postgres` also needs
+//! PostgreSQL's `initdb` and `postgres` (`apt-get install -y postgresql`; see the testkit's
+//! `PostgresServer`).
 //!
 //! # What is checked
 //!
@@ -83,10 +85,11 @@
 //! With `--store postgres` the parent also starts one PostgreSQL server (the testkit's
 //! [`PostgresServer`](crate::PostgresServer)) with a row per resource, and every section
 //! writes its row through the fenced update (`UPDATE … WHERE fence <= $token`, and a
-//! `fenced_history` row when accepted, one transaction; `store.rs`) — but every 200th write
-//! of a process, which comes after its writer paused past the lease's ttl (the section, as
-//! the lock covered it, is recorded as left when the pause began; `worker/lock.rs`). After
-//! the run, per resource in commit order:
+//! `fenced_history` row when accepted, one transaction; `store.rs`) before it leaves. Every
+//! 200th write of a process comes instead after its writer paused for 1.5 ttls, past its
+//! lease's expiry, with the old token: the section, as the lock covered it, is recorded as
+//! left when the pause began (the lock promises nothing after its deadline; the late write
+//! is fencing's to stop — `worker/lock.rs`). After the run, per resource in commit order:
 //!
 //! - no committed fence is below an earlier one, and a fence grows strictly whenever the
 //!   writer (process, task) changed;

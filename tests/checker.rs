@@ -381,3 +381,40 @@ fn the_checker_catches_fencing_tokens_out_of_order() {
         "{problems:?}"
     );
 }
+
+/// Writers go through a fenced PostgreSQL store (one real server) while the classic nemesis
+/// hits the masters, and now and then a writer pauses past its lease's ttl before writing
+/// with its old token: in the table's history every committed write carries a fence at
+/// least the previous one's, and a larger one whenever the writer changed — 0 out of token
+/// order — and the paused writers whose key was taken meanwhile were refused. The write sits
+/// inside the critical section, and a PostgreSQL round trip on a loaded 2-core machine may
+/// take tens of milliseconds: a ttl of 1 s leaves it room within the lease.
+#[test]
+fn fenced_store_checker_postgres_writes_in_token_order_under_faults() {
+    let report = run_checker(&[
+        "--store",
+        "postgres",
+        "--acquisitions",
+        "2000",
+        "--ttl-ms",
+        "1000",
+    ]);
+    assert_held(&report);
+    let store = report
+        .verdict
+        .store
+        .as_ref()
+        .expect("a run with --store has a store verdict");
+    let c = store.counts;
+    assert_eq!(store.out_of_order.len(), 0, "{:?}", store.out_of_order);
+    assert_eq!(store.not_increased.len(), 0, "{:?}", store.not_increased);
+    assert!(c.committed > 0, "{c:?}");
+    assert_eq!(store.history as u64, c.committed);
+    assert_eq!(store.row_writes, store.history as i64);
+    assert!(c.paused >= 3, "a few writers paused past their ttl: {c:?}");
+    assert!(c.paused_refused > 0, "{c:?}");
+    // A writer inside its lease is never refused: only the paused ones were.
+    assert_eq!(c.refused, c.paused_refused, "{c:?}");
+    assert!(report.faults.total() > 0);
+    assert!(report.summary().contains("paused writes"));
+}

@@ -63,6 +63,10 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
                                             injected N of each of its faults (0)
   --broken quorum1   CHECKER_BROKEN         negative control: each worker locks on ONE
                                             master; the run MUST fail (none)
+  --store postgres   CHECKER_STORE          lock workload: sections also write through a
+                                            fenced PostgreSQL store (one throwaway server),
+                                            every 200th write after a pause past the ttl;
+                                            its history checked for token order (none)
 ";
 
 fn main() {

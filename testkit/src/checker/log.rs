@@ -9,6 +9,7 @@
 //! s <resource> <enter ns> <leave ns> <deadline ns> <valid 0|1> <task> <token, or - for none>
 //! r <key> <enter ns> <leave ns> <deadline ns> <valid 0|1> <task> <token, or -> <completion>
 //! p <key> <worker> <task> <enter ns>
+//! store <committed> <refused> <paused> <paused refused>
 //! end
 //! ```
 //!
@@ -16,6 +17,9 @@
 //! (the section of a claim that locked, with how its completion ended: `stored`,
 //! `minority`, `lost`, `expired`, `failed`), and `p` a replay: a claim answered with a
 //! completion record, which names the run that stored it (its worker, task and entry).
+//! `store` (with `--store` only) counts the worker's writes through the fenced store: those
+//! committed and those refused (a newer token had written), and of them the writes made
+//! after a deliberate pause past the lease's ttl, and how many of those were refused.
 //!
 //! A log without its `end` line (the worker died writing it) is refused.
 
@@ -119,6 +123,28 @@ pub struct Counts {
     pub elapsed_ms: u64,
 }
 
+/// What one worker's writes through the fenced store (`--store`) came to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Accepted by the fenced update (and a history row inserted, committed).
+    pub committed: u64,
+    /// Refused: the row's fence was above the writer's token (0 rows updated).
+    pub refused: u64,
+    /// Writes made after the writer paused past its lease's ttl (committed or refused).
+    pub paused: u64,
+    /// Of those, the refused ones.
+    pub paused_refused: u64,
+}
+
+impl StoreCounts {
+    pub fn add(&mut self, o: &StoreCounts) {
+        self.committed += o.committed;
+        self.refused += o.refused;
+        self.paused += o.paused;
+        self.paused_refused += o.paused_refused;
+    }
+}
+
 /// One worker's log: its counts, its sections (or runs and replays) and a few error
 /// samples.
 #[derive(Debug, Clone, Default)]
@@ -128,6 +154,8 @@ pub struct WorkerLog {
     pub runs: Vec<Run>,
     pub replays: Vec<Replay>,
     pub errors: Vec<String>,
+    /// Its writes through the fenced store (all 0 without one).
+    pub store: StoreCounts,
 }
 
 impl WorkerLog {
@@ -166,6 +194,12 @@ impl WorkerLog {
                 p.key, p.run_worker, p.run_task, p.run_enter_ns
             )?;
         }
+        let st = &self.store;
+        writeln!(
+            out,
+            "store {} {} {} {}",
+            st.committed, st.refused, st.paused, st.paused_refused
+        )?;
         writeln!(out, "end")?;
         out.flush()
     }
@@ -194,6 +228,20 @@ impl WorkerLog {
                         release_errors: r,
                         warm_up_ms: w,
                         elapsed_ms: e,
+                    };
+                }
+                Some("store") => {
+                    let v: Vec<u64> = f
+                        .map(|x| x.parse().map_err(|_| bad()))
+                        .collect::<Result<_, _>>()?;
+                    let [committed, refused, paused, paused_refused] = v[..] else {
+                        return Err(bad());
+                    };
+                    log.store = StoreCounts {
+                        committed,
+                        refused,
+                        paused,
+                        paused_refused,
                     };
                 }
                 Some("error") => log.errors.push(line["error ".len()..].to_owned()),
@@ -326,6 +374,12 @@ mod tests {
                 run_enter_ns: -4,
             }],
             errors: vec!["two\nlines".into()],
+            store: StoreCounts {
+                committed: 9,
+                refused: 2,
+                paused: 1,
+                paused_refused: 1,
+            },
         };
         log.write(&path).unwrap();
         let back = WorkerLog::read(&path, 7).unwrap();
@@ -335,6 +389,7 @@ mod tests {
         assert_eq!(back.counts.acquisitions, 3);
         assert_eq!(back.counts.warm_up_ms, 5);
         assert_eq!(back.errors, ["two lines"]);
+        assert_eq!(back.store, log.store);
 
         // A section line without its token, or a truncated log, is refused.
         let text = std::fs::read_to_string(&path).unwrap();

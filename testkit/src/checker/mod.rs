@@ -35,6 +35,7 @@
 //! | `--skew-percent N` (`skew`: clock offsets within ±N % of the ttl, N < 50) | `CHECKER_SKEW_PERCENT` | 45 | 45 |
 //! | `--min-faults N` (go on until each kind injected N of each of its faults) | `CHECKER_MIN_FAULTS` | 0 | 0 |
 //! | `--broken quorum1` (the negative control: must fail) | `CHECKER_BROKEN` | none | none |
+//! | `--store postgres` (lock workload, fencing on: sections also write through a fenced PostgreSQL store, a few writers paused past their ttl; see below) | `CHECKER_STORE` | none | none |
 //!
 //! The nemesis kinds, mixed freely: each is a lane (a thread, `nemesis/`), and the lanes
 //! share one budget, so never more than two of the five voters are affected at once (but
@@ -62,7 +63,9 @@
 //!
 //! It needs `redis-server` on `PATH` (`apt-get install -y redis-server`, `brew install
 //! redis`, or `. scripts/ensure-redis.sh && ensure_redis`; `skew` also a C compiler); it
-//! starts and stops its own five voters on free loopback ports.
+//! starts and stops its own five voters on free loopback ports. `--store postgres` also needs
+//! PostgreSQL's `initdb` and `postgres` (`apt-get install -y postgresql`; see the testkit's
+//! `PostgresServer`).
 //!
 //! # What is checked
 //!
@@ -78,6 +81,21 @@
 //! - every section carries a fencing token, and
 //! - per resource, the tokens strictly increase in the order the sections happened (sorted
 //!   by entry, as for the overlaps: each token is above every earlier section's token).
+//!
+//! With `--store postgres` the parent also starts one PostgreSQL server (the testkit's
+//! [`PostgresServer`](crate::PostgresServer)) with a row per resource, and every section
+//! writes its row through the fenced update (`UPDATE … WHERE fence <= $token`, and a
+//! `fenced_history` row when accepted, one transaction; `store.rs`) before it leaves. Every
+//! 200th write of a process comes instead after its writer paused for 1.5 ttls, past its
+//! lease's expiry, with the old token: the section, as the lock covered it, is recorded as
+//! left when the pause began (the lock promises nothing after its deadline; the late write
+//! is fencing's to stop — `worker/lock.rs`). After the run, per resource in commit order:
+//!
+//! - no committed fence is below an earlier one, and a fence grows strictly whenever the
+//!   writer (process, task) changed;
+//! - the history, the rows' write counts and the workers' own counts agree; and
+//! - some writes committed and some paused writer's write was refused (else the run could
+//!   not have failed).
 //!
 //! The replay workload records runs of the handler instead (a claim that locked, with how
 //! its completion ended) and replays (a claim answered with a record, which names its run);
@@ -113,16 +131,18 @@ mod nemesis;
 mod report;
 mod run;
 mod settings;
+mod store;
 mod topology;
 mod verdict;
 mod worker;
 
 pub use faults::{FaultCounts, FaultSpan};
-pub use log::{Completion, Counts, Replay, Run, Section, WorkerLog};
+pub use log::{Completion, Counts, Replay, Run, Section, StoreCounts, WorkerLog};
 pub use nemesis::Kind;
 pub use report::Report;
 pub use run::run;
-pub use settings::{Broken, Settings, Workload};
+pub use settings::{Broken, Settings, Store, Workload};
+pub use store::{check_history, HistoryRow, StoreVerdict};
 pub use verdict::{check, check_runs, Verdict};
 pub use worker::worker_main;
 

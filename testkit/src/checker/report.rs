@@ -163,6 +163,56 @@ impl Report {
                 r.worker, r.key, r.run_worker, r.run_task, r.run_enter_ns
             ));
         }
+        if let Some(st) = &self.verdict.store {
+            for (a, b) in st.out_of_order.iter().take(10) {
+                p.push(format!(
+                    "STORE WRITE OUT OF TOKEN ORDER on {}: history row {} (worker {} task {}) \
+                     committed fence {}, then row {} (worker {} task {}) committed fence {}",
+                    b.resource,
+                    a.seq,
+                    a.process,
+                    a.task,
+                    a.fence,
+                    b.seq,
+                    b.process,
+                    b.task,
+                    b.fence
+                ));
+            }
+            for (a, b) in st.not_increased.iter().take(10) {
+                p.push(format!(
+                    "STORE WRITER CHANGED WITHOUT A LARGER FENCE on {}: history row {} (worker \
+                     {} task {}) fence {}, then row {} (worker {} task {}) fence {}",
+                    b.resource,
+                    a.seq,
+                    a.process,
+                    a.task,
+                    a.fence,
+                    b.seq,
+                    b.process,
+                    b.task,
+                    b.fence
+                ));
+            }
+            let c = &st.counts;
+            if st.history as u64 != c.committed || st.row_writes != st.history as i64 {
+                p.push(format!(
+                    "the fenced store's history has {} rows, its rows count {} writes, the \
+                     workers committed {}: they must agree",
+                    st.history, st.row_writes, c.committed
+                ));
+            }
+            if c.committed == 0 {
+                p.push("no write committed to the fenced store: nothing was checked".into());
+            }
+            if c.paused_refused == 0 {
+                p.push(format!(
+                    "no paused writer was refused by the fenced store ({} paused writes): the \
+                     run could not have failed",
+                    c.paused
+                ));
+            }
+        }
         if self.faults.total() == 0 {
             p.push("no fault was injected: the run was too short to test anything".into());
         }
@@ -254,7 +304,7 @@ impl Report {
         let _ = writeln!(
             out,
             "checker: {} processes × {} tasks, {MASTERS} voters (≤ {MAX_AFFECTED} faulty at once), \
-             {} workload{}, ttl {:?}, node timeout {:?}, nemesis {}{}",
+             {} workload{}, ttl {:?}, node timeout {:?}, nemesis {}{}{}",
             s.processes,
             s.tasks,
             s.workload.name(),
@@ -266,7 +316,9 @@ impl Report {
             s.node_timeout,
             s.nemesis_names(),
             s.broken
-                .map_or(String::new(), |b| format!(", BROKEN CLIENT {}", b.name()))
+                .map_or(String::new(), |b| format!(", BROKEN CLIENT {}", b.name())),
+            s.store
+                .map_or(String::new(), |st| format!(", fenced {} store", st.name()))
         );
         for voter in &self.voters {
             let _ = writeln!(out, "  {voter}");
@@ -337,6 +389,36 @@ impl Report {
                 &mut out,
                 "phantom replays",
                 v.phantom_replays.len().to_string(),
+            );
+        }
+        if let Some(st) = &v.store {
+            let c = &st.counts;
+            row(
+                &mut out,
+                "store writes",
+                format!(
+                    "{} committed, {} refused ({} history rows)",
+                    c.committed, c.refused, st.history
+                ),
+            );
+            row(
+                &mut out,
+                "paused writes",
+                format!(
+                    "{} (past the ttl), {} refused, {} accepted",
+                    c.paused,
+                    c.paused_refused,
+                    c.paused - c.paused_refused
+                ),
+            );
+            row(
+                &mut out,
+                "store violations",
+                format!(
+                    "{} out of token order, {} writer changes without a larger fence",
+                    st.out_of_order.len(),
+                    st.not_increased.len()
+                ),
             );
         }
         row(

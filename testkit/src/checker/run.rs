@@ -8,18 +8,22 @@ use std::time::{Duration, Instant};
 
 use super::clock;
 use super::faults::FaultCounts;
-use super::log::WorkerLog;
+use super::log::{StoreCounts, WorkerLog};
 use super::nemesis::{self, Budget, Ctx, Stop};
 use super::report::Report;
-use super::settings::{Settings, Workload};
+use super::settings::{Settings, Store, Workload};
+use super::store;
 use super::topology::Topology;
 use super::verdict::{check, check_runs};
 use super::{MAX_AFFECTED, WORKER_ENV};
+use crate::PostgresServer;
 
 /// Runs the checker: starts the [`MASTERS`](super::MASTERS) voters with a fault proxy in
 /// front of each (see `topology.rs`), spawns `settings.processes` workers (each from
 /// `worker_command()`, with the worker environment added), runs the nemesis on a minority
-/// of the voters until every worker is done, then merges the logs and checks them. Panics
+/// of the voters until every worker is done, then merges the logs and checks them. With a
+/// fenced store (`--store postgres`), first one PostgreSQL server with its tables (see
+/// `store.rs`), whose history is checked at the end. Panics
 /// only on a broken harness; the verdict is in the report.
 pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report {
     let started = Instant::now();
@@ -36,6 +40,12 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
         .map(|r| format!("checker:{run_id}:r{r}"))
         .collect();
     let share = settings.acquisitions.div_ceil(settings.processes as u64);
+    let postgres = settings.store.map(|Store::Postgres| {
+        let server = PostgresServer::start();
+        rt.block_on(store::setup(&server.url(), &resources));
+        server
+    });
+    let store_url = postgres.as_ref().map_or(String::new(), PostgresServer::url);
     // While it exists, the workers go on past their share: the nemesis has not yet
     // injected `min_faults` of each kind.
     let hold = (settings.min_faults > 0).then(|| dir.join("hold"));
@@ -73,6 +83,7 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             .env("CHECKER_FENCING", u8::from(settings.fencing).to_string())
             .env("CHECKER_BROKEN", settings.broken.map_or("", |b| b.name()))
             .env("CHECKER_SEED", seed.to_string())
+            .env("CHECKER_STORE_URL", &store_url)
             .env("CHECKER_LOG", &log)
             .stdin(Stdio::piped())
             .stdout(out)
@@ -125,7 +136,7 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
         .unwrap_or_else(|e| panic!("write {timeline:?}: {e}"));
 
     let (logs, failed_workers) = read_logs(&dir, statuses);
-    let verdict = match settings.workload {
+    let mut verdict = match settings.workload {
         Workload::Lock => check(
             logs.iter()
                 .flat_map(|l| l.sections.iter().copied())
@@ -142,6 +153,14 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             )
         }
     };
+    if let Some(server) = &postgres {
+        let mut counts = StoreCounts::default();
+        for l in &logs {
+            counts.add(&l.store);
+        }
+        verdict.store = Some(rt.block_on(store::verdict(&server.url(), counts)));
+    }
+    drop(postgres);
     let voters = topology.describe();
     drop(topology);
     drop(rt);

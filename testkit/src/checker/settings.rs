@@ -60,6 +60,33 @@ impl Broken {
     }
 }
 
+/// Where the workers' critical sections also write, with their fencing tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// One throwaway PostgreSQL server (the testkit's `PostgresServer`): each section
+    /// writes its resource's row through the fenced update (`… WHERE fence <= $token`) and,
+    /// when it was accepted, a history row, in one transaction; now and then a writer pauses
+    /// past its lease's ttl before its write (see `worker/lock.rs`).
+    Postgres,
+}
+
+impl Store {
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "" | "none" => None,
+            "postgres" => Some(Self::Postgres),
+            other => panic!("unknown store {other:?}: postgres (or none)"),
+        }
+    }
+
+    /// Its name, as `--store` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
 /// The size and tunables of one run.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -108,6 +135,8 @@ pub struct Settings {
     pub min_faults: u64,
     /// A deliberately broken client (the negative control), or none.
     pub broken: Option<Broken>,
+    /// A fenced store the sections write to (the lock workload, fencing on), or none.
+    pub store: Option<Store>,
 }
 
 impl Settings {
@@ -132,6 +161,7 @@ impl Settings {
             skew_percent: 45,
             min_faults: 0,
             broken: None,
+            store: None,
         }
     }
 
@@ -201,6 +231,7 @@ impl Settings {
             "skew-percent" => self.skew_percent = u32::try_from(n()).unwrap_or(u32::MAX),
             "min-faults" => self.min_faults = n(),
             "broken" => self.broken = Broken::parse(value),
+            "store" => self.store = Store::parse(value),
             other => panic!("unknown setting --{other} (see the soak binary's --help)"),
         }
     }
@@ -214,6 +245,12 @@ impl Settings {
             self.skew_percent,
             2 * self.skew_percent
         );
+        if self.store.is_some() {
+            assert!(
+                self.workload == Workload::Lock && self.fencing,
+                "--store needs the lock workload with fencing on (--workload lock --fencing 1)"
+            );
+        }
         if has(Kind::Records) {
             assert!(
                 self.workload == Workload::Replay,
@@ -261,7 +298,7 @@ impl Settings {
 
 /// Every setting, as a flag without its `--` (the variable is `CHECKER_` and the name in
 /// capitals, `-` as `_`).
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 15] = [
     "acquisitions",
     "processes",
     "tasks",
@@ -276,4 +313,5 @@ const NAMES: [&str; 14] = [
     "skew-percent",
     "min-faults",
     "broken",
+    "store",
 ];

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::log::{Completion, Replay, Run, Section};
+use super::store::StoreVerdict;
 
 /// What the merged logs show.
 #[derive(Debug, Clone, Default)]
@@ -42,16 +43,20 @@ pub struct Verdict {
     pub replays_of_minority: usize,
     /// How the runs' completions ended.
     pub completions: BTreeMap<Completion, usize>,
+    /// The fenced store's history (`--store`), checked after the run.
+    pub store: Option<StoreVerdict>,
 }
 
 impl Verdict {
-    /// Overlaps, late exits, fencing tokens out of order, double runs and phantom replays.
+    /// Overlaps, late exits, fencing tokens out of order, double runs, phantom replays and
+    /// the fenced store's writes out of token order.
     pub fn violations(&self) -> usize {
         self.overlaps.len()
             + self.late.len()
             + self.fencing.len()
             + self.double_runs.len()
             + self.phantom_replays.len()
+            + self.store.as_ref().map_or(0, StoreVerdict::violations)
     }
 }
 

@@ -1,4 +1,18 @@
 //! The lock workload's task: lock a random resource, record the section, release.
+//!
+//! With a fenced store (`--store`), the section also writes its resource's row through the
+//! fenced update, with the lease's token, before it leaves. Every [`PAUSE_EVERY`]th write of
+//! a process comes after a pause past the lease's ttl instead: the section — what the lock
+//! covered — is recorded as left when the pause begins (its exit and `is_valid` read then,
+//! still inside the validity, and checked like any other), then the task sleeps one and a
+//! half ttls (its lease expires a ttl after the pause at the latest; the other tasks then
+//! have half a ttl to take the resource and write) and writes with its old token. The lock promises nothing after
+//! its deadline, so the late write is not a section: it is what fencing must stop, counted
+//! as paused and checked from the store's history (refused when a newer holder wrote).
+//! Leaving the paused write out of the exclusion check rather than the whole section keeps
+//! the part the lock did cover checked.
+//!
+//! [`PAUSE_EVERY`]: super::super::store::PAUSE_EVERY
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -7,6 +21,7 @@ use tower_redlock::Redlock;
 
 use super::super::clock::{self, shared_ns};
 use super::super::log::Section;
+use super::super::store::Writer;
 use super::{Shared, WorkerConfig};
 
 /// One task: lock a random resource, record the section, release; until the process's share
@@ -16,6 +31,7 @@ pub(super) async fn lock_loop(
     redlock: &Redlock,
     shared: &Shared,
     config: &WorkerConfig,
+    store: Option<&Writer>,
     stop_at: Instant,
 ) -> Vec<Section> {
     let mut sections = Vec::new();
@@ -30,6 +46,8 @@ pub(super) async fn lock_loop(
                 let enter_ns = clock::now_ns();
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();
+                let name = &config.resources[resource];
+                let mut paused = false;
                 // The "work": give the other tasks a turn, spin a little, once more — only
                 // with the validity to cover it, as an application checks before it works
                 // (a lease may come back with milliseconds left after a slow quorum; its
@@ -38,6 +56,13 @@ pub(super) async fn lock_loop(
                     tokio::task::yield_now().await;
                     spin(config.work);
                     tokio::task::yield_now().await;
+                    if let Some(store) = store {
+                        let token = token.expect("the fenced store needs fencing on");
+                        paused = store.pause_next();
+                        if !paused {
+                            store.write(name, token, config.id, task, false).await;
+                        }
+                    }
                 }
                 let leave_ns = clock::now_ns();
                 let valid = lease.is_valid();
@@ -51,9 +76,15 @@ pub(super) async fn lock_loop(
                     task,
                     token,
                 });
+                if let (true, Some(store), Some(token)) = (paused, store, token) {
+                    // The pause: the lease expires meanwhile, and another holder may write.
+                    tokio::time::sleep(config.ttl * 3 / 2).await;
+                    store.write(name, token, config.id, task, true).await;
+                }
                 shared.acquisitions.fetch_add(1, Ordering::Relaxed);
                 shared.done.fetch_add(1, Ordering::Relaxed);
-                if lease.release().await.is_err() {
+                // A paused holder's lease has expired: its release may find the lock gone.
+                if lease.release().await.is_err() && !paused {
                     shared.release_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }

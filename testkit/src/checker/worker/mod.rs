@@ -5,6 +5,8 @@ mod client;
 mod lock;
 mod replay;
 
+use super::store::Writer;
+
 use std::io::Read as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,6 +61,9 @@ pub fn worker_main() {
         },
         seed: num("CHECKER_SEED"),
         hold: std::env::var_os("CHECKER_HOLD").map(PathBuf::from),
+        store_url: std::env::var("CHECKER_STORE_URL")
+            .ok()
+            .filter(|u| !u.is_empty()),
     };
     let log_path = PathBuf::from(env("CHECKER_LOG"));
     // The parent holds our stdin open: when it ends (the parent exited, even killed), so
@@ -108,6 +113,8 @@ struct WorkerConfig {
     seed: u64,
     /// While this file exists, the worker goes on past its target (the nemesis wants more).
     hold: Option<PathBuf>,
+    /// The fenced store's URL (`--store`): each section also writes there.
+    store_url: Option<String>,
 }
 
 /// What the tasks of one worker share.
@@ -176,6 +183,11 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let warm_up = started.elapsed();
+    // The fenced store: a connection per task.
+    let store = match &config.store_url {
+        Some(url) => Some(Arc::new(Writer::connect(url, config.tasks).await)),
+        None => None,
+    };
 
     let shared = Arc::new(Shared::default());
     if let Some(hold) = config.hold.clone() {
@@ -195,11 +207,19 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
     let tasks: Vec<_> = (0..config.tasks)
         .map(|task| {
             let (redlock, shared, config) = (redlock.clone(), shared.clone(), config.clone());
+            let store = store.clone();
             tokio::spawn(async move {
                 match config.workload {
                     Workload::Lock => {
-                        let sections =
-                            lock::lock_loop(task, &redlock, &shared, &config, stop_at).await;
+                        let sections = lock::lock_loop(
+                            task,
+                            &redlock,
+                            &shared,
+                            &config,
+                            store.as_deref(),
+                            stop_at,
+                        )
+                        .await;
                         (sections, Vec::new(), Vec::new())
                     }
                     Workload::Replay => {
@@ -217,6 +237,9 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
         log.sections.extend(sections);
         log.runs.extend(runs);
         log.replays.extend(replays);
+    }
+    if let Some(store) = &store {
+        log.store = store.counts();
     }
     log.errors = std::mem::take(&mut *shared.errors.lock().unwrap());
     log.counts = Counts {

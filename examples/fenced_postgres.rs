@@ -17,9 +17,11 @@
 //! same holder may write again, an older one never. On zero rows the helpers read the stored
 //! fence and return a [`StaleToken`] — a handler answers it as `409`
 //! `/problems/fencing-token-stale`. A `SELECT` of the fence before the write would not do:
-//! the pause can fall between the two. The `WHERE` is re-checked on the row the update
-//! would overwrite, even when it waited for a newer writer's row lock. A row that does not
-//! exist has no fence to compare: keep rows (a tombstone) rather than delete them.
+//! the pause can fall between the two. Under `READ COMMITTED` (PostgreSQL's default) the
+//! `WHERE` is re-checked on the row the update would overwrite, even when it waited for a
+//! newer writer's row lock; under `REPEATABLE READ` or `SERIALIZABLE` that late writer gets a
+//! serialization failure (`40001`) instead — refused too: answer it as a stale token. A row
+//! that does not exist has no fence to compare: keep rows (a tombstone) rather than delete them.
 //!
 //! The run is Kleppmann's scenario: client 1 takes the lock and pauses past its ttl, client 2
 //! takes the lock and writes, client 1 wakes up and writes with its older token — refused.
@@ -43,7 +45,7 @@ use tower_redlock::node::MemoryNode;
 use tower_redlock::{Redlock, Retry};
 
 /// A fencing token as a `bigint`. Tokens look like microsecond timestamps (about 1.7·10^15
-/// today): they fit until the year 2262.
+/// today), and the crate keeps its counters below 2^53: far inside a `bigint`.
 fn fence(token: u64) -> i64 {
     i64::try_from(token).expect("a fencing token beyond bigint")
 }

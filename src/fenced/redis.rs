@@ -70,7 +70,8 @@ use super::StaleToken;
 /// - **Every write of that data goes through it.** A plain `SET` neither checks nor raises
 ///   the stored token. Keep the token key as long as the data's writers may run: deleting it
 ///   (or letting it expire) lets the next write land whatever its token. Delete only the
-///   data key to empty it.
+///   data key to empty it. Never write a token key itself as data (a key ending in
+///   `:fenced-token`): that would reset the fence of the data beside it.
 /// - The data Redis keeps what it acknowledged: the token is stored with the data and shares
 ///   its fate (a restart without persistence, a failover to a replica that missed writes
 ///   loses both, and a token between the lost and the kept ones may write again).

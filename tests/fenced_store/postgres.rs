@@ -56,7 +56,7 @@ const SCHEMA: &str = "
 ";
 
 /// A fencing token as a `bigint`. Tokens look like microsecond timestamps (about 1.7·10^15
-/// today): they fit until the year 2262.
+/// today), and the crate keeps its counters below 2^53: far inside a `bigint`.
 fn fence(token: u64) -> i64 {
     i64::try_from(token).expect("a fencing token beyond bigint")
 }

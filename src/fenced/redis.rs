@@ -92,6 +92,14 @@ use super::StaleToken;
 /// key lands in another slot fails with `CROSSSLOT`, nothing written
 /// (`fenced_store_redis_cluster_key_with_a_hash_tag`, on a real Cluster).
 ///
+/// # Timeouts
+///
+/// A call waits as long as the connection does: give it a response timeout (redis-rs
+/// `ConnectionManagerConfig::set_response_timeout`, or the multiplexed connection's
+/// `AsyncConnectionConfig::set_response_timeout`), as the lock's own nodes have. A call that
+/// timed out may still have written: write the same value with the same token again (that
+/// holder may) or read it back.
+///
 /// # Errors and odd answers
 ///
 /// Every method answers `Result<Result<T, StaleToken>, RedisError>`: the outer error is

@@ -61,6 +61,14 @@ fn fence(token: u64) -> i64 {
     i64::try_from(token).expect("a fencing token beyond bigint")
 }
 
+/// The fenced update: the row's fence must be at most the token.
+const UPDATE: &str = "UPDATE ledger SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3";
+
+/// The fenced insert-or-update: a new row, or the update of [`UPDATE`].
+const UPSERT: &str = "INSERT INTO ledger (id, balance, fence) VALUES ($1, $2, $3) \
+     ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, fence = EXCLUDED.fence \
+     WHERE ledger.fence <= EXCLUDED.fence";
+
 /// Writes `balance` to row `id` in the caller's transaction, unless a newer holder wrote it:
 /// `Ok(Ok(()))` written, `Ok(Err(stale))` refused (the row is unchanged), `Err(_)` the
 /// database failed (also when the row does not exist: create it with [`fenced_upsert`]).
@@ -70,16 +78,7 @@ async fn fenced_update(
     balance: i64,
     token: u64,
 ) -> Result<Result<(), StaleToken>, Error> {
-    let written = tx
-        .execute(
-            "UPDATE ledger SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3",
-            &[&id, &balance, &fence(token)],
-        )
-        .await?;
-    if written == 1 {
-        return Ok(Ok(()));
-    }
-    stale(tx, id, token).await
+    fenced_write(tx, UPDATE, id, balance, token).await
 }
 
 /// Inserts row `id` or updates it as [`fenced_update`] does.
@@ -89,14 +88,19 @@ async fn fenced_upsert(
     balance: i64,
     token: u64,
 ) -> Result<Result<(), StaleToken>, Error> {
-    let written = tx
-        .execute(
-            "INSERT INTO ledger (id, balance, fence) VALUES ($1, $2, $3) ON CONFLICT (id) \
-             DO UPDATE SET balance = EXCLUDED.balance, fence = EXCLUDED.fence \
-             WHERE ledger.fence <= EXCLUDED.fence",
-            &[&id, &balance, &fence(token)],
-        )
-        .await?;
+    fenced_write(tx, UPSERT, id, balance, token).await
+}
+
+/// Runs the fenced statement `sql` (`$1` id, `$2` balance, `$3` token): one row written, or
+/// the refusal.
+async fn fenced_write(
+    tx: &Transaction<'_>,
+    sql: &str,
+    id: &str,
+    balance: i64,
+    token: u64,
+) -> Result<Result<(), StaleToken>, Error> {
+    let written = tx.execute(sql, &[&id, &balance, &fence(token)]).await?;
     if written == 1 {
         return Ok(Ok(()));
     }
@@ -114,7 +118,11 @@ async fn stale(
         .query_one("SELECT fence FROM ledger WHERE id = $1", &[&id])
         .await?;
     let stored: i64 = row.get(0);
-    Ok(Err(StaleToken::new(token, stored as u64)))
+    // A fence below zero was not written by these helpers: read as 0.
+    Ok(Err(StaleToken::new(
+        token,
+        u64::try_from(stored).unwrap_or(0),
+    )))
 }
 
 async fn connect(url: &str) -> Client {

@@ -165,6 +165,7 @@ pub mod metrics;
 #[cfg(not(feature = "metrics"))]
 mod metrics;
 pub mod node;
+pub mod operate;
 pub mod policy;
 pub mod rejection;
 pub mod replay;
@@ -175,7 +176,7 @@ pub mod tower;
 #[cfg(feature = "actix")]
 #[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
 pub use crate::actix::middleware::RedlockMiddleware;
-pub use crate::error::{Error, ErrorKind, NodeError, Result};
+pub use crate::error::{Error, ErrorKind, NodeError, Result, Vote, VoteKind};
 pub use crate::lock::{
     Claim, CriticalSection, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry,
 };

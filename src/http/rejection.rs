@@ -62,6 +62,8 @@ pub struct Rejection {
     cause: Cause,
     /// How the client expects the answer (HTTP or gRPC), from the request.
     wire: Wire,
+    /// Whether the problem body lists each voter's answer (the policy's `explain_votes`).
+    explain: bool,
 }
 
 /// What a rejection comes from: a bad key (400), a lock error (409, 503, 500) or replay
@@ -80,6 +82,7 @@ impl Rejection {
             retry_after: None,
             cause: Cause::Key(key),
             wire: Wire::Http,
+            explain: false,
         }
     }
 
@@ -100,6 +103,7 @@ impl Rejection {
             retry_after,
             cause: Cause::Lock(error),
             wire: Wire::Http,
+            explain: false,
         }
     }
 
@@ -111,6 +115,7 @@ impl Rejection {
             retry_after: Some(ttl.max(Duration::from_secs(1))),
             cause: Cause::Replay,
             wire: Wire::Http,
+            explain: false,
         }
     }
 
@@ -122,6 +127,7 @@ impl Rejection {
             retry_after: None,
             cause: Cause::Replay,
             wire: Wire::Http,
+            explain: false,
         }
     }
 
@@ -130,6 +136,21 @@ impl Rejection {
     pub(crate) fn on(mut self, wire: Wire) -> Self {
         self.wire = wire;
         self
+    }
+
+    /// Whether the problem body lists each voter's answer (see
+    /// [`LockPolicyBuilder::explain_votes`](crate::policy::LockPolicyBuilder::explain_votes)).
+    #[must_use]
+    pub(crate) fn explained(mut self, on: bool) -> Self {
+        self.explain = on;
+        self
+    }
+
+    /// Whether the policy asks the answer to list each voter's answer
+    /// ([`LockPolicyBuilder::explain_votes`](crate::policy::LockPolicyBuilder::explain_votes)):
+    /// the default responder then adds a `votes` array to a `409` or `503` body.
+    pub fn explains_votes(&self) -> bool {
+        self.explain
     }
 
     /// How the client expects the answer.
@@ -287,6 +308,24 @@ impl Rejection {
         if let Some(secs) = self.retry_after_secs() {
             body.push_str(",\"retry_after\":");
             body.push_str(&secs.to_string());
+        }
+        if let (true, Cause::Lock(e)) = (self.explain, &self.cause) {
+            body.push_str(",\"votes\":[");
+            for (i, vote) in e.votes().enumerate() {
+                if i > 0 {
+                    body.push(',');
+                }
+                body.push_str("{\"voter\":");
+                json_string(&mut body, vote.name());
+                body.push_str(",\"vote\":");
+                json_string(&mut body, vote.kind().as_str());
+                if let crate::VoteKind::Held { remaining: Some(r) } = vote.kind() {
+                    body.push_str(",\"ttl_ms\":");
+                    body.push_str(&r.as_millis().to_string());
+                }
+                body.push('}');
+            }
+            body.push(']');
         }
         body.push('}');
         let res = RejectionResponse::new(self.status(), PROBLEM_JSON, body);
@@ -532,6 +571,7 @@ mod tests {
             retry_after: Some(retry),
             cause: Cause::Lock(crate::Error::contended(1, 0, 1, Some(retry), Vec::new())),
             wire: Wire::Http,
+            explain: false,
         }
     }
 

@@ -216,6 +216,7 @@ impl RedlockBuilder {
         Ok(Redlock {
             inner: Arc::new(Inner {
                 quorum: tally::quorum(nodes.len()),
+                names: nodes.iter().map(|v| v.name.clone()).collect(),
                 nodes,
                 config,
             }),

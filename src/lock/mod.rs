@@ -44,6 +44,8 @@ mod completion;
 // The client's builder, and work run under a lock.
 mod builder;
 mod critical_section;
+// An operator's questions and acts: inspection, forced release.
+pub(crate) mod inspect;
 
 #[cfg(test)]
 mod tests;
@@ -66,6 +68,8 @@ pub struct Redlock {
 
 struct Inner {
     nodes: Vec<Arc<Voter>>,
+    /// The voters' names, shared with every lock error (see [`Error::votes`]).
+    names: Arc<[Arc<str>]>,
     quorum: usize,
     config: Config,
 }
@@ -164,6 +168,21 @@ impl Redlock {
     }
 
     /// How `resource`'s Redis key appears in logs: its short hash, as on the lock's spans.
+    /// The Redis key of `resource`: the client's [key
+    /// prefix](crate::RedlockBuilder::key_prefix) and the resource. A lock's fencing counter
+    /// and completion record sit beside it (`<key>:fence`, `<key>:record`; on a Redis Cluster
+    /// in the key's hash slot).
+    ///
+    /// ```
+    /// use tower_redlock::{node::MemoryNode, Redlock};
+    ///
+    /// let redlock = Redlock::builder().node(MemoryNode::new()).key_prefix("redlock:").build().unwrap();
+    /// assert_eq!(redlock.redis_key("invoice:7"), "redlock:invoice:7");
+    /// ```
+    pub fn redis_key(&self, resource: &str) -> String {
+        format!("{}{resource}", self.inner.config.key_prefix)
+    }
+
     pub(crate) fn key_hash<'a>(&'a self, resource: &'a str) -> KeyHash<'a> {
         telemetry::hashed_in(&self.inner.config.key_prefix, resource)
     }

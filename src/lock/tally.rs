@@ -69,6 +69,8 @@ pub(crate) struct Tally {
     pub(crate) not_ours: u64,
     /// The shortest remaining ttl among the `Against` votes that reported a live holder.
     pub(crate) min_remaining: Option<Duration>,
+    /// Each `Against` vote's reported ttl, by node (for the error's votes).
+    pub(crate) held_ttls: Vec<(usize, Duration)>,
     pub(crate) errors: Vec<NodeError>,
     /// A completion record a node answered with (replay acquire).
     pub(crate) record: Option<bytes::Bytes>,
@@ -86,6 +88,7 @@ impl Tally {
         self.not_ours |= 1 << i;
         if let Some(r) = remaining {
             self.min_remaining = Some(self.min_remaining.map_or(r, |m| m.min(r)));
+            self.held_ttls.push((i, r));
         }
     }
 

@@ -8,8 +8,9 @@ use std::time::Duration;
 use futures_util::future::Either;
 
 use super::{
-    Acquire, AcquireRequest, CallError, CompleteRequest, EvictionStatus, ExtendRequest, MemoryNode,
-    Node, NodeFuture, RedisNode, ReleaseRequest,
+    Acquire, AcquireRequest, CallError, CompleteRequest, EvictionStatus, ExtendRequest,
+    ForceReleaseRequest, Forced, InspectRequest, KeyState, MemoryNode, Node, NodeFuture, RedisNode,
+    ReleaseRequest,
 };
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
@@ -51,6 +52,19 @@ impl AnyNode {
             Self::Memory(n) => n,
             Self::Custom(n) => &**n,
         }
+    }
+
+    /// [`Node::inspect`]: an operator's question, through the trait (never on a hot path).
+    pub(crate) fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
+        self.as_node().inspect(request)
+    }
+
+    /// [`Node::force_release`]: an operator's act, through the trait.
+    pub(crate) fn force_release<'a>(
+        &'a self,
+        request: ForceReleaseRequest<'a>,
+    ) -> NodeFuture<'a, Forced> {
+        self.as_node().force_release(request)
     }
 
     pub(crate) fn name(&self) -> String {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{
-    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, Node, NodeFuture,
-    ReleaseRequest,
+    Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, ForceReleaseRequest,
+    Forced, InspectRequest, KeyState, Node, NodeFuture, RecordState, ReleaseRequest,
 };
 
 /// An in-process lock node: a map of keys to (token, expiry), with the same semantics as a
@@ -317,6 +317,45 @@ impl Node for MemoryNode {
 
     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
         Box::pin(ready(Ok(self.complete_now(&request))))
+    }
+
+    fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
+        let now = Instant::now();
+        let map = self.lock();
+        let left = |expires: Instant| Some(expires.saturating_duration_since(now));
+        let state = KeyState {
+            lock: map
+                .entries
+                .get(request.key)
+                .filter(|e| e.expires > now)
+                .map(|e| (e.token.clone(), left(e.expires))),
+            fence: map
+                .fences
+                .get(request.fence_key)
+                .filter(|(_, expires)| *expires > now)
+                .map(|(fence, _)| *fence),
+            record: map
+                .records
+                .get(request.record_key)
+                .filter(|(_, expires)| *expires > now)
+                .map(|(record, expires)| RecordState::new(record.len(), left(*expires))),
+        };
+        Box::pin(ready(Ok(state)))
+    }
+
+    fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let lock = map
+            .entries
+            .remove(request.key)
+            .is_some_and(|e| e.expires > now);
+        let record = request.record_key.is_some_and(|key| {
+            map.records
+                .remove(key)
+                .is_some_and(|(_, expires)| expires > now)
+        });
+        Box::pin(ready(Ok(Forced::new(lock, record))))
     }
 }
 /// This process's clock in microseconds since 1970 (0 before it): where a fencing counter

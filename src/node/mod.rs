@@ -21,6 +21,7 @@ use bytes::Bytes;
 
 mod any;
 mod memory;
+mod operate;
 mod redis;
 mod request;
 
@@ -28,6 +29,7 @@ pub(crate) use self::any::AnyNode;
 pub(crate) use self::redis::EvictionStatus;
 
 pub use self::memory::MemoryNode;
+pub use self::operate::{ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::redis::Cluster;
@@ -174,6 +176,33 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         let _ = request;
         Box::pin(ready(Err(CallError::no_records(&self.name()))))
     }
+
+    /// Read what the node holds at the request's keys (see [`InspectRequest`]), writing
+    /// nothing: for [`Redlock::inspect`](crate::Redlock::inspect), an operator's question,
+    /// never asked by the lock itself.
+    ///
+    /// The default answers an error: the node cannot be inspected.
+    fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
+        let _ = request;
+        Box::pin(ready(Err(CallError::unsupported_by(
+            &self.name(),
+            "inspection",
+        ))))
+    }
+
+    /// Delete the lock at the request's key whatever token it holds (and the completion
+    /// record, when asked), keeping the fencing counter: for
+    /// [`Redlock::force_release`](crate::Redlock::force_release), an operator's act, never
+    /// done by the lock itself.
+    ///
+    /// The default answers an error: the node cannot be cleared this way.
+    fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
+        let _ = request;
+        Box::pin(ready(Err(CallError::unsupported_by(
+            &self.name(),
+            "forced release",
+        ))))
+    }
 }
 
 /// Why a node call failed.
@@ -186,8 +215,29 @@ pub struct CallError {
     /// The voter refused here, without asking the node (it abstains): neither a reply nor a
     /// silence of the node.
     local: bool,
+    /// What kind of refusal an error reply was (for [`Error::votes`](crate::Error::votes)).
+    refusal: Refusal,
     message: String,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// What kind of refusal a node's error was, as [`VoteKind`](crate::VoteKind) names it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Any other failure.
+    #[default]
+    Other,
+    /// `NOSCRIPT`: the script is not loaded, and could not be sent.
+    NoScript,
+    /// `WRONGTYPE`, or a key the voter will not overwrite: a key of another kind is there.
+    WrongType,
+    /// `NOAUTH`, `WRONGPASS`, `NOPERM`: the credentials or the ACL refuse the command.
+    Denied,
+    /// Delayed-restart (tenure) protection: the master is too young to vote.
+    Protected,
+    /// The voter refused on its own (a Sentinel group without a recent majority, a master
+    /// that may evict).
+    Abstained,
 }
 
 impl CallError {
@@ -198,6 +248,7 @@ impl CallError {
             unreachable: false,
             unsupported: false,
             local: false,
+            refusal: Refusal::Other,
             message: message.into(),
             source: None,
         }
@@ -210,6 +261,7 @@ impl CallError {
             unreachable: false,
             unsupported: false,
             local: false,
+            refusal: Refusal::Other,
             message: source.to_string(),
             source: Some(Box::new(source)),
         }
@@ -219,6 +271,15 @@ impl CallError {
     /// client's answer in the place of a node that does not declare them.
     fn no_records(name: &str) -> Self {
         Self::new(format!("{name} does not store completion records"))
+    }
+
+    /// A node without an operator's verb (the default of [`Node::inspect`] and
+    /// [`Node::force_release`]).
+    fn unsupported_by(name: &str, what: &str) -> Self {
+        Self {
+            unsupported: true,
+            ..Self::new(format!("{name} does not support {what}"))
+        }
     }
 
     /// A node without fencing counters: the client's answer to a fenced request in the place
@@ -240,7 +301,19 @@ impl CallError {
     /// abstains): it says nothing of the node's health.
     pub(crate) fn abstaining(mut self) -> Self {
         self.local = true;
+        self.refusal = Refusal::Abstained;
         self
+    }
+
+    /// Marks the failure as a refusal of this kind.
+    pub(crate) fn refusing(mut self, refusal: Refusal) -> Self {
+        self.refusal = refusal;
+        self
+    }
+
+    /// What kind of refusal it was.
+    pub(crate) fn refusal(&self) -> Refusal {
+        self.refusal
     }
 
     /// Whether the voter refused without asking the node (see [`CallError::abstaining`]).
@@ -292,10 +365,18 @@ impl From<::redis::RedisError> for CallError {
         let timeout = e.is_timeout();
         let unreachable = self::redis::conn::connection_lost(&e);
         let local = self::redis::conn::is_abstention(&e);
+        let refusal = match e.code() {
+            _ if local => Refusal::Abstained,
+            Some("NOSCRIPT") => Refusal::NoScript,
+            Some("WRONGTYPE") => Refusal::WrongType,
+            Some("NOPERM" | "NOAUTH" | "WRONGPASS") => Refusal::Denied,
+            _ => Refusal::Other,
+        };
         let mut f = Self::from_error(e);
         f.timeout = timeout;
         f.unreachable = unreachable;
         f.local = local;
+        f.refusal = refusal;
         f
     }
 }

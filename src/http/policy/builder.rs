@@ -77,6 +77,17 @@ impl LockPolicyBuilder {
         self
     }
 
+    /// Whether a `409` or `503` answer's problem+json body lists what each voter answered
+    /// (default off: it reveals the voters' addresses): a `votes` array of
+    /// `{"voter": "host:port", "vote": "held", "ttl_ms": 1200}` (`ttl_ms` only for a held
+    /// vote that knows it; `vote` is a [`VoteKind::as_str`](crate::VoteKind::as_str)). For
+    /// an internal API whose clients are its operators; a custom responder reads the same
+    /// from [`Rejection::lock_error`](crate::rejection::Rejection::lock_error).
+    pub fn explain_votes(mut self, on: bool) -> Self {
+        self.inner.explain_votes = on;
+        self
+    }
+
     /// What a lease lost while its request runs does to the request (default
     /// [`OnLost::Finish`]: the handler runs on, its response says `Lock-Lost: true`). Lost
     /// is the lock's own rule: the validity ran out before an extension landed, or an

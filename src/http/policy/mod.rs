@@ -99,6 +99,8 @@ struct PolicyInner {
     unavailable_retry_after: Duration,
     release: ReleaseOn,
     keep_alive: bool,
+    /// Whether a 409/503 body lists each voter's answer.
+    explain_votes: bool,
     /// The methods whose requests are locked; `None`: every method.
     methods: Option<Vec<Box<str>>>,
     responder: Box<dyn Responder>,
@@ -124,6 +126,7 @@ impl fmt::Debug for LockPolicy {
             .field("unavailable", &p.unavailable)
             .field("release", &p.release)
             .field("keep_alive", &p.keep_alive)
+            .field("explain_votes", &p.explain_votes)
             .field("methods", &p.methods)
             .field("replay", &p.replay)
             .field("fencing_header", &p.fencing_header)
@@ -180,6 +183,7 @@ impl LockPolicy {
                 unavailable_retry_after: Duration::from_secs(1),
                 release: ReleaseOn::Response,
                 keep_alive: true,
+                explain_votes: false,
                 methods: Some(DEFAULT_LOCKED_METHODS.iter().map(|&m| m.into()).collect()),
                 responder: Box::new(GrpcOr(ProblemJson)),
                 replay: None,
@@ -298,20 +302,74 @@ impl LockPolicy {
             .is_none_or(|methods| methods.iter().any(|m| **m == *method))
     }
 
-    /// Step 1, synchronous: the request's key (`None`: pass through unlocked, also for a
-    /// method the policy does not lock), or the answer for a bad key.
-    pub(crate) fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, RejectionResponse> {
+    /// The lock resource this policy takes for `req` — its key extractor's
+    /// [`LockKey`] (under the [`hmac_key`](LockPolicyBuilder::hmac_key) when set) — or `None`
+    /// when the request passes through unlocked (no key, or a method the policy does not
+    /// lock). The function behind the `redlock key` command: given the request's parts in a
+    /// [`SimpleRequest`](crate::key::SimpleRequest) (method, path, matched route, headers,
+    /// extensions), it is the resource the middleware locks for that request.
+    ///
+    /// ```
+    /// use tower_redlock::key::{IdempotencyKey, KeyExtractorExt, SimpleRequest};
+    /// use tower_redlock::{policy::LockPolicy, Redlock};
+    ///
+    /// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required().scoped_by_route())
+    ///     .build()
+    ///     .unwrap();
+    /// let req = SimpleRequest::new("POST", "/payments/7")
+    ///     .route("/payments/{id}")
+    ///     .header("idempotency-key", "\"k-1\"");
+    /// let key = policy.redis_key(&req).unwrap().unwrap();
+    /// assert!(key.starts_with("tower-redlock:"));
+    /// assert!(!key.contains("k-1")); // hashed, never raw
+    /// ```
+    pub fn resource(
+        &self,
+        req: &dyn RequestView,
+    ) -> Result<Option<LockKey>, crate::key::KeyRejection> {
         if !self.locks_method(req.method()) {
             return Ok(None);
         }
-        let key = self.inner.extractor.extract(req).map_err(|k| {
-            tracing::debug!(rejection = %k, "lock key rejected");
-            let rejection = Rejection::bad_key(k).on(Wire::of(req));
-            self.inner.responder.respond(&rejection)
-        })?;
+        let key = self.inner.extractor.extract(req)?;
         Ok(match &self.inner.hmac {
             Some(secret) => key.map(|k| k.keyed(secret)),
             None => key,
+        })
+    }
+
+    /// The Redis key the middleware locks for `req`: [`LockPolicy::resource`] under the
+    /// client's [key prefix](crate::RedlockBuilder::key_prefix) ([`Redlock::redis_key`]).
+    pub fn redis_key(
+        &self,
+        req: &dyn RequestView,
+    ) -> Result<Option<String>, crate::key::KeyRejection> {
+        Ok(self
+            .resource(req)?
+            .map(|k| self.inner.redlock.redis_key(k.as_str())))
+    }
+
+    /// [`Redlock::inspect`] of the key the middleware locks for `req`; `None` when the
+    /// request passes through unlocked. A bad key is an invalid-input error.
+    pub async fn inspect(
+        &self,
+        req: &dyn RequestView,
+    ) -> crate::Result<Option<crate::operate::Inspection>> {
+        let resource = self
+            .resource(req)
+            .map_err(|k| crate::Error::invalid(format!("no lock key for this request: {k}")))?;
+        match resource {
+            Some(k) => Ok(Some(self.inner.redlock.inspect(k.as_str()).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Step 1, synchronous: the request's key (`None`: pass through unlocked, also for a
+    /// method the policy does not lock), or the answer for a bad key.
+    pub(crate) fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, RejectionResponse> {
+        self.resource(req).map_err(|k| {
+            tracing::debug!(rejection = %k, "lock key rejected");
+            let rejection = Rejection::bad_key(k).on(Wire::of(req));
+            self.inner.responder.respond(&rejection)
         })
     }
 
@@ -397,7 +455,9 @@ impl LockPolicy {
                 } else {
                     tracing::warn!(key = %p.redlock.key_hash(key.as_str()), error = %e, "lock quorum unreachable");
                 }
-                let rejection = Rejection::from_lock_error(e, p.unavailable_retry_after).on(wire);
+                let rejection = Rejection::from_lock_error(e, p.unavailable_retry_after)
+                    .on(wire)
+                    .explained(p.explain_votes);
                 Decision::Reject(p.responder.respond(&rejection))
             }
         }

@@ -16,7 +16,7 @@ use tracing::Instrument;
 use self::acquisition::Acquisition;
 pub(in crate::lock) use self::replay::record_key;
 pub use self::replay::Claim;
-use crate::error::Error;
+use crate::error::{Ballots, Error};
 use crate::lock::fencing::{self, Fence};
 use crate::lock::lease::{Lease, Parked};
 use crate::lock::options::{self, Retry};
@@ -260,6 +260,12 @@ impl Redlock {
         if let Some(record) = tally.record {
             return Ok(Try::Completed(record));
         }
+        let ballots = Ballots {
+            names: inner.names.clone(),
+            granted: tally.for_mask,
+            held: tally.not_ours & !tally.error_mask(),
+            ttls: std::mem::take(&mut tally.held_ttls),
+        };
         let err = if let Err(unsettled) = settled {
             unsettled
         } else if tally.for_ >= inner.quorum {
@@ -289,7 +295,7 @@ impl Redlock {
                 tally.errors,
             )
         };
-        Err(err)
+        Err(err.with_ballots(ballots))
     }
 
     /// Completes a contended error that is about to be returned with the holder's remaining
@@ -307,7 +313,7 @@ impl Redlock {
         };
         let timeout = self.inner.config.node_timeout;
         if let Ok(Ok(Some(remaining))) = tokio::time::timeout(timeout, ask).await {
-            e.set_retry_after(remaining);
+            e.set_retry_after(i, remaining);
         }
         e
     }

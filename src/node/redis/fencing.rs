@@ -13,7 +13,7 @@ use super::scripts::{
     EXTEND_FENCED, RELEASE_FENCED,
 };
 use super::{held, int, ttl_ms, RedisNode};
-use crate::node::{Acquire, CallError, FenceFloor};
+use crate::node::{Acquire, CallError, FenceFloor, Refusal};
 
 /// Counters stay below 2^53: Lua numbers are doubles (the clock in microseconds reaches it in
 /// the year 2255).
@@ -122,11 +122,13 @@ impl RedisNode {
             (Some(3), None) => Err(CallError::new(
                 "the master's tenure is younger than the longest ttl: abstains \
                  (delayed-restart protection)",
-            )),
+            )
+            .refusing(Refusal::Protected)),
             (Some(4), None) => Err(CallError::new(
                 "the fencing counter's key (the lock's key + \":fence\") holds something \
                  else, a lock of a resource named like it: not overwritten, abstains",
-            )),
+            )
+            .refusing(Refusal::WrongType)),
             _ => Err(unexpected(&Value::Array(items))),
         }
     }

@@ -12,7 +12,7 @@ use super::conn::query;
 use super::options::RestartGuard;
 use super::scripts::{ACQUIRE, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{held, int, script_cmd, ttl_ms, RedisNode};
-use crate::node::{Acquire, CallError};
+use crate::node::{Acquire, CallError, Refusal};
 
 impl RedisNode {
     /// `SET key token NX PX ttl`. A plain `SET` costs a master about a fifth less CPU than a
@@ -199,7 +199,8 @@ impl RedisNode {
                 "the master's tenure is younger than {:?} (a restart, a failover, a flush, \
                  or the first use of protection): abstains (delayed-restart protection)",
                 guard.window
-            )));
+            ))
+            .refusing(Refusal::Protected));
         }
         Ok(v)
     }

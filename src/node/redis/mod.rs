@@ -18,6 +18,7 @@ mod eviction;
 mod fencing;
 mod lock;
 mod node;
+mod operate;
 mod options;
 mod records;
 mod scripts;

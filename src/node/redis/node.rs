@@ -10,8 +10,8 @@ use redis::Cmd;
 
 use super::RedisNode;
 use crate::node::{
-    Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest, Node,
-    NodeFuture, ReleaseRequest,
+    Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest,
+    ForceReleaseRequest, Forced, InspectRequest, KeyState, Node, NodeFuture, ReleaseRequest,
 };
 
 impl RedisNode {
@@ -131,5 +131,13 @@ impl Node for RedisNode {
 
     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
         self.complete_request(request)
+    }
+
+    fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
+        Box::pin(self.inspect_keys(request))
+    }
+
+    fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
+        Box::pin(self.force_release_keys(request))
     }
 }

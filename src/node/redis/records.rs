@@ -9,7 +9,7 @@ use redis::{Cmd, Value};
 
 use super::scripts::{Script, ACQUIRE_UNLESS_COMPLETED, COMPLETE, COMPLETE_FREE};
 use super::{held, int, query, ttl_ms, RedisNode};
-use crate::node::{Acquire, CallError};
+use crate::node::{Acquire, CallError, Refusal};
 
 impl RedisNode {
     /// The replay acquire (see [`AcquireRequest::record_key`](crate::node::AcquireRequest)), gated
@@ -59,7 +59,8 @@ impl RedisNode {
             (Some(3), None) => Err(CallError::new(
                 "the master's tenure is too young to say there is no record: abstains (delayed-restart \
                  protection)",
-            )),
+            )
+            .refusing(Refusal::Protected)),
             _ => Err(unexpected(&Value::Array(items))),
         }
     }

@@ -15,6 +15,11 @@
 use std::fmt;
 use std::time::Duration;
 
+mod votes;
+
+pub(crate) use self::votes::Ballots;
+pub use self::votes::{Vote, VoteKind};
+
 /// What kind of failure an [`Error`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -54,6 +59,7 @@ enum Detail {
         message: String,
         timeout: bool,
         unreachable: bool,
+        refusal: crate::node::Refusal,
     },
 }
 
@@ -90,6 +96,7 @@ impl NodeError {
                 message: source.to_string(),
                 timeout: source.is_timeout(),
                 unreachable: source.is_unreachable(),
+                refusal: source.refusal(),
             },
             source: Some(Box::new(source)),
         }
@@ -137,16 +144,33 @@ impl NodeError {
     }
 }
 
-impl fmt::Display for NodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node {} ({}): ", self.node, self.name)?;
+impl NodeError {
+    /// What went wrong, without the node's name, on one line.
+    pub(crate) fn fmt_detail(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.detail {
             Detail::Timeout(after) => write!(f, "no answer within {after:?}"),
             Detail::Suspended => f.write_str(
                 "not asked: suspended after repeated timeouts, until a probe gets an answer",
             ),
-            Detail::Failure { message, .. } => f.write_str(message),
+            // A server's message may span lines: an error is displayed on one.
+            Detail::Failure { message, .. } => message
+                .split(['\r', '\n'])
+                .filter(|l| !l.is_empty())
+                .enumerate()
+                .try_for_each(|(i, l)| {
+                    if i > 0 {
+                        f.write_str(" ")?;
+                    }
+                    f.write_str(l.trim())
+                }),
         }
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({}): ", self.node, self.name)?;
+        self.fmt_detail(f)
     }
 }
 
@@ -205,6 +229,8 @@ struct Inner {
     retry_after: Option<Duration>,
     attempts: u32,
     nodes: Vec<NodeError>,
+    /// Every voter's answer, for a lock's error (see [`Error::votes`]).
+    ballots: Option<Ballots>,
 }
 
 impl Error {
@@ -220,6 +246,7 @@ impl Error {
                 retry_after: None,
                 attempts: 0,
                 nodes: Vec::new(),
+                ballots: None,
             }),
         }
     }
@@ -269,9 +296,18 @@ impl Error {
             .filter(|_| self.inner.retry_after.is_none())
     }
 
-    /// Sets the holder's remaining ttl (asked after the try).
-    pub(crate) fn set_retry_after(&mut self, remaining: Duration) {
+    /// Sets the holder's remaining ttl (asked after the try, from `node`).
+    pub(crate) fn set_retry_after(&mut self, node: usize, remaining: Duration) {
         self.inner.retry_after = Some(remaining);
+        if let Some(b) = &mut self.inner.ballots {
+            b.ttls.push((node, remaining));
+        }
+    }
+
+    /// Keeps every voter's answer to the try (see [`Error::votes`]).
+    pub(crate) fn with_ballots(mut self, ballots: Ballots) -> Self {
+        self.inner.ballots = Some(ballots);
+        self
     }
 
     pub(crate) fn unavailable(message: impl Into<String>, errors: Vec<NodeError>) -> Self {
@@ -377,6 +413,13 @@ impl fmt::Display for Error {
         fmt::Display::fmt(&Message(self), f)?;
         if self.inner.attempts > 1 {
             write!(f, " after {} tries", self.inner.attempts)?;
+        }
+        if self.inner.ballots.is_some() {
+            for (i, vote) in self.votes().enumerate() {
+                f.write_str(if i == 0 { ": " } else { "; " })?;
+                fmt::Display::fmt(&vote, f)?;
+            }
+            return Ok(());
         }
         for (i, e) in self.inner.nodes.iter().enumerate() {
             f.write_str(if i == 0 { ": " } else { "; " })?;

@@ -1,0 +1,369 @@
+//! An operator's questions and acts, outside the lock's own verbs: who holds a resource on
+//! which voter ([`Redlock::inspect`]: reads only), and the deletion of a stuck lock whatever
+//! its token ([`Redlock::force_release`]). The crate never calls either on its own. The
+//! types are shown to users in [`crate::operate`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::fencing::fence_key;
+use super::tally::{self, Skip};
+use super::{options, Redlock};
+use crate::error::NodeError;
+use crate::node::{ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
+
+/// How many characters of a holder's token an inspection shows: enough to tell holders
+/// apart, never enough to act as the holder.
+pub(crate) const TOKEN_PREFIX_LEN: usize = 8;
+
+/// What every voter holds at a resource's key ([`Redlock::inspect`]), and a summary.
+#[derive(Debug)]
+pub struct Inspection {
+    key: String,
+    quorum: usize,
+    voters: Vec<VoterInspection>,
+}
+
+/// What one voter holds at the key, or why it did not say.
+#[derive(Debug)]
+pub struct VoterInspection {
+    node: usize,
+    name: Arc<str>,
+    suspended: bool,
+    answer: Result<VoterKey, NodeError>,
+}
+
+/// What a voter that answered holds at the key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VoterKey {
+    /// The lock, when held.
+    pub holder: Option<Holder>,
+    /// The resource's fencing counter, when the voter keeps one.
+    pub fence: Option<u64>,
+    /// The completion record, when there is one: its size and how long it is kept still
+    /// ([`RecordState::age`] says how old it is, given its retention).
+    pub record: Option<RecordState>,
+}
+
+/// A lock as an inspection shows it: the first characters of the holder's token (never the
+/// whole token), and its remaining ttl.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The first eight characters of the holder's token: compare it with the start of
+    /// [`Lease::value`](crate::Lease::value).
+    pub token_prefix: String,
+    /// The remaining ttl (`None`: the key has no expiry, which no client of this crate sets).
+    pub ttl: Option<Duration>,
+}
+
+/// An inspection in one word, decided as an acquire would see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Summary {
+    /// A completion record is on at least one voter: a replay acquire answers with it.
+    Completed,
+    /// One holder's token is on a quorum of the voters: the lock is held.
+    Held,
+    /// Locks are on some voters, but no holder has a quorum (a holder whose keys are
+    /// expiring one by one, a try that failed and is being released, or one whose voters
+    /// are down): no one holds the lock, and no one can take it until these expire.
+    HeldOnMinority,
+    /// Nothing on a quorum of voters that answered: the lock is free.
+    Free,
+    /// Too few voters answered to say.
+    Unknown,
+}
+
+impl Inspection {
+    /// The Redis key inspected (the client's key prefix and the resource).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Each voter's answer, in the client's node order.
+    pub fn voters(&self) -> &[VoterInspection] {
+        &self.voters
+    }
+
+    /// The client's quorum.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// The inspection in one word (see [`Summary`]).
+    pub fn summary(&self) -> Summary {
+        let answered: Vec<&VoterKey> = self.voters.iter().filter_map(|v| v.key()).collect();
+        if answered.iter().any(|k| k.record.is_some()) {
+            return Summary::Completed;
+        }
+        if self.holder().is_some() {
+            return Summary::Held;
+        }
+        if answered.iter().any(|k| k.holder.is_some()) {
+            return Summary::HeldOnMinority;
+        }
+        if answered.len() >= self.quorum {
+            Summary::Free
+        } else {
+            Summary::Unknown
+        }
+    }
+
+    /// The holder whose token is on a quorum of voters, with the shortest ttl among them.
+    pub fn holder(&self) -> Option<Holder> {
+        let holders = || self.voters.iter().filter_map(|v| v.key()?.holder.as_ref());
+        holders().find_map(|h| {
+            let same = || holders().filter(|o| o.token_prefix == h.token_prefix);
+            (same().count() >= self.quorum).then(|| Holder {
+                token_prefix: h.token_prefix.clone(),
+                ttl: same().filter_map(|o| o.ttl).min(),
+            })
+        })
+    }
+
+    /// The largest fencing counter among the voters (the next fenced lock's token is above
+    /// it).
+    pub fn fence(&self) -> Option<u64> {
+        self.voters.iter().filter_map(|v| v.key()?.fence).max()
+    }
+}
+
+impl VoterInspection {
+    /// The voter's index in the client's node list.
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// The voter's name (`host:port`, never a password).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the client has the voter suspended (after repeated timeouts): its locks are
+    /// not asked for until a probe gets an answer. An inspection asks it all the same.
+    pub fn is_suspended(&self) -> bool {
+        self.suspended
+    }
+
+    /// What it holds at the key, when it answered.
+    pub fn key(&self) -> Option<&VoterKey> {
+        self.answer.as_ref().ok()
+    }
+
+    /// Why it did not answer.
+    pub fn error(&self) -> Option<&NodeError> {
+        self.answer.as_ref().err()
+    }
+}
+
+/// A forced release ([`Redlock::force_release`]): who asks, and whether the completion
+/// record goes too.
+#[derive(Debug, Clone)]
+pub struct ForceRelease {
+    by: String,
+    record: bool,
+}
+
+impl ForceRelease {
+    /// A forced release asked by `who` (an operator's name, a ticket): logged with it.
+    pub fn by(who: impl Into<String>) -> Self {
+        Self {
+            by: who.into(),
+            record: false,
+        }
+    }
+
+    /// Delete the completion record too: the next request with this key runs the handler
+    /// again instead of replaying.
+    #[must_use]
+    pub fn with_record(mut self) -> Self {
+        self.record = true;
+        self
+    }
+}
+
+/// What a forced release deleted on each voter.
+#[derive(Debug)]
+pub struct ForceReleased {
+    voters: Vec<(usize, Arc<str>, Result<Forced, NodeError>)>,
+}
+
+impl ForceReleased {
+    /// How many voters had a lock at the key, now deleted.
+    pub fn locks_deleted(&self) -> usize {
+        self.answers().filter(|f| f.lock).count()
+    }
+
+    /// How many voters had a completion record, now deleted (only when asked).
+    pub fn records_deleted(&self) -> usize {
+        self.answers().filter(|f| f.record).count()
+    }
+
+    /// Whether every voter answered: nothing is left at the key on any of them.
+    pub fn is_complete(&self) -> bool {
+        self.voters.iter().all(|(_, _, r)| r.is_ok())
+    }
+
+    /// The voters that did not answer (ask again once they are back).
+    pub fn errors(&self) -> impl Iterator<Item = &NodeError> {
+        self.voters.iter().filter_map(|(_, _, r)| r.as_ref().err())
+    }
+
+    /// Each voter's index, name, and what it deleted or why it did not answer.
+    pub fn voters(&self) -> impl Iterator<Item = (usize, &str, Result<&Forced, &NodeError>)> {
+        self.voters.iter().map(|(i, n, r)| (*i, &**n, r.as_ref()))
+    }
+
+    fn answers(&self) -> impl Iterator<Item = &Forced> {
+        self.voters.iter().filter_map(|(_, _, r)| r.as_ref().ok())
+    }
+}
+
+impl Redlock {
+    /// What every voter holds at `resource`'s key: the holder's token prefix and remaining
+    /// ttl, the fencing counter, the completion record's size and ttl, whether the client has
+    /// the voter suspended — and a [`Summary`]. Takes no lock and writes nothing; every voter
+    /// is asked in parallel (suspended ones too), each bounded by five node timeouts (the
+    /// reads are five commands). A voter that fails is reported with its error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use tower_redlock::{operate::Summary, Redlock};
+    ///
+    /// let redlock = Redlock::in_memory();
+    /// assert_eq!(redlock.inspect("invoice:7").await.unwrap().summary(), Summary::Free);
+    ///
+    /// let lease = redlock.try_lock("invoice:7", Duration::from_secs(5)).await.unwrap();
+    /// let seen = redlock.inspect("invoice:7").await.unwrap();
+    /// assert_eq!(seen.summary(), Summary::Held);
+    /// let holder = seen.holder().unwrap();
+    /// assert!(lease.value().starts_with(&holder.token_prefix));
+    /// assert!(holder.ttl.unwrap() <= Duration::from_secs(5));
+    /// # }
+    /// ```
+    ///
+    /// An invalid resource name is an invalid-input error.
+    pub async fn inspect(&self, resource: &str) -> crate::Result<Inspection> {
+        options::check_resource(resource)?;
+        let key: Arc<str> = self.redis_key(resource).into();
+        let fence: Arc<str> = fence_key(&key);
+        let record: Arc<str> = super::acquire::record_key(&key);
+        let timeout = self.inner.config.node_timeout.saturating_mul(5);
+        let mut sent = tally::send(
+            &self.inner.nodes,
+            tally::all(self.inner.nodes.len()),
+            timeout,
+            Skip::Never,
+            &|_| None,
+            |voter| {
+                let (key, fence, record) = (key.clone(), fence.clone(), record.clone());
+                async move {
+                    let ask = InspectRequest::new(&key, &fence, &record);
+                    voter.node.inspect(ask).await
+                }
+            },
+        );
+        let mut answers = Vec::with_capacity(self.inner.nodes.len());
+        while let Some(answer) = sent.next().await {
+            answers.push(answer);
+        }
+        answers.sort_by_key(|(i, _)| *i);
+        let voters = answers
+            .into_iter()
+            .map(|(i, answer)| {
+                let voter = &self.inner.nodes[i];
+                VoterInspection {
+                    node: i,
+                    name: voter.name.clone(),
+                    suspended: voter.health.is_suspended(),
+                    answer: answer.map(shown),
+                }
+            })
+            .collect();
+        Ok(Inspection {
+            key: key.to_string(),
+            quorum: self.inner.quorum,
+            voters,
+        })
+    }
+
+    /// Deletes the lock at `resource`'s key on every voter, **whatever token it holds** —
+    /// and with [`ForceRelease::with_record`] its completion record. The fencing counter is
+    /// kept, so fencing tokens keep growing.
+    ///
+    /// An operator's act for a key a crashed holder left behind (or a record to forget);
+    /// never done by the crate itself. It is logged at warn with the key's hash and who asked.
+    /// **It breaks mutual exclusion if the holder is alive**: the next request takes the lock
+    /// while the old holder still works (fencing tokens, checked where the data lives, are
+    /// what then refuses the old holder's writes). Every voter is asked in parallel, each
+    /// bounded by the node timeout; a voter that did not answer is in
+    /// [`ForceReleased::errors`] (ask again when it is back).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use tower_redlock::{operate::ForceRelease, Redlock};
+    ///
+    /// let redlock = Redlock::in_memory();
+    /// std::mem::forget(redlock.try_lock("job", Duration::from_secs(60)).await.unwrap());
+    /// let cleared = redlock.force_release("job", ForceRelease::by("alice")).await.unwrap();
+    /// assert_eq!(cleared.locks_deleted(), 1);
+    /// assert!(redlock.try_lock("job", Duration::from_secs(5)).await.is_ok());
+    /// # }
+    /// ```
+    pub async fn force_release(
+        &self,
+        resource: &str,
+        how: ForceRelease,
+    ) -> crate::Result<ForceReleased> {
+        options::check_resource(resource)?;
+        let key: Arc<str> = self.redis_key(resource).into();
+        let record = how.record.then(|| super::acquire::record_key(&key));
+        tracing::warn!(
+            key_hash = %self.key_hash(resource),
+            by = %how.by,
+            record = how.record,
+            "forced release of a lock, whatever its holder (an operator's act)"
+        );
+        let mut sent = tally::send(
+            &self.inner.nodes,
+            tally::all(self.inner.nodes.len()),
+            self.inner.config.node_timeout,
+            Skip::Never,
+            &|_| None,
+            |voter| {
+                let (key, record) = (key.clone(), record.clone());
+                async move {
+                    let mut ask = ForceReleaseRequest::new(&key);
+                    if let Some(record) = &record {
+                        ask = ask.with_record(record);
+                    }
+                    voter.node.force_release(ask).await
+                }
+            },
+        );
+        let mut voters = Vec::with_capacity(self.inner.nodes.len());
+        while let Some((i, answer)) = sent.next().await {
+            voters.push((i, self.inner.nodes[i].name.clone(), answer));
+        }
+        voters.sort_by_key(|(i, _, _)| *i);
+        Ok(ForceReleased { voters })
+    }
+}
+
+/// A node's answer as an inspection shows it: the token cut to its prefix.
+fn shown(state: KeyState) -> VoterKey {
+    VoterKey {
+        holder: state.lock.map(|(token, ttl)| Holder {
+            token_prefix: token.chars().take(TOKEN_PREFIX_LEN).collect(),
+            ttl,
+        }),
+        fence: state.fence,
+        record: state.record,
+    }
+}

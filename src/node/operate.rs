@@ -1,0 +1,162 @@
+//! What an operator asks a node, outside the lock's own verbs: what it holds at a key
+//! ([`Node::inspect`]: reads only) and the deletion of a stuck lock whatever its token
+//! ([`Node::force_release`]). The client never sends either on its own; [`Redlock::inspect`]
+//! and [`Redlock::force_release`] do, when called.
+//!
+//! [`Redlock::inspect`]: crate::Redlock::inspect
+//! [`Redlock::force_release`]: crate::Redlock::force_release
+
+use std::time::Duration;
+
+#[cfg(doc)]
+use super::Node;
+
+/// [`Node::inspect`]: read what the node holds at `key` (the lock), `fence_key` (the
+/// resource's fencing counter) and `record_key` (the completion record). Writes nothing.
+///
+/// ```
+/// use tower_redlock::node::InspectRequest;
+///
+/// let ask = InspectRequest::new("job", "job:fence", "job:record");
+/// assert_eq!((ask.key, ask.fence_key, ask.record_key), ("job", "job:fence", "job:record"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InspectRequest<'a> {
+    /// The lock's key.
+    pub key: &'a str,
+    /// The key of the resource's fencing counter.
+    pub fence_key: &'a str,
+    /// The key of the completion record.
+    pub record_key: &'a str,
+}
+
+impl<'a> InspectRequest<'a> {
+    /// Read the lock at `key`, the counter at `fence_key`, the record at `record_key`.
+    pub fn new(key: &'a str, fence_key: &'a str, record_key: &'a str) -> Self {
+        Self {
+            key,
+            fence_key,
+            record_key,
+        }
+    }
+}
+
+/// What a node holds at a key ([`Node::inspect`]'s answer): each part read as it was when
+/// read (a Redis master reads them one command after the other: not one atomic snapshot).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyState {
+    /// The lock: the holder's token and its remaining ttl (`None`: no expiry), when held.
+    pub lock: Option<(String, Option<Duration>)>,
+    /// The resource's fencing counter, when the node keeps one for it.
+    pub fence: Option<u64>,
+    /// The completion record, when there is one.
+    pub record: Option<RecordState>,
+}
+
+impl KeyState {
+    /// Nothing at the key: no lock, no counter, no record.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With the lock held by `token`, `ttl` left (`None`: no expiry).
+    #[must_use]
+    pub fn locked(mut self, token: impl Into<String>, ttl: Option<Duration>) -> Self {
+        self.lock = Some((token.into(), ttl));
+        self
+    }
+
+    /// With the fencing counter at `fence`.
+    #[must_use]
+    pub fn fenced(mut self, fence: u64) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// With a completion record.
+    #[must_use]
+    pub fn recorded(mut self, record: RecordState) -> Self {
+        self.record = Some(record);
+        self
+    }
+}
+
+/// A completion record as [`Node::inspect`] sees it: its size, and how long it is kept still.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordState {
+    /// The record's size in bytes.
+    pub size: usize,
+    /// How long the node keeps it still (`None`: no expiry).
+    pub ttl: Option<Duration>,
+}
+
+impl RecordState {
+    /// A record of `size` bytes, kept `ttl` longer.
+    pub fn new(size: usize, ttl: Option<Duration>) -> Self {
+        Self { size, ttl }
+    }
+
+    /// How long ago it was stored, given the retention it was stored with (the replay
+    /// policy's [`Replay::retention`](crate::replay::Replay::retention)): `None` without an
+    /// expiry, or when the retention given is shorter than what is left.
+    pub fn age(&self, retention: Duration) -> Option<Duration> {
+        retention.checked_sub(self.ttl?)
+    }
+}
+
+/// [`Node::force_release`]: delete the lock at `key` whatever token it holds — and, with
+/// [`with_record`](Self::with_record), the completion record too. The fencing counter is
+/// kept (tokens must keep growing).
+///
+/// ```
+/// use tower_redlock::node::ForceReleaseRequest;
+///
+/// let ask = ForceReleaseRequest::new("job");
+/// assert_eq!(ask.record_key, None);
+/// assert_eq!(ask.with_record("job:record").record_key, Some("job:record"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ForceReleaseRequest<'a> {
+    /// The lock's key.
+    pub key: &'a str,
+    /// The completion record's key, to delete too.
+    pub record_key: Option<&'a str>,
+}
+
+impl<'a> ForceReleaseRequest<'a> {
+    /// Delete the lock at `key`.
+    pub fn new(key: &'a str) -> Self {
+        Self {
+            key,
+            record_key: None,
+        }
+    }
+
+    /// Delete the completion record at `record_key` too.
+    #[must_use]
+    pub fn with_record(mut self, record_key: &'a str) -> Self {
+        self.record_key = Some(record_key);
+        self
+    }
+}
+
+/// What [`Node::force_release`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Forced {
+    /// A lock was there, and is gone.
+    pub lock: bool,
+    /// A completion record was there, and is gone (only when asked).
+    pub record: bool,
+}
+
+impl Forced {
+    /// What was deleted: a lock, a record.
+    pub fn new(lock: bool, record: bool) -> Self {
+        Self { lock, record }
+    }
+}

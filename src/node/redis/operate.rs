@@ -1,0 +1,102 @@
+//! An operator's verbs on one Redis voter: what it holds at a key (plain reads: `GET`,
+//! `PTTL`, `STRLEN`, so that a user allowed only to read can inspect), and the forced
+//! deletion of a stuck lock (`DEL`).
+
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use super::conn::query;
+use super::RedisNode;
+use crate::node::{CallError, ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
+
+/// The fencing counter's form in Redis (`TRF1:<counter>`, see `scripts.rs`).
+const FENCE_TAG: &str = "TRF1:";
+
+impl RedisNode {
+    /// [`Node::inspect`](crate::node::Node::inspect): the lock, its ttl, the counter, the
+    /// record's size and ttl, each read by its own command (the lock's value first: a lock
+    /// that expires between its `GET` and its `PTTL` is reported free).
+    pub(crate) async fn inspect_keys(
+        &self,
+        request: InspectRequest<'_>,
+    ) -> Result<KeyState, CallError> {
+        let fence_key = self.conn.aux_key(request.key, request.fence_key);
+        let record_key = self.conn.aux_key(request.key, request.record_key);
+        let mut state = KeyState::new();
+        if let Some(token) = self.read("GET", request.key).await?.into_text()? {
+            if let Some(ttl) = self.pttl(request.key).await? {
+                state.lock = Some((token, ttl));
+            }
+        }
+        state.fence = self
+            .read("GET", &fence_key)
+            .await?
+            .into_text()?
+            .and_then(|raw| raw.strip_prefix(FENCE_TAG)?.parse().ok());
+        if let Some(ttl) = self.pttl(&record_key).await? {
+            let size = self.read("STRLEN", &record_key).await?.int()?;
+            // Gone between the two reads: no record.
+            if size > 0 {
+                let size = usize::try_from(size).unwrap_or(usize::MAX);
+                state.record = Some(RecordState::new(size, ttl));
+            }
+        }
+        Ok(state)
+    }
+
+    /// [`Node::force_release`](crate::node::Node::force_release): `DEL` of the lock, then of
+    /// the record when asked. The fencing counter is never deleted.
+    pub(crate) async fn force_release_keys(
+        &self,
+        request: ForceReleaseRequest<'_>,
+    ) -> Result<Forced, CallError> {
+        let lock = self.read("DEL", request.key).await?.int()? > 0;
+        let record = match request.record_key {
+            Some(record_key) => {
+                let record_key = self.conn.aux_key(request.key, record_key);
+                self.read("DEL", &record_key).await?.int()? > 0
+            }
+            None => false,
+        };
+        Ok(Forced::new(lock, record))
+    }
+
+    /// One command on one key (not a vote: a Sentinel voter answers it without a recent
+    /// majority of its sentinels).
+    async fn read(&self, verb: &str, key: &str) -> Result<Reply, CallError> {
+        let mut cmd = Cmd::new();
+        cmd.arg(verb).arg(key);
+        let mut conn = self.conn.clone();
+        Ok(Reply(self.noted(query(&mut conn, &cmd, false).await)?))
+    }
+
+    /// `PTTL key`: `None` when the key is gone, `Some(None)` when it has no expiry.
+    async fn pttl(&self, key: &str) -> Result<Option<Option<Duration>>, CallError> {
+        Ok(match self.read("PTTL", key).await?.int()? {
+            -2 => None,
+            ms => Some(u64::try_from(ms).ok().map(Duration::from_millis)),
+        })
+    }
+}
+
+/// A reply, read as what was asked.
+struct Reply(Value);
+
+impl Reply {
+    fn int(self) -> Result<i64, CallError> {
+        match self.0 {
+            Value::Int(i) => Ok(i),
+            other => Err(CallError::new(format!("unexpected reply: {other:?}"))),
+        }
+    }
+
+    fn into_text(self) -> Result<Option<String>, CallError> {
+        match self.0 {
+            Value::Nil => Ok(None),
+            Value::BulkString(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+            Value::SimpleString(s) => Ok(Some(s)),
+            other => Err(CallError::new(format!("unexpected reply: {other:?}"))),
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! | why was it refused | [`Error::votes`] (and its `Display`), the problem body's `votes` ([`LockPolicyBuilder::explain_votes`]) | — |
 //! | clear it | [`Redlock::force_release`] | `redlock unlock --force <resource>` |
 //! | which Redis key does this request lock | [`LockPolicy::redis_key`] | `redlock key …` |
-//! | what is held under a prefix | — | `redlock watch --prefix <p>` |
+//! | what is held under a prefix | [`Redlock::scan`] | `redlock watch --prefix <p>` |
 //!
 //! An inspection writes nothing and takes no lock. A forced release is an operator's act,
 //! logged at warn with the key's hash and who asked; the crate never does it on its own, and
@@ -36,12 +36,14 @@
 //!
 //! [`Redlock::inspect`]: crate::Redlock::inspect
 //! [`Redlock::force_release`]: crate::Redlock::force_release
+//! [`Redlock::scan`]: crate::Redlock::scan
 //! [`Error::votes`]: crate::Error::votes
 //! [`LockPolicy::inspect`]: crate::policy::LockPolicy::inspect
 //! [`LockPolicy::redis_key`]: crate::policy::LockPolicy::redis_key
 //! [`LockPolicyBuilder::explain_votes`]: crate::policy::LockPolicyBuilder::explain_votes
 
 pub use crate::lock::inspect::{
-    ForceRelease, ForceReleased, Holder, Inspection, Summary, VoterInspection, VoterKey,
+    ForceRelease, ForceReleased, Holder, Holding, Inspection, Summary, VoterInspection, VoterKey,
+    VoterScan,
 };
 pub use crate::node::RecordState;

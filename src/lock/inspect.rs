@@ -160,6 +160,46 @@ impl VoterInspection {
     }
 }
 
+/// The locks a voter holds under a prefix ([`Redlock::scan`]), or why it did not say.
+#[derive(Debug)]
+pub struct VoterScan {
+    node: usize,
+    name: Arc<str>,
+    answer: Result<Vec<Holding>, NodeError>,
+}
+
+/// One lock on one voter, as a scan lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holding {
+    /// The Redis key.
+    pub key: String,
+    /// The holder's token prefix and remaining ttl.
+    pub holder: Holder,
+}
+
+impl VoterScan {
+    /// The voter's index in the client's node list.
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    /// The voter's name (`host:port`, never a password).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The locks it holds under the prefix (sorted by key), when it answered.
+    pub fn locks(&self) -> Option<&[Holding]> {
+        self.answer.as_deref().ok()
+    }
+
+    /// Why it did not answer.
+    pub fn error(&self) -> Option<&NodeError> {
+        self.answer.as_ref().err()
+    }
+}
+
 /// A forced release ([`Redlock::force_release`]): who asks, and whether the completion
 /// record goes too.
 #[derive(Debug, Clone)]
@@ -290,6 +330,60 @@ impl Redlock {
             quorum: self.inner.quorum,
             voters,
         })
+    }
+
+    /// The locks every voter holds whose Redis key starts with `prefix` (at most `limit`
+    /// per voter; the fencing counters and completion records beside them left out): what
+    /// `redlock watch` shows. Reads only (`SCAN`, then `GET` and `PTTL` per key), each voter
+    /// bounded by a second plus five node timeouts. A Redis Cluster voter answers an error
+    /// (its keys are spread over its masters: inspect a key instead).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use tower_redlock::Redlock;
+    ///
+    /// let redlock = Redlock::in_memory();
+    /// let _job = redlock.try_lock("job:7", Duration::from_secs(5)).await.unwrap();
+    /// let scans = redlock.scan("job:", 100).await;
+    /// assert_eq!(scans[0].locks().unwrap()[0].key, "job:7");
+    /// # }
+    /// ```
+    pub async fn scan(&self, prefix: &str, limit: usize) -> Vec<VoterScan> {
+        let prefix: Arc<str> = prefix.into();
+        let timeout = self.inner.config.node_timeout.saturating_mul(5) + Duration::from_secs(1);
+        let mut sent = tally::send(
+            &self.inner.nodes,
+            tally::all(self.inner.nodes.len()),
+            timeout,
+            Skip::Never,
+            &|_| None,
+            |voter| {
+                let prefix = prefix.clone();
+                async move { voter.node.scan(&prefix, limit).await }
+            },
+        );
+        let mut voters = Vec::with_capacity(self.inner.nodes.len());
+        while let Some((i, answer)) = sent.next().await {
+            let answer = answer.map(|held| {
+                held.into_iter()
+                    .map(|h| Holding {
+                        key: h.key,
+                        holder: Holder {
+                            token_prefix: h.token.chars().take(TOKEN_PREFIX_LEN).collect(),
+                            ttl: h.ttl,
+                        },
+                    })
+                    .collect()
+            });
+            voters.push(VoterScan {
+                node: i,
+                name: self.inner.nodes[i].name.clone(),
+                answer,
+            });
+        }
+        voters.sort_by_key(|v| v.node);
+        voters
     }
 
     /// Deletes the lock at `resource`'s key on every voter, **whatever token it holds** —

@@ -9,8 +9,8 @@ use futures_util::future::Either;
 
 use super::{
     Acquire, AcquireRequest, CallError, CompleteRequest, EvictionStatus, ExtendRequest,
-    ForceReleaseRequest, Forced, InspectRequest, KeyState, MemoryNode, Node, NodeFuture, RedisNode,
-    ReleaseRequest,
+    ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, MemoryNode, Node, NodeFuture,
+    RedisNode, ReleaseRequest,
 };
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
@@ -57,6 +57,15 @@ impl AnyNode {
     /// [`Node::inspect`]: an operator's question, through the trait (never on a hot path).
     pub(crate) fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
         self.as_node().inspect(request)
+    }
+
+    /// [`Node::scan`]: an operator's question, through the trait.
+    pub(crate) fn scan<'a>(
+        &'a self,
+        prefix: &'a str,
+        limit: usize,
+    ) -> NodeFuture<'a, Vec<HeldKey>> {
+        self.as_node().scan(prefix, limit)
     }
 
     /// [`Node::force_release`]: an operator's act, through the trait.

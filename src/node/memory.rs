@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::{
     Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, ForceReleaseRequest,
-    Forced, InspectRequest, KeyState, Node, NodeFuture, RecordState, ReleaseRequest,
+    Forced, HeldKey, InspectRequest, KeyState, Node, NodeFuture, RecordState, ReleaseRequest,
 };
 
 /// An in-process lock node: a map of keys to (token, expiry), with the same semantics as a
@@ -341,6 +341,20 @@ impl Node for MemoryNode {
                 .map(|(record, expires)| RecordState::new(record.len(), left(*expires))),
         };
         Box::pin(ready(Ok(state)))
+    }
+
+    fn scan<'a>(&'a self, prefix: &'a str, limit: usize) -> NodeFuture<'a, Vec<HeldKey>> {
+        let now = Instant::now();
+        let map = self.lock();
+        let mut held: Vec<HeldKey> = map
+            .entries
+            .iter()
+            .filter(|(key, e)| key.starts_with(prefix) && e.expires > now)
+            .map(|(key, e)| HeldKey::new(key, &e.token, Some(e.expires - now)))
+            .collect();
+        held.sort_by(|a, b| a.key.cmp(&b.key));
+        held.truncate(limit);
+        Box::pin(ready(Ok(held)))
     }
 
     fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {

@@ -29,7 +29,9 @@ pub(crate) use self::any::AnyNode;
 pub(crate) use self::redis::EvictionStatus;
 
 pub use self::memory::MemoryNode;
-pub use self::operate::{ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
+pub use self::operate::{
+    ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, RecordState,
+};
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::redis::Cluster;
@@ -187,6 +189,19 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         Box::pin(ready(Err(CallError::unsupported_by(
             &self.name(),
             "inspection",
+        ))))
+    }
+
+    /// List the locks whose key starts with `prefix` (at most `limit`; fencing counters and
+    /// completion records beside them are not locks), reading only: for
+    /// [`Redlock::scan`](crate::Redlock::scan), an operator's question.
+    ///
+    /// The default answers an error: the node cannot list its keys.
+    fn scan<'a>(&'a self, prefix: &'a str, limit: usize) -> NodeFuture<'a, Vec<HeldKey>> {
+        let _ = (prefix, limit);
+        Box::pin(ready(Err(CallError::unsupported_by(
+            &self.name(),
+            "listing its keys",
         ))))
     }
 

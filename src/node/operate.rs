@@ -160,3 +160,26 @@ impl Forced {
         Self { lock, record }
     }
 }
+
+/// A lock a node holds, as [`Node::scan`] lists it: its key, the holder's token, its ttl.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeldKey {
+    /// The lock's key.
+    pub key: String,
+    /// The holder's token.
+    pub token: String,
+    /// Its remaining ttl (`None`: no expiry).
+    pub ttl: Option<Duration>,
+}
+
+impl HeldKey {
+    /// `key`, held by `token` for `ttl` longer.
+    pub fn new(key: impl Into<String>, token: impl Into<String>, ttl: Option<Duration>) -> Self {
+        Self {
+            key: key.into(),
+            token: token.into(),
+            ttl,
+        }
+    }
+}

@@ -11,7 +11,8 @@ use redis::Cmd;
 use super::RedisNode;
 use crate::node::{
     Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest,
-    ForceReleaseRequest, Forced, InspectRequest, KeyState, Node, NodeFuture, ReleaseRequest,
+    ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, Node, NodeFuture,
+    ReleaseRequest,
 };
 
 impl RedisNode {
@@ -139,5 +140,9 @@ impl Node for RedisNode {
 
     fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
         Box::pin(self.force_release_keys(request))
+    }
+
+    fn scan<'a>(&'a self, prefix: &'a str, limit: usize) -> NodeFuture<'a, Vec<HeldKey>> {
+        Box::pin(self.scan_keys(prefix, limit))
     }
 }

@@ -8,7 +8,9 @@ use redis::{Cmd, Value};
 
 use super::conn::query;
 use super::RedisNode;
-use crate::node::{CallError, ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
+use crate::node::{
+    CallError, ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, RecordState,
+};
 
 /// The fencing counter's form in Redis (`TRF1:<counter>`, see `scripts.rs`).
 const FENCE_TAG: &str = "TRF1:";
@@ -62,6 +64,73 @@ impl RedisNode {
         Ok(Forced::new(lock, record))
     }
 
+    /// [`Node::scan`](crate::node::Node::scan): `SCAN … MATCH <prefix>*`, then each lock's
+    /// `GET` and `PTTL`; keys ending in `:fence` or `:record` (the counters and records
+    /// beside the locks) are left out. Not on a Redis Cluster (its keys are spread over its
+    /// masters).
+    pub(crate) async fn scan_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<HeldKey>, CallError> {
+        if self.conn.sends_again() {
+            return Err(CallError::new(format!(
+                "{}: listing the keys of a Redis Cluster is not supported (inspect a key instead)",
+                self.name
+            )));
+        }
+        let pattern = format!("{}*", glob_escape(prefix));
+        let mut held = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let mut cmd = Cmd::new();
+            cmd.arg("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let mut conn = self.conn.clone();
+            let reply = self.noted(query(&mut conn, &cmd, false).await)?;
+            let (next, keys) = match reply {
+                Value::Array(mut parts) if parts.len() == 2 => {
+                    let keys = parts.pop();
+                    let next = parts.pop();
+                    (Reply(next.unwrap_or(Value::Nil)).into_text()?, keys)
+                }
+                other => {
+                    return Err(CallError::new(format!(
+                        "unexpected reply to SCAN: {other:?}"
+                    )))
+                }
+            };
+            let Some(Value::Array(keys)) = keys else {
+                return Err(CallError::new("unexpected reply to SCAN"));
+            };
+            for key in keys {
+                let Some(key) = Reply(key).into_text()? else {
+                    continue;
+                };
+                if key.ends_with(":fence") || key.ends_with(":record") || held.len() >= limit {
+                    continue;
+                }
+                // Of another kind (not a lock): left out.
+                let Ok(Some(token)) = self.read("GET", &key).await?.into_text() else {
+                    continue;
+                };
+                if let Some(ttl) = self.pttl(&key).await? {
+                    held.push(HeldKey::new(key, token, ttl));
+                }
+            }
+            cursor = next.and_then(|n| n.parse().ok()).unwrap_or(0);
+            if cursor == 0 || held.len() >= limit {
+                break;
+            }
+        }
+        held.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(held)
+    }
+
     /// One command on one key (not a vote: a Sentinel voter answers it without a recent
     /// majority of its sentinels).
     async fn read(&self, verb: &str, key: &str) -> Result<Reply, CallError> {
@@ -99,4 +168,16 @@ impl Reply {
             other => Err(CallError::new(format!("unexpected reply: {other:?}"))),
         }
     }
+}
+
+/// `prefix` with the glob's special characters escaped, for `SCAN … MATCH`.
+fn glob_escape(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 4);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '^') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

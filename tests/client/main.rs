@@ -17,6 +17,7 @@
 //!   and release with expiry;
 //! - [`fencing`]: fencing tokens of successive holders strictly increase;
 //! - [`completion`]: work that runs once (`lock_unless_completed`, `Lease::complete`);
+//! - [`operate`]: inspection, each voter's answer in an error, forced release;
 //! - [`liveness`]: a paused majority, a blocked runtime thread, suspended masters, retried
 //!   releases — the lock stays live.
 
@@ -30,6 +31,7 @@ mod fencing;
 mod keep_alive;
 mod liveness;
 mod lock;
+mod operate;
 mod quorum;
 mod safety;
 mod scoped;

@@ -99,6 +99,7 @@ on_both! {
     methods::the_method_filter_is_configurable,
     methods::a_method_the_route_does_not_serve_answers_405,
     responder::a_custom_responder_adds_a_header,
+    responder::explain_votes_lists_each_voter_in_409_and_503_bodies,
     release::release_on_body_end_holds_the_key_while_the_body_streams,
     release::release_on_response_frees_the_key_while_the_body_streams,
     release::cancelled_request_releases_in_the_background,

@@ -4,8 +4,8 @@
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::rejection::Rejection;
 
-use crate::harness::app::App;
-use crate::harness::keys::policy_of;
+use crate::harness::app::{App, Handler, Route};
+use crate::harness::keys::{default_policy, policy_of};
 use crate::harness::probe::Probe;
 use crate::harness::Framework;
 use crate::support::apps::*;
@@ -42,6 +42,63 @@ pub async fn a_custom_responder_adds_a_header<F: Framework>() {
     let v = within("the holder", holder).await.expect("no panic").ok();
     assert_eq!(v["locked"], true, "{v}");
     assert_all_empty(&m).await;
+    drop(http);
+    app.stop().await;
+}
+
+/// `.explain_votes(true)`: the 409 body lists every voter's answer (`held`, with the holder's
+/// ttl where known), the 503 body tells the stopped masters (`unreachable`) from the one that
+/// granted; by default (off) neither body has a `votes` member — it would reveal topology.
+pub async fn explain_votes_lists_each_voter_in_409_and_503_bodies<F: Framework>() {
+    const KEY: &str = "order-explain";
+    let (m, redlock) = masters_and_client().await;
+    let explained = policy_of(&redlock)
+        .explain_votes(true)
+        .build()
+        .expect("a valid policy");
+    let probe = Probe::new();
+    let app = App::new()
+        .route(Route::locked(PATH, explained).post(Handler::gated(&probe)))
+        .route(Route::locked("/quiet", default_policy(&redlock)).post(Handler::gated(&probe)));
+    let app = F::serve(&app).await;
+    let http = http_client();
+
+    let holder = tokio::spawn(post_key(&http, &app.url(PATH), KEY));
+    probe.until_started(1).await;
+    let refused = post_key(&http, &app.url(PATH), KEY).await;
+    let v = assert_problem(&refused, 409, "/problems/lock-contended");
+    let votes = v["votes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no votes: {v}"));
+    assert_eq!(votes.len(), 3, "{v}");
+    let names: Vec<String> = m.iter().map(|s| s.addr()).collect();
+    for (vote, name) in votes.iter().zip(&names) {
+        assert_eq!(vote["voter"], name.as_str(), "{v}");
+    }
+    assert!(
+        votes.iter().filter(|v| v["vote"] == "held").count() >= 2,
+        "{v}"
+    );
+    assert!(votes.iter().any(|v| v["ttl_ms"].as_u64().is_some()), "{v}");
+    probe.open();
+    within("the holder", holder).await.expect("no panic").ok();
+
+    // Two masters stopped: 503, the stopped ones unreachable, the live one granted.
+    m[1].stop();
+    m[2].stop();
+    let down = post_key(&http, &app.url(PATH), "order-explain-2").await;
+    let v = assert_problem(&down, 503, "/problems/lock-unavailable");
+    let kinds: Vec<&str> = v["votes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no votes: {v}"))
+        .iter()
+        .map(|v| v["vote"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["granted", "unreachable", "unreachable"], "{v}");
+    // Off by default.
+    let quiet = post_key(&http, &app.url("/quiet"), "order-explain-3").await;
+    let v = assert_problem(&quiet, 503, "/problems/lock-unavailable");
+    assert!(v.get("votes").is_none(), "{v}");
     drop(http);
     app.stop().await;
 }

@@ -1,13 +1,16 @@
 //! The voters against real processes: bare masters behind tenure protection ([`tenure`]),
 //! Sentinel groups ([`sentinel`]), Redis Clusters ([`cluster`], feature `cluster`), TLS
 //! ([`tls`], feature `tls`), masters that may evict ([`eviction`]), the test kit's
-//! topologies themselves ([`topology`]), and the backend conformance suite
+//! topologies themselves ([`topology`]), the operator's verbs on every kind of voter
+//! ([`operate`], feature `cluster`), and the backend conformance suite
 //! ([`conformance`]): one set of checks over every kind of node.
 
 #[cfg(feature = "cluster")]
 mod cluster;
 mod conformance;
 mod eviction;
+#[cfg(feature = "cluster")]
+mod operate;
 mod sentinel;
 mod tenure;
 mod tls;

@@ -129,6 +129,11 @@ impl NodeError {
         match &self.detail {
             Detail::Timeout(_) => VoteKind::Timeout,
             Detail::Suspended => VoteKind::Suspended,
+            // Refused credentials end the connection too: named as what they are.
+            Detail::Failure {
+                refusal: Refusal::Denied,
+                ..
+            } => VoteKind::Denied,
             Detail::Failure { timeout: true, .. } => VoteKind::Timeout,
             Detail::Failure {
                 unreachable: true, ..

@@ -309,7 +309,11 @@ impl Rejection {
             body.push_str(",\"retry_after\":");
             body.push_str(&secs.to_string());
         }
-        if let (true, Cause::Lock(e)) = (self.explain, &self.cause) {
+        let explained = matches!(
+            self.kind,
+            RejectionKind::Contended | RejectionKind::Unavailable
+        );
+        if let (true, true, Cause::Lock(e)) = (self.explain, explained, &self.cause) {
             body.push_str(",\"votes\":[");
             for (i, vote) in e.votes().enumerate() {
                 if i > 0 {

@@ -6,13 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use std::future::Future;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use super::call::Voter;
 use super::fencing::fence_key;
-use super::tally::{self, Skip};
 use super::{options, Redlock};
 use crate::error::NodeError;
-use crate::node::{ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
+use crate::node::{CallError, ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
 
 /// How many characters of a holder's token an inspection shows: enough to tell holders
 /// apart, never enough to act as the holder.
@@ -33,6 +35,8 @@ pub struct VoterInspection {
     name: Arc<str>,
     suspended: bool,
     answer: Result<VoterKey, NodeError>,
+    /// The holder's whole token: holders are told apart by it, and only its prefix shown.
+    token: Option<String>,
 }
 
 /// What a voter that answered holds at the key.
@@ -103,26 +107,45 @@ impl Inspection {
         if self.holder().is_some() {
             return Summary::Held;
         }
-        if answered.iter().any(|k| k.holder.is_some()) {
-            return Summary::HeldOnMinority;
-        }
-        if answered.len() >= self.quorum {
-            Summary::Free
-        } else {
-            Summary::Unknown
+        let unanswered = self.voters.len() - answered.len();
+        let most = self
+            .voters
+            .iter()
+            .filter_map(|v| v.token.as_deref())
+            .map(|t| self.holding(t))
+            .max();
+        match most {
+            // A holder the silent voters may still give a quorum: cannot say.
+            Some(most) if most + unanswered >= self.quorum => Summary::Unknown,
+            Some(_) => Summary::HeldOnMinority,
+            None if answered.len() >= self.quorum => Summary::Free,
+            None => Summary::Unknown,
         }
     }
 
     /// The holder whose token is on a quorum of voters, with the shortest ttl among them.
     pub fn holder(&self) -> Option<Holder> {
-        let holders = || self.voters.iter().filter_map(|v| v.key()?.holder.as_ref());
-        holders().find_map(|h| {
-            let same = || holders().filter(|o| o.token_prefix == h.token_prefix);
-            (same().count() >= self.quorum).then(|| Holder {
-                token_prefix: h.token_prefix.clone(),
-                ttl: same().filter_map(|o| o.ttl).min(),
-            })
+        let token = self
+            .voters
+            .iter()
+            .filter_map(|v| v.token.as_deref())
+            .find(|t| self.holding(t) >= self.quorum)?;
+        let same = self
+            .voters
+            .iter()
+            .filter(|v| v.token.as_deref() == Some(token));
+        Some(Holder {
+            token_prefix: token.chars().take(TOKEN_PREFIX_LEN).collect(),
+            ttl: same.filter_map(|v| v.key()?.holder.as_ref()?.ttl).min(),
         })
+    }
+
+    /// On how many voters `token` holds the key.
+    fn holding(&self, token: &str) -> usize {
+        self.voters
+            .iter()
+            .filter(|v| v.token.as_deref() == Some(token))
+            .count()
     }
 
     /// The largest fencing counter among the voters (the next fenced lock's token is above
@@ -268,7 +291,9 @@ impl Redlock {
     /// ttl, the fencing counter, the completion record's size and ttl, whether the client has
     /// the voter suspended — and a [`Summary`]. Takes no lock and writes nothing; every voter
     /// is asked in parallel (suspended ones too), each bounded by five node timeouts (the
-    /// reads are five commands). A voter that fails is reported with its error.
+    /// reads are five commands). A voter that fails is reported with its error; an
+    /// operator's call never counts toward a voter's suspension (a slow inspection does not
+    /// take a voter out of the locks) and pays nothing a voter is owed.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -294,34 +319,29 @@ impl Redlock {
         let fence: Arc<str> = fence_key(&key);
         let record: Arc<str> = super::acquire::record_key(&key);
         let timeout = self.inner.config.node_timeout.saturating_mul(5);
-        let mut sent = tally::send(
-            &self.inner.nodes,
-            tally::all(self.inner.nodes.len()),
-            timeout,
-            Skip::Never,
-            &|_| None,
-            |voter| {
+        let answers = self
+            .ask_every_voter(timeout, |voter| {
                 let (key, fence, record) = (key.clone(), fence.clone(), record.clone());
                 async move {
                     let ask = InspectRequest::new(&key, &fence, &record);
                     voter.node.inspect(ask).await
                 }
-            },
-        );
-        let mut answers = Vec::with_capacity(self.inner.nodes.len());
-        while let Some(answer) = sent.next().await {
-            answers.push(answer);
-        }
-        answers.sort_by_key(|(i, _)| *i);
+            })
+            .await;
         let voters = answers
             .into_iter()
             .map(|(i, answer)| {
                 let voter = &self.inner.nodes[i];
+                let token = answer
+                    .as_ref()
+                    .ok()
+                    .and_then(|s| Some(s.lock.as_ref()?.0.clone()));
                 VoterInspection {
                     node: i,
                     name: voter.name.clone(),
                     suspended: voter.health.is_suspended(),
                     answer: answer.map(shown),
+                    token,
                 }
             })
             .collect();
@@ -335,7 +355,8 @@ impl Redlock {
     /// The locks every voter holds whose Redis key starts with `prefix` (at most `limit`
     /// per voter; the fencing counters and completion records beside them left out): what
     /// `redlock watch` shows. Reads only (`SCAN`, then `GET` and `PTTL` per key), each voter
-    /// bounded by a second plus five node timeouts. A Redis Cluster voter answers an error
+    /// bounded by a second plus five node timeouts (a keyspace too large to scan in that
+    /// time answers a timeout: narrow the prefix). A Redis Cluster voter answers an error
     /// (its keys are spread over its masters: inspect a key instead).
     ///
     /// ```
@@ -352,19 +373,14 @@ impl Redlock {
     pub async fn scan(&self, prefix: &str, limit: usize) -> Vec<VoterScan> {
         let prefix: Arc<str> = prefix.into();
         let timeout = self.inner.config.node_timeout.saturating_mul(5) + Duration::from_secs(1);
-        let mut sent = tally::send(
-            &self.inner.nodes,
-            tally::all(self.inner.nodes.len()),
-            timeout,
-            Skip::Never,
-            &|_| None,
-            |voter| {
+        let answers = self
+            .ask_every_voter(timeout, |voter| {
                 let prefix = prefix.clone();
                 async move { voter.node.scan(&prefix, limit).await }
-            },
-        );
-        let mut voters = Vec::with_capacity(self.inner.nodes.len());
-        while let Some((i, answer)) = sent.next().await {
+            })
+            .await;
+        let mut voters = Vec::with_capacity(answers.len());
+        for (i, answer) in answers {
             let answer = answer.map(|held| {
                 held.into_iter()
                     .map(|h| Holding {
@@ -424,13 +440,8 @@ impl Redlock {
             record = how.record,
             "forced release of a lock, whatever its holder (an operator's act)"
         );
-        let mut sent = tally::send(
-            &self.inner.nodes,
-            tally::all(self.inner.nodes.len()),
-            self.inner.config.node_timeout,
-            Skip::Never,
-            &|_| None,
-            |voter| {
+        let answers = self
+            .ask_every_voter(self.inner.config.node_timeout, |voter| {
                 let (key, record) = (key.clone(), record.clone());
                 async move {
                     let mut ask = ForceReleaseRequest::new(&key);
@@ -439,14 +450,53 @@ impl Redlock {
                     }
                     voter.node.force_release(ask).await
                 }
-            },
-        );
-        let mut voters = Vec::with_capacity(self.inner.nodes.len());
-        while let Some((i, answer)) = sent.next().await {
-            voters.push((i, self.inner.nodes[i].name.clone(), answer));
-        }
-        voters.sort_by_key(|(i, _, _)| *i);
+            })
+            .await;
+        let voters = answers
+            .into_iter()
+            .map(|(i, answer)| (i, self.inner.nodes[i].name.clone(), answer))
+            .collect();
         Ok(ForceReleased { voters })
+    }
+}
+
+impl Redlock {
+    /// Asks every voter at once, each bounded by `timeout`; the answers in node order. An
+    /// operator's call stays outside the lock's accounting: it neither feeds a voter's health
+    /// (a slow inspection never suspends a voter the locks use) nor pays what a voter is owed
+    /// (an inspection writes nothing).
+    async fn ask_every_voter<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        ask: F,
+    ) -> Vec<(usize, Result<T, NodeError>)>
+    where
+        F: Fn(Arc<Voter>) -> Fut,
+        Fut: Future<Output = Result<T, CallError>>,
+    {
+        let mut pending: FuturesUnordered<_> = self
+            .inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, voter)| {
+                let (name, asked) = (voter.name.clone(), ask(voter.clone()));
+                async move {
+                    let answer = match tokio::time::timeout(timeout, asked).await {
+                        Ok(Ok(x)) => Ok(x),
+                        Ok(Err(e)) => Err(NodeError::from_source(i, name, e)),
+                        Err(_) => Err(NodeError::timeout(i, name, timeout)),
+                    };
+                    (i, answer)
+                }
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(self.inner.nodes.len());
+        while let Some(answer) = pending.next().await {
+            answers.push(answer);
+        }
+        answers.sort_by_key(|(i, _)| *i);
+        answers
     }
 }
 

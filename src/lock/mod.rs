@@ -167,7 +167,6 @@ impl Redlock {
             .collect()
     }
 
-    /// How `resource`'s Redis key appears in logs: its short hash, as on the lock's spans.
     /// The Redis key of `resource`: the client's [key
     /// prefix](crate::RedlockBuilder::key_prefix) and the resource. A lock's fencing counter
     /// and completion record sit beside it (`<key>:fence`, `<key>:record`; on a Redis Cluster
@@ -183,6 +182,7 @@ impl Redlock {
         format!("{}{resource}", self.inner.config.key_prefix)
     }
 
+    /// How `resource`'s Redis key appears in logs: its short hash, as on the lock's spans.
     pub(crate) fn key_hash<'a>(&'a self, resource: &'a str) -> KeyHash<'a> {
         telemetry::hashed_in(&self.inner.config.key_prefix, resource)
     }

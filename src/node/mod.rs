@@ -382,6 +382,7 @@ impl From<::redis::RedisError> for CallError {
         let local = self::redis::conn::is_abstention(&e);
         let refusal = match e.code() {
             _ if local => Refusal::Abstained,
+            _ if e.kind() == ::redis::ErrorKind::AuthenticationFailed => Refusal::Denied,
             Some("NOSCRIPT") => Refusal::NoScript,
             Some("WRONGTYPE") => Refusal::WrongType,
             Some("NOPERM" | "NOAUTH" | "WRONGPASS") => Refusal::Denied,

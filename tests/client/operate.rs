@@ -71,6 +71,12 @@ async fn inspect_while_held_on_a_minority_completed_and_after_expiry() {
     let seen = redlock.inspect("inspect-job").await.unwrap();
     assert_eq!(seen.summary(), Summary::HeldOnMinority);
     assert!(seen.holder().is_none());
+    // A silent voter could complete a quorum with the one still holding: cannot say.
+    m[1].freeze();
+    let seen = redlock.inspect("inspect-job").await.unwrap();
+    m[1].thaw();
+    assert_eq!(seen.summary(), Summary::Unknown, "{:?}", seen.voters());
+    assert!(seen.voters()[1].error().unwrap().is_timeout());
     drop(lease);
 
     // Work that completed: its record is on the masters.
@@ -106,7 +112,8 @@ async fn inspect_while_held_on_a_minority_completed_and_after_expiry() {
 }
 
 /// An inspection writes nothing: every master's keys, values and ttls are as they were (the
-/// ttl only lower), and a user allowed only to read (`GET`, `PTTL`, `STRLEN`) can inspect.
+/// ttl only lower), and a user allowed only to read (`GET`, `PTTL`, `GETRANGE`, `STRLEN`)
+/// can inspect.
 #[tokio::test]
 async fn inspect_never_writes_and_needs_only_reads() {
     let m = Masters::start(1);
@@ -121,7 +128,16 @@ async fn inspect_never_writes_and_needs_only_reads() {
     let mut acl = redis::cmd("ACL");
     acl.arg(
         &[
-            "SETUSER", "reader", "on", ">pw", "~*", "-@all", "+get", "+pttl", "+strlen",
+            "SETUSER",
+            "reader",
+            "on",
+            ">pw",
+            "~*",
+            "-@all",
+            "+get",
+            "+pttl",
+            "+getrange",
+            "+strlen",
         ][..],
     );
     let () = m[0].query(&acl).await;
@@ -186,6 +202,8 @@ async fn explain_an_unavailable_error_tells_a_frozen_master_from_a_refused_port(
         .redis(&format!("redis://127.0.0.1:{port}"))
         .node_timeout(NODE_TIMEOUT)
         .retry(Retry::never())
+        // The refused port fails every request: never suspended here, so that it is asked.
+        .suspend_after(0)
         .build()
         .unwrap();
     // Connected to both masters first, so that the frozen one is silent, not unreachable.
@@ -241,6 +259,16 @@ async fn explain_an_acl_refusal_and_a_wrong_type() {
     assert!(err.to_string().to_lowercase().contains("noperm"), "{err}");
     assert!(!err.to_string().contains("pw@"), "{err}");
     assert!(m[0].get("explain-acl").await.is_none());
+    // A wrong password: denied too, not "unreachable".
+    let wrong = Redlock::builder()
+        .redis(&format!("redis://locker:wrong@127.0.0.1:{}", m[0].port()))
+        .node_timeout(NODE_TIMEOUT)
+        .retry(Retry::never())
+        .build()
+        .unwrap();
+    let err = wrong.try_lock("explain-acl", TTL).await.unwrap_err();
+    assert_eq!(kinds(&err), [VoteKind::Denied], "{err}");
+    assert!(!err.to_string().contains("wrong@"), "{err}");
 
     let redlock = m.client();
     let mut push = redis::cmd("RPUSH");
@@ -331,7 +359,31 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
         .unwrap();
     assert!(matches!(again, Claim::Locked(_)), "the work runs again");
 
-    // A frozen master: reported; the others cleared.
+    // Never a counter, nor a record key holding another resource's lock: forcing
+    // `force-job:fence` (a resource named like the counter) leaves the counter, and a lock
+    // at `force-other:record` is no record of `force-other`.
+    let spared = redlock
+        .force_release("force-job:fence", ForceRelease::by("test"))
+        .await
+        .unwrap();
+    assert_eq!(spared.locks_deleted(), 0);
+    assert!(m
+        .values("force-job:fence")
+        .await
+        .iter()
+        .all(Option::is_some));
+    let other = redlock.try_lock("force-other:record", TTL).await.unwrap();
+    let seen = redlock.inspect("force-other").await.unwrap();
+    assert_eq!(seen.summary(), Summary::Free, "a lock is no record");
+    let spared = redlock
+        .force_release("force-other", ForceRelease::by("test").with_record())
+        .await
+        .unwrap();
+    assert_eq!(spared.records_deleted(), 0);
+    assert!(m.everywhere("force-other:record", other.value()).await);
+    other.release().await.unwrap();
+
+    // A frozen master: reported; the others cleared. Operator calls never suspend it.
     for s in m.iter() {
         assert!(s.set_nx("force-frozen", FOREIGN, Some(600_000)).await);
     }
@@ -341,8 +393,17 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
         .force_release("force-frozen", ForceRelease::by("test"))
         .await
         .unwrap();
+    for _ in 0..4 {
+        let seen = redlock.inspect("force-frozen").await.unwrap();
+        assert!(seen.voters()[2].error().unwrap().is_timeout());
+    }
+    let suspended = redlock.node_status()[2].is_suspended();
     m[2].thaw();
-    assert!(start.elapsed() < 10 * SECOND, "bounded by the node timeout");
+    assert!(!suspended, "an operator's timeouts suspended a voter");
+    assert!(
+        start.elapsed() < 20 * SECOND,
+        "bounded by the node timeouts"
+    );
     assert!(!partial.is_complete());
     assert_eq!(partial.locks_deleted(), 2);
     assert_eq!(partial.errors().map(|e| e.node()).collect::<Vec<_>>(), [2]);

@@ -1,24 +1,36 @@
 //! An operator's verbs on one Redis voter: what it holds at a key (plain reads: `GET`,
-//! `PTTL`, `STRLEN`, so that a user allowed only to read can inspect), and the forced
-//! deletion of a stuck lock (`DEL`).
+//! `PTTL`, `GETRANGE`, `STRLEN`, so that a user allowed only to read can inspect), the locks
+//! under a prefix (`SCAN`), and the forced deletion of a stuck lock (one script).
 
 use std::time::Duration;
 
 use redis::{Cmd, Value};
 
 use super::conn::query;
+use super::scripts::FORCE_RELEASE;
 use super::RedisNode;
 use crate::node::{
-    CallError, ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, RecordState,
+    CallError, ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, RecordState, Refusal,
 };
 
 /// The fencing counter's form in Redis (`TRF1:<counter>`, see `scripts.rs`).
 const FENCE_TAG: &str = "TRF1:";
+/// A completion record's tag (`TRR1\n<record>`, see `scripts.rs`).
+const RECORD_TAG: &str = "TRR1\n";
+
+/// Whether a value is one of ours that is no lock: a counter, a record, a tenure marker, a
+/// fenced write's token (the tags [`FORCE_RELEASE`] spares).
+fn is_tagged(value: &str) -> bool {
+    ["TRF1:", "TRR1\n", "TRT2:", "TRW1:"]
+        .iter()
+        .any(|tag| value.starts_with(tag))
+}
 
 impl RedisNode {
     /// [`Node::inspect`](crate::node::Node::inspect): the lock, its ttl, the counter, the
     /// record's size and ttl, each read by its own command (the lock's value first: a lock
-    /// that expires between its `GET` and its `PTTL` is reported free).
+    /// that expires between its `GET` and its `PTTL` is reported free). A value tagged as one
+    /// of ours (a counter, a record, a marker) is no lock; a record is one only if tagged.
     pub(crate) async fn inspect_keys(
         &self,
         request: InspectRequest<'_>,
@@ -27,8 +39,10 @@ impl RedisNode {
         let record_key = self.conn.aux_key(request.key, request.record_key);
         let mut state = KeyState::new();
         if let Some(token) = self.read("GET", request.key).await?.into_text()? {
-            if let Some(ttl) = self.pttl(request.key).await? {
-                state.lock = Some((token, ttl));
+            if !is_tagged(&token) {
+                if let Some(ttl) = self.pttl(request.key).await? {
+                    state.lock = Some((token, ttl));
+                }
             }
         }
         state.fence = self
@@ -36,37 +50,48 @@ impl RedisNode {
             .await?
             .into_text()?
             .and_then(|raw| raw.strip_prefix(FENCE_TAG)?.parse().ok());
-        if let Some(ttl) = self.pttl(&record_key).await? {
-            let size = self.read("STRLEN", &record_key).await?.int()?;
-            // Gone between the two reads: no record.
-            if size > 0 {
-                let size = usize::try_from(size).unwrap_or(usize::MAX);
+        let mut head = Cmd::new();
+        head.arg("GETRANGE").arg(record_key.as_ref()).arg(0).arg(4);
+        let tag = self.send(&head).await?.into_text()?;
+        if tag.as_deref() == Some(RECORD_TAG) {
+            if let Some(ttl) = self.pttl(&record_key).await? {
+                let len = self.read("STRLEN", &record_key).await?.int()?;
+                let size = usize::try_from(len)
+                    .unwrap_or(0)
+                    .saturating_sub(RECORD_TAG.len());
                 state.record = Some(RecordState::new(size, ttl));
             }
         }
         Ok(state)
     }
 
-    /// [`Node::force_release`](crate::node::Node::force_release): `DEL` of the lock, then of
-    /// the record when asked. The fencing counter is never deleted.
+    /// [`Node::force_release`](crate::node::Node::force_release): one script
+    /// ([`FORCE_RELEASE`]) deletes the lock (never a value tagged as ours) and, when asked,
+    /// the record (only a record). The fencing counter is never deleted.
     pub(crate) async fn force_release_keys(
         &self,
         request: ForceReleaseRequest<'_>,
     ) -> Result<Forced, CallError> {
-        let lock = self.read("DEL", request.key).await?.int()? > 0;
-        let record = match request.record_key {
-            Some(record_key) => {
-                let record_key = self.conn.aux_key(request.key, record_key);
-                self.read("DEL", &record_key).await?.int()? > 0
+        let record_key = request
+            .record_key
+            .map(|r| self.conn.aux_key(request.key, r));
+        let mut keys = vec![request.key];
+        keys.extend(record_key.as_deref());
+        let reply = self.run_binary(&FORCE_RELEASE, &keys, &[]).await?;
+        match reply {
+            Value::Array(items) if items.len() == 2 => {
+                let deleted = |v: &Value| matches!(v, Value::Int(n) if *n > 0);
+                Ok(Forced::new(deleted(&items[0]), deleted(&items[1])))
             }
-            None => false,
-        };
-        Ok(Forced::new(lock, record))
+            other => Err(CallError::new(format!(
+                "unexpected reply from the forced release: {other:?}"
+            ))),
+        }
     }
 
     /// [`Node::scan`](crate::node::Node::scan): `SCAN … MATCH <prefix>*`, then each lock's
-    /// `GET` and `PTTL`; keys ending in `:fence` or `:record` (the counters and records
-    /// beside the locks) are left out. Not on a Redis Cluster (its keys are spread over its
+    /// `GET` and `PTTL`; values tagged as ours (the counters, records and markers beside the
+    /// locks) and keys of another kind are left out. Not on a Redis Cluster (its keys are spread over its
     /// masters).
     pub(crate) async fn scan_keys(
         &self,
@@ -111,11 +136,15 @@ impl RedisNode {
                 let Some(key) = Reply(key).into_text()? else {
                     continue;
                 };
-                if key.ends_with(":fence") || key.ends_with(":record") || held.len() >= limit {
+                if held.len() >= limit {
                     continue;
                 }
-                // Of another kind (not a lock): left out.
-                let Ok(Some(token)) = self.read("GET", &key).await?.into_text() else {
+                // A key of another kind (a hash, a list): not a lock, left out.
+                let token = match self.read("GET", &key).await {
+                    Err(e) if e.refusal() == Refusal::WrongType => continue,
+                    other => other?.into_text()?,
+                };
+                let Some(token) = token.filter(|t| !is_tagged(t)) else {
                     continue;
                 };
                 if let Some(ttl) = self.pttl(&key).await? {
@@ -136,8 +165,13 @@ impl RedisNode {
     async fn read(&self, verb: &str, key: &str) -> Result<Reply, CallError> {
         let mut cmd = Cmd::new();
         cmd.arg(verb).arg(key);
+        self.send(&cmd).await
+    }
+
+    /// `cmd`, not a vote.
+    async fn send(&self, cmd: &Cmd) -> Result<Reply, CallError> {
         let mut conn = self.conn.clone();
-        Ok(Reply(self.noted(query(&mut conn, &cmd, false).await)?))
+        Ok(Reply(self.noted(query(&mut conn, cmd, false).await)?))
     }
 
     /// `PTTL key`: `None` when the key is gone, `Some(None)` when it has no expiry.

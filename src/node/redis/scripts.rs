@@ -480,6 +480,36 @@ pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
     votes: true,
 };
 
+/// An operator's forced release (`Redlock::force_release`): deletes the lock whatever its
+/// token, and the completion record when asked — but never a value tagged as one of ours (a
+/// fencing counter, a record, a tenure marker), so that forcing a resource named like one
+/// (`job:fence`) cannot delete it, nor a record key holding another resource's lock. Not a
+/// vote.
+pub(crate) static FORCE_RELEASE: Script = Script {
+    source: r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record. A value tagged as one of
+-- ours (a fencing counter, a record, a tenure marker, a fenced write's token) is no lock:
+-- never deleted as one. The record is deleted only if it is one.
+local function tagged(v)
+  local t = string.sub(v, 1, 5)
+  return t == 'TRF1:' or t == 'TRR1\n' or t == 'TRT2:' or t == 'TRW1:'
+end
+local lock, record = 0, 0
+local v = redis.call('get', KEYS[1])
+if v and not tagged(v) then
+  lock = redis.call('del', KEYS[1])
+end
+if #KEYS > 1 then
+  local r = redis.call('get', KEYS[2])
+  if r and string.sub(r, 1, 5) == 'TRR1\n' then
+    record = redis.call('del', KEYS[2])
+  end
+end
+return {lock, record}
+"#,
+    sha1: "49a3cc9d9aa8547de76263ae465f8e66ad96454c",
+    votes: false,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -500,6 +530,7 @@ mod tests {
             &EXTEND_FENCED,
             &COMPLETE_FREE,
             &COMPLETE_FREE_FENCED,
+            &FORCE_RELEASE,
         ] {
             assert_eq!(
                 redis::Script::new(s.source()).get_hash(),

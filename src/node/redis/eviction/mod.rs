@@ -39,7 +39,7 @@ use redis::{Cmd, RedisError};
 use self::info::{verdict, Verdict};
 use super::conn::{connection_lost, query, Conn};
 use super::RedisNode;
-use crate::node::CallError;
+use crate::node::{CallError, Refusal};
 
 mod info;
 
@@ -99,6 +99,8 @@ struct Failed {
     timeout: bool,
     /// The connection is gone (no reply came).
     lost: bool,
+    /// The credentials were refused.
+    denied: bool,
 }
 
 /// A voter's eviction state as [`Redlock::node_status`](crate::Redlock::node_status)
@@ -405,11 +407,13 @@ async fn ask(conn: &mut Conn, timeout: Duration) -> Result<Verdict, Failed> {
             why: e.to_string().into(),
             timeout: e.is_timeout(),
             lost: connection_lost(&e),
+            denied: CallError::from(e).refusal() == Refusal::Denied,
         }),
         Err(_) => Err(Failed {
             why: format!("no answer to INFO within {timeout:?}").into(),
             timeout: true,
             lost: false,
+            denied: false,
         }),
     }
 }
@@ -420,6 +424,11 @@ impl From<Failed> for CallError {
             "could not check the maxmemory-policy: {}",
             failed.why
         ));
+        let why = if failed.denied {
+            why.refusing(Refusal::Denied)
+        } else {
+            why
+        };
         match (failed.timeout, failed.lost) {
             (true, _) => why.with_timeout(),
             (false, true) => why.with_unreachable(),
@@ -517,6 +526,7 @@ mod tests {
                 why: "no answer to INFO within 2s".into(),
                 timeout: true,
                 lost: false,
+                denied: false,
             };
             let kept = e.inner.record(0, Err(failed), false);
             assert_eq!(kept.ok(), Some(verdict.clone()), "the verdict stands");
@@ -535,6 +545,7 @@ mod tests {
             why: "connection refused".into(),
             timeout: false,
             lost,
+            denied: false,
         };
         let e = Eviction::new("127.0.0.1:6379", false, Duration::from_secs(1));
         assert!(e.inner.record(0, Err(failed(false)), false).is_err());

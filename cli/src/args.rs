@@ -12,7 +12,7 @@ Exit codes:
   2  usage error or bad input: a bad flag, URL, resource or request key; a refused unlock
   3  (key) the request passes through unlocked";
 
-/// `redlock`: see, clear and watch the locks of tower-redlock on N Redis masters, and compute
+/// redlock: see, clear and watch the locks of tower-redlock on N Redis masters, and compute
 /// the Redis key the middleware locks for a request.
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_help = EXIT_CODES)]
@@ -174,7 +174,8 @@ pub struct UnlockArgs {
     /// Do not ask for confirmation (needed when stdin is not a terminal).
     #[arg(long)]
     pub yes: bool,
-    /// Who asks, for the library's warn log (default: $USER, else redlock-cli).
+    /// Who asks: printed with the result and given to the library, which logs it at warn
+    /// (default: $USER, else redlock-cli).
     #[arg(long, value_name = "WHO")]
     pub by: Option<String>,
 }

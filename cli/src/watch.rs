@@ -163,10 +163,9 @@ fn text(
         }
         out.push_str(&table(&rows));
     }
-    for v in scans {
-        if let Some(e) = v.error() {
-            out.push_str(&format!("{}: error: {e}\n", v.name()));
-        }
+    // The library's error names the voter (host:port, never a password).
+    for e in scans.iter().filter_map(VoterScan::error) {
+        out.push_str(&format!("error: {e}\n"));
     }
     out
 }

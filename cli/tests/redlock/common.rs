@@ -23,13 +23,15 @@ pub async fn redlock_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().await.expect("the redlock binary runs")
 }
 
-/// `--url U` for every master.
+/// `--url U` for every master, and a per-voter timeout generous for a loaded CI machine (the
+/// default 50 ms is for production networks).
 pub fn url_args(masters: &Masters) -> Vec<String> {
-    masters
+    let timeout = ["--timeout".to_owned(), "1000".to_owned()];
+    let urls = masters
         .urls()
         .into_iter()
-        .flat_map(|u| ["--url".to_owned(), u])
-        .collect()
+        .flat_map(|u| ["--url".to_owned(), u]);
+    timeout.into_iter().chain(urls).collect()
 }
 
 /// `args` followed by `more`, as `&str`s.

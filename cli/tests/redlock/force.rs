@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use tower_redlock_testkit::apps::{assert_held, client_of};
 use tower_redlock_testkit::Masters;
 
 use crate::common::{code, everything, joined, redlock, url_args};
@@ -10,10 +11,11 @@ use crate::common::{code, everything, joined, redlock, url_args};
 #[tokio::test(flavor = "multi_thread")]
 async fn force_unlock_cli_frees_a_key_a_crashed_holder_left() {
     let masters = Masters::start(3);
-    let client = masters.client();
+    let client = client_of(&masters).await;
     let key = "job:stuck";
     // A holder that crashed: its lease is never released, its keys live 60 s.
     std::mem::forget(client.try_lock(key, Duration::from_secs(60)).await.unwrap());
+    assert_held(&masters, key).await;
     assert!(client.try_lock(key, Duration::from_secs(5)).await.is_err());
     let urls = url_args(&masters);
     let held_everywhere = || async { masters.values(key).await.iter().all(Option::is_some) };
@@ -44,13 +46,14 @@ async fn force_unlock_cli_frees_a_key_a_crashed_holder_left() {
 #[tokio::test(flavor = "multi_thread")]
 async fn force_unlock_cli_json_reports_a_voter_that_did_not_answer_and_exits_1() {
     let masters = Masters::start(2);
-    let client = masters.client();
+    let client = client_of(&masters).await;
     std::mem::forget(
         client
             .try_lock("job:half", Duration::from_secs(60))
             .await
             .unwrap(),
     );
+    assert_held(&masters, "job:half").await;
     let refused = refused_port();
     let mut urls = url_args(&masters);
     urls.extend(["--url".to_owned(), format!("redis://127.0.0.1:{refused}")]);

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use tower_redlock_testkit::apps::{assert_held, client_of};
 use tower_redlock_testkit::Masters;
 
-use crate::common::{code, everything, joined, json, redlock, redlock_with_env};
+use crate::common::{code, everything, joined, json, redlock, redlock_with_env, url_args};
 use crate::force::refused_port;
 
 const PASSWORD: &str = "s3cret-Pa55word";
@@ -12,11 +13,13 @@ const PASSWORD: &str = "s3cret-Pa55word";
 #[tokio::test(flavor = "multi_thread")]
 async fn inspect_cli_json_reports_each_voter_and_never_prints_credentials() {
     let masters = Masters::start(3);
-    let lease = masters
-        .client()
+    let lease = client_of(&masters)
+        .await
         .try_lock("invoice:7", Duration::from_secs(30))
         .await
         .unwrap();
+    // The lock's last SET may land after try_lock returned (it decided on a quorum).
+    assert_held(&masters, "invoice:7").await;
     // Master 0 now needs a password.
     let mut conn = redis::Client::open(masters[0].url())
         .unwrap()
@@ -38,9 +41,10 @@ async fn inspect_cli_json_reports_each_voter_and_never_prints_credentials() {
         masters[2].url(),
         with_password(refused, PASSWORD),
     ];
-    let flags: Vec<String> = urls
-        .iter()
-        .flat_map(|u| ["--url".to_owned(), u.clone()])
+    let flags: Vec<String> = ["--timeout", "1000"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(urls.iter().flat_map(|u| ["--url".to_owned(), u.clone()]))
         .collect();
 
     let out = redlock(&joined(&["inspect", "invoice:7", "--json"], &flags)).await;
@@ -70,7 +74,8 @@ async fn inspect_cli_json_reports_each_voter_and_never_prints_credentials() {
     // A wrong password, a voter in text output, the URLs from REDLOCK_URLS.
     let wrong = "Wr0ng-Pa55word";
     let list = [with_password(masters[0].port(), wrong), masters[1].url()].join(",");
-    let out = redlock_with_env(&["inspect", "invoice:7"], &[("REDLOCK_URLS", &list)]).await;
+    let args = ["inspect", "invoice:7", "--timeout", "1000"];
+    let out = redlock_with_env(&args, &[("REDLOCK_URLS", &list)]).await;
     assert_eq!(code(&out), 0, "{}", everything(&out));
     let printed = everything(&out);
     assert!(
@@ -91,7 +96,7 @@ async fn inspect_cli_exits_2_without_voters_or_for_an_invalid_resource() {
     assert!(everything(&out).contains("--url"), "{}", everything(&out));
 
     let masters = Masters::start(1);
-    let flags = ["--url".to_owned(), masters[0].url()];
+    let flags = url_args(&masters);
     let out = redlock(&joined(&["inspect", ""], &flags)).await;
     assert_eq!(code(&out), 2, "{}", everything(&out));
     let out = redlock(&joined(&["inspect", "job"], &flags)).await;

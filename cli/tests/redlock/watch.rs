@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use tower_redlock_testkit::apps::{assert_held, client_of};
 use tower_redlock_testkit::Masters;
 
 use crate::common::{code, everything, joined, redlock, url_args};
@@ -9,7 +10,7 @@ use crate::common::{code, everything, joined, redlock, url_args};
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_cli_json_lists_each_key_held_under_the_prefix_with_its_ttl() {
     let masters = Masters::start(3);
-    let client = masters.client();
+    let client = client_of(&masters).await;
     let _held = client
         .try_lock("jobs:7", Duration::from_secs(30))
         .await
@@ -18,6 +19,7 @@ async fn watch_cli_json_lists_each_key_held_under_the_prefix_with_its_ttl() {
         .try_lock("other:1", Duration::from_secs(30))
         .await
         .unwrap();
+    assert_held(&masters, "jobs:7").await;
     let urls = url_args(&masters);
     let args = [
         "watch",

@@ -1,0 +1,158 @@
+//! `redlock unlock --force <RESOURCE>`: deletes a lock whatever its holder
+//! ([`Redlock::force_release`]), after a confirmation.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use serde::Serialize;
+use tower_redlock::operate::{ForceRelease, ForceReleased};
+use tower_redlock::Redlock;
+
+use crate::args::{Global, UnlockArgs};
+use crate::exit::{self, Failure, Outcome};
+use crate::output::json_line;
+
+/// Why `unlock` needs `--force`.
+const NEEDS_FORCE: &str = "unlock deletes the lock whatever token it holds: if its holder is \
+    still alive, the next request takes the lock while the old holder still works (two \
+    holders at once; only fencing tokens checked where the data lives stop the old one). \
+    Add --force to do it anyway";
+
+/// Deletes the lock (and with `--record` the completion record) on every voter; exit 1 if a
+/// voter did not answer, 2 when refused.
+pub async fn run(redlock: &Redlock, global: &Global, args: &UnlockArgs) -> Outcome {
+    if !args.force {
+        return Err(Failure::usage(NEEDS_FORCE));
+    }
+    let key = redlock.redis_key(&args.resource);
+    if !args.yes {
+        confirm(&args.resource, &key, redlock.node_count())?;
+    }
+    let by = args
+        .by
+        .clone()
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "redlock-cli".to_owned());
+    let mut how = ForceRelease::by(by.as_str());
+    if args.record {
+        how = how.with_record();
+    }
+    let done = redlock
+        .force_release(&args.resource, how)
+        .await
+        .map_err(Failure::usage)?;
+    if global.json {
+        json_line(&Report::of(&key, &by, &done));
+    } else {
+        print!("{}", text(&key, &by, args.record, &done));
+    }
+    Ok(if done.is_complete() {
+        exit::OK
+    } else {
+        exit::VOTERS
+    })
+}
+
+/// Asks on the terminal; refuses when stdin is not one.
+fn confirm(resource: &str, key: &str, voters: usize) -> Result<(), Failure> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(Failure::usage(
+            "refusing to force an unlock without confirmation: stdin is not a terminal; \
+             add --yes",
+        ));
+    }
+    eprint!(
+        "Delete the lock at {key} on {voters} voter(s), whatever its holder?\n\
+         If the holder is alive, two holders will run at once.\n\
+         Type the resource ({resource}) or yes to confirm: "
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Failure::usage(format!("cannot read the confirmation: {e}")))?;
+    let answer = answer.trim();
+    if answer == resource || answer == "yes" {
+        Ok(())
+    } else {
+        Err(Failure::usage("not confirmed: nothing deleted"))
+    }
+}
+
+/// The JSON of a forced release.
+#[derive(Debug, Serialize)]
+struct Report {
+    key: String,
+    by: String,
+    complete: bool,
+    locks_deleted: usize,
+    records_deleted: usize,
+    voters: Vec<VoterJson>,
+}
+
+/// What one voter deleted, or its error.
+#[derive(Debug, Serialize)]
+struct VoterJson {
+    voter: String,
+    lock: Option<bool>,
+    record: Option<bool>,
+    error: Option<String>,
+}
+
+impl Report {
+    fn of(key: &str, by: &str, done: &ForceReleased) -> Self {
+        Self {
+            key: key.to_owned(),
+            by: by.to_owned(),
+            complete: done.is_complete(),
+            locks_deleted: done.locks_deleted(),
+            records_deleted: done.records_deleted(),
+            voters: done
+                .voters()
+                .map(|(_, name, answer)| VoterJson {
+                    voter: name.to_owned(),
+                    lock: answer.ok().map(|f| f.lock),
+                    record: answer.ok().map(|f| f.record),
+                    error: answer.err().map(ToString::to_string),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The forced release for people: a line per voter, then the count.
+fn text(key: &str, by: &str, record: bool, done: &ForceReleased) -> String {
+    let mut out = format!("forced release of {key} by {by}\n");
+    let width = done.voters().map(|(_, n, _)| n.len()).max().unwrap_or(0);
+    for (_, name, answer) in done.voters() {
+        let what = match answer {
+            Ok(f) => {
+                let lock = if f.lock { "lock deleted" } else { "no lock" };
+                match (record, f.record) {
+                    (false, _) => lock.to_owned(),
+                    (true, true) => format!("{lock}, record deleted"),
+                    (true, false) => format!("{lock}, no record"),
+                }
+            }
+            Err(e) => format!("error: {e}"),
+        };
+        out.push_str(&format!("  {name:width$}  {what}\n"));
+    }
+    let n = done.voters().count();
+    out.push_str(&format!(
+        "{} lock(s) deleted on {n} voter(s)",
+        done.locks_deleted()
+    ));
+    if record {
+        out.push_str(&format!(", {} record(s)", done.records_deleted()));
+    }
+    let failed = done.errors().count();
+    if failed > 0 {
+        out.push_str(&format!(
+            "; {failed} voter(s) did not answer: run it again once they are back"
+        ));
+    }
+    out.push('\n');
+    out
+}

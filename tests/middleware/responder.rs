@@ -1,6 +1,8 @@
 //! A custom responder: the user's answer for a rejection, here the problem+json answer with a
 //! header of its own.
 
+use tower_redlock::key::SimpleRequest;
+use tower_redlock::operate::Summary;
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::rejection::Rejection;
 
@@ -46,7 +48,8 @@ pub async fn a_custom_responder_adds_a_header<F: Framework>() {
     app.stop().await;
 }
 
-/// `.explain_votes(true)`: the 409 body lists every voter's answer (`held`, with the holder's
+/// `.explain_votes(true)`: the 409 body lists every voter's answer (and `LockPolicy::inspect`
+/// of the request's parts sees the key held meanwhile) (`held`, with the holder's
 /// ttl where known), the 503 body tells the stopped masters (`unreachable`) from the one that
 /// granted; by default (off) neither body has a `votes` member — it would reveal topology.
 pub async fn explain_votes_lists_each_voter_in_409_and_503_bodies<F: Framework>() {
@@ -58,7 +61,7 @@ pub async fn explain_votes_lists_each_voter_in_409_and_503_bodies<F: Framework>(
         .expect("a valid policy");
     let probe = Probe::new();
     let app = App::new()
-        .route(Route::locked(PATH, explained).post(Handler::gated(&probe)))
+        .route(Route::locked(PATH, explained.clone()).post(Handler::gated(&probe)))
         .route(Route::locked("/quiet", default_policy(&redlock)).post(Handler::gated(&probe)));
     let app = F::serve(&app).await;
     let http = http_client();
@@ -80,6 +83,20 @@ pub async fn explain_votes_lists_each_voter_in_409_and_503_bodies<F: Framework>(
         "{v}"
     );
     assert!(votes.iter().any(|v| v["ttl_ms"].as_u64().is_some()), "{v}");
+    // The policy finds the same key from the request's parts, and sees it held.
+    let req = SimpleRequest::new("POST", PATH)
+        .route(PATH)
+        .header(IDEMPOTENCY_KEY, KEY);
+    let seen = explained
+        .inspect(&req)
+        .await
+        .unwrap()
+        .expect("a locked request");
+    assert_eq!(seen.summary(), Summary::Held);
+    assert_eq!(
+        Some(seen.key().to_owned()),
+        explained.redis_key(&req).unwrap()
+    );
     probe.open();
     within("the holder", holder).await.expect("no panic").ok();
 

@@ -8,6 +8,7 @@ use tower_redlock_testkit as support;
 
 use std::time::Duration;
 
+use support::cluster::Cluster;
 use support::sentinel::SentinelGroup;
 use support::Masters;
 use tower_redlock::node::split_urls;
@@ -18,10 +19,11 @@ const TTL: Duration = Duration::from_secs(10);
 /// The bound of the first lock (the Sentinel voter's discovery, the Cluster's slot map).
 const WITHIN: Duration = Duration::from_secs(20);
 
-#[tokio::test(flavor = "multi_thread")]
-async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() {
-    let g = SentinelGroup::start("tr-operate");
-    let cluster = tokio::task::spawn_blocking(|| support::cluster::Cluster::start(3))
+/// Three voters of three kinds — a Sentinel group named `name` (without tenure protection),
+/// a Cluster of three masters and a plain master — and their `REDLOCK_URLS`-style list.
+pub(crate) async fn mixed_voters(name: &str) -> (SentinelGroup, Cluster, Masters, String) {
+    let g = SentinelGroup::start(name);
+    let cluster = tokio::task::spawn_blocking(|| Cluster::start(3))
         .await
         .unwrap();
     let masters = Masters::start(1);
@@ -32,6 +34,12 @@ async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() 
         cluster.addrs().join(","),
         masters[0].url()
     );
+    (g, cluster, masters, list)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() {
+    let (_g, _cluster, _masters, list) = mixed_voters("tr-operate").await;
     let redlock = split_urls(&list)
         .iter()
         .fold(Redlock::builder(), |b, url| b.redis(url))

@@ -291,18 +291,7 @@ async fn failover_of_a_frozen_master_keeps_the_quorum_and_is_followed() {
 #[cfg(feature = "cluster")]
 #[tokio::test(flavor = "multi_thread")]
 async fn sentinel_cluster_and_master_mixed_by_urls() {
-    let g = SentinelGroup::start("tr-mix");
-    let cluster = tokio::task::spawn_blocking(|| support::cluster::Cluster::start(3))
-        .await
-        .unwrap();
-    let masters = Masters::start(1);
-    let list = format!(
-        "redis+sentinel://{}/{}?protection=off,redis+cluster://{},{}",
-        g.sentinel_addrs().join(","),
-        g.master_name(),
-        cluster.addrs().join(","),
-        masters[0].url()
-    );
+    let (g, cluster, masters, list) = crate::operate::mixed_voters("tr-mix").await;
     let redlock = Redlock::new(split_urls(&list)).expect("three voters");
     assert_eq!((redlock.node_count(), redlock.quorum()), (3, 2));
     let names: Vec<String> = redlock

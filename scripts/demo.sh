@@ -121,7 +121,7 @@ cargo build --release --features axum,actix,cluster,metrics \
   --example axum_idempotent --example actix_idempotent --example burst
 
 if [ -n "${REDLOCK_URLS:-}" ]; then
-  # Your voters: masters, Sentinel groups, Clusters (see the README's "Voters").
+  # Your voters: masters, Sentinel groups, Clusters (see docs/voters.md).
   echo "using the voters of REDLOCK_URLS (none started here)"
   export REDLOCK_URLS
   start_replica axum_idempotent

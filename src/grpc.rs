@@ -38,8 +38,8 @@
 //! returns `Ok(None)` outside the protected service), or they are refused with
 //! `INVALID_ARGUMENT`. For streaming methods, see
 //! [`Replay::without_body`](crate::replay::Replay::without_body) and
-//! [`release_on_body_end`](crate::policy::LockPolicyBuilder::release_on_body_end) (the README's
-//! gRPC section says why).
+//! [`release_on_body_end`](crate::policy::LockPolicyBuilder::release_on_body_end) (the gRPC
+//! guide, `tower_redlock::guide::grpc`, says why).
 //!
 //! A custom [`Responder`](crate::rejection::Responder) set with
 //! [`LockPolicyBuilder::responder`](crate::policy::LockPolicyBuilder::responder) replaces the

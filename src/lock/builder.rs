@@ -103,8 +103,8 @@ impl RedlockBuilder {
     /// and `MemoryNode` do; a custom [`Node`] declares [`Capabilities::fencing`] and honours
     /// the `fence` of every request ([`AcquireRequest::fence`], …). A node without it
     /// fails every fenced request: its vote is lost (the client then tolerates one failure
-    /// fewer), and without enough votes left a lock fails naming it. See the README's
-    /// *Fencing tokens* for the precise assumptions and their tests.
+    /// fewer), and without enough votes left a lock fails naming it. See the fencing
+    /// guide (`tower_redlock::guide::fencing`) for the precise assumptions and their tests.
     ///
     /// [`Capabilities::fencing`]: crate::node::Capabilities::fencing
     /// [`AcquireRequest::fence`]: crate::node::AcquireRequest::fence

@@ -1,17 +1,6 @@
 //! The guides: each a page of `docs/`, with its code compiled as doc tests. Built with every
-//! feature (as docs.rs does): their examples use axum, actix-web and the metrics.
-//!
-//! | guide | what it covers |
-//! | --- | --- |
-//! | [`locks`] | the client (the Ruby gem's API, mapped), work that must run once, errors and each voter's answer, configuration, how a lock is taken |
-//! | [`middleware`] | `RedlockLayer` and `RedlockMiddleware`, policies, the answers, waiting, a lease lost mid-request |
-//! | [`replay`] | idempotent endpoints: stored responses, reused keys, what is fingerprinted and stored |
-//! | [`grpc`] | tonic behind the layer |
-//! | [`voters`] | masters, Sentinel groups, Clusters, TLS, tenure protection, eviction |
-//! | [`safety`] | what holds and under which exact assumptions; the faults the tests inject |
-//! | [`fencing`] | fencing tokens, and the stores that check them |
-//! | [`operate`] | inspect, explain, force-release, find the key; the `redlock` command line |
-//! | [`observability`] | spans, metrics, readiness |
+//! feature (as docs.rs does): their examples use axum, actix-web and the metrics. The crate
+//! page lists them with what each covers.
 
 #[doc = include_str!("../docs/locks.md")]
 pub mod locks {}

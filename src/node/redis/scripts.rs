@@ -138,14 +138,27 @@ return redis.call('pttl', KEYS[1])
     votes: true,
 };
 
-/// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]).
+/// The wake-up of a lock's waiters, after every delete of a lock (and only then): a message
+/// on the sharded channel named as the lock's key (`SPUBLISH`, Redis 7: on a Cluster the
+/// channel is in the key's slot, so it reaches that shard only, never the whole cluster).
+/// With `pcall`: a server without it (Redis 6) or a user the ACL denies it still releases —
+/// its waiters fall back to polling.
+macro_rules! wake_lua {
+    () => {
+        "redis.pcall('spublish', KEYS[1], 'released')\n"
+    };
+}
+
+/// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]), waking the
+/// key's waiters when it deleted.
 macro_rules! release_lua {
     () => {
-        r#"if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
-end
-return 0
-"#
+        concat!(
+            "if redis.call('get', KEYS[1]) == ARGV[1] then\n",
+            "  redis.call('del', KEYS[1])\n  ",
+            wake_lua!(),
+            "  return 1\nend\nreturn 0\n"
+        )
     };
 }
 
@@ -161,6 +174,7 @@ macro_rules! record_there_lua {
       and redis.call('get', KEYS[2]) == 'TRR1\n' .. ARGV[3] then
     if redis.call('get', KEYS[1]) == ARGV[1] then
       redis.call('del', KEYS[1])
+      redis.pcall('spublish', KEYS[1], 'released')
     end
     return 1
   end
@@ -180,6 +194,7 @@ macro_rules! complete_lua {
             r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   redis.call('del', KEYS[1])
+  redis.pcall('spublish', KEYS[1], 'released')
   return 1
 end
 return 0
@@ -201,6 +216,7 @@ if held == ARGV[1] or held == false then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   if held then
     redis.call('del', KEYS[1])
+    redis.pcall('spublish', KEYS[1], 'released')
   end
   return 1
 end
@@ -213,7 +229,7 @@ return 0
 /// Compare-and-delete: delete the key only if it holds our token.
 pub(crate) static RELEASE: Script = Script {
     source: release_lua!(),
-    sha1: "1c3217d3f56fb4a69cec7b3c42af8182dce2e5c2",
+    sha1: "d33eba55730cf0f8eb4923a4a65ed5dd53f87ece",
     votes: false,
 };
 
@@ -269,7 +285,7 @@ return {0, redis.call('pttl', KEYS[1])}
 /// a stale answer).
 pub(crate) static COMPLETE: Script = Script {
     source: complete_lua!(),
-    sha1: "07fea42fd54c7f3feac226e51c190dc4dfa87bb9",
+    sha1: "0350b8df3e4d70a0917aa8f6520361713504132c",
     votes: true,
 };
 
@@ -439,7 +455,7 @@ pub(crate) static RELEASE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[2]", "ARGV[3]"),
         release_lua!()
     ),
-    sha1: "5f924f857176fe68824911f3d7b221d71e94cb54",
+    sha1: "b574363fe64fce60b33fce42c5baaf59427f2662",
     votes: false,
 };
 
@@ -453,7 +469,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_lua!()
     ),
-    sha1: "3851ea747c71d7a2fe94b626c1ef5348a320b1ec",
+    sha1: "60d7d4a61984fb7d6d1c11a2bf432d85deccebfe",
     votes: true,
 };
 
@@ -462,7 +478,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
 /// holds it (that holder keeps its lock). KEYS lock, record; ARGV token, retention, record.
 pub(crate) static COMPLETE_FREE: Script = Script {
     source: complete_free_lua!(),
-    sha1: "c6c0c7e182db25b4cab577bb0bba929f86b37ca9",
+    sha1: "65c2bd5bdf17196911987cd9d1eaa578a54309b3",
     votes: true,
 };
 
@@ -476,7 +492,7 @@ pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_free_lua!()
     ),
-    sha1: "50c665934fddf0ffe09d6b766779d247ed899d19",
+    sha1: "726e6654dbef7a05919eec4de2fb20ea4fc8bfd5",
     votes: true,
 };
 
@@ -497,6 +513,7 @@ local lock, record = 0, 0
 local v = redis.call('get', KEYS[1])
 if v and not tagged(v) then
   lock = redis.call('del', KEYS[1])
+  redis.pcall('spublish', KEYS[1], 'released')
 end
 if #KEYS > 1 then
   local r = redis.call('get', KEYS[2])
@@ -506,7 +523,7 @@ if #KEYS > 1 then
 end
 return {lock, record}
 "#,
-    sha1: "49a3cc9d9aa8547de76263ae465f8e66ad96454c",
+    sha1: "0a6f78ce89ff8a21628d737d4eda1784ebd4fc05",
     votes: false,
 };
 

@@ -18,7 +18,6 @@
 //! - [`fencing`]: fencing tokens of successive holders strictly increase;
 //! - [`completion`]: work that runs once (`lock_unless_completed`, `Lease::complete`);
 //! - [`operate`]: inspection, each voter's answer in an error, forced release;
-//! - [`wake`]: every delete of a lock publishes on its key's channel (waking waiters);
 //! - [`liveness`]: a paused majority, a blocked runtime thread, suspended masters, retried
 //!   releases — the lock stays live.
 
@@ -36,7 +35,6 @@ mod operate;
 mod quorum;
 mod safety;
 mod scoped;
-mod wake;
 
 use std::time::Duration;
 

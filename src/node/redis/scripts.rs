@@ -138,27 +138,14 @@ return redis.call('pttl', KEYS[1])
     votes: true,
 };
 
-/// The wake-up of a lock's waiters, after every delete of a lock (and only then): a message
-/// on the sharded channel named as the lock's key (`SPUBLISH`, Redis 7: on a Cluster the
-/// channel is in the key's slot, so it reaches that shard only, never the whole cluster).
-/// With `pcall`: a server without it (Redis 6) or a user the ACL denies it still releases —
-/// its waiters fall back to polling.
-macro_rules! wake_lua {
-    () => {
-        "redis.pcall('spublish', KEYS[1], 'released')\n"
-    };
-}
-
-/// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]), waking the
-/// key's waiters when it deleted.
+/// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]).
 macro_rules! release_lua {
     () => {
-        concat!(
-            "if redis.call('get', KEYS[1]) == ARGV[1] then\n",
-            "  redis.call('del', KEYS[1])\n  ",
-            wake_lua!(),
-            "  return 1\nend\nreturn 0\n"
-        )
+        r#"if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+"#
     };
 }
 
@@ -174,7 +161,6 @@ macro_rules! record_there_lua {
       and redis.call('get', KEYS[2]) == 'TRR1\n' .. ARGV[3] then
     if redis.call('get', KEYS[1]) == ARGV[1] then
       redis.call('del', KEYS[1])
-      redis.pcall('spublish', KEYS[1], 'released')
     end
     return 1
   end
@@ -194,7 +180,6 @@ macro_rules! complete_lua {
             r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   redis.call('del', KEYS[1])
-  redis.pcall('spublish', KEYS[1], 'released')
   return 1
 end
 return 0
@@ -216,7 +201,6 @@ if held == ARGV[1] or held == false then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   if held then
     redis.call('del', KEYS[1])
-    redis.pcall('spublish', KEYS[1], 'released')
   end
   return 1
 end
@@ -229,7 +213,7 @@ return 0
 /// Compare-and-delete: delete the key only if it holds our token.
 pub(crate) static RELEASE: Script = Script {
     source: release_lua!(),
-    sha1: "d33eba55730cf0f8eb4923a4a65ed5dd53f87ece",
+    sha1: "1c3217d3f56fb4a69cec7b3c42af8182dce2e5c2",
     votes: false,
 };
 
@@ -285,7 +269,7 @@ return {0, redis.call('pttl', KEYS[1])}
 /// a stale answer).
 pub(crate) static COMPLETE: Script = Script {
     source: complete_lua!(),
-    sha1: "0350b8df3e4d70a0917aa8f6520361713504132c",
+    sha1: "07fea42fd54c7f3feac226e51c190dc4dfa87bb9",
     votes: true,
 };
 
@@ -455,7 +439,7 @@ pub(crate) static RELEASE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[2]", "ARGV[3]"),
         release_lua!()
     ),
-    sha1: "b574363fe64fce60b33fce42c5baaf59427f2662",
+    sha1: "5f924f857176fe68824911f3d7b221d71e94cb54",
     votes: false,
 };
 
@@ -469,7 +453,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_lua!()
     ),
-    sha1: "60d7d4a61984fb7d6d1c11a2bf432d85deccebfe",
+    sha1: "3851ea747c71d7a2fe94b626c1ef5348a320b1ec",
     votes: true,
 };
 
@@ -478,7 +462,7 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
 /// holds it (that holder keeps its lock). KEYS lock, record; ARGV token, retention, record.
 pub(crate) static COMPLETE_FREE: Script = Script {
     source: complete_free_lua!(),
-    sha1: "65c2bd5bdf17196911987cd9d1eaa578a54309b3",
+    sha1: "c6c0c7e182db25b4cab577bb0bba929f86b37ca9",
     votes: true,
 };
 
@@ -492,7 +476,7 @@ pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_free_lua!()
     ),
-    sha1: "726e6654dbef7a05919eec4de2fb20ea4fc8bfd5",
+    sha1: "50c665934fddf0ffe09d6b766779d247ed899d19",
     votes: true,
 };
 
@@ -513,7 +497,6 @@ local lock, record = 0, 0
 local v = redis.call('get', KEYS[1])
 if v and not tagged(v) then
   lock = redis.call('del', KEYS[1])
-  redis.pcall('spublish', KEYS[1], 'released')
 end
 if #KEYS > 1 then
   local r = redis.call('get', KEYS[2])
@@ -523,7 +506,7 @@ if #KEYS > 1 then
 end
 return {lock, record}
 "#,
-    sha1: "0a6f78ce89ff8a21628d737d4eda1784ebd4fc05",
+    sha1: "49a3cc9d9aa8547de76263ae465f8e66ad96454c",
     votes: false,
 };
 

@@ -382,6 +382,19 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
     assert_eq!(spared.records_deleted(), 0);
     assert!(m.everywhere("force-other:record", other.value()).await);
     other.release().await.unwrap();
+    // A record key of another type: no record; the lock's delete stands, no error.
+    for s in m.iter() {
+        assert!(s.set_nx("force-odd", FOREIGN, Some(600_000)).await);
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&["force-odd:record", "f", "v"][..]);
+        let _: i64 = s.query(&hset).await;
+    }
+    let odd = redlock
+        .force_release("force-odd", ForceRelease::by("test").with_record())
+        .await
+        .unwrap();
+    assert!(odd.is_complete(), "{odd:?}");
+    assert_eq!((odd.locks_deleted(), odd.records_deleted()), (3, 0));
 
     // A frozen master: reported; the others cleared. Operator calls never suspend it.
     for s in m.iter() {

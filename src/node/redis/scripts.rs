@@ -488,7 +488,8 @@ pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
 pub(crate) static FORCE_RELEASE: Script = Script {
     source: r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record. A value tagged as one of
 -- ours (a fencing counter, a record, a tenure marker, a fenced write's token) is no lock:
--- never deleted as one. The record is deleted only if it is one.
+-- never deleted as one. The record is deleted only if it is one (read with pcall: a key of
+-- another type there is no record, and the lock's delete stands).
 local function tagged(v)
   local t = string.sub(v, 1, 5)
   return t == 'TRF1:' or t == 'TRR1\n' or t == 'TRT2:' or t == 'TRW1:'
@@ -499,14 +500,14 @@ if v and not tagged(v) then
   lock = redis.call('del', KEYS[1])
 end
 if #KEYS > 1 then
-  local r = redis.call('get', KEYS[2])
-  if r and string.sub(r, 1, 5) == 'TRR1\n' then
+  local r = redis.pcall('get', KEYS[2])
+  if type(r) == 'string' and string.sub(r, 1, 5) == 'TRR1\n' then
     record = redis.call('del', KEYS[2])
   end
 end
 return {lock, record}
 "#,
-    sha1: "49a3cc9d9aa8547de76263ae465f8e66ad96454c",
+    sha1: "3f61a7761bc56eb7a96b6f2a010e86355919471d",
     votes: false,
 };
 

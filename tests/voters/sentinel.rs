@@ -230,9 +230,12 @@ async fn failover_with_protection_keeps_the_promoted_master_out() {
         abstained || !failed_over_in_time,
         "the promoted master abstained before voting"
     );
-    assert_eq!(
-        g.master().get("guarded").await.as_deref(),
-        Some(second.value())
+    // The second lease is on the promoted master — read while it is valid: on a loaded
+    // machine the read may come after its 3 s ttl, and then the key is rightly gone.
+    let on_master = g.master().get("guarded").await;
+    assert!(
+        on_master.as_deref() == Some(second.value()) || !second.is_valid(),
+        "the second lease is not on the promoted master: {on_master:?}"
     );
 }
 

@@ -7,6 +7,7 @@ use super::call::{self, Voter};
 use super::health::Health;
 use super::options::Config;
 use super::tally;
+use super::wake::Wakes;
 use super::{Inner, Redlock, Retry};
 use crate::error::Error;
 use crate::node::{AnyNode, Node, RedisNode, RedisNodeOptions};
@@ -113,6 +114,33 @@ impl RedlockBuilder {
         self
     }
 
+    /// Wake waiters on release (default off): a caller waiting for a busy key (a retry
+    /// policy, the middleware's `.wait`, a duplicate waiting for a replay) tries again as
+    /// soon as the holder releases it, instead of at its next poll.
+    ///
+    /// Every script that deletes a lock (a release, a completion, a failed try's cleanup, a
+    /// forced release) then publishes `released` on the channel named as the lock's key —
+    /// `PUBLISH` on a master or a Sentinel group's master, `SPUBLISH` (Redis 7, the key's
+    /// shard only) on a Cluster — and each Redis voter keeps one subscriber connection that
+    /// listens on the keys this client's waiters wait for (also on their keyspace channel:
+    /// with `notify-keyspace-events Kx` on a master, an expiry wakes them too). A message is a
+    /// hint: the waiter tries, and the try decides as before; the poll of the retry policy
+    /// stays, so no waiter waits longer than without it (a lost message, a crashed holder's
+    /// expiry without keyspace notifications, a client that does not publish).
+    ///
+    /// Within the client, one waiter per key tries at a time; the others queue in arrival
+    /// order (a new caller behind them). Costs: nothing on an uncontended lock; per
+    /// release, one message to each subscribed client on each voter (and, on a Cluster, to
+    /// the shard's replicas); per contended key, a subscription on each voter. An ACL user
+    /// needs the channels (`&<key prefix>*`, and `&__keyspace@*` for expiries): one that
+    /// lacks them still releases, its waiters poll, and the client warns once per voter.
+    /// Turn it on in every client of the keys: a client without it does not wake the others
+    /// (they poll). See the locks guide (`tower_redlock::guide::locks`, "Waiting").
+    pub fn wake_waiters(mut self, on: bool) -> Self {
+        self.config.wake_waiters = on;
+        self
+    }
+
     /// The retry policy of [`Redlock::lock`] (default: [`Retry::default`], 3 retries of
     /// 200 ms + up to 50 ms jitter).
     pub fn retry(mut self, retry: Retry) -> Self {
@@ -196,8 +224,14 @@ impl RedlockBuilder {
         }
         let mut config = self.config;
         config.max_ttl = self.nodes.iter().filter_map(|n| n.max_ttl()).min();
-        let nodes = self
-            .nodes
+        let quorum = tally::quorum(self.nodes.len());
+        let mut nodes = self.nodes;
+        let wakes = if config.wake_waiters {
+            Wakes::start(&mut nodes, quorum)
+        } else {
+            None
+        };
+        let nodes = nodes
             .into_iter()
             .map(|node| {
                 Arc::new(Voter {
@@ -215,7 +249,8 @@ impl RedlockBuilder {
         }
         Ok(Redlock {
             inner: Arc::new(Inner {
-                quorum: tally::quorum(nodes.len()),
+                quorum,
+                wakes,
                 names: nodes.iter().map(|v| v.name.clone()).collect(),
                 nodes,
                 config,

@@ -17,12 +17,13 @@ use crate::node::MemoryNode;
 // file, the client, sits on top).
 //
 // Leaves, importing no other lock module: the fencing token, a node's health, the settings,
-// telemetry, the lock token.
+// telemetry, the lock token, the waiters woken on release.
 mod fencing;
 mod health;
 mod options;
 mod telemetry;
 mod token;
+mod wake;
 // What a node is owed: the releases and completions it missed.
 mod owed;
 // A voter, and one call to it (timeout, stall excuses, probes, paying what it is owed).
@@ -72,6 +73,9 @@ struct Inner {
     names: Arc<[Arc<str>]>,
     quorum: usize,
     config: Config,
+    /// The waiters woken on release, when the client wakes them
+    /// ([`RedlockBuilder::wake_waiters`]).
+    wakes: Option<wake::Wakes>,
 }
 
 impl std::fmt::Debug for Redlock {

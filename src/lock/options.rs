@@ -159,6 +159,8 @@ pub(crate) struct Config {
     pub(crate) suspend_after: u32,
     /// Fencing tokens (fenced acquires and releases).
     pub(crate) fencing: bool,
+    /// Waiters woken on release (the scripts publish, the voters subscribe).
+    pub(crate) wake_waiters: bool,
 }
 
 impl Default for Config {
@@ -172,6 +174,7 @@ impl Default for Config {
             max_ttl: None,
             suspend_after: 3,
             fencing: false,
+            wake_waiters: false,
         }
     }
 }

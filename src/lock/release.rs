@@ -431,9 +431,15 @@ fn send_release(
     fence: Option<&Fence>,
 ) -> tally::Sent<bool, impl Future<Output = Result<bool, CallError>> + Send + 'static> {
     let owned = key.clone();
-    // The `EVALSHA`, packed once for every Redis master.
-    let packed = (fence.is_none() && nodes.iter().any(|v| v.node.uses_prepared(false)))
-        .then(|| Arc::new(RedisNode::release_cmd(key, token.as_str())));
+    // The `EVALSHA`, packed once for every Redis master (of the first one's wake-up kind:
+    // the masters and Sentinel groups share one, a Cluster's differs).
+    let packed = nodes
+        .iter()
+        .find(|v| fence.is_none() && v.node.uses_prepared(false))
+        .map(|v| {
+            let wake = v.node.wake();
+            Arc::new((wake, RedisNode::release_cmd(key, token.as_str(), wake)))
+        });
     let fenced = fence.cloned();
     tally::send(
         nodes,
@@ -454,7 +460,8 @@ fn send_release(
             async move {
                 let plain = ReleaseRequest::new(&key, token.as_str());
                 let Some(f) = fence else {
-                    return v.node.release(plain, packed.as_deref()).await;
+                    let packed = packed.as_deref().filter(|(wake, _)| *wake == v.node.wake());
+                    return v.node.release(plain, packed.map(|(_, cmd)| cmd)).await;
                 };
                 match v.node.release(plain.fenced(f.floor()), None).await {
                     // A node without counters (it voted without one: no vote) may still hold

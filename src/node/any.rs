@@ -116,6 +116,27 @@ impl AnyNode {
         }
     }
 
+    /// The wake-up's channel kind this node's deleting scripts are given (see
+    /// `RedisNode::start_wake`), if any.
+    pub(crate) fn wake(&self) -> Option<&'static str> {
+        match self {
+            Self::Redis(n) => n.wake,
+            _ => None,
+        }
+    }
+
+    /// Starts the wake-up on this node, if it has one (a Redis voter over a connection of its
+    /// own); the others poll.
+    pub(crate) fn start_wake(
+        &mut self,
+        listener: std::sync::Arc<dyn super::wake::Listener>,
+    ) -> Option<super::wake::Feed> {
+        match self {
+            Self::Redis(n) => n.start_wake(listener),
+            _ => None,
+        }
+    }
+
     /// An in-process node's answer to `request`, at once; `None` for a remote node.
     pub(crate) fn acquire_now(
         &self,

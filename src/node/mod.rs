@@ -24,6 +24,7 @@ mod memory;
 mod operate;
 mod redis;
 mod request;
+pub(crate) mod wake;
 
 pub(crate) use self::any::AnyNode;
 pub(crate) use self::redis::EvictionStatus;

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod http;
 pub mod nodes;
 pub mod proxy;
+pub mod pubsub;
 pub mod sentinel;
 
 mod launch;

@@ -35,6 +35,7 @@ mod operate;
 mod quorum;
 mod safety;
 mod scoped;
+mod wake;
 
 use std::time::Duration;
 

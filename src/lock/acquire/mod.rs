@@ -62,10 +62,23 @@ impl Redlock {
         let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
 
         let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
+        // With the wake-up, a caller queues behind the client's waiters of the key, and a
+        // failed try registers to be woken by the key's release (see `wake.rs`).
+        let wakes = self.inner.wakes.as_ref();
+        let mut interest = None;
+        if let Some(w) = wakes.filter(|w| w.has_waiters(&key)) {
+            let queued = interest.insert(w.interest(&key));
+            queued
+                .wait(retry.next_delay(), deadline.map(Into::into))
+                .await;
+        }
         let mut attempt = 0u32;
         let mut split_vote_retried = false;
         loop {
             attempt = attempt.saturating_add(1);
+            if let Some(i) = &interest {
+                i.before_try();
+            }
             // A try decided without I/O (every node suspended, in-process nodes) must still
             // let other tasks run: a loop of tries would otherwise starve its runtime.
             tokio::task::consume_budget().await;
@@ -114,7 +127,15 @@ impl Redlock {
                         obs.done(LockOutcome::Failed(&e));
                         return Err(e);
                     }
-                    tokio::time::sleep(pause).await;
+                    match wakes {
+                        Some(w) => {
+                            let i = interest.get_or_insert_with(|| w.interest(&key));
+                            let queue_until =
+                                deadline.map(|d| (d - try_time.min(d - obs.started)).into());
+                            i.wait(pause, queue_until).await;
+                        }
+                        None => tokio::time::sleep(pause).await,
+                    }
                 }
             }
         }

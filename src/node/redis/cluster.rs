@@ -108,40 +108,7 @@ impl ClusterConn {
     /// Sets the connection up; nothing is sent until the first request. Must be called
     /// inside a Tokio runtime.
     pub(super) fn start(cluster: &Cluster, options: &RedisNodeOptions) -> crate::Result<Self> {
-        if cluster.tls && !cfg!(feature = "tls") {
-            return Err(crate::Error::invalid(format!(
-                "{} asks for TLS: enable the `tls` feature of tower-redlock",
-                cluster.name()
-            )));
-        }
-        let scheme = if cluster.tls { "rediss" } else { "redis" };
-        let urls = cluster.nodes.iter().map(|(host, port)| {
-            let host = if host.contains(':') {
-                format!("[{host}]")
-            } else {
-                host.clone()
-            };
-            format!("{scheme}://{host}:{port}")
-        });
-        // Redirections (`MOVED`, `ASK`) count as retries; the client's node timeout bounds
-        // them all, so the waits between them stay short.
-        let mut builder = ClusterClientBuilder::new(urls)
-            .retries(3)
-            .min_retry_wait(5)
-            .max_retry_wait(100)
-            .connection_timeout(options.connect_timeout)
-            .response_timeout(options.response_timeout.unwrap_or(Duration::from_secs(1)));
-        if let Some((user, pass)) = &cluster.auth {
-            builder = builder.password(pass);
-            if let Some(user) = user {
-                builder = builder.username(user);
-            }
-        }
-        #[cfg(feature = "tls")]
-        if let Some(certs) = &cluster.certs {
-            builder = builder.certs(certs.clone());
-        }
-        let client = builder
+        let client = builder(cluster, options)?
             .build()
             .map_err(|e| crate::Error::invalid(format!("{}: {e}", cluster.name())))?;
         let mut config = ClusterConfig::new().set_connection_timeout(options.connect_timeout);
@@ -156,6 +123,149 @@ impl ClusterConn {
     pub(super) async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
         use redis::aio::ConnectionLike;
         self.conn.req_packed_command(cmd).await
+    }
+}
+
+/// The cluster client's settings for `cluster`.
+fn builder(cluster: &Cluster, options: &RedisNodeOptions) -> crate::Result<ClusterClientBuilder> {
+    if cluster.tls && !cfg!(feature = "tls") {
+        return Err(crate::Error::invalid(format!(
+            "{} asks for TLS: enable the `tls` feature of tower-redlock",
+            cluster.name()
+        )));
+    }
+    let scheme = if cluster.tls { "rediss" } else { "redis" };
+    let urls = cluster.nodes.iter().map(|(host, port)| {
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        format!("{scheme}://{host}:{port}")
+    });
+    // Redirections (`MOVED`, `ASK`) count as retries; the client's node timeout bounds
+    // them all, so the waits between them stay short.
+    let mut builder = ClusterClientBuilder::new(urls)
+        .retries(3)
+        .min_retry_wait(5)
+        .max_retry_wait(100)
+        .connection_timeout(options.connect_timeout)
+        .response_timeout(options.response_timeout.unwrap_or(Duration::from_secs(1)));
+    if let Some((user, pass)) = &cluster.auth {
+        builder = builder.password(pass);
+        if let Some(user) = user {
+            builder = builder.username(user);
+        }
+    }
+    #[cfg(feature = "tls")]
+    if let Some(certs) = &cluster.certs {
+        builder = builder.certs(certs.clone());
+    }
+    Ok(builder)
+}
+
+/// What a Cluster voter's wake-up subscriber connects with (see `redis/wake.rs`).
+#[derive(Clone)]
+pub(crate) struct ClusterWake {
+    cluster: Cluster,
+    options: RedisNodeOptions,
+}
+
+impl ClusterWake {
+    pub(super) fn new(cluster: &Cluster, options: &RedisNodeOptions) -> Self {
+        Self {
+            cluster: cluster.clone(),
+            options: options.clone(),
+        }
+    }
+}
+
+/// A Cluster voter's subscriber: a RESP3 cluster connection of its own whose pushes
+/// (`smessage`: a release in a key's slot) go to `listener`; `SSUBSCRIBE`/`SUNSUBSCRIBE` as
+/// the keys come and go (redis-rs resubscribes after it reconnects a shard: a disconnection
+/// push wakes every key's waiters, whose releases may have been missed). Ends when the feed
+/// is dropped.
+pub(super) async fn run_wake(
+    wake: ClusterWake,
+    name: String,
+    limits: super::wake::Limits,
+    listener: std::sync::Arc<dyn crate::node::wake::Listener>,
+    mut ops: tokio::sync::mpsc::UnboundedReceiver<crate::node::wake::Op>,
+) {
+    use crate::node::wake::Op;
+    use redis::{PushKind, Value};
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+
+    let keys: Arc<Mutex<HashSet<Arc<str>>>> = Arc::default();
+    let heard = listener.clone();
+    let known = keys.clone();
+    let push = move |info: redis::PushInfo| {
+        match info.kind {
+            PushKind::SMessage => {
+                if let Some(Value::BulkString(channel)) = info.data.first() {
+                    if let Ok(key) = std::str::from_utf8(channel) {
+                        heard.released(key);
+                    }
+                }
+            }
+            PushKind::Disconnection => {
+                let all: Vec<Arc<str>> = known
+                    .lock()
+                    .map(|k| k.iter().cloned().collect())
+                    .unwrap_or_default();
+                heard.subscribed(&all);
+            }
+            _ => {}
+        }
+        Ok::<(), redis::aio::SendError>(())
+    };
+    let client = builder(&wake.cluster, &wake.options).and_then(|b| {
+        b.use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(push)
+            .build()
+            .map_err(|e| crate::Error::invalid(e.to_string()))
+    });
+    let client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(voter = %name, error = %e, "wake: no subscriber: waiters poll");
+            return;
+        }
+    };
+    let mut config = ClusterConfig::new().set_connection_timeout(limits.connect);
+    config = config.set_response_timeout(limits.response);
+    let mut conn = client.get_pending_async_connection_with_config(config);
+    let mut refused = false;
+    while let Some(op) = ops.recv().await {
+        match op {
+            Op::Watch(key) => {
+                if !keys
+                    .lock()
+                    .map(|mut k| k.insert(key.clone()))
+                    .unwrap_or(false)
+                    || refused
+                {
+                    continue;
+                }
+                match tokio::time::timeout(limits.response, conn.ssubscribe(&*key)).await {
+                    Ok(Ok(())) => listener.subscribed(&[key]),
+                    Ok(Err(e)) if e.code() == Some("NOPERM") => {
+                        refused = true;
+                        listener.refused(&e.to_string());
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(voter = %name, error = %e, "wake: ssubscribe failed");
+                    }
+                    Err(_) => tracing::debug!(voter = %name, "wake: ssubscribe timed out"),
+                }
+            }
+            Op::Unwatch(key) => {
+                if keys.lock().map(|mut k| k.remove(&key)).unwrap_or(false) && !refused {
+                    let _ = tokio::time::timeout(limits.response, conn.sunsubscribe(&*key)).await;
+                }
+            }
+        }
     }
 }
 

@@ -146,6 +146,7 @@ impl RedisNode {
         let retention = ttl_ms(retention).to_string();
         let fence_key = self.conn.aux_key(key, fence_key);
         let args = [token.as_bytes(), floor.as_bytes(), retention.as_bytes()];
+        let args = self.with_wake(&args);
         let reply = self
             .run_binary(&RELEASE_FENCED, &[key, fence_key.as_ref()], &args)
             .await?;
@@ -201,6 +202,7 @@ impl RedisNode {
             floor.as_bytes(),
             fence_retention.as_bytes(),
         ];
+        let args = self.with_wake(&args);
         let keys = [key, record_key.as_ref(), fence_key.as_ref()];
         let script = if if_free {
             &COMPLETE_FREE_FENCED

@@ -97,9 +97,10 @@ impl RedisNode {
         cmd
     }
 
-    /// The release's `EVALSHA`, packed: the same for every master of a fan-out.
-    pub(crate) fn release_cmd(key: &str, token: &str) -> Cmd {
-        script_cmd("EVALSHA", RELEASE.sha1(), &[key], token, None, None)
+    /// The release's `EVALSHA`, packed: the same for every master of a fan-out whose
+    /// [`RedisNode::wake`] is `wake`.
+    pub(crate) fn release_cmd(key: &str, token: &str, wake: Option<&str>) -> Cmd {
+        script_cmd("EVALSHA", RELEASE.sha1(), &[key], token, [None, None], wake)
     }
 
     /// Whether this node acquires with the plain `SET` of [`RedisNode::set_cmd`]: not behind
@@ -119,7 +120,7 @@ impl RedisNode {
         prepared: Option<&Cmd>,
     ) -> Result<bool, CallError> {
         let v = self
-            .run(&RELEASE, &[key], token, None, None, prepared)
+            .run(&RELEASE, &[key], token, [None, None], self.wake, prepared)
             .await?;
         Ok(int(&v)? == 1)
     }
@@ -142,7 +143,14 @@ impl RedisNode {
         ttl: Duration,
     ) -> Result<bool, CallError> {
         let v = self
-            .run(&EXTEND, &[key], token, Some(ttl_ms(ttl)), None, None)
+            .run(
+                &EXTEND,
+                &[key],
+                token,
+                [Some(ttl_ms(ttl)), None],
+                None,
+                None,
+            )
             .await?;
         Ok(int(&v)? == 1)
     }
@@ -166,7 +174,14 @@ impl RedisNode {
         match &self.guard {
             Some(guard) => self.acquire_guarded(guard, key, token, ttl).await,
             None => Ok(self
-                .run(&ACQUIRE, &[key], token, Some(ttl_ms(ttl)), None, None)
+                .run(
+                    &ACQUIRE,
+                    &[key],
+                    token,
+                    [Some(ttl_ms(ttl)), None],
+                    None,
+                    None,
+                )
                 .await?),
         }
     }
@@ -189,8 +204,8 @@ impl RedisNode {
                 &ACQUIRE_GUARDED,
                 &keys,
                 token,
-                Some(ttl_ms(ttl)),
-                max_ms,
+                [Some(ttl_ms(ttl)), max_ms],
+                None,
                 None,
             )
             .await?;

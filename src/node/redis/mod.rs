@@ -9,6 +9,7 @@ use self::conn::{query, Conn};
 use self::eviction::Eviction;
 use self::options::RestartGuard;
 use self::scripts::Script;
+use self::wake::Source;
 use super::{Acquire, CallError};
 
 #[cfg(feature = "cluster")]
@@ -24,6 +25,7 @@ mod records;
 mod scripts;
 mod sentinel;
 mod url;
+mod wake;
 
 #[cfg(feature = "cluster")]
 pub use self::cluster::Cluster;
@@ -68,6 +70,12 @@ pub struct RedisNode {
     name: String,
     guard: Option<RestartGuard>,
     eviction: Eviction,
+    /// Where the wake-up's subscriber connects (`None`: a node over a connection of the
+    /// caller's, which polls).
+    wake_source: Option<std::sync::Arc<(Source, wake::Limits)>>,
+    /// The wake-up's channel kind its deleting scripts are given, once the client wakes
+    /// waiters ([`RedisNode::start_wake`]): `P` or `S`.
+    pub(in crate::node) wake: Option<&'static str>,
 }
 
 impl std::fmt::Debug for RedisNode {
@@ -154,6 +162,7 @@ impl RedisNode {
             ));
         }
         let name = client.get_connection_info().addr().to_string();
+        let source = wake::Source::Master(client.clone());
         let manager = ConnectionManager::new_lazy_with_config(client, options.manager_config())
             .map_err(|e| {
                 crate::Error::invalid(format!("cannot set up a connection to {name}: {e}"))
@@ -163,6 +172,8 @@ impl RedisNode {
             eviction: eviction(&name, options),
             name,
             guard: options.guard(None),
+            wake_source: Some(std::sync::Arc::new((source, limits(options)))),
+            wake: None,
         })
     }
 
@@ -201,12 +212,14 @@ impl RedisNode {
         let name = group.name();
         let window = group.window(options);
         let eviction = eviction(&name, options);
+        let conn = sentinel::SentinelConn::start(group, options, eviction.clone())?;
         Ok(Self {
-            conn: Conn::Sentinel(sentinel::SentinelConn::start(
-                group,
-                options,
-                eviction.clone(),
-            )?),
+            wake_source: Some(std::sync::Arc::new((
+                Source::Sentinel(conn.clone()),
+                limits(options),
+            ))),
+            wake: None,
+            conn: Conn::Sentinel(conn),
             name,
             guard: options
                 .guard(Some(DEFAULT_FAILOVER_MAX_TTL))
@@ -251,6 +264,11 @@ impl RedisNode {
             eviction: eviction(&name, options),
             name,
             guard: options.guard(None),
+            wake_source: Some(std::sync::Arc::new((
+                Source::Cluster(cluster::ClusterWake::new(&cluster, options)),
+                limits(options),
+            ))),
+            wake: None,
         })
     }
 
@@ -264,6 +282,8 @@ impl RedisNode {
             eviction: eviction(&name, &RedisNodeOptions::default()),
             name,
             guard: None,
+            wake_source: None,
+            wake: None,
         }
     }
 
@@ -276,7 +296,27 @@ impl RedisNode {
             eviction: eviction(&name, &RedisNodeOptions::default()),
             name,
             guard: None,
+            wake_source: None,
+            wake: None,
         }
+    }
+
+    /// Starts the wake-up (`RedlockBuilder::wake_waiters`): its deleting scripts publish
+    /// from now on, and a subscriber of its own tells `listener` the releases it hears. `None`
+    /// for a node over a connection of the caller's ([`RedisNode::from_connection_manager`],
+    /// [`RedisNode::from_multiplexed`]): its waiters poll.
+    pub(crate) fn start_wake(
+        &mut self,
+        listener: std::sync::Arc<dyn super::wake::Listener>,
+    ) -> Option<super::wake::Feed> {
+        let (source, limits) = self.wake_source.as_deref()?;
+        self.wake = Some(source.kind());
+        Some(wake::start(
+            source.clone(),
+            self.name.clone(),
+            *limits,
+            listener,
+        ))
     }
 
     /// The voter's eviction state, for [`Redlock::node_status`](crate::Redlock::node_status);
@@ -299,17 +339,17 @@ impl RedisNode {
         reply
     }
 
-    /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given,
-    /// `ARGV[2] = ttl_ms` and `ARGV[3] = extra`: `EVALSHA`, then `EVAL` if the master lost
-    /// its script cache.
+    /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given, `[ttl_ms,
+    /// extra]` and `wake` (the wake-up's channel kind, for a script that deletes a lock) as
+    /// the next arguments: `EVALSHA`, then `EVAL` if the master lost its script cache.
     /// With `prepared`, the `EVALSHA` packed once for every master of a fan-out.
     async fn run(
         &self,
         script: &Script,
         keys: &[&str],
         token: &str,
-        ttl_ms: Option<u64>,
-        extra: Option<u64>,
+        [ttl_ms, extra]: [Option<u64>; 2],
+        wake: Option<&str>,
         prepared: Option<&Cmd>,
     ) -> RedisResult<Value> {
         // Scoped so that nothing of the first request is kept across the fallback's await:
@@ -320,7 +360,7 @@ impl RedisNode {
             let cmd = match prepared {
                 Some(cmd) => cmd,
                 None => {
-                    own = script_cmd("EVALSHA", script.sha1(), keys, token, ttl_ms, extra);
+                    own = script_cmd("EVALSHA", script.sha1(), keys, token, [ttl_ms, extra], wake);
                     &own
                 }
             };
@@ -333,10 +373,20 @@ impl RedisNode {
         // The master lost its script cache (a restart, `SCRIPT FLUSH`): send the source.
         Box::pin(async move {
             let mut conn = self.conn.clone();
-            let cmd = script_cmd("EVAL", script.source(), keys, token, ttl_ms, extra);
+            let cmd = script_cmd("EVAL", script.source(), keys, token, [ttl_ms, extra], wake);
             self.noted(query(&mut conn, &cmd, script.votes()).await)
         })
         .await
+    }
+}
+
+/// The wake-up subscriber's timeouts with `options`.
+fn limits(options: &RedisNodeOptions) -> wake::Limits {
+    wake::Limits {
+        connect: options.connect_timeout,
+        response: options
+            .response_timeout
+            .unwrap_or(std::time::Duration::from_secs(1)),
     }
 }
 
@@ -372,22 +422,27 @@ fn held(pttl_ms: i64) -> Acquire {
     }
 }
 
-/// `EVALSHA sha …` or `EVAL source …` with the lock scripts' arguments, sized up front.
+/// `EVALSHA sha …` or `EVAL source …` with the lock scripts' arguments (the token, then the
+/// numbers and the wake-up's channel kind that are given), sized up front.
 fn script_cmd(
     verb: &str,
     script: &str,
     keys: &[&str],
     token: &str,
-    ttl_ms: Option<u64>,
-    extra: Option<u64>,
+    [ttl_ms, extra]: [Option<u64>; 2],
+    wake: Option<&str>,
 ) -> Cmd {
-    let args = 4 + keys.len() + usize::from(ttl_ms.is_some()) + usize::from(extra.is_some());
+    let args = 4
+        + keys.len()
+        + usize::from(ttl_ms.is_some())
+        + usize::from(extra.is_some())
+        + usize::from(wake.is_some());
     let data = verb.len()
         + script.len()
         + 2
         + keys.iter().map(|k| k.len()).sum::<usize>()
         + token.len()
-        + 40;
+        + 42;
     let mut cmd = Cmd::with_capacity(args, data);
     cmd.arg(verb)
         .arg(script)
@@ -395,7 +450,8 @@ fn script_cmd(
         .arg(keys)
         .arg(token)
         .arg(ttl_ms)
-        .arg(extra);
+        .arg(extra)
+        .arg(wake);
     cmd
 }
 

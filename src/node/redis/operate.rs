@@ -77,7 +77,9 @@ impl RedisNode {
             .map(|r| self.conn.aux_key(request.key, r));
         let mut keys = vec![request.key];
         keys.extend(record_key.as_deref());
-        let reply = self.run_binary(&FORCE_RELEASE, &keys, &[]).await?;
+        let reply = self
+            .run_binary(&FORCE_RELEASE, &keys, &self.with_wake(&[]))
+            .await?;
         match reply {
             Value::Array(items) if items.len() == 2 => {
                 let deleted = |v: &Value| matches!(v, Value::Int(n) if *n > 0);

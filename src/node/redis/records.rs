@@ -78,12 +78,22 @@ impl RedisNode {
     ) -> Result<bool, CallError> {
         let retention = ttl_ms(retention).to_string();
         let args = [token.as_bytes(), retention.as_bytes(), record];
+        let args = self.with_wake(&args);
         let record_key = self.conn.aux_key(key, record_key);
         let script = if if_free { &COMPLETE_FREE } else { &COMPLETE };
         let reply = self
             .run_binary(script, &[key, record_key.as_ref()], &args)
             .await?;
         Ok(int(&reply)? == 1)
+    }
+
+    /// A deleting script's arguments `args`, then the wake-up's channel kind when this voter
+    /// wakes waiters ([`RedisNode::wake`]).
+    pub(super) fn with_wake<'a>(&self, args: &[&'a [u8]]) -> Vec<&'a [u8]> {
+        let mut all = Vec::with_capacity(args.len() + 1);
+        all.extend_from_slice(args);
+        all.extend(self.wake.map(str::as_bytes));
+        all
     }
 
     /// `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`, with binary arguments.

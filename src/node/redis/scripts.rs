@@ -138,14 +138,26 @@ return redis.call('pttl', KEYS[1])
     votes: true,
 };
 
-/// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]).
+/// The wake-up of a lock's waiters after a delete of the lock `KEYS[1]` (and only then), when
+/// the script's caller asked for it (`local wake`, the script's last argument: absent, `P` or
+/// `S`): `released` on the channel named as the key — `PUBLISH` on a master or a Sentinel
+/// group's, `SPUBLISH` (sharded, Redis 7) on a Cluster, where it reaches the key's shard only.
+/// With `pcall`: a server or a user that may not publish still releases (its waiters poll).
+macro_rules! wake_lua {
+    () => {
+        "if wake then redis.pcall(wake == 'S' and 'spublish' or 'publish', KEYS[1], 'released') end\n"
+    };
+}
+
+/// The compare-and-delete of [`RELEASE`] (also the end of [`RELEASE_FENCED`]), waking the
+/// key's waiters when it deleted (`wake_lua!`).
 macro_rules! release_lua {
     () => {
-        r#"if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
-end
-return 0
-"#
+        concat!(
+            "if redis.call('get', KEYS[1]) == ARGV[1] then\n  redis.call('del', KEYS[1])\n  ",
+            wake_lua!(),
+            "  return 1\nend\nreturn 0\n"
+        )
     };
 }
 
@@ -156,17 +168,21 @@ return 0
 /// resource).
 macro_rules! record_there_lua {
     () => {
-        r#"if redis.call('exists', KEYS[2]) == 1 then
+        concat!(
+            r#"if redis.call('exists', KEYS[2]) == 1 then
   if redis.call('type', KEYS[2]).ok == 'string'
       and redis.call('get', KEYS[2]) == 'TRR1\n' .. ARGV[3] then
     if redis.call('get', KEYS[1]) == ARGV[1] then
       redis.call('del', KEYS[1])
-    end
+      "#,
+            wake_lua!(),
+            r#"    end
     return 1
   end
   return 0
 end
 "#
+        )
     };
 }
 
@@ -180,7 +196,9 @@ macro_rules! complete_lua {
             r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   redis.call('del', KEYS[1])
-  return 1
+  "#,
+            wake_lua!(),
+            r#"  return 1
 end
 return 0
 "#
@@ -201,7 +219,9 @@ if held == ARGV[1] or held == false then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
   if held then
     redis.call('del', KEYS[1])
-  end
+    "#,
+            wake_lua!(),
+            r#"  end
   return 1
 end
 return 0
@@ -212,8 +232,8 @@ return 0
 
 /// Compare-and-delete: delete the key only if it holds our token.
 pub(crate) static RELEASE: Script = Script {
-    source: release_lua!(),
-    sha1: "1c3217d3f56fb4a69cec7b3c42af8182dce2e5c2",
+    source: concat!("local wake = ARGV[2]\n", release_lua!()),
+    sha1: "a3e720b44627c424876e445a508213e8904ae484",
     votes: false,
 };
 
@@ -268,8 +288,8 @@ return {0, redis.call('pttl', KEYS[1])}
 /// deletes the lock, atomically; answers 1, else 0 (an expired or lost lease never stores
 /// a stale answer).
 pub(crate) static COMPLETE: Script = Script {
-    source: complete_lua!(),
-    sha1: "07fea42fd54c7f3feac226e51c190dc4dfa87bb9",
+    source: concat!("local wake = ARGV[4]\n", complete_lua!()),
+    sha1: "f09fa98754cedcfcc88e604c51f4808c7ebc6851",
     votes: true,
 };
 
@@ -434,12 +454,12 @@ end
 /// then compare-and-delete, as [`RELEASE`].
 pub(crate) static RELEASE_FENCED: Script = Script {
     source: concat!(
-        "local fkey = KEYS[2]\n",
+        "local fkey, wake = KEYS[2], ARGV[4]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[2]", "ARGV[3]"),
         release_lua!()
     ),
-    sha1: "5f924f857176fe68824911f3d7b221d71e94cb54",
+    sha1: "1f02cf740c6641970fafebb3d7a50eea48c34d9d",
     votes: false,
 };
 
@@ -448,12 +468,12 @@ pub(crate) static RELEASE_FENCED: Script = Script {
 /// then as [`COMPLETE`].
 pub(crate) static COMPLETE_FENCED: Script = Script {
     source: concat!(
-        "local fkey = KEYS[3]\n",
+        "local fkey, wake = KEYS[3], ARGV[6]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_lua!()
     ),
-    sha1: "3851ea747c71d7a2fe94b626c1ef5348a320b1ec",
+    sha1: "d7c33d52cde4a95a75c7e027c3cde567de6ee318",
     votes: true,
 };
 
@@ -461,8 +481,8 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
 /// ran): as [`COMPLETE`], and also where `KEYS[1]` is absent — never where another value
 /// holds it (that holder keeps its lock). KEYS lock, record; ARGV token, retention, record.
 pub(crate) static COMPLETE_FREE: Script = Script {
-    source: complete_free_lua!(),
-    sha1: "c6c0c7e182db25b4cab577bb0bba929f86b37ca9",
+    source: concat!("local wake = ARGV[4]\n", complete_free_lua!()),
+    sha1: "3d705634bc40dabe80b6b2dfce9529362ad2eadd",
     votes: true,
 };
 
@@ -471,12 +491,12 @@ pub(crate) static COMPLETE_FREE: Script = Script {
 /// [`COMPLETE_FREE`].
 pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
     source: concat!(
-        "local fkey = KEYS[3]\n",
+        "local fkey, wake = KEYS[3], ARGV[6]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_free_lua!()
     ),
-    sha1: "50c665934fddf0ffe09d6b766779d247ed899d19",
+    sha1: "f9ce73f8fce1df48b9303466368fc83ce0c474ae",
     votes: true,
 };
 
@@ -486,7 +506,8 @@ pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
 /// (`job:fence`) cannot delete it, nor a record key holding another resource's lock. Not a
 /// vote.
 pub(crate) static FORCE_RELEASE: Script = Script {
-    source: r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record. A value tagged as one of
+    source: concat!(
+        r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record. A value tagged as one of
 -- ours (a fencing counter, a record, a tenure marker, a fenced write's token) is no lock:
 -- never deleted as one. The record is deleted only if it is one (read with pcall: a key of
 -- another type there is no record, and the lock's delete stands).
@@ -494,11 +515,13 @@ local function tagged(v)
   local t = string.sub(v, 1, 5)
   return t == 'TRF1:' or t == 'TRR1\n' or t == 'TRT2:' or t == 'TRW1:'
 end
-local lock, record = 0, 0
+local lock, record, wake = 0, 0, ARGV[1]
 local v = redis.call('get', KEYS[1])
 if v and not tagged(v) then
   lock = redis.call('del', KEYS[1])
-end
+  "#,
+        wake_lua!(),
+        r#"end
 if #KEYS > 1 then
   local r = redis.pcall('get', KEYS[2])
   if type(r) == 'string' and string.sub(r, 1, 5) == 'TRR1\n' then
@@ -506,8 +529,9 @@ if #KEYS > 1 then
   end
 end
 return {lock, record}
-"#,
-    sha1: "3f61a7761bc56eb7a96b6f2a010e86355919471d",
+"#
+    ),
+    sha1: "5d81df16c446bd8391409779fceca851152a9430",
     votes: false,
 };
 

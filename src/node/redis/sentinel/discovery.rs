@@ -61,6 +61,8 @@ enum State {
     Master {
         addr: String,
         conn: ConnectionManager,
+        /// For the wake-up's subscriber (`redis/wake.rs`), which has a connection of its own.
+        client: Arc<redis::Client>,
     },
     Failed(Arc<str>),
 }
@@ -151,6 +153,34 @@ impl SentinelConn {
             .is_some_and(|ago| ago <= self.shared.window)
     }
 
+    /// The current master's address and client, once the sentinels name one (waits as
+    /// long as it takes: for the wake-up's subscriber, off every lock's path).
+    pub(crate) async fn master_client(&self) -> (String, redis::Client) {
+        let mut rx = self.shared.state.subscribe();
+        loop {
+            if let State::Master { addr, client, .. } = &*rx.borrow_and_update() {
+                return (addr.clone(), redis::Client::clone(client));
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Resolves once the current master is no longer `addr` (a failover, or none known).
+    pub(crate) async fn master_changed(&self, addr: &str) {
+        let mut rx = self.shared.state.subscribe();
+        loop {
+            match &*rx.borrow_and_update() {
+                State::Master { addr: now, .. } if now == addr => {}
+                _ => return,
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
     async fn master(&self) -> RedisResult<ConnectionManager> {
         let mut rx = self.shared.state.subscribe();
         loop {
@@ -214,7 +244,7 @@ impl Discovery {
     /// One discovery; whether a majority of the sentinels named a master that is usable.
     async fn step(&self, shared: &Shared) -> bool {
         let current = match &*shared.state.borrow() {
-            State::Master { addr, conn } => Some((addr.clone(), conn.clone())),
+            State::Master { addr, conn, .. } => Some((addr.clone(), conn.clone())),
             _ => None,
         };
         let asked = Instant::now();
@@ -242,12 +272,18 @@ impl Discovery {
                 return true;
             }
         }
-        let conn = match self
+        let made = self
             .group
             .client(&host, port, &self.group.master)
-            .and_then(|c| ConnectionManager::new_lazy_with_config(c, self.options.manager_config()))
-        {
-            Ok(conn) => conn,
+            .and_then(|c| {
+                let conn = ConnectionManager::new_lazy_with_config(
+                    c.clone(),
+                    self.options.manager_config(),
+                )?;
+                Ok((conn, c))
+            });
+        let (conn, client) = match made {
+            Ok(made) => made,
             Err(e) => {
                 let why = format!("cannot connect to the master {addr}: {e}");
                 shared.state.send_replace(State::Failed(why.into()));
@@ -276,7 +312,11 @@ impl Discovery {
         // Before any request reaches it: the new master is checked before it votes.
         self.new_master.adopted();
         shared.confirm(asked);
-        shared.state.send_replace(State::Master { addr, conn });
+        shared.state.send_replace(State::Master {
+            addr,
+            conn,
+            client: Arc::new(client),
+        });
         true
     }
 

@@ -1,0 +1,122 @@
+//! A raw pub/sub connection ([`Subscriber`]): what a waiter hears when a lock is deleted
+//! (with the wake-up on, every delete of a lock publishes `released` on the channel named as
+//! its key: `PUBLISH` on a master, `SPUBLISH` on a Cluster). Raw RESP over TCP, so that the
+//! test reads exactly what the server sent (redis-rs' async `PubSub` has no sharded
+//! subscribe).
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A raw connection subscribed to channels (plain or sharded).
+pub struct Subscriber {
+    conn: TcpStream,
+    seen: Vec<u8>,
+    /// `""` (plain) or `"s"` (sharded): the prefix of the replies' kinds.
+    kind: &'static str,
+}
+
+impl Subscriber {
+    /// Connects to `127.0.0.1:port` and `SUBSCRIBE`s to `channels` (bounded waits).
+    pub async fn on(port: u16, channels: &[&str]) -> Self {
+        Self::subscribe(port, channels, "").await
+    }
+
+    /// Connects to `127.0.0.1:port` and `SSUBSCRIBE`s to `channels` (bounded waits).
+    pub async fn sharded(port: u16, channels: &[&str]) -> Self {
+        Self::subscribe(port, channels, "s").await
+    }
+
+    async fn subscribe(port: u16, channels: &[&str], kind: &'static str) -> Self {
+        let mut conn = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        let verb = format!("{}SUBSCRIBE", kind.to_uppercase());
+        let mut cmd = format!("*{}\r\n${}\r\n{verb}\r\n", channels.len() + 1, verb.len());
+        for c in channels {
+            cmd.push_str(&format!("${}\r\n{c}\r\n", c.len()));
+        }
+        conn.write_all(cmd.as_bytes()).await.expect("write");
+        let mut sub = Self {
+            conn,
+            seen: Vec::new(),
+            kind,
+        };
+        for c in channels {
+            sub.until(&format!("{kind}subscribe\r\n${}\r\n{c}\r\n", c.len()))
+                .await;
+        }
+        sub
+    }
+
+    /// Reads until `text` has arrived (bounded), and forgets what came before it.
+    pub async fn until(&mut self, text: &str) {
+        let read = async {
+            let mut buf = [0u8; 512];
+            loop {
+                if let Some(at) = find(&self.seen, text.as_bytes()) {
+                    self.seen.drain(..at + text.len());
+                    return;
+                }
+                let n = self.conn.read(&mut buf).await.expect("read");
+                assert!(n > 0, "the subscriber's connection closed");
+                self.seen.extend_from_slice(&buf[..n]);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no {text:?}; seen {:?}",
+                    String::from_utf8_lossy(&self.seen)
+                )
+            });
+    }
+
+    /// The next message is a release of `key`.
+    pub async fn released(&mut self, key: &str) {
+        let kind = format!("{}message\r\n", self.kind);
+        self.until(&kind).await;
+        let head = format!("${}\r\n{key}\r\n$8\r\nreleased\r\n", key.len());
+        // The message just begun must be `key`'s: nothing came between.
+        let read = async {
+            let mut buf = [0u8; 512];
+            while self.seen.len() < head.len() {
+                let n = self.conn.read(&mut buf).await.expect("read");
+                self.seen.extend_from_slice(&buf[..n]);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("the message");
+        assert!(
+            self.seen.starts_with(head.as_bytes()),
+            "expected a release of {key}, got {:?}",
+            String::from_utf8_lossy(&self.seen)
+        );
+        self.seen.drain(..head.len());
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// How many connections of `server` subscribe to the plain channel `channel` (`PUBSUB
+/// NUMSUB`): a waiter's subscriber is listening once it counts.
+pub async fn subscribers(server: &crate::RedisServer, channel: &str) -> i64 {
+    let mut cmd = redis::cmd("PUBSUB");
+    cmd.arg("NUMSUB").arg(channel);
+    let (_, n): (String, i64) = server.query(&cmd).await;
+    n
+}
+
+/// How many connections of `server` subscribe to the sharded channel `channel` (`PUBSUB
+/// SHARDNUMSUB`).
+pub async fn shard_subscribers(server: &crate::RedisServer, channel: &str) -> i64 {
+    let mut cmd = redis::cmd("PUBSUB");
+    cmd.arg("SHARDNUMSUB").arg(channel);
+    let (_, n): (String, i64) = server.query(&cmd).await;
+    n
+}

@@ -1,0 +1,323 @@
+//! Waking waiters on release (`RedlockBuilder::wake_waiters`), on real masters: what the
+//! scripts publish (read by a raw subscriber, `support::pubsub`, in order: a message that
+//! should not be there would come first), a waiter woken by a release and by an expiry
+//! well before its poll, the poll that stays (a holder that publishes nothing), a killed
+//! subscriber connection that recovers, and a voter whose ACL refuses the channels.
+
+use std::time::{Duration, Instant};
+
+use tower_redlock::operate::ForceRelease;
+use tower_redlock::{Claim, Redlock, Retry};
+
+use super::{Masters, TTL};
+use crate::support::pubsub::{subscribers, Subscriber};
+use crate::support::{eventually, NODE_TIMEOUT};
+
+/// A poll so long that a waiter that gets the lock well within it was woken.
+const LONG_POLL: Duration = Duration::from_secs(8);
+/// How soon a woken waiter must have the lock: generous on a loaded machine, far below
+/// [`LONG_POLL`].
+const WOKEN_WITHIN: Duration = Duration::from_secs(3);
+
+/// A waiter's policy: polls every [`LONG_POLL`], for up to 20 s.
+fn long_poll() -> Retry {
+    Retry::until(Duration::from_secs(20))
+        .delay(LONG_POLL)
+        .jitter(Duration::ZERO)
+}
+
+/// Until every master has a subscriber on `key`: the waiter is listening.
+async fn listening(m: &Masters, key: &str) {
+    eventually(
+        format!("every master has a subscriber on {key}"),
+        Duration::from_secs(5),
+        || async {
+            for s in m.iter() {
+                if subscribers(s, key).await < 1 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
+/// Each kind of delete publishes once on the key's channel when the wake-up is on; a
+/// release that finds another token there, or a client without the wake-up, publishes
+/// nothing (the next message is the next real delete's).
+#[tokio::test]
+async fn wake_every_delete_of_a_lock_publishes_on_its_channel() {
+    let m = Masters::start(1);
+    let port = m[0].port();
+    let mut sub = Subscriber::on(port, &["wake-job", "wake-other", "wake-quiet"]).await;
+    let redlock = m.builder().wake_waiters(true).build().unwrap();
+    let fenced = m
+        .builder()
+        .fencing(true)
+        .wake_waiters(true)
+        .build()
+        .unwrap();
+    let quiet = m.client();
+
+    // Without the wake-up: nothing (the next message must be `wake-job`'s).
+    quiet
+        .try_lock("wake-quiet", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    redlock
+        .try_lock("wake-job", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    sub.released("wake-job").await;
+    fenced
+        .try_lock("wake-job", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    sub.released("wake-job").await;
+
+    let Claim::Locked(lease) = redlock
+        .lock_unless_completed("wake-job", TTL, Retry::never())
+        .await
+        .unwrap()
+    else {
+        panic!("nothing completed yet")
+    };
+    lease.complete(b"done".to_vec(), TTL).await.unwrap();
+    sub.released("wake-job").await;
+
+    assert!(
+        m[0].set_nx("wake-other", "a-crashed-holder", Some(60_000))
+            .await
+    );
+    redlock
+        .force_release("wake-other", ForceRelease::by("test"))
+        .await
+        .unwrap();
+    sub.released("wake-other").await;
+
+    // A lease whose key another holder took meanwhile: its release deletes nothing, and
+    // publishes nothing.
+    let lost = redlock.try_lock("wake-other", TTL).await.unwrap();
+    m[0].del("wake-other").await;
+    assert!(
+        m[0].set_nx("wake-other", "the-next-holder", Some(60_000))
+            .await
+    );
+    let _ = lost.release().await;
+    assert_eq!(
+        m[0].get("wake-other").await.as_deref(),
+        Some("the-next-holder")
+    );
+    redlock
+        .try_lock("wake-job", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    sub.released("wake-job").await;
+}
+
+/// A waiter on three masters is woken by the holder's release: it has the lock well
+/// before its next poll; the subscriptions end with the wait.
+#[tokio::test]
+async fn wake_a_waiter_is_woken_by_the_release_before_its_poll() {
+    let m = Masters::start(3);
+    let holder = m.builder().wake_waiters(true).build().unwrap();
+    let waiter = m.builder().wake_waiters(true).build().unwrap();
+    let lease = holder.try_lock("wake-release", TTL).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock_with("wake-release", TTL, long_poll()).await;
+        (lease, Instant::now(), waiter)
+    });
+    listening(&m, "wake-release").await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (lease, granted, _waiter) = waiting.await.unwrap();
+    let lease = lease.expect("the waiter gets the lock");
+    let waited = granted - released;
+    assert!(
+        waited < WOKEN_WITHIN,
+        "woken {waited:?} after the release (poll {LONG_POLL:?})"
+    );
+    lease.release().await.unwrap();
+    // The wait ended: no subscriber is left on the key.
+    eventually("the subscriptions end", Duration::from_secs(5), || async {
+        for s in m.iter() {
+            if subscribers(s, "wake-release").await != 0 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
+
+/// A holder that crashed: its keys expire. With `notify-keyspace-events Kx` on the
+/// masters, the expiry wakes the waiter (it listens on the key's keyspace channel too).
+#[tokio::test]
+async fn wake_an_expiry_wakes_the_waiter_with_keyspace_notifications() {
+    let m = Masters::start(3);
+    for s in m.iter() {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg("notify-keyspace-events").arg("Kx");
+        let () = s.query(&cmd).await;
+    }
+    let waiter = m.builder().wake_waiters(true).build().unwrap();
+    for s in m.iter() {
+        assert!(
+            s.set_nx("wake-expiry", "a-crashed-holder", Some(1_500))
+                .await
+        );
+    }
+    let started = Instant::now();
+    let lease = waiter
+        .lock_with("wake-expiry", TTL, long_poll())
+        .await
+        .expect("the waiter gets the lock after the expiry");
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_millis(1_500) + WOKEN_WITHIN,
+        "woken {waited:?} after the wait began (the keys expired after 1.5 s; poll {LONG_POLL:?})"
+    );
+    lease.release().await.unwrap();
+}
+
+/// The poll stays: a holder that publishes nothing (a client without the wake-up, another
+/// library) releases, and the waiter finds the key free at its next poll.
+#[tokio::test]
+async fn wake_a_release_that_publishes_nothing_is_found_by_the_poll() {
+    let m = Masters::start(3);
+    let quiet = m.client();
+    let waiter = m.builder().wake_waiters(true).build().unwrap();
+    let lease = quiet.try_lock("wake-quiet", TTL).await.unwrap();
+    let poll = Retry::until(Duration::from_secs(20))
+        .delay(Duration::from_millis(300))
+        .jitter(Duration::ZERO);
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock_with("wake-quiet", TTL, poll).await;
+        (lease, waiter)
+    });
+    listening(&m, "wake-quiet").await;
+    lease.release().await.unwrap();
+    let (lease, _waiter) = waiting.await.unwrap();
+    lease
+        .expect("the poll finds the key free")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// The subscriber's connections killed on every master (`CLIENT KILL TYPE pubsub`): they
+/// come back and subscribe again, and the next release wakes the waiter before its poll.
+#[tokio::test]
+async fn wake_a_killed_subscriber_connection_recovers() {
+    let m = Masters::start(3);
+    let holder = m.client();
+    let waiter = m.builder().wake_waiters(true).build().unwrap();
+    let lease = holder.try_lock("wake-killed", TTL).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock_with("wake-killed", TTL, long_poll()).await;
+        (lease, Instant::now(), waiter)
+    });
+    listening(&m, "wake-killed").await;
+    for s in m.iter() {
+        let mut kill = redis::cmd("CLIENT");
+        kill.arg("KILL").arg("TYPE").arg("pubsub");
+        let killed: i64 = s.query(&kill).await;
+        assert!(killed >= 1, "a subscriber connection on {}", s.addr());
+    }
+    listening(&m, "wake-killed").await;
+    // The holder's release publishes nothing (no wake-up): the key is deleted by hand with a
+    // publish, as a waking client's release would.
+    drop(lease);
+    let released = Instant::now();
+    for s in m.iter() {
+        s.del("wake-killed").await;
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg("wake-killed").arg("released");
+        let _: i64 = s.query(&publish).await;
+    }
+    let (lease, granted, _waiter) = waiting.await.unwrap();
+    let waited = granted - released;
+    assert!(
+        waited < WOKEN_WITHIN,
+        "woken {waited:?} after the release (poll {LONG_POLL:?})"
+    );
+    lease
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A voter whose ACL user may use no channel (Redis 7's default for a new user): it still
+/// locks and releases, its subscriber subscribes to nothing, and a waiter finds the key at
+/// its poll.
+#[tokio::test]
+async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
+    let m = Masters::start(1);
+    let mut acl = redis::cmd("ACL");
+    acl.arg(
+        &[
+            "SETUSER",
+            "nopub",
+            "on",
+            ">pw",
+            "~*",
+            "+@all",
+            "resetchannels",
+        ][..],
+    );
+    let () = m[0].query(&acl).await;
+    let url = format!("redis://nopub:pw@127.0.0.1:{}", m[0].port());
+    let client = || {
+        Redlock::builder()
+            .redis(&url)
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+            .wake_waiters(true)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (client(), client());
+    let lease = holder.try_lock("wake-acl", TTL).await.unwrap();
+    let poll = Retry::until(Duration::from_secs(20))
+        .delay(Duration::from_millis(300))
+        .jitter(Duration::ZERO);
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock_with("wake-acl", TTL, poll).await;
+        (lease, waiter)
+    });
+    // The subscriber was refused: ACL LOG has its entry (a channel refused).
+    eventually(
+        "the subscription was refused",
+        Duration::from_secs(5),
+        || async {
+            let mut log = redis::cmd("ACL");
+            log.arg("LOG");
+            let entries: Vec<redis::Value> = m[0].query(&log).await;
+            !entries.is_empty()
+        },
+    )
+    .await;
+    assert_eq!(subscribers(&m[0], "wake-acl").await, 0);
+    lease.release().await.unwrap();
+    assert!(m[0].get("wake-acl").await.is_none());
+    let (lease, _waiter) = waiting.await.unwrap();
+    lease
+        .expect("the poll finds the key free")
+        .release()
+        .await
+        .unwrap();
+}

@@ -134,17 +134,20 @@ impl Interest {
     }
 
     /// Waits to try again: for this waiter's turn among the client's waiters of the key (in
-    /// the queue until `queue_until`, or for `pause` without one), then, at most `pause`, for
-    /// a quorum of the voters to report the key released (or one, and [`GRACE`]).
+    /// the queue until `queue_until`, or for `pause` without one: then it tries at once);
+    /// with the turn, at most `pause`, for a quorum of the voters to report the key released
+    /// (or one, and [`GRACE`]).
     pub(crate) async fn wait(&mut self, pause: Duration, queue_until: Option<Instant>) {
         if self.turn.is_none() {
             let queued = self.key.turn.clone().acquire_owned();
             let limit = queue_until.unwrap_or_else(|| Instant::now() + pause);
-            match tokio::time::timeout_at(limit, queued).await {
-                Ok(Ok(permit)) => self.turn = Some(permit),
-                // The wait ended in the queue: try, as a poll would.
-                _ => return,
+            if let Ok(Ok(permit)) = tokio::time::timeout_at(limit, queued).await {
+                self.turn = Some(permit);
             }
+            // The turn came (the waiter before left: it has the lock, found the work
+            // completed, or gave up — the key's state is news), or the wait ended in the
+            // queue: try now, as a poll would.
+            return;
         }
         let until = Instant::now() + pause;
         let mut first: Option<Instant> = None;

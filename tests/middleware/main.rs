@@ -48,6 +48,7 @@ mod responder;
 mod scope;
 mod unavailable;
 mod waiting;
+mod wake;
 
 /// `on_both! { module::scenario, ... }`: for each scenario, the test `axum::scenario` and the
 /// test `actix::scenario`. Both run on a multi-thread Tokio runtime: the test drives the
@@ -88,6 +89,7 @@ on_both! {
     exclusion::different_keys_run_concurrently,
     waiting::waiting_requests_take_turns,
     waiting::waiting_gives_up_at_its_deadline,
+    wake::wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes,
     unavailable::majority_down_fails_closed_or_runs_unlocked,
     unavailable::checked_new_refuses_a_ttl_above_restart_protection,
     keys::bad_keys_are_rejected_before_locking,

@@ -15,3 +15,4 @@ mod sentinel;
 mod tenure;
 mod tls;
 mod topology;
+mod wake;

@@ -1,0 +1,87 @@
+//! Waking waiters in the middleware (`RedlockBuilder::wake_waiters`): a duplicate of an
+//! idempotent request that waits (`OnContention::Wait`) for the first one in flight gets the
+//! stored response soon after the first completes — woken by the completion's release, long
+//! before its next poll.
+
+use std::time::{Duration, Instant};
+
+use tower_redlock::policy::OnContention;
+use tower_redlock::replay::Replay;
+
+use crate::harness::app::{App, Handler, Route};
+use crate::harness::keys::{policy_of, redis_key};
+use crate::harness::probe::Probe;
+use crate::harness::Framework;
+use crate::replay::{assert_ran, assert_replay_of, pay, BODY};
+use crate::support::apps::*;
+use crate::support::http::{http_client, reply, within};
+use crate::support::pubsub::subscribers;
+use crate::support::{eventually, warm_up, Masters};
+
+/// A poll so long (8–12 s with the middleware's jitter) that a duplicate answered well
+/// within it was woken.
+const LONG_POLL: Duration = Duration::from_secs(8);
+
+pub async fn wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes<F: Framework>() {
+    const DUPLICATES: usize = 5;
+    const KEY: &str = "\"order-woken\"";
+    let m = Masters::start(3);
+    let redlock = m
+        .builder()
+        .node_timeout(HTTP_NODE_TIMEOUT)
+        .wake_waiters(true)
+        .build()
+        .expect("a valid client");
+    warm_up(&redlock, &m).await;
+    let probe = Probe::new();
+    let policy = policy_of(&redlock)
+        .replay(Replay::new())
+        .on_contention(OnContention::Wait {
+            max_wait: Duration::from_secs(30),
+            delay: LONG_POLL,
+        })
+        .build()
+        .expect("a valid policy");
+    let app = App::new().route(Route::locked(PATH, policy).post(Handler::payment(&probe)));
+    let app = F::serve(&app).await;
+    let http = http_client();
+
+    let first = tokio::spawn(reply(pay(&http, &app.url(PATH), KEY, BODY)));
+    probe.until_started(1).await;
+    let duplicates: Vec<_> = (0..DUPLICATES)
+        .map(|_| tokio::spawn(reply(pay(&http, &app.url(PATH), KEY, BODY))))
+        .collect();
+    // The duplicates wait: their client listens on the key on every master.
+    let lock_key = redis_key(PATH, PATH, KEY);
+    eventually(
+        "every master has a subscriber on the key",
+        Duration::from_secs(10),
+        || async {
+            for s in m.iter() {
+                if subscribers(s, &lock_key).await < 1 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    probe.open();
+    let first = within("the first reply", first).await.expect("no panic");
+    let answered = Instant::now();
+    assert_ran(&first);
+    for duplicate in duplicates {
+        let duplicate = within("a duplicate's reply", duplicate)
+            .await
+            .expect("no panic");
+        assert_replay_of(&first, &duplicate);
+    }
+    let last = answered.elapsed();
+    assert!(
+        last < Duration::from_secs(3),
+        "the last replay came {last:?} after the first answer (poll {LONG_POLL:?})"
+    );
+    assert_eq!(probe.started(), 1, "a waiting duplicate ran the handler");
+    drop(http);
+    app.stop().await;
+}

@@ -1,0 +1,102 @@
+//! Waking waiters on every kind of voter at once — a Sentinel group, a Redis Cluster and a
+//! plain master, from one `REDLOCK_URLS`-style list: each voter's release publishes on the
+//! key's channel (`PUBLISH` on the Sentinel group's master and the master, `SPUBLISH` on the
+//! Cluster's slot owner), each voter's subscriber listens there while a waiter waits, and the
+//! waiter has the lock well before its next poll.
+
+use tower_redlock_testkit as support;
+
+use std::time::{Duration, Instant};
+
+use support::eventually;
+use support::pubsub::{shard_subscribers, subscribers, Subscriber};
+use tower_redlock::node::split_urls;
+use tower_redlock::{Redlock, Retry};
+
+use crate::operate::mixed_voters;
+
+const TTL: Duration = Duration::from_secs(10);
+/// The bound of the first lock (the Sentinel voter's discovery, the Cluster's slot map).
+const WITHIN: Duration = Duration::from_secs(20);
+/// A poll so long that a waiter that gets the lock well within it was woken.
+const LONG_POLL: Duration = Duration::from_secs(8);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
+    let (g, cluster, masters, list) = mixed_voters("tr-wake").await;
+    let client = || {
+        split_urls(&list)
+            .iter()
+            .fold(Redlock::builder(), |b, url| b.redis(url))
+            .retry(Retry::never())
+            .wake_waiters(true)
+            .build()
+            .expect("three voters")
+    };
+    let (holder, waiter) = (client(), client());
+    let key = "wake-mixed";
+
+    // Held on all three voters (the first lock waits for discovery and the slot map).
+    let start = Instant::now();
+    let lease = loop {
+        assert!(
+            start.elapsed() < WITHIN,
+            "no lock on all three voters in {WITHIN:?}"
+        );
+        let Ok(lease) = holder.try_lock(key, TTL).await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let seen = holder.inspect(key).await.unwrap();
+        if seen
+            .voters()
+            .iter()
+            .all(|v| v.key().is_some_and(|k| k.holder.is_some()))
+        {
+            break lease;
+        }
+        lease.release().await.unwrap();
+    };
+    let owner = cluster.node(cluster.node_for_key(key).await);
+
+    let poll = Retry::until(Duration::from_secs(30))
+        .delay(LONG_POLL)
+        .jitter(Duration::ZERO);
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock_with(key, TTL, poll).await;
+        (lease, Instant::now(), waiter)
+    });
+    // Each voter's subscriber listens on the key: plain channels on the Sentinel group's
+    // master and the master, the sharded channel on the Cluster's slot owner.
+    eventually(
+        "every voter has a subscriber on the key",
+        WITHIN,
+        || async {
+            subscribers(g.master(), key).await >= 1
+                && subscribers(&masters[0], key).await >= 1
+                && shard_subscribers(owner, key).await >= 1
+        },
+    )
+    .await;
+    let mut on_sentinel = Subscriber::on(g.master().port(), &[key]).await;
+    let mut on_master = Subscriber::on(masters[0].port(), &[key]).await;
+    let mut on_cluster = Subscriber::sharded(owner.port(), &[key]).await;
+
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    // Each kind of voter published the release.
+    on_sentinel.released(key).await;
+    on_master.released(key).await;
+    on_cluster.released(key).await;
+    let (lease, granted, _waiter) = waiting.await.unwrap();
+    let waited = granted - released;
+    assert!(
+        waited < Duration::from_secs(3),
+        "woken {waited:?} after the release (poll {LONG_POLL:?})"
+    );
+    lease
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .unwrap();
+}

@@ -169,6 +169,8 @@ pub(crate) struct Keyed {
     fingerprint: Option<(FingerprintBuilder, Option<usize>)>,
     /// gRPC or HTTP, for the rejections.
     wire: Wire,
+    /// A gRPC caller's deadline (`grpc-timeout`): the longest wait for a busy key.
+    deadline: Option<std::time::Duration>,
 }
 
 /// The route of the request `view` shows.
@@ -176,11 +178,15 @@ pub(crate) fn route(policy: &LockPolicy, view: &dyn RequestView) -> Route {
     match policy.key(view) {
         Err(rejection) => Route::Reject(rejection),
         Ok(None) => Route::Pass,
-        Ok(Some(key)) => Route::Lock(Keyed {
-            key,
-            fingerprint: policy.fingerprint(view),
-            wire: Wire::of(view),
-        }),
+        Ok(Some(key)) => {
+            let wire = Wire::of(view);
+            Route::Lock(Keyed {
+                key,
+                fingerprint: policy.fingerprint(view),
+                wire,
+                deadline: crate::http::grpc::timeout(wire, view),
+            })
+        }
     }
 }
 
@@ -195,6 +201,7 @@ pub(crate) async fn run<G: Glue>(
         key,
         fingerprint,
         wire,
+        deadline,
     } = keyed;
     let reject = |req, kind| G::full(req, FullResponse::rejection(policy.reject(kind, wire)));
     let fingerprint = match fingerprint {
@@ -210,7 +217,11 @@ pub(crate) async fn run<G: Glue>(
             }
         }
     };
-    let (lease, recorder) = match policy.clone().acquire(key, fingerprint, wire).await {
+    let (lease, recorder) = match policy
+        .clone()
+        .acquire(key, fingerprint, wire, deadline)
+        .await
+    {
         Decision::Reject(r) => return Ok(G::full(req, FullResponse::rejection(r))),
         Decision::Replay(stored) => return Ok(G::full(req, FullResponse::replay(stored))),
         Decision::Unlocked => {

@@ -183,6 +183,31 @@ pub fn is_grpc(content_type: impl AsRef<[u8]>) -> bool {
     Wire::of_content_type(content_type.as_ref()) != Wire::Http
 }
 
+/// The caller's deadline of a gRPC request, from its `grpc-timeout` header (`1–8 digits` and
+/// a unit: `H`, `M`, `S`, `m`, `u`, `n`); `None` for HTTP, or without a valid one. A wait for
+/// a busy key is bounded by it: the caller gives up then.
+pub(crate) fn timeout(wire: Wire, req: &dyn RequestView) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    if wire == Wire::Http {
+        return None;
+    }
+    let v = req.header("grpc-timeout")?.trim_ascii();
+    let (&unit, digits) = v.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n.checked_mul(3600)?),
+        b'M' => Duration::from_secs(n.checked_mul(60)?),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// How the client of a request expects the middleware's own answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum Wire {

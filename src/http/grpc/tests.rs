@@ -192,3 +192,25 @@ fn replay_judges_grpc_responses_by_their_grpc_status() {
     assert_eq!(replay_view(502, grpc, None, Some(3)), (502, Some(3)));
     assert_eq!(replay_view(200, None, Some(b"0"), None), (200, None));
 }
+
+#[test]
+fn grpc_timeout_bounds_a_grpc_callers_wait() {
+    use crate::key::SimpleRequest;
+    let req = |v: &str| SimpleRequest::new("POST", "/s/M").header("grpc-timeout", v);
+    let t = |v: &str, wire| timeout(wire, &req(v));
+    assert_eq!(t("3S", Wire::Grpc), Some(Duration::from_secs(3)));
+    assert_eq!(t("250m", Wire::GrpcWeb), Some(Duration::from_millis(250)));
+    assert_eq!(t("2H", Wire::Grpc), Some(Duration::from_secs(7200)));
+    assert_eq!(t("1M", Wire::Grpc), Some(Duration::from_secs(60)));
+    assert_eq!(t("7u", Wire::Grpc), Some(Duration::from_micros(7)));
+    assert_eq!(t("9n", Wire::GrpcWebText), Some(Duration::from_nanos(9)));
+    // Plain HTTP has no such deadline; malformed values are ignored.
+    assert_eq!(t("3S", Wire::Http), None);
+    for bad in ["", "S", "3", "3s", "123456789S", "-1S", "1.5S", "3 S"] {
+        assert_eq!(t(bad, Wire::Grpc), None, "{bad:?}");
+    }
+    assert_eq!(
+        timeout(Wire::Grpc, &SimpleRequest::new("POST", "/s/M")),
+        None
+    );
+}

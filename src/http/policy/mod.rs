@@ -390,12 +390,14 @@ impl LockPolicy {
 
     /// Step 2: take the lock for `key` according to the policy; with replay on
     /// (`fingerprint`), a completed request's response is the answer instead. A rejection
-    /// is answered for a client on `wire` (gRPC or HTTP).
+    /// is answered for a client on `wire` (gRPC or HTTP); a wait lasts at most the caller's
+    /// `deadline` (gRPC's `grpc-timeout`).
     pub(crate) async fn acquire(
         self,
         key: LockKey,
         fingerprint: Option<Fingerprint>,
         wire: Wire,
+        deadline: Option<Duration>,
     ) -> Decision {
         let p = &*self.inner;
         let retry = match p.contention {
@@ -403,6 +405,7 @@ impl LockPolicy {
             // the same lock call (counted once).
             OnContention::Reject => Retry::never().settling_split_votes(),
             OnContention::Wait { max_wait, delay } => {
+                let max_wait = deadline.map_or(max_wait, |d| d.min(max_wait));
                 Retry::until(max_wait).delay(delay).jitter(delay / 2)
             }
         };

@@ -100,6 +100,18 @@ impl Server {
         message: PayRequest,
     ) -> impl std::future::Future<Output = Result<tonic::Response<PayReply>, Status>> + 'static
     {
+        self.call_within(method, key, message, None)
+    }
+
+    /// As [`Server::call`], with the caller's deadline `timeout` (the `grpc-timeout` header).
+    pub fn call_within(
+        &self,
+        method: &'static str,
+        key: Option<&str>,
+        message: PayRequest,
+        timeout: Option<std::time::Duration>,
+    ) -> impl std::future::Future<Output = Result<tonic::Response<PayReply>, Status>> + 'static
+    {
         let mut client = tonic::client::Grpc::new(self.channel.clone());
         let key = key.map(|k| MetadataValue::try_from(k).expect("a valid metadata value"));
         async move {
@@ -107,6 +119,9 @@ impl Server {
                 .await
                 .expect("the channel is ready");
             let mut request = tonic::Request::new(message);
+            if let Some(timeout) = timeout {
+                request.set_timeout(timeout);
+            }
             if let Some(key) = key {
                 request.metadata_mut().insert("idempotency-key", key);
             }

@@ -15,6 +15,7 @@ pub mod lock_clients;
 pub mod replay;
 pub mod report;
 pub mod stall;
+pub mod wake;
 
 pub use limit::{Extras, Limit, LimitLock};
 

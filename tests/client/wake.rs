@@ -321,3 +321,37 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
         .await
         .unwrap();
 }
+
+/// A caller that may not wait (no retries) never queues behind the client's waiters of the
+/// key: it is answered "contended" at once, not after its policy's delay.
+#[tokio::test]
+async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
+    let m = Masters::start(3);
+    let holder = m.client();
+    let redlock = m.builder().wake_waiters(true).build().unwrap();
+    let lease = holder.try_lock("wake-no-queue", TTL).await.unwrap();
+    let waiter = redlock.clone();
+    let waiting =
+        tokio::spawn(async move { waiter.lock_with("wake-no-queue", TTL, long_poll()).await });
+    listening(&m, "wake-no-queue").await;
+    let started = Instant::now();
+    let once = Retry::times(0).delay(Duration::from_secs(10));
+    let err = redlock
+        .lock_with("wake-no-queue", TTL, once)
+        .await
+        .expect_err("the key is held");
+    assert!(err.is_contended(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    lease.release().await.unwrap();
+    waiting
+        .await
+        .unwrap()
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .unwrap();
+}

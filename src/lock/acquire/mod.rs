@@ -62,11 +62,13 @@ impl Redlock {
         let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
 
         let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
-        // With the wake-up, a caller queues behind the client's waiters of the key, and a
-        // failed try registers to be woken by the key's release (see `wake.rs`).
+        // With the wake-up, a caller that may wait queues behind the client's waiters of the
+        // key (one that may not, `Retry::never()`, tries at once), and a failed try registers
+        // to be woken by the key's release (see `wake.rs`).
         let wakes = self.inner.wakes.as_ref();
         let mut interest = None;
-        if let Some(w) = wakes.filter(|w| w.has_waiters(&key)) {
+        let may_wait = retry.retry_count() > 0;
+        if let Some(w) = wakes.filter(|w| may_wait && w.has_waiters(&key)) {
             let queued = interest.insert(w.interest(&key));
             queued
                 .wait(retry.next_delay(), deadline.map(Into::into))

@@ -327,7 +327,7 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
 #[tokio::test]
 async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
     let m = Masters::start(3);
-    let holder = m.client();
+    let holder = m.builder().wake_waiters(true).build().unwrap();
     let redlock = m.builder().wake_waiters(true).build().unwrap();
     let lease = holder.try_lock("wake-no-queue", TTL).await.unwrap();
     let waiter = redlock.clone();

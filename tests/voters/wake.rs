@@ -100,3 +100,112 @@ async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
         .await
         .unwrap();
 }
+
+/// A Sentinel voter's subscriber follows a failover: it listens on the new master, whose
+/// releases wake a waiter before its poll — no new client.
+#[tokio::test(flavor = "multi_thread")]
+async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
+    use support::sentinel::SentinelGroup;
+    use tower_redlock::node::{RedisNode, RedisNodeOptions, Sentinel};
+
+    let g = SentinelGroup::start("tr-wake-failover");
+    let client = || {
+        let group = Sentinel::new(g.master_name(), g.sentinel_addrs()).expect("a valid group");
+        let voter = RedisNode::sentinel_with(group, &RedisNodeOptions::new().no_protection());
+        Redlock::builder()
+            .node(voter.expect("a voter"))
+            .retry(Retry::never())
+            .wake_waiters(true)
+            .build()
+            .expect("a client")
+    };
+    let (holder, waiter) = (client(), client());
+    let key = "wake-failover";
+    // The waiter listens on the first master.
+    let lease = eventually_locked(&holder, key).await;
+    let poll = Retry::until(Duration::from_secs(30))
+        .delay(LONG_POLL)
+        .jitter(Duration::ZERO);
+    let w = waiter.clone();
+    let first = tokio::spawn(async move { w.lock_with(key, TTL, poll).await });
+    eventually("the first master has a subscriber", WITHIN, || async {
+        subscribers(g.master(), key).await >= 1
+    })
+    .await;
+    lease.release().await.unwrap();
+    first
+        .await
+        .unwrap()
+        .expect("woken")
+        .release()
+        .await
+        .unwrap();
+
+    g.failover().await;
+    // Both clients follow the new master (the old one answers as a master for a while: a
+    // client that has not looked yet may still lock there).
+    on_new_master(&g, &waiter, "wake-failover-probe")
+        .await
+        .release()
+        .await
+        .unwrap();
+    let lease = on_new_master(&g, &holder, key).await;
+    let w = waiter.clone();
+    let poll = Retry::until(Duration::from_secs(30))
+        .delay(LONG_POLL)
+        .jitter(Duration::ZERO);
+    let second = tokio::spawn(async move {
+        let lease = w.lock_with(key, TTL, poll).await;
+        (lease, Instant::now())
+    });
+    eventually("the new master has a subscriber", WITHIN, || async {
+        subscribers(g.master(), key).await >= 1
+    })
+    .await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (lease, granted) = second.await.unwrap();
+    let waited = granted - released;
+    assert!(
+        waited < Duration::from_secs(3),
+        "woken {waited:?} after the release on the new master (poll {LONG_POLL:?})"
+    );
+    lease
+        .expect("the waiter gets the lock")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Locks `key` until the lease is on the group's current master (bounded by [`WITHIN`]).
+async fn on_new_master(
+    g: &support::sentinel::SentinelGroup,
+    redlock: &Redlock,
+    key: &str,
+) -> tower_redlock::Lease {
+    let start = Instant::now();
+    loop {
+        let lease = eventually_locked(redlock, key).await;
+        if g.master().get(key).await.as_deref() == Some(lease.value()) {
+            return lease;
+        }
+        lease.release().await.unwrap();
+        assert!(
+            start.elapsed() < WITHIN,
+            "{key}: not on the new master within {WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Tries until `key` is granted (bounded by [`WITHIN`]: discovery, a failover followed).
+async fn eventually_locked(redlock: &Redlock, key: &str) -> tower_redlock::Lease {
+    let start = Instant::now();
+    loop {
+        match redlock.try_lock(key, TTL).await {
+            Ok(lease) => return lease,
+            Err(e) if start.elapsed() > WITHIN => panic!("no lock on {key} within {WITHIN:?}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}

@@ -116,26 +116,36 @@ impl RedlockBuilder {
 
     /// Wake waiters on release (default off): a caller waiting for a busy key (a retry
     /// policy, the middleware's `.wait`, a duplicate waiting for a replay) tries again as
-    /// soon as the holder releases it, instead of at its next poll.
+    /// soon as the holder releases it, not only at its polls.
     ///
     /// Every script that deletes a lock (a release, a completion, a failed try's cleanup, a
     /// forced release) then publishes `released` on the channel named as the lock's key —
     /// `PUBLISH` on a master or a Sentinel group's master, `SPUBLISH` (Redis 7, the key's
     /// shard only) on a Cluster — and each Redis voter keeps one subscriber connection that
     /// listens on the keys this client's waiters wait for (also on their keyspace channel:
-    /// with `notify-keyspace-events Kx` on a master, an expiry wakes them too). A message is a
-    /// hint: the waiter tries, and the try decides as before; the poll of the retry policy
-    /// stays, so no waiter waits longer than without it (a lost message, a crashed holder's
-    /// expiry without keyspace notifications, a client that does not publish).
+    /// with `notify-keyspace-events Kx` on a master, an expiry wakes them too). A waiter
+    /// tries again once a quorum of the voters reported the key released. A message is a
+    /// hint: the try decides, as before. The retry policy's polls keep their schedule and
+    /// their count (only they use up retries), so no waiter waits longer than without it for
+    /// a release it did not hear (a lost message, a crashed holder's expiry without keyspace
+    /// notifications, a client that does not publish) — except in the queue below.
     ///
-    /// Within the client, one waiter per key tries at a time; the others queue in arrival
-    /// order (a new caller behind them). Costs: nothing on an uncontended lock; per
-    /// release, one message to each subscribed client on each voter (and, on a Cluster, to
-    /// the shard's replicas); per contended key, a subscription on each voter. An ACL user
-    /// needs the channels (`&<key prefix>*`, and `&__keyspace@*` for expiries): one that
-    /// lacks them still releases, its waiters poll, and the client warns once per voter.
-    /// Turn it on in every client of the keys: a client without it does not wake the others
-    /// (they poll). See the locks guide (`tower_redlock::guide::locks`, "Waiting").
+    /// Within the client, one waiter per key waits for releases at a time; the others queue
+    /// in arrival order (a new caller that may wait behind them). A queued waiter tries when
+    /// its turn comes, and at each of its polls; with a deadline (`Retry::until`, the
+    /// middleware's `.wait`) it stays queued until then: the price of the order. Costs:
+    /// nothing on an uncontended lock but the release's `PUBLISH` to a channel without
+    /// subscribers; per voter, one more connection, asked a `PING` when idle for 5 s; per
+    /// release of a key with waiters, one message to each subscribed client on each voter
+    /// (and, on a Cluster, to the shard's replicas); per contended key, a subscription on
+    /// each voter. An ACL user needs the channels (`&<key prefix>*`, and `&__keyspace@*` for
+    /// expiries): a refused key still releases, its waiters poll, and the client warns once
+    /// per voter. Turn it on in every client of the keys: a client without it does not wake
+    /// the others (they poll). A node over a connection of your own
+    /// ([`RedisNode::from_connection_manager`](crate::node::RedisNode::from_connection_manager))
+    /// publishes but does not listen. Build the client inside a Tokio runtime (the
+    /// subscribers are spawned there). See the locks guide (`tower_redlock::guide::locks`,
+    /// "Waiting").
     pub fn wake_waiters(mut self, on: bool) -> Self {
         self.config.wake_waiters = on;
         self
@@ -227,6 +237,12 @@ impl RedlockBuilder {
         let quorum = tally::quorum(self.nodes.len());
         let mut nodes = self.nodes;
         let wakes = if config.wake_waiters {
+            if tokio::runtime::Handle::try_current().is_err() {
+                return Err(Error::invalid(
+                    "`wake_waiters(true)` starts a subscriber per voter: build the client \
+                     inside a Tokio runtime",
+                ));
+            }
             Wakes::start(&mut nodes, quorum)
         } else {
             None

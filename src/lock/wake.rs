@@ -1,36 +1,35 @@
 //! Waking waiters on release (`RedlockBuilder::wake_waiters`): the client's side.
 //!
 //! A caller whose try failed waits before it tries again. Without the wake-up it sleeps the
-//! retry policy's pause (a poll). With it, it registers its interest in the key: the voters'
-//! subscribers (`node::wake`, one connection per voter) listen on the key's channel, and the
-//! waiter tries again as soon as a quorum of the voters reported the key released — or one
-//! did and [`GRACE`] passed (a holder that held on fewer voters), or the pause ended (the
-//! poll stays: a message lost on a reconnect, a holder that crashed and let its key expire,
-//! a client that does not publish). A release is a hint, never a grant: the waiter tries, and
-//! a try decides as before.
+//! retry policy's pause (a poll). With it, the polls keep their schedule and their count
+//! (the policy's budget is unchanged), and a release in between makes the waiter try at
+//! once: it registers its interest in the key, the voters' subscribers (`node::wake`, one
+//! connection per voter) listen on the key's channel, and the waiter tries again as soon as
+//! a quorum of the voters reported the key released since its last try began. A release is
+//! a hint, never a grant: the waiter tries, and a try decides as before. A quorum, not one
+//! voter: a holder holds a quorum, and the partial locks a losing try gives back — never a
+//! quorum while someone holds the key — must not wake its own taker, nor anyone, into a loop
+//! of tries.
 //!
-//! **Fairness.** Within one client, one waiter per key waits to try at a time (the *turn*,
-//! a FIFO queue: tokio's semaphore is fair); the others queue in arrival order, a new caller
-//! behind them. Across clients a release wakes one waiter in each, and they race for the
-//! quorum. The registration happens after a failed try: the subscription's confirmation
-//! counts as a release, so a release between that try and the subscription is never missed
-//! (the waiter tries once more when it is subscribed).
+//! **Fairness.** Within one client, one waiter per key waits for releases at a time (the
+//! *turn*, a FIFO queue: tokio's semaphore is fair, and a queued waiter keeps its place
+//! across its polls); the others queue in arrival order, a new caller that may wait behind
+//! them. A queued waiter tries at the turn (the one before it left: the key's state is news)
+//! and, with a deadline policy, stays queued until its deadline; without one, it tries at
+//! each of its polls as before. Across clients a release wakes one waiter in each, and they
+//! race for the quorum.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::node::wake::{Feed, Listener};
 use crate::node::AnyNode;
-
-/// How long a waiter that heard a release from some voters, but not yet from a quorum,
-/// waits for the rest before it tries (the releases of one lock arrive within about one
-/// round trip of each other; a lock held on fewer than all voters is released on fewer).
-pub(crate) const GRACE: Duration = Duration::from_millis(5);
 
 /// The client's waiters, by key, and the voters' feeds.
 pub(crate) struct Wakes {
@@ -54,8 +53,8 @@ struct Entry {
 struct KeyWake {
     /// Woken on every release heard (a waiter then counts the voters).
     notify: Notify,
-    /// The voters that reported a release of the key (or subscribed to it) since the last
-    /// try began.
+    /// The voters that reported a release of the key (or subscribed to it again after a
+    /// reconnection) since the turn's last try began.
     heard: AtomicU64,
     /// The turn to try: one waiter at a time, in arrival order.
     turn: Arc<Semaphore>,
@@ -114,6 +113,7 @@ impl Wakes {
             name: key.clone(),
             key: entry.key.clone(),
             turn: None,
+            queued: None,
         }
     }
 }
@@ -125,51 +125,73 @@ pub(crate) struct Interest {
     name: Arc<str>,
     key: Arc<KeyWake>,
     turn: Option<OwnedSemaphorePermit>,
+    /// The place in the key's queue, kept across waits.
+    queued: Option<Queued>,
+}
+
+type Queued = Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, AcquireError>> + Send>>;
+
+/// Why a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// A quorum of the voters reported the key released, or the turn came: a try between
+    /// polls.
+    Early,
+    /// The poll came (or the queue's time ran out): the try the policy counts.
+    Poll,
 }
 
 impl Interest {
-    /// A try begins: the releases heard before it are spent.
+    /// A try begins: with the turn, the releases heard before it are spent (a waiter that
+    /// tries without the turn leaves them to the turn's).
     pub(crate) fn before_try(&self) {
-        self.key.heard.store(0, Ordering::Relaxed);
+        if self.turn.is_some() {
+            self.key.heard.store(0, Ordering::Relaxed);
+        }
     }
 
-    /// Waits to try again: for this waiter's turn among the client's waiters of the key (in
-    /// the queue until `queue_until`, or for `pause` without one: then it tries at once);
-    /// with the turn, at most `pause`, for a quorum of the voters to report the key released
-    /// (or one, and [`GRACE`]).
-    pub(crate) async fn wait(&mut self, pause: Duration, queue_until: Option<Instant>) {
+    /// Waits to try again, at the latest at `poll`: for this waiter's turn among the client's
+    /// waiters of the key (queued until `queue_until` with a deadline policy, until `poll`
+    /// without: then it tries as a poll, keeping its place), then, with the turn, for a
+    /// quorum of the voters to report the key released.
+    pub(crate) async fn wait(&mut self, poll: Instant, queue_until: Option<Instant>) -> Woken {
         if self.turn.is_none() {
-            let queued = self.key.turn.clone().acquire_owned();
-            let limit = queue_until.unwrap_or_else(|| Instant::now() + pause);
-            if let Ok(Ok(permit)) = tokio::time::timeout_at(limit, queued).await {
-                self.turn = Some(permit);
+            if self.queued.is_none() {
+                match self.key.turn.clone().try_acquire_owned() {
+                    Ok(permit) => self.turn = Some(permit),
+                    Err(_) => {
+                        self.queued = Some(Box::pin(self.key.turn.clone().acquire_owned()));
+                    }
+                }
             }
-            // The turn came (the waiter before left: it has the lock, found the work
-            // completed, or gave up — the key's state is news), or the wait ended in the
-            // queue: try now, as a poll would.
-            return;
+            if let Some(queued) = &mut self.queued {
+                let limit = queue_until.unwrap_or(poll);
+                return match tokio::time::timeout_at(limit, queued).await {
+                    Ok(Ok(permit)) => {
+                        self.queued = None;
+                        self.turn = Some(permit);
+                        // The one before left: it holds the key, found the work completed, or
+                        // gave up — the key's state is news.
+                        Woken::Early
+                    }
+                    Ok(Err(_)) => {
+                        self.queued = None;
+                        Woken::Poll
+                    }
+                    Err(_) => Woken::Poll,
+                };
+            }
         }
-        let until = Instant::now() + pause;
-        let mut first: Option<Instant> = None;
         loop {
             let notified = self.key.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let heard = self.key.heard.load(Ordering::Relaxed);
-            if heard.count_ones() >= self.shared.quorum {
-                return;
-            }
-            let mut wake_at = until;
-            if heard != 0 {
-                let at = *first.get_or_insert_with(Instant::now) + GRACE;
-                wake_at = wake_at.min(at);
-            }
-            if Instant::now() >= wake_at {
-                return;
+            if self.key.heard.load(Ordering::Relaxed).count_ones() >= self.shared.quorum {
+                return Woken::Early;
             }
             tokio::select! {
                 () = notified => {}
-                () = tokio::time::sleep_until(wake_at) => return,
+                () = tokio::time::sleep_until(poll) => return Woken::Poll,
             }
         }
     }
@@ -237,4 +259,109 @@ impl Listener for VoterListener {
 /// The map's lock; a poisoned map is still a map (nothing here panics while holding it).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A registry without voters, and the listener of its voter `index`.
+    fn wakes(quorum: u32) -> Wakes {
+        Wakes {
+            shared: Arc::new(Shared {
+                keys: Mutex::default(),
+                feeds: Vec::new(),
+                quorum,
+            }),
+        }
+    }
+
+    fn voter(w: &Wakes, index: usize) -> VoterListener {
+        VoterListener {
+            shared: Arc::downgrade(&w.shared),
+            bit: 1 << index,
+            name: format!("voter-{index}"),
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    fn key(k: &str) -> Arc<str> {
+        Arc::from(k)
+    }
+
+    /// A wait with the turn ends at a quorum of the voters' releases, not at one (a losing
+    /// try's own cleanup is never a quorum while someone holds the key), else at the poll.
+    #[tokio::test(start_paused = true)]
+    async fn a_quorum_of_releases_ends_the_wait_one_does_not() {
+        let w = wakes(2);
+        let k = key("job");
+        let mut i = w.interest(&k);
+        i.before_try();
+        let poll = Instant::now() + Duration::from_secs(10);
+        let (a, b) = (voter(&w, 0), voter(&w, 1));
+        let waiting = async {
+            let started = Instant::now();
+            (i.wait(poll, None).await, started.elapsed())
+        };
+        let releases = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            a.released("job");
+            a.released("job"); // the same voter twice is still one voter
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            b.released("job");
+        };
+        let ((woken, after), ()) = tokio::join!(waiting, releases);
+        assert_eq!(woken, Woken::Early);
+        assert_eq!(
+            after,
+            Duration::from_secs(2),
+            "woken at the second voter's release"
+        );
+        // Spent by the next try: the poll ends the next wait.
+        i.before_try();
+        a.released("other-key");
+        assert_eq!(
+            i.wait(Instant::now() + Duration::from_secs(3), None).await,
+            Woken::Poll
+        );
+    }
+
+    /// Within a client, the turn goes in arrival order; a queued waiter keeps its place
+    /// across its polls, and the next one is told when its turn comes.
+    #[tokio::test(start_paused = true)]
+    async fn the_turn_goes_in_arrival_order_and_a_place_survives_a_poll() {
+        let w = wakes(1);
+        let k = key("job");
+        let (mut a, mut b, mut c) = (w.interest(&k), w.interest(&k), w.interest(&k));
+        let poll = || Instant::now() + Duration::from_secs(1);
+        // `a` takes the turn and waits for a release; `b`, then `c`, queue.
+        let a_waits = tokio::time::timeout(Duration::from_millis(10), a.wait(poll(), None));
+        assert!(
+            a_waits.await.is_err(),
+            "a has the turn: it waits for a release"
+        );
+        assert_eq!(
+            b.wait(poll(), None).await,
+            Woken::Poll,
+            "b queued until its poll"
+        );
+        assert_eq!(
+            c.wait(poll(), None).await,
+            Woken::Poll,
+            "c queued until its poll"
+        );
+        // Both keep their places: when `a` leaves, `b` (queued first) gets the turn.
+        drop(a);
+        let until = Some(Instant::now() + Duration::from_secs(60));
+        assert_eq!(b.wait(poll(), until).await, Woken::Early, "b's turn");
+        let c_waits = tokio::time::timeout(Duration::from_secs(5), c.wait(poll(), until));
+        assert!(c_waits.await.is_err(), "c still queued behind b");
+        drop(b);
+        assert_eq!(c.wait(poll(), until).await, Woken::Early, "c's turn");
+        // The last waiter gone, the key is forgotten.
+        drop(c);
+        assert!(!w.has_waiters("job"));
+    }
 }

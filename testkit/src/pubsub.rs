@@ -120,3 +120,51 @@ pub async fn shard_subscribers(server: &crate::RedisServer, channel: &str) -> i6
     let (_, n): (String, i64) = server.query(&cmd).await;
     n
 }
+
+/// Waits (bounded: 20 s) until every one of `servers` has a subscriber on the plain channel
+/// `channel`: a waiter's subscribers are listening.
+pub async fn listening<'a>(
+    servers: impl IntoIterator<Item = &'a crate::RedisServer>,
+    channel: &str,
+) {
+    until_subscribed(servers.into_iter().collect(), channel, true).await;
+}
+
+/// Waits (bounded: 20 s) until none of `servers` has a subscriber on the plain channel
+/// `channel`: the waits ended and their subscriptions with them.
+pub async fn not_listening<'a>(
+    servers: impl IntoIterator<Item = &'a crate::RedisServer>,
+    channel: &str,
+) {
+    until_subscribed(servers.into_iter().collect(), channel, false).await;
+}
+
+async fn until_subscribed(servers: Vec<&crate::RedisServer>, channel: &str, on: bool) {
+    let what = if on { "has a" } else { "has no" };
+    crate::eventually(
+        format!("every server {what} subscriber on {channel}"),
+        Duration::from_secs(20),
+        || async {
+            for s in &servers {
+                if (subscribers(s, channel).await >= 1) != on {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
+/// How soon a woken waiter must have the lock: generous on a loaded machine, far below the
+/// tests' polls (8 s and more).
+pub const WOKEN_WITHIN: Duration = Duration::from_secs(3);
+
+/// Asserts that a waiter was woken: granted within [`WOKEN_WITHIN`] of the release, well
+/// before its next poll `poll`.
+pub fn assert_woken(waited: Duration, poll: Duration) {
+    assert!(
+        waited < WOKEN_WITHIN,
+        "woken {waited:?} after the release (poll {poll:?})"
+    );
+}

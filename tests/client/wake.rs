@@ -9,38 +9,20 @@ use std::time::{Duration, Instant};
 use tower_redlock::operate::ForceRelease;
 use tower_redlock::{Claim, Redlock, Retry};
 
-use super::{Masters, TTL};
-use crate::support::pubsub::{subscribers, Subscriber};
+use super::{Masters, SECOND, TTL};
+use crate::support::pubsub::{
+    assert_woken, listening, not_listening, subscribers, Subscriber, WOKEN_WITHIN,
+};
 use crate::support::{eventually, NODE_TIMEOUT};
 
 /// A poll so long that a waiter that gets the lock well within it was woken.
 const LONG_POLL: Duration = Duration::from_secs(8);
-/// How soon a woken waiter must have the lock: generous on a loaded machine, far below
-/// [`LONG_POLL`].
-const WOKEN_WITHIN: Duration = Duration::from_secs(3);
 
 /// A waiter's policy: polls every [`LONG_POLL`], for up to 20 s.
 fn long_poll() -> Retry {
     Retry::until(Duration::from_secs(20))
         .delay(LONG_POLL)
         .jitter(Duration::ZERO)
-}
-
-/// Until every master has a subscriber on `key`: the waiter is listening.
-async fn listening(m: &Masters, key: &str) {
-    eventually(
-        format!("every master has a subscriber on {key}"),
-        Duration::from_secs(5),
-        || async {
-            for s in m.iter() {
-                if subscribers(s, key).await < 1 {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
 }
 
 /// Each kind of delete publishes once on the key's channel when the wake-up is on; a
@@ -140,27 +122,16 @@ async fn wake_a_waiter_is_woken_by_the_release_before_its_poll() {
         let lease = waiter.lock_with("wake-release", TTL, long_poll()).await;
         (lease, Instant::now(), waiter)
     });
-    listening(&m, "wake-release").await;
+    listening(m.iter(), "wake-release").await;
     let released = Instant::now();
     lease.release().await.unwrap();
     let (lease, granted, _waiter) = waiting.await.unwrap();
     let lease = lease.expect("the waiter gets the lock");
     let waited = granted - released;
-    assert!(
-        waited < WOKEN_WITHIN,
-        "woken {waited:?} after the release (poll {LONG_POLL:?})"
-    );
+    assert_woken(waited, LONG_POLL);
     lease.release().await.unwrap();
     // The wait ended: no subscriber is left on the key.
-    eventually("the subscriptions end", Duration::from_secs(5), || async {
-        for s in m.iter() {
-            if subscribers(s, "wake-release").await != 0 {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
+    not_listening(m.iter(), "wake-release").await;
 }
 
 /// A holder that crashed: its keys expire. With `notify-keyspace-events Kx` on the
@@ -194,28 +165,31 @@ async fn wake_an_expiry_wakes_the_waiter_with_keyspace_notifications() {
 }
 
 /// The poll stays: a holder that publishes nothing (a client without the wake-up, another
-/// library) releases, and the waiter finds the key free at its next poll.
+/// library) releases, and the waiter finds the key free at its next poll — with a policy
+/// of two retries, which the wake-up does not use up (only the polls count).
 #[tokio::test]
 async fn wake_a_release_that_publishes_nothing_is_found_by_the_poll() {
     let m = Masters::start(3);
     let quiet = m.client();
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let lease = quiet.try_lock("wake-quiet", TTL).await.unwrap();
-    let poll = Retry::until(Duration::from_secs(20))
-        .delay(Duration::from_millis(300))
-        .jitter(Duration::ZERO);
+    let poll = Retry::times(2).delay(SECOND).jitter(Duration::ZERO);
     let waiting = tokio::spawn(async move {
         let lease = waiter.lock_with("wake-quiet", TTL, poll).await;
-        (lease, waiter)
+        (lease, Instant::now(), waiter)
     });
-    listening(&m, "wake-quiet").await;
+    listening(m.iter(), "wake-quiet").await;
+    let released = Instant::now();
     lease.release().await.unwrap();
-    let (lease, _waiter) = waiting.await.unwrap();
+    let (lease, granted, _waiter) = waiting.await.unwrap();
     lease
         .expect("the poll finds the key free")
         .release()
         .await
         .unwrap();
+    // At the next poll (1 s at most after the release), with room for a loaded machine.
+    let waited = granted - released;
+    assert!(waited < SECOND + WOKEN_WITHIN, "{waited:?}");
 }
 
 /// The subscriber's connections killed on every master (`CLIENT KILL TYPE pubsub`): they
@@ -230,14 +204,14 @@ async fn wake_a_killed_subscriber_connection_recovers() {
         let lease = waiter.lock_with("wake-killed", TTL, long_poll()).await;
         (lease, Instant::now(), waiter)
     });
-    listening(&m, "wake-killed").await;
+    listening(m.iter(), "wake-killed").await;
     for s in m.iter() {
         let mut kill = redis::cmd("CLIENT");
         kill.arg("KILL").arg("TYPE").arg("pubsub");
         let killed: i64 = s.query(&kill).await;
         assert!(killed >= 1, "a subscriber connection on {}", s.addr());
     }
-    listening(&m, "wake-killed").await;
+    listening(m.iter(), "wake-killed").await;
     // The holder's release publishes nothing (no wake-up): the key is deleted by hand with a
     // publish, as a waking client's release would.
     drop(lease);
@@ -250,10 +224,7 @@ async fn wake_a_killed_subscriber_connection_recovers() {
     }
     let (lease, granted, _waiter) = waiting.await.unwrap();
     let waited = granted - released;
-    assert!(
-        waited < WOKEN_WITHIN,
-        "woken {waited:?} after the release (poll {LONG_POLL:?})"
-    );
+    assert_woken(waited, LONG_POLL);
     lease
         .expect("the waiter gets the lock")
         .release()
@@ -333,7 +304,7 @@ async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
     let waiter = redlock.clone();
     let waiting =
         tokio::spawn(async move { waiter.lock_with("wake-no-queue", TTL, long_poll()).await });
-    listening(&m, "wake-no-queue").await;
+    listening(m.iter(), "wake-no-queue").await;
     let started = Instant::now();
     let once = Retry::times(0).delay(Duration::from_secs(10));
     let err = redlock
@@ -354,4 +325,28 @@ async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
         .release()
         .await
         .unwrap();
+}
+
+/// A holder on 2 of 3 masters: each try of a waiter takes the third, misses the quorum and
+/// gives it back — publishing a release there. That release is not a quorum: the waiter does
+/// not wake itself into a loop of tries, and its retries stay its polls (3 polls of 1 s, 4
+/// tries).
+#[tokio::test]
+async fn wake_a_losing_try_does_not_wake_itself() {
+    let m = Masters::start(3);
+    for s in m.iter().take(2) {
+        assert!(s.set_nx("wake-loser", "a-holder", Some(60_000)).await);
+    }
+    let waiter = m.builder().wake_waiters(true).build().unwrap();
+    let started = Instant::now();
+    let polls = Retry::times(3).delay(SECOND).jitter(Duration::ZERO);
+    let err = waiter
+        .lock_with("wake-loser", TTL, polls)
+        .await
+        .expect_err("held on a quorum");
+    assert!(err.is_contended(), "{err}");
+    assert_eq!(err.attempts(), 4, "{err}");
+    assert!(started.elapsed() >= 3 * SECOND, "{:?}", started.elapsed());
+    // Each try gave the third master back.
+    assert!(m[2].get("wake-loser").await.is_none());
 }

@@ -15,8 +15,8 @@ use crate::harness::Framework;
 use crate::replay::{assert_ran, assert_replay_of, pay, BODY};
 use crate::support::apps::*;
 use crate::support::http::{http_client, reply, within};
-use crate::support::pubsub::subscribers;
-use crate::support::{eventually, warm_up, Masters};
+use crate::support::pubsub::listening;
+use crate::support::{warm_up, Masters};
 
 /// A poll so long (8–12 s with the middleware's jitter) that a duplicate answered well
 /// within it was woken.
@@ -53,19 +53,7 @@ pub async fn wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes<F
         .collect();
     // The duplicates wait: their client listens on the key on every master.
     let lock_key = redis_key(PATH, PATH, KEY);
-    eventually(
-        "every master has a subscriber on the key",
-        Duration::from_secs(10),
-        || async {
-            for s in m.iter() {
-                if subscribers(s, &lock_key).await < 1 {
-                    return false;
-                }
-            }
-            true
-        },
-    )
-    .await;
+    listening(m.iter(), &lock_key).await;
     probe.open();
     let first = within("the first reply", first).await.expect("no panic");
     let answered = Instant::now();

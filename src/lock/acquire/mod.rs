@@ -25,6 +25,7 @@ use crate::lock::state::{Grant, LeaseState};
 use crate::lock::tally::{self, Skip, Vote};
 use crate::lock::telemetry::{Acquiring, LockOutcome};
 use crate::lock::token::Token;
+use crate::lock::wake::Woken;
 use crate::lock::Redlock;
 use crate::node::Acquire;
 
@@ -62,17 +63,28 @@ impl Redlock {
         let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
 
         let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
-        // With the wake-up, a caller that may wait queues behind the client's waiters of the
-        // key (one that may not, `Retry::never()`, tries at once), and a failed try registers
-        // to be woken by the key's release (see `wake.rs`).
+        // A try takes at most two node timeouts: the requests, then the release round of a
+        // failed try (a contended one rarely has any: it won no vote), or the holder's ttl,
+        // asked once for the last error.
+        let try_time = self.inner.config.node_timeout.saturating_mul(2);
+        // With the wake-up (see `wake.rs`), a caller that may wait queues behind the
+        // client's waiters of the key (one that may not, `Retry::never()`, tries at once), a
+        // failed try registers to be woken by the key's release, and the polls keep their
+        // schedule: `poll_at` is the next one, and only the polls count as retries.
         let wakes = self.inner.wakes.as_ref();
+        let queue_until =
+            deadline.map(|d| tokio::time::Instant::from(d - try_time.min(d - obs.started)));
         let mut interest = None;
-        let may_wait = retry.retry_count() > 0;
-        if let Some(w) = wakes.filter(|w| may_wait && w.has_waiters(&key)) {
+        let mut poll_at: Option<Instant> = None;
+        let mut polls = 0u32;
+        if let Some(w) = wakes.filter(|w| retry.retry_count() > 0 && w.has_waiters(&key)) {
+            // The queue's wait is the first pause: it counts as a retry.
+            let first_poll = Instant::now() + retry.next_delay();
+            polls = 1;
             let queued = interest.insert(w.interest(&key));
-            queued
-                .wait(retry.next_delay(), deadline.map(Into::into))
-                .await;
+            if queued.wait(first_poll.into(), queue_until).await == Woken::Early {
+                poll_at = Some(first_poll);
+            }
         }
         let mut attempt = 0u32;
         let mut split_vote_retried = false;
@@ -109,13 +121,15 @@ impl Redlock {
                     return Ok(Claim::Completed(record));
                 }
                 Err(e) => {
-                    let mut pause = retry.next_delay();
-                    // A try takes at most two node timeouts: the requests, then the release
-                    // round of a failed try (a contended one rarely has any: it won no vote),
-                    // or the holder's ttl, asked once for the last error.
-                    let try_time = self.inner.config.node_timeout.saturating_mul(2);
-                    let mut more =
-                        attempt <= retry.retry_count() && Retry::fits(deadline, pause, try_time);
+                    // The pause until the next poll: the one under way (the wake-up ended the
+                    // last wait early), or a new one, which counts as a retry.
+                    let now = Instant::now();
+                    let (mut pause, new_poll) = match poll_at.filter(|&at| at > now) {
+                        Some(at) => (at - now, false),
+                        None => (retry.next_delay(), true),
+                    };
+                    let mut more = (!new_poll || polls < retry.retry_count())
+                        && Retry::fits(deadline, pause, try_time);
                     if !more && !split_vote_retried {
                         // A split vote between concurrent callers, not a holder: everyone
                         // backed off, so one quick try after a random pause usually settles it.
@@ -129,15 +143,17 @@ impl Redlock {
                         obs.done(LockOutcome::Failed(&e));
                         return Err(e);
                     }
-                    match wakes {
-                        Some(w) => {
-                            let i = interest.get_or_insert_with(|| w.interest(&key));
-                            let queue_until =
-                                deadline.map(|d| (d - try_time.min(d - obs.started)).into());
-                            i.wait(pause, queue_until).await;
-                        }
-                        None => tokio::time::sleep(pause).await,
-                    }
+                    polls += u32::from(new_poll);
+                    let Some(w) = wakes else {
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    };
+                    let at = now + pause;
+                    let i = interest.get_or_insert_with(|| w.interest(&key));
+                    poll_at = match i.wait(at.into(), queue_until).await {
+                        Woken::Early => Some(at),
+                        Woken::Poll => None,
+                    };
                 }
             }
         }

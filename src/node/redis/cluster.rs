@@ -182,9 +182,10 @@ impl ClusterWake {
 
 /// A Cluster voter's subscriber: a RESP3 cluster connection of its own whose pushes
 /// (`smessage`: a release in a key's slot) go to `listener`; `SSUBSCRIBE`/`SUNSUBSCRIBE` as
-/// the keys come and go (redis-rs resubscribes after it reconnects a shard: a disconnection
-/// push wakes every key's waiters, whose releases may have been missed). Ends when the feed
-/// is dropped.
+/// the keys come and go (redis-rs resubscribes after it reconnects a shard; a disconnection
+/// push counts as a release for every key's waiters, whose releases may have been missed —
+/// before the resubscription: one between the two is the poll's). Ends when the feed is
+/// dropped.
 pub(super) async fn run_wake(
     wake: ClusterWake,
     name: String,
@@ -236,7 +237,6 @@ pub(super) async fn run_wake(
     let mut config = ClusterConfig::new().set_connection_timeout(limits.connect);
     config = config.set_response_timeout(limits.response);
     let mut conn = client.get_pending_async_connection_with_config(config);
-    let mut refused = false;
     while let Some(op) = ops.recv().await {
         match op {
             Op::Watch(key) => {
@@ -244,24 +244,30 @@ pub(super) async fn run_wake(
                     .lock()
                     .map(|mut k| k.insert(key.clone()))
                     .unwrap_or(false)
-                    || refused
                 {
                     continue;
                 }
-                match tokio::time::timeout(limits.response, conn.ssubscribe(&*key)).await {
-                    Ok(Ok(())) => listener.subscribed(&[key]),
-                    Ok(Err(e)) if e.code() == Some("NOPERM") => {
-                        refused = true;
-                        listener.refused(&e.to_string());
+                let failed =
+                    match tokio::time::timeout(limits.response, conn.ssubscribe(&*key)).await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) if e.code() == Some("NOPERM") => {
+                            listener.refused(&e.to_string());
+                            Some(e.to_string())
+                        }
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(_) => Some("timed out".to_owned()),
+                    };
+                if let Some(why) = failed {
+                    // Not subscribed: forgotten, so that the key's next waiter asks again
+                    // (its waiters poll meanwhile).
+                    tracing::debug!(voter = %name, error = %why, "wake: ssubscribe failed");
+                    if let Ok(mut k) = keys.lock() {
+                        k.remove(&key);
                     }
-                    Ok(Err(e)) => {
-                        tracing::debug!(voter = %name, error = %e, "wake: ssubscribe failed");
-                    }
-                    Err(_) => tracing::debug!(voter = %name, "wake: ssubscribe timed out"),
                 }
             }
             Op::Unwatch(key) => {
-                if keys.lock().map(|mut k| k.remove(&key)).unwrap_or(false) && !refused {
+                if keys.lock().map(|mut k| k.remove(&key)).unwrap_or(false) {
                     let _ = tokio::time::timeout(limits.response, conn.sunsubscribe(&*key)).await;
                 }
             }

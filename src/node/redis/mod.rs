@@ -302,14 +302,18 @@ impl RedisNode {
     }
 
     /// Starts the wake-up (`RedlockBuilder::wake_waiters`): its deleting scripts publish
-    /// from now on, and a subscriber of its own tells `listener` the releases it hears. `None`
-    /// for a node over a connection of the caller's ([`RedisNode::from_connection_manager`],
-    /// [`RedisNode::from_multiplexed`]): its waiters poll.
+    /// from now on, and a subscriber of its own tells `listener` the releases it hears. A
+    /// node over a connection of the caller's ([`RedisNode::from_connection_manager`],
+    /// [`RedisNode::from_multiplexed`]: a master's) publishes but has no subscriber (`None`):
+    /// its releases wake other clients, its own waiters poll.
     pub(crate) fn start_wake(
         &mut self,
         listener: std::sync::Arc<dyn super::wake::Listener>,
     ) -> Option<super::wake::Feed> {
-        let (source, limits) = self.wake_source.as_deref()?;
+        let Some((source, limits)) = self.wake_source.as_deref() else {
+            self.wake = Some("P");
+            return None;
+        };
         self.wake = Some(source.kind());
         Some(wake::start(
             source.clone(),

@@ -7,8 +7,8 @@
 //! `expired` there is a release too, where the master has `notify-keyspace-events Kx`: the
 //! keyspace channel of each key waited for, not every expiry of the database). It is
 //! made again after it drops, after an idle `PING` goes unanswered, and — for a Sentinel
-//! group — when the sentinels name another master; every (re)subscription wakes the keys'
-//! waiters (releases may have been missed meanwhile). On a Cluster: redis-rs' cluster
+//! group — when the sentinels name another master; every subscription on a new connection
+//! counts as a release for the keys' waiters (releases may have been missed meanwhile). On a Cluster: redis-rs' cluster
 //! connection (RESP3), `SSUBSCRIBE` to the key (the scripts' `SPUBLISH`, in the key's slot).
 //! Every wait here is bounded by the voter's connect or response timeout; nothing here is
 //! on a lock's path.
@@ -83,7 +83,7 @@ pub(super) fn start(
                 limits,
                 listener,
                 keys: HashSet::new(),
-                refused: false,
+                keyspace_refused: false,
             };
             tokio::spawn(sub.run(ops));
         }
@@ -99,8 +99,18 @@ struct PubSub {
     listener: Arc<dyn Listener>,
     /// The keys with waiters.
     keys: HashSet<Arc<str>>,
-    /// The master refused the channels (ACL): no more subscriptions are asked.
-    refused: bool,
+    /// The master refused the keyspace channels (ACL) on this connection: expiries do not
+    /// wake, releases still do.
+    keyspace_refused: bool,
+}
+
+/// What a `SUBSCRIBE` got.
+enum Asked {
+    Done,
+    /// `NOPERM`: the ACL denies a channel.
+    Refused(String),
+    /// No answer in time, or another error: connect again.
+    Broken,
 }
 
 /// Why a connection ended.
@@ -121,8 +131,14 @@ impl PubSub {
             };
             let end = match connected {
                 Some((conn, db, master)) => {
-                    backoff = MIN_BACKOFF;
-                    self.serve(conn, db, master, &mut ops).await
+                    let served = tokio::time::Instant::now();
+                    let end = self.serve(conn, db, master, &mut ops).await;
+                    // A connection that served a while starts the backoff over; one that
+                    // broke at once (a server that refuses pub/sub) keeps doubling it.
+                    if served.elapsed() >= MAX_BACKOFF {
+                        backoff = MIN_BACKOFF;
+                    }
+                    end
                 }
                 None => End::Again,
             };
@@ -155,8 +171,9 @@ impl PubSub {
         ops: &mut UnboundedReceiver<Op>,
     ) -> End {
         let (mut sink, mut stream) = conn.split();
+        self.keyspace_refused = false;
         let keys: Vec<Arc<str>> = self.keys.iter().cloned().collect();
-        if !keys.is_empty() && !self.subscribe(&mut sink, &keys, db).await {
+        if !keys.is_empty() && !self.subscribe(&mut sink, &keys, db, true).await {
             return End::Again;
         }
         let source = self.source.clone();
@@ -174,13 +191,13 @@ impl PubSub {
                     None => return End::Closed,
                     Some(Op::Watch(key)) => {
                         if self.keys.insert(key.clone())
-                            && !self.subscribe(&mut sink, &[key], db).await
+                            && !self.subscribe(&mut sink, &[key], db, false).await
                         {
                             return End::Again;
                         }
                     }
                     Some(Op::Unwatch(key)) => {
-                        if self.keys.remove(&key) && !self.refused {
+                        if self.keys.remove(&key) {
                             let channels = [key.to_string(), keyspace(db, &key)];
                             let asked = sink.unsubscribe(&channels);
                             if !matches!(
@@ -211,37 +228,61 @@ impl PubSub {
         }
     }
 
-    /// Subscribes to `keys` and their keyspace channels, then tells the listener; whether
-    /// the connection is still good. A refusal (ACL) is reported once and ends the
-    /// subscriptions, not the connection.
+    /// Subscribes to `keys`, then to their keyspace channels; whether the connection is still
+    /// good. `again` (after a connection was made): releases may have been missed meanwhile,
+    /// so the listener is told (the first subscription of a key is not news: a release
+    /// before it is the poll's). A refusal (ACL `NOPERM`) ends nothing: refused keys are
+    /// asked one by one (a key another pattern allows still wakes) and poll, warned once; a
+    /// refused keyspace channel stops the expiries only, until the next connection.
     async fn subscribe(
         &mut self,
         sink: &mut redis::aio::PubSubSink,
         keys: &[Arc<str>],
         db: i64,
+        again: bool,
     ) -> bool {
-        if self.refused {
-            return true;
+        let channels = |ks: &[Arc<str>]| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        match self.ask(sink, channels(keys)).await {
+            Asked::Done => {}
+            Asked::Broken => return false,
+            Asked::Refused(why) if keys.len() == 1 => self.listener.refused(&why),
+            Asked::Refused(_) => {
+                for key in keys {
+                    match self.ask(sink, channels(std::slice::from_ref(key))).await {
+                        Asked::Done => {}
+                        Asked::Broken => return false,
+                        Asked::Refused(why) => self.listener.refused(&why),
+                    }
+                }
+            }
         }
-        let channels: Vec<String> = keys
-            .iter()
-            .flat_map(|k| [k.to_string(), keyspace(db, k)])
-            .collect();
+        if !self.keyspace_refused {
+            let spaces = keys.iter().map(|k| keyspace(db, k)).collect();
+            match self.ask(sink, spaces).await {
+                Asked::Done => {}
+                Asked::Broken => return false,
+                Asked::Refused(why) => {
+                    self.keyspace_refused = true;
+                    tracing::debug!(voter = %self.name, error = %why, "wake: keyspace channels refused: expiries do not wake");
+                }
+            }
+        }
+        if again {
+            self.listener.subscribed(keys);
+        }
+        true
+    }
+
+    /// `SUBSCRIBE channels`, bounded by the response timeout.
+    async fn ask(&self, sink: &mut redis::aio::PubSubSink, channels: Vec<String>) -> Asked {
         match tokio::time::timeout(self.limits.response, sink.subscribe(&channels)).await {
-            Ok(Ok(())) => {
-                self.listener.subscribed(keys);
-                true
-            }
-            Ok(Err(e)) if e.code() == Some("NOPERM") => {
-                self.refused = true;
-                self.listener.refused(&e.to_string());
-                true
-            }
+            Ok(Ok(())) => Asked::Done,
+            Ok(Err(e)) if e.code() == Some("NOPERM") => Asked::Refused(e.to_string()),
             Ok(Err(e)) => {
                 tracing::debug!(voter = %self.name, error = %e, "wake: subscribe failed");
-                false
+                Asked::Broken
             }
-            Err(_) => false,
+            Err(_) => Asked::Broken,
         }
     }
 

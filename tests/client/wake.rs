@@ -234,7 +234,8 @@ async fn wake_a_killed_subscriber_connection_recovers() {
 
 /// A voter whose ACL user may use no channel (Redis 7's default for a new user): it still
 /// locks and releases, its subscriber subscribes to nothing, and a waiter finds the key at
-/// its poll.
+/// its poll. A user allowed the keys' channels but not the keyspace channels is woken by
+/// releases.
 #[tokio::test]
 async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
     let m = Masters::start(1);
@@ -291,6 +292,45 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
         .release()
         .await
         .unwrap();
+
+    // A user allowed the keys' channels but not the keyspace channels: releases still wake
+    // (only expiries do not).
+    let mut acl = redis::cmd("ACL");
+    acl.arg(
+        &[
+            "SETUSER",
+            "keysonly",
+            "on",
+            ">pw",
+            "~*",
+            "+@all",
+            "resetchannels",
+            "&wake-*",
+        ][..],
+    );
+    let () = m[0].query(&acl).await;
+    let url = format!("redis://keysonly:pw@127.0.0.1:{}", m[0].port());
+    let client = || {
+        Redlock::builder()
+            .redis(&url)
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+            .wake_waiters(true)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (client(), client());
+    let lease = holder.try_lock("wake-acl-keys", TTL).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let lease = waiter.lock_with("wake-acl-keys", TTL, long_poll()).await;
+        (lease, Instant::now(), waiter)
+    });
+    listening([&m[0]], "wake-acl-keys").await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (lease, granted, _waiter) = waiting.await.unwrap();
+    assert_woken(granted - released, LONG_POLL);
+    lease.expect("woken").release().await.unwrap();
 }
 
 /// A caller that may not wait (no retries) never queues behind the client's waiters of the

@@ -314,13 +314,20 @@ async fn grpc_on_lost_abort_is_unavailable() {
 }
 
 /// A waiting policy (`.wait(30 s)`) bounds a gRPC caller's wait by its own deadline
-/// (`grpc-timeout`, here 3 s): the duplicate of a held call is answered `ABORTED` with a
-/// retry hint before that deadline — not held for the policy's 30 s, nor cut by the
-/// caller's deadline (`DEADLINE_EXCEEDED`/`CANCELLED`).
+/// (`grpc-timeout`, here 3 s): two duplicates of a held call — one waiting for releases, one
+/// queued behind it (the client wakes waiters) — are both answered `ABORTED` with a retry hint
+/// before that deadline: not held for the policy's 30 s, nor cut by the caller's deadline
+/// (`DEADLINE_EXCEEDED`/`CANCELLED`).
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_a_wait_is_bounded_by_the_callers_grpc_timeout() {
     const KEY: &str = "order-grpc-deadline";
-    let (_m, redlock) = masters_and_client().await;
+    let (m, _) = masters_and_client().await;
+    let redlock = m
+        .builder()
+        .node_timeout(support::apps::HTTP_NODE_TIMEOUT)
+        .wake_waiters(true)
+        .build()
+        .unwrap();
     let policy = policy_of(&redlock)
         .wait(Duration::from_secs(30))
         .build()
@@ -330,24 +337,25 @@ async fn grpc_a_wait_is_bounded_by_the_callers_grpc_timeout() {
     server.gate.until_started(1).await;
 
     let started = std::time::Instant::now();
-    let duplicate = PayRequest {
-        amount_cents: 1250,
-        hold: false,
-        fail: 0,
+    let duplicate = || {
+        let message = PayRequest {
+            amount_cents: 1250,
+            hold: false,
+            fail: 0,
+        };
+        server.call_within(PAY, Some(KEY), message, Some(Duration::from_secs(3)))
     };
-    let status = refused(
-        server
-            .call_within(PAY, Some(KEY), duplicate, Some(Duration::from_secs(3)))
-            .await,
-    );
-    assert_eq!(status.code(), Code::Aborted, "{status:?}");
-    assert_retry_hint(&status, TTL);
+    let (one, two) = tokio::join!(duplicate(), duplicate());
+    for status in [refused(one), refused(two)] {
+        assert_eq!(status.code(), Code::Aborted, "{status:?}");
+        assert_retry_hint(&status, TTL);
+    }
     assert!(
         started.elapsed() < Duration::from_secs(3),
         "{:?}",
         started.elapsed()
     );
-    assert_eq!(server.gate.started(), 1, "the duplicate ran");
+    assert_eq!(server.gate.started(), 1, "a duplicate ran");
     server.gate.release.add_permits(1);
     within("the first call", first).await.unwrap().unwrap();
     server.stop().await;

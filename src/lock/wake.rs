@@ -9,7 +9,8 @@
 //! a hint, never a grant: the waiter tries, and a try decides as before. A quorum, not one
 //! voter: a holder holds a quorum, and the partial locks a losing try gives back — never a
 //! quorum while someone holds the key — must not wake its own taker, nor anyone, into a loop
-//! of tries.
+//! of tries. (While nobody holds it, split losers can give back a quorum between them: the
+//! lock loop pauses at random before a woken try after two splits in a row.)
 //!
 //! **Fairness.** Within one client, one waiter per key waits for releases at a time (the
 //! *turn*, a FIFO queue: tokio's semaphore is fair, and a queued waiter keeps its place
@@ -61,7 +62,8 @@ struct KeyWake {
 }
 
 impl Wakes {
-    /// Starts the wake-up on every node that has one; `None` when none has.
+    /// Starts the wake-up on every node that has one; `None` when fewer than a quorum have
+    /// (their deleting scripts still publish, for the other clients).
     pub(crate) fn start(nodes: &mut [AnyNode], quorum: usize) -> Option<Self> {
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
             let feeds = nodes
@@ -83,7 +85,19 @@ impl Wakes {
                 quorum: u32::try_from(quorum).unwrap_or(u32::MAX),
             }
         });
-        (!shared.feeds.is_empty()).then_some(Self { shared })
+        // Fewer voters that listen than a quorum: no release could ever wake a waiter, and a
+        // queue would only hold waiters back from their polls.
+        if shared.feeds.len() < quorum {
+            if !shared.feeds.is_empty() {
+                tracing::warn!(
+                    listening = shared.feeds.len(),
+                    quorum,
+                    "wake: fewer voters can listen for releases than a quorum: waiters poll"
+                );
+            }
+            return None;
+        }
+        Some(Self { shared })
     }
 
     /// Whether this client has waiters for `key` (a new caller queues behind them).
@@ -150,36 +164,53 @@ impl Interest {
         }
     }
 
-    /// Waits to try again, at the latest at `poll`: for this waiter's turn among the client's
-    /// waiters of the key (queued until `queue_until` with a deadline policy, until `poll`
-    /// without: then it tries as a poll, keeping its place), then, with the turn, for a
-    /// quorum of the voters to report the key released.
+    /// Waits for this waiter's turn among the client's waiters of the key: at once when it
+    /// is free or already held, else queued until `queue_until` with a deadline policy, until
+    /// `poll` without one (then it tries as a poll, keeping its place). `Early`: the turn.
+    pub(crate) async fn queue(&mut self, poll: Instant, queue_until: Option<Instant>) -> Woken {
+        if self.turn.is_some() {
+            return Woken::Early;
+        }
+        let queued = match &mut self.queued {
+            Some(queued) => queued,
+            None => match self.key.turn.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    self.turn = Some(permit);
+                    return Woken::Early;
+                }
+                Err(_) => self
+                    .queued
+                    .insert(Box::pin(self.key.turn.clone().acquire_owned())),
+            },
+        };
+        match tokio::time::timeout_at(queue_until.unwrap_or(poll), queued).await {
+            Ok(Ok(permit)) => {
+                self.queued = None;
+                self.turn = Some(permit);
+                // The one before left: it holds the key, found the work completed, or gave
+                // up — the key's state is news.
+                Woken::Early
+            }
+            Ok(Err(_)) => {
+                self.queued = None;
+                Woken::Poll
+            }
+            Err(_) => Woken::Poll,
+        }
+    }
+
+    /// Waits to try again, at the latest at `poll`: for this waiter's turn ([`Interest::queue`];
+    /// a free turn is taken at once), then, with the turn, for a quorum of the voters to
+    /// report the key released.
     pub(crate) async fn wait(&mut self, poll: Instant, queue_until: Option<Instant>) -> Woken {
         if self.turn.is_none() {
-            if self.queued.is_none() {
-                match self.key.turn.clone().try_acquire_owned() {
-                    Ok(permit) => self.turn = Some(permit),
-                    Err(_) => {
-                        self.queued = Some(Box::pin(self.key.turn.clone().acquire_owned()));
-                    }
-                }
-            }
-            if let Some(queued) = &mut self.queued {
-                let limit = queue_until.unwrap_or(poll);
-                return match tokio::time::timeout_at(limit, queued).await {
-                    Ok(Ok(permit)) => {
-                        self.queued = None;
-                        self.turn = Some(permit);
-                        // The one before left: it holds the key, found the work completed, or
-                        // gave up — the key's state is news.
-                        Woken::Early
-                    }
-                    Ok(Err(_)) => {
-                        self.queued = None;
-                        Woken::Poll
-                    }
-                    Err(_) => Woken::Poll,
-                };
+            let free = match self.queued {
+                None => self.key.turn.clone().try_acquire_owned().ok(),
+                Some(_) => None,
+            };
+            match free {
+                Some(permit) => self.turn = Some(permit),
+                None => return self.queue(poll, queue_until).await,
             }
         }
         loop {
@@ -363,5 +394,10 @@ mod tests {
         // The last waiter gone, the key is forgotten.
         drop(c);
         assert!(!w.has_waiters("job"));
+        // A newcomer that finds the turn free takes it at once (no wait: it has not tried).
+        let mut newcomer = w.interest(&k);
+        let asked = Instant::now();
+        assert_eq!(newcomer.queue(poll(), None).await, Woken::Early);
+        assert_eq!(asked.elapsed(), Duration::ZERO);
     }
 }

@@ -390,3 +390,41 @@ async fn wake_a_losing_try_does_not_wake_itself() {
     // Each try gave the third master back.
     assert!(m[2].get("wake-loser").await.is_none());
 }
+
+/// Two waiters in two clients, one master of three stopped (a quorum is both others): at
+/// the release each may take one master and split the vote; their releases of it add up to
+/// a quorum while nobody holds the key and wake them both again. The random pause after
+/// repeated splits sets them apart: both get the lock, woken, long before their polls.
+#[tokio::test]
+async fn wake_waiters_split_by_a_stopped_master_each_get_the_lock() {
+    let m = Masters::start(3);
+    m[2].stop();
+    let client = || m.builder().wake_waiters(true).build().unwrap();
+    let holder = client();
+    let lease = holder.try_lock("wake-split", TTL).await.unwrap();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let waiter = client();
+            tokio::spawn(async move {
+                let lease = waiter.lock_with("wake-split", TTL, long_poll()).await;
+                let granted = Instant::now();
+                let lease = lease.expect("each waiter gets the lock");
+                tokio::time::sleep(Duration::from_millis(50)).await; // the work
+                lease.release().await.unwrap();
+                (granted, waiter)
+            })
+        })
+        .collect();
+    listening([&m[0], &m[1]], "wake-split").await;
+    // Both are waiting: each client listens (two subscribers on each live master).
+    eventually("both waiters listen", Duration::from_secs(20), || async {
+        subscribers(&m[0], "wake-split").await >= 2 && subscribers(&m[1], "wake-split").await >= 2
+    })
+    .await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    for waiter in waiters {
+        let (granted, _client) = waiter.await.unwrap();
+        assert_woken(granted - released, LONG_POLL);
+    }
+}

@@ -82,10 +82,12 @@ impl Redlock {
             let first_poll = Instant::now() + retry.next_delay();
             polls = 1;
             let queued = interest.insert(w.interest(&key));
-            if queued.wait(first_poll.into(), queue_until).await == Woken::Early {
+            if queued.queue(first_poll.into(), queue_until).await == Woken::Early {
                 poll_at = Some(first_poll);
             }
         }
+        // Failed tries in a row that won votes (or failed without a holder): a split.
+        let mut splits = 0u32;
         let mut attempt = 0u32;
         let mut split_vote_retried = false;
         loop {
@@ -121,6 +123,8 @@ impl Redlock {
                     return Ok(Claim::Completed(record));
                 }
                 Err(e) => {
+                    let split = !e.is_contended() || e.votes_won() > 0;
+                    splits = if split { splits.saturating_add(1) } else { 0 };
                     // The pause until the next poll: the one under way (the wake-up ended the
                     // last wait early), or a new one, which counts as a retry.
                     let now = Instant::now();
@@ -143,7 +147,7 @@ impl Redlock {
                         obs.done(LockOutcome::Failed(&e));
                         return Err(e);
                     }
-                    polls += u32::from(new_poll);
+                    polls = polls.saturating_add(u32::from(new_poll));
                     let Some(w) = wakes else {
                         tokio::time::sleep(pause).await;
                         continue;
@@ -154,6 +158,18 @@ impl Redlock {
                         Woken::Early => Some(at),
                         Woken::Poll => None,
                     };
+                    if poll_at.is_some() && splits >= 2 {
+                        // Woken again after splits in a row: the losers' own releases can add
+                        // up to a quorum while nobody holds the key, and woken together they
+                        // would split again. A random pause, doubling with the streak (at most
+                        // 20 ms, and never past the poll), sets them apart.
+                        let ms = 1u64 << (splits - 1).min(5);
+                        let jitter = Duration::from_micros(fastrand::u64(0..=ms.min(20) * 1000));
+                        tokio::time::sleep(
+                            jitter.min(at.saturating_duration_since(Instant::now())),
+                        )
+                        .await;
+                    }
                 }
             }
         }

@@ -239,29 +239,7 @@ async fn wake_a_killed_subscriber_connection_recovers() {
 #[tokio::test]
 async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
     let m = Masters::start(1);
-    let mut acl = redis::cmd("ACL");
-    acl.arg(
-        &[
-            "SETUSER",
-            "nopub",
-            "on",
-            ">pw",
-            "~*",
-            "+@all",
-            "resetchannels",
-        ][..],
-    );
-    let () = m[0].query(&acl).await;
-    let url = format!("redis://nopub:pw@127.0.0.1:{}", m[0].port());
-    let client = || {
-        Redlock::builder()
-            .redis(&url)
-            .node_timeout(NODE_TIMEOUT)
-            .retry(Retry::never())
-            .wake_waiters(true)
-            .build()
-            .unwrap()
-    };
+    let client = as_user(&m, "nopub", &[]).await;
     let (holder, waiter) = (client(), client());
     let lease = holder.try_lock("wake-acl", TTL).await.unwrap();
     let poll = Retry::until(Duration::from_secs(20))
@@ -295,30 +273,7 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
 
     // A user allowed the keys' channels but not the keyspace channels: releases still wake
     // (only expiries do not).
-    let mut acl = redis::cmd("ACL");
-    acl.arg(
-        &[
-            "SETUSER",
-            "keysonly",
-            "on",
-            ">pw",
-            "~*",
-            "+@all",
-            "resetchannels",
-            "&wake-*",
-        ][..],
-    );
-    let () = m[0].query(&acl).await;
-    let url = format!("redis://keysonly:pw@127.0.0.1:{}", m[0].port());
-    let client = || {
-        Redlock::builder()
-            .redis(&url)
-            .node_timeout(NODE_TIMEOUT)
-            .retry(Retry::never())
-            .wake_waiters(true)
-            .build()
-            .unwrap()
-    };
+    let client = as_user(&m, "keysonly", &["&wake-*"]).await;
     let (holder, waiter) = (client(), client());
     let lease = holder.try_lock("wake-acl-keys", TTL).await.unwrap();
     let waiting = tokio::spawn(async move {
@@ -331,6 +286,27 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
     let (lease, granted, _waiter) = waiting.await.unwrap();
     assert_woken(granted - released, LONG_POLL);
     lease.expect("woken").release().await.unwrap();
+}
+
+/// A maker of waking clients of `m`'s master as a new ACL user `user` with no channel but
+/// those in `channels` (Redis 7's default for a new user: none).
+async fn as_user(m: &Masters, user: &str, channels: &[&str]) -> impl Fn() -> Redlock {
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER")
+        .arg(user)
+        .arg(&["on", ">pw", "~*", "+@all", "resetchannels"][..])
+        .arg(channels);
+    let () = m[0].query(&acl).await;
+    let url = format!("redis://{user}:pw@127.0.0.1:{}", m[0].port());
+    move || {
+        Redlock::builder()
+            .redis(&url)
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+            .wake_waiters(true)
+            .build()
+            .unwrap()
+    }
 }
 
 /// A caller that may not wait (no retries) never queues behind the client's waiters of the

@@ -231,11 +231,18 @@ async fn failover_with_protection_keeps_the_promoted_master_out() {
         "the promoted master abstained before voting"
     );
     // The second lease is on the promoted master — read while it is valid: on a loaded
-    // machine the read may come after its 3 s ttl, and then the key is rightly gone.
+    // machine the read may come after its 3 s ttl, and then the key is rightly gone. Or, if
+    // `b` had not yet followed the failover when the first lease ended, on the old master:
+    // it still answers as a master until the sentinels reconfigure it (a CI run saw this;
+    // `min-replicas-to-write` is what keeps an old master from taking writes, see the
+    // voters guide).
     let on_master = g.master().get("guarded").await;
+    let on_old = g.replica().get("guarded").await;
     assert!(
-        on_master.as_deref() == Some(second.value()) || !second.is_valid(),
-        "the second lease is not on the promoted master: {on_master:?}"
+        on_master.as_deref() == Some(second.value())
+            || on_old.as_deref() == Some(second.value())
+            || !second.is_valid(),
+        "the second lease is on neither server: {on_master:?}, {on_old:?}"
     );
 }
 

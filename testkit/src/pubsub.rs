@@ -168,3 +168,47 @@ pub fn assert_woken(waited: Duration, poll: Duration) {
         "woken {waited:?} after the release (poll {poll:?})"
     );
 }
+
+/// A waiter in a task of its own: `lock_with(key, ttl, retry)` on `redlock`, and when it was
+/// answered.
+pub struct Waiter {
+    task: tokio::task::JoinHandle<(
+        tower_redlock::Result<tower_redlock::Lease>,
+        std::time::Instant,
+    )>,
+}
+
+impl Waiter {
+    /// Starts waiting for `key`.
+    pub fn start(
+        redlock: &tower_redlock::Redlock,
+        key: &str,
+        ttl: Duration,
+        retry: tower_redlock::Retry,
+    ) -> Self {
+        let (redlock, key) = (redlock.clone(), key.to_owned());
+        let task = tokio::spawn(async move {
+            let lease = redlock.lock_with(&key, ttl, retry).await;
+            (lease, std::time::Instant::now())
+        });
+        Self { task }
+    }
+
+    /// The answer, and how long after `since` it came.
+    pub async fn answer(
+        self,
+        since: std::time::Instant,
+    ) -> (tower_redlock::Result<tower_redlock::Lease>, Duration) {
+        let (lease, at) = self.task.await.expect("the waiter's task");
+        (lease, at.saturating_duration_since(since))
+    }
+
+    /// Asserts that it got the lock, woken by the release made at `released` (well before
+    /// its poll `poll`: [`assert_woken`]), and releases it.
+    pub async fn woken(self, released: std::time::Instant, poll: Duration) {
+        let (lease, waited) = self.answer(released).await;
+        let lease = lease.expect("the waiter gets the lock");
+        assert_woken(waited, poll);
+        lease.release().await.expect("released");
+    }
+}

@@ -11,7 +11,7 @@ use tower_redlock::{Claim, Redlock, Retry};
 
 use super::{Masters, SECOND, TTL};
 use crate::support::pubsub::{
-    assert_woken, listening, not_listening, subscribers, Subscriber, WOKEN_WITHIN,
+    assert_woken, listening, not_listening, subscribers, Subscriber, Waiter, WOKEN_WITHIN,
 };
 use crate::support::{eventually, NODE_TIMEOUT};
 
@@ -118,18 +118,11 @@ async fn wake_a_waiter_is_woken_by_the_release_before_its_poll() {
     let holder = m.builder().wake_waiters(true).build().unwrap();
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let lease = holder.try_lock("wake-release", TTL).await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let lease = waiter.lock_with("wake-release", TTL, long_poll()).await;
-        (lease, Instant::now(), waiter)
-    });
+    let waiting = Waiter::start(&waiter, "wake-release", TTL, long_poll());
     listening(m.iter(), "wake-release").await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    let (lease, granted, _waiter) = waiting.await.unwrap();
-    let lease = lease.expect("the waiter gets the lock");
-    let waited = granted - released;
-    assert_woken(waited, LONG_POLL);
-    lease.release().await.unwrap();
+    waiting.woken(released, LONG_POLL).await;
     // The wait ended: no subscriber is left on the key.
     not_listening(m.iter(), "wake-release").await;
 }
@@ -174,21 +167,14 @@ async fn wake_a_release_that_publishes_nothing_is_found_by_the_poll() {
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let lease = quiet.try_lock("wake-quiet", TTL).await.unwrap();
     let poll = Retry::times(2).delay(SECOND).jitter(Duration::ZERO);
-    let waiting = tokio::spawn(async move {
-        let lease = waiter.lock_with("wake-quiet", TTL, poll).await;
-        (lease, Instant::now(), waiter)
-    });
+    let waiting = Waiter::start(&waiter, "wake-quiet", TTL, poll);
     listening(m.iter(), "wake-quiet").await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    let (lease, granted, _waiter) = waiting.await.unwrap();
-    lease
-        .expect("the poll finds the key free")
-        .release()
-        .await
-        .unwrap();
+    let (lease, waited) = waiting.answer(released).await;
+    let lease = lease.expect("the poll finds the key free");
+    lease.release().await.unwrap();
     // At the next poll (1 s at most after the release), with room for a loaded machine.
-    let waited = granted - released;
     assert!(waited < SECOND + WOKEN_WITHIN, "{waited:?}");
 }
 
@@ -200,10 +186,7 @@ async fn wake_a_killed_subscriber_connection_recovers() {
     let holder = m.client();
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let lease = holder.try_lock("wake-killed", TTL).await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let lease = waiter.lock_with("wake-killed", TTL, long_poll()).await;
-        (lease, Instant::now(), waiter)
-    });
+    let waiting = Waiter::start(&waiter, "wake-killed", TTL, long_poll());
     listening(m.iter(), "wake-killed").await;
     for s in m.iter() {
         let mut kill = redis::cmd("CLIENT");
@@ -222,14 +205,7 @@ async fn wake_a_killed_subscriber_connection_recovers() {
         publish.arg("wake-killed").arg("released");
         let _: i64 = s.query(&publish).await;
     }
-    let (lease, granted, _waiter) = waiting.await.unwrap();
-    let waited = granted - released;
-    assert_woken(waited, LONG_POLL);
-    lease
-        .expect("the waiter gets the lock")
-        .release()
-        .await
-        .unwrap();
+    waiting.woken(released, LONG_POLL).await;
 }
 
 /// A voter whose ACL user may use no channel (Redis 7's default for a new user): it still
@@ -245,10 +221,7 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
     let poll = Retry::until(Duration::from_secs(20))
         .delay(Duration::from_millis(300))
         .jitter(Duration::ZERO);
-    let waiting = tokio::spawn(async move {
-        let lease = waiter.lock_with("wake-acl", TTL, poll).await;
-        (lease, waiter)
-    });
+    let waiting = Waiter::start(&waiter, "wake-acl", TTL, poll);
     // The subscriber was refused: ACL LOG has its entry (a channel refused).
     eventually(
         "the subscription was refused",
@@ -264,28 +237,20 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
     assert_eq!(subscribers(&m[0], "wake-acl").await, 0);
     lease.release().await.unwrap();
     assert!(m[0].get("wake-acl").await.is_none());
-    let (lease, _waiter) = waiting.await.unwrap();
-    lease
-        .expect("the poll finds the key free")
-        .release()
-        .await
-        .unwrap();
+    let (lease, _) = waiting.answer(Instant::now()).await;
+    let lease = lease.expect("the poll finds the key free");
+    lease.release().await.unwrap();
 
     // A user allowed the keys' channels but not the keyspace channels: releases still wake
     // (only expiries do not).
     let client = as_user(&m, "keysonly", &["&wake-*"]).await;
     let (holder, waiter) = (client(), client());
     let lease = holder.try_lock("wake-acl-keys", TTL).await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let lease = waiter.lock_with("wake-acl-keys", TTL, long_poll()).await;
-        (lease, Instant::now(), waiter)
-    });
+    let waiting = Waiter::start(&waiter, "wake-acl-keys", TTL, long_poll());
     listening([&m[0]], "wake-acl-keys").await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    let (lease, granted, _waiter) = waiting.await.unwrap();
-    assert_woken(granted - released, LONG_POLL);
-    lease.expect("woken").release().await.unwrap();
+    waiting.woken(released, LONG_POLL).await;
 }
 
 /// A maker of waking clients of `m`'s master as a new ACL user `user` with no channel but
@@ -317,9 +282,7 @@ async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
     let holder = m.builder().wake_waiters(true).build().unwrap();
     let redlock = m.builder().wake_waiters(true).build().unwrap();
     let lease = holder.try_lock("wake-no-queue", TTL).await.unwrap();
-    let waiter = redlock.clone();
-    let waiting =
-        tokio::spawn(async move { waiter.lock_with("wake-no-queue", TTL, long_poll()).await });
+    let waiting = Waiter::start(&redlock, "wake-no-queue", TTL, long_poll());
     listening(m.iter(), "wake-no-queue").await;
     let started = Instant::now();
     let once = Retry::times(0).delay(Duration::from_secs(10));
@@ -333,14 +296,9 @@ async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
         "{:?}",
         started.elapsed()
     );
+    let released = Instant::now();
     lease.release().await.unwrap();
-    waiting
-        .await
-        .unwrap()
-        .expect("the waiter gets the lock")
-        .release()
-        .await
-        .unwrap();
+    waiting.woken(released, LONG_POLL).await;
 }
 
 /// A holder on 2 of 3 masters: each try of a waiter takes the third, misses the quorum and
@@ -403,4 +361,29 @@ async fn wake_waiters_split_by_a_stopped_master_each_get_the_lock() {
         let (granted, _client) = waiter.await.unwrap();
         assert_woken(granted - released, LONG_POLL);
     }
+}
+
+/// A release message is a hint, never a grant: messages on every master while the key is
+/// still held wake the waiter, its tries fail, and the holder keeps the key everywhere.
+#[tokio::test]
+async fn wake_a_release_message_is_a_hint_never_a_grant() {
+    let m = Masters::start(3);
+    let holder = m.client();
+    let lease = holder.try_lock("wake-hint", TTL).await.unwrap();
+    let waiter = m.builder().wake_waiters(true).build().unwrap();
+    let twice = Retry::times(1).delay(2 * SECOND).jitter(Duration::ZERO);
+    let waiting = Waiter::start(&waiter, "wake-hint", TTL, twice);
+    listening(m.iter(), "wake-hint").await;
+    for s in m.iter() {
+        let mut publish = redis::cmd("PUBLISH");
+        publish.arg("wake-hint").arg("released");
+        let _: i64 = s.query(&publish).await;
+    }
+    let (answer, _) = waiting.answer(Instant::now()).await;
+    let err = answer.expect_err("the key is still held");
+    assert!(err.is_contended(), "{err}");
+    // The first try, one woken by the messages, one at the poll.
+    assert_eq!(err.attempts(), 3, "{err}");
+    assert!(m.everywhere("wake-hint", lease.value()).await);
+    lease.release().await.unwrap();
 }

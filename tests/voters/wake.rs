@@ -9,7 +9,7 @@ use tower_redlock_testkit as support;
 use std::time::{Duration, Instant};
 
 use support::eventually;
-use support::pubsub::{assert_woken, listening, shard_subscribers, subscribers, Subscriber};
+use support::pubsub::{listening, shard_subscribers, subscribers, Subscriber, Waiter};
 use tower_redlock::node::split_urls;
 use tower_redlock::{Redlock, Retry};
 
@@ -59,13 +59,7 @@ async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
     };
     let owner = cluster.node(cluster.node_for_key(key).await);
 
-    let poll = Retry::until(Duration::from_secs(30))
-        .delay(LONG_POLL)
-        .jitter(Duration::ZERO);
-    let waiting = tokio::spawn(async move {
-        let lease = waiter.lock_with(key, TTL, poll).await;
-        (lease, Instant::now(), waiter)
-    });
+    let waiting = Waiter::start(&waiter, key, TTL, long_poll());
     // Each voter's subscriber listens on the key: plain channels on the Sentinel group's
     // master and the master, the sharded channel on the Cluster's slot owner.
     eventually(
@@ -88,14 +82,7 @@ async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
     on_sentinel.released(key).await;
     on_master.released(key).await;
     on_cluster.released(key).await;
-    let (lease, granted, _waiter) = waiting.await.unwrap();
-    let waited = granted - released;
-    assert_woken(waited, LONG_POLL);
-    lease
-        .expect("the waiter gets the lock")
-        .release()
-        .await
-        .unwrap();
+    waiting.woken(released, LONG_POLL).await;
 }
 
 /// A Sentinel voter's subscriber follows a failover: it listens on the new master, whose
@@ -120,20 +107,11 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
     let key = "wake-failover";
     // The waiter listens on the first master.
     let lease = eventually_locked(&holder, key).await;
-    let poll = Retry::until(Duration::from_secs(30))
-        .delay(LONG_POLL)
-        .jitter(Duration::ZERO);
-    let w = waiter.clone();
-    let first = tokio::spawn(async move { w.lock_with(key, TTL, poll).await });
+    let first = Waiter::start(&waiter, key, TTL, long_poll());
     listening([g.master()], key).await;
+    let released = Instant::now();
     lease.release().await.unwrap();
-    first
-        .await
-        .unwrap()
-        .expect("woken")
-        .release()
-        .await
-        .unwrap();
+    first.woken(released, LONG_POLL).await;
 
     g.failover().await;
     // Both clients follow the new master (the old one answers as a master for a while: a
@@ -144,25 +122,18 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
         .await
         .unwrap();
     let lease = on_new_master(&g, &holder, key).await;
-    let w = waiter.clone();
-    let poll = Retry::until(Duration::from_secs(30))
-        .delay(LONG_POLL)
-        .jitter(Duration::ZERO);
-    let second = tokio::spawn(async move {
-        let lease = w.lock_with(key, TTL, poll).await;
-        (lease, Instant::now())
-    });
+    let second = Waiter::start(&waiter, key, TTL, long_poll());
     listening([g.master()], key).await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    let (lease, granted) = second.await.unwrap();
-    let waited = granted - released;
-    assert_woken(waited, LONG_POLL);
-    lease
-        .expect("the waiter gets the lock")
-        .release()
-        .await
-        .unwrap();
+    second.woken(released, LONG_POLL).await;
+}
+
+/// A waiter's policy: polls every [`LONG_POLL`], for up to 30 s.
+fn long_poll() -> Retry {
+    Retry::until(Duration::from_secs(30))
+        .delay(LONG_POLL)
+        .jitter(Duration::ZERO)
 }
 
 /// Locks `key` until the lease is on the group's current master (bounded by [`WITHIN`]).

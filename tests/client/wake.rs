@@ -384,6 +384,16 @@ async fn wake_a_release_message_is_a_hint_never_a_grant() {
     assert!(err.is_contended(), "{err}");
     // The first try, one woken by the messages, one at the poll.
     assert_eq!(err.attempts(), 3, "{err}");
-    assert!(m.everywhere("wake-hint", lease.value()).await);
+    // The holder keeps its quorum, and nobody else holds the key anywhere. (A grant returns
+    // at a quorum: on a loaded machine the third master may not have the holder's value.)
+    let values = m.values("wake-hint").await;
+    assert!(
+        m.holding("wake-hint", lease.value()).await >= 2,
+        "{values:?}"
+    );
+    assert!(
+        values.iter().flatten().all(|v| v == lease.value()),
+        "{values:?}"
+    );
     lease.release().await.unwrap();
 }

@@ -194,6 +194,20 @@ impl Waiter {
         Self { task }
     }
 
+    /// Starts waiting for `key` and waits until every one of `servers` has its subscriber
+    /// ([`listening`]): a release from now on is heard.
+    pub async fn heard<'a>(
+        redlock: &tower_redlock::Redlock,
+        key: &str,
+        ttl: Duration,
+        retry: tower_redlock::Retry,
+        servers: impl IntoIterator<Item = &'a crate::RedisServer>,
+    ) -> Self {
+        let waiter = Self::start(redlock, key, ttl, retry);
+        listening(servers, key).await;
+        waiter
+    }
+
     /// The answer, and how long after `since` it came.
     pub async fn answer(
         self,

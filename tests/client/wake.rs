@@ -118,8 +118,7 @@ async fn wake_a_waiter_is_woken_by_the_release_before_its_poll() {
     let holder = m.builder().wake_waiters(true).build().unwrap();
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let lease = holder.try_lock("wake-release", TTL).await.unwrap();
-    let waiting = Waiter::start(&waiter, "wake-release", TTL, long_poll());
-    listening(m.iter(), "wake-release").await;
+    let waiting = Waiter::heard(&waiter, "wake-release", TTL, long_poll(), m.iter()).await;
     let released = Instant::now();
     lease.release().await.unwrap();
     waiting.woken(released, LONG_POLL).await;
@@ -167,8 +166,7 @@ async fn wake_a_release_that_publishes_nothing_is_found_by_the_poll() {
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let lease = quiet.try_lock("wake-quiet", TTL).await.unwrap();
     let poll = Retry::times(2).delay(SECOND).jitter(Duration::ZERO);
-    let waiting = Waiter::start(&waiter, "wake-quiet", TTL, poll);
-    listening(m.iter(), "wake-quiet").await;
+    let waiting = Waiter::heard(&waiter, "wake-quiet", TTL, poll, m.iter()).await;
     let released = Instant::now();
     lease.release().await.unwrap();
     let (lease, waited) = waiting.answer(released).await;
@@ -186,8 +184,7 @@ async fn wake_a_killed_subscriber_connection_recovers() {
     let holder = m.client();
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let lease = holder.try_lock("wake-killed", TTL).await.unwrap();
-    let waiting = Waiter::start(&waiter, "wake-killed", TTL, long_poll());
-    listening(m.iter(), "wake-killed").await;
+    let waiting = Waiter::heard(&waiter, "wake-killed", TTL, long_poll(), m.iter()).await;
     for s in m.iter() {
         let mut kill = redis::cmd("CLIENT");
         kill.arg("KILL").arg("TYPE").arg("pubsub");
@@ -246,8 +243,7 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
     let client = as_user(&m, "keysonly", &["&wake-*"]).await;
     let (holder, waiter) = (client(), client());
     let lease = holder.try_lock("wake-acl-keys", TTL).await.unwrap();
-    let waiting = Waiter::start(&waiter, "wake-acl-keys", TTL, long_poll());
-    listening([&m[0]], "wake-acl-keys").await;
+    let waiting = Waiter::heard(&waiter, "wake-acl-keys", TTL, long_poll(), [&m[0]]).await;
     let released = Instant::now();
     lease.release().await.unwrap();
     waiting.woken(released, LONG_POLL).await;
@@ -282,8 +278,7 @@ async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
     let holder = m.builder().wake_waiters(true).build().unwrap();
     let redlock = m.builder().wake_waiters(true).build().unwrap();
     let lease = holder.try_lock("wake-no-queue", TTL).await.unwrap();
-    let waiting = Waiter::start(&redlock, "wake-no-queue", TTL, long_poll());
-    listening(m.iter(), "wake-no-queue").await;
+    let waiting = Waiter::heard(&redlock, "wake-no-queue", TTL, long_poll(), m.iter()).await;
     let started = Instant::now();
     let once = Retry::times(0).delay(Duration::from_secs(10));
     let err = redlock
@@ -372,8 +367,7 @@ async fn wake_a_release_message_is_a_hint_never_a_grant() {
     let lease = holder.try_lock("wake-hint", TTL).await.unwrap();
     let waiter = m.builder().wake_waiters(true).build().unwrap();
     let twice = Retry::times(1).delay(2 * SECOND).jitter(Duration::ZERO);
-    let waiting = Waiter::start(&waiter, "wake-hint", TTL, twice);
-    listening(m.iter(), "wake-hint").await;
+    let waiting = Waiter::heard(&waiter, "wake-hint", TTL, twice, m.iter()).await;
     for s in m.iter() {
         let mut publish = redis::cmd("PUBLISH");
         publish.arg("wake-hint").arg("released");

@@ -9,7 +9,7 @@ use tower_redlock_testkit as support;
 use std::time::{Duration, Instant};
 
 use support::eventually;
-use support::pubsub::{listening, shard_subscribers, subscribers, Subscriber, Waiter};
+use support::pubsub::{shard_subscribers, subscribers, Subscriber, Waiter};
 use tower_redlock::node::split_urls;
 use tower_redlock::{Redlock, Retry};
 
@@ -107,8 +107,7 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
     let key = "wake-failover";
     // The waiter listens on the first master.
     let lease = eventually_locked(&holder, key).await;
-    let first = Waiter::start(&waiter, key, TTL, long_poll());
-    listening([g.master()], key).await;
+    let first = Waiter::heard(&waiter, key, TTL, long_poll(), [g.master()]).await;
     let released = Instant::now();
     lease.release().await.unwrap();
     first.woken(released, LONG_POLL).await;
@@ -122,8 +121,7 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
         .await
         .unwrap();
     let lease = on_new_master(&g, &holder, key).await;
-    let second = Waiter::start(&waiter, key, TTL, long_poll());
-    listening([g.master()], key).await;
+    let second = Waiter::heard(&waiter, key, TTL, long_poll(), [g.master()]).await;
     let released = Instant::now();
     lease.release().await.unwrap();
     second.woken(released, LONG_POLL).await;

@@ -101,6 +101,16 @@ pub fn assert_ran(reply: &Reply) -> String {
 /// body was not read, as when a body outside the fingerprint is replayed without reading it.)
 pub const PER_RESPONSE: [&str; 2] = ["date", "connection"];
 
+/// Every one of `duplicates` (bounded: [`within`]) is `first` replayed ([`assert_replay_of`]).
+pub async fn assert_replays_of(first: &Reply, duplicates: Vec<tokio::task::JoinHandle<Reply>>) {
+    for duplicate in duplicates {
+        let duplicate = within("a duplicate's reply", duplicate)
+            .await
+            .expect("no panic");
+        assert_replay_of(first, &duplicate);
+    }
+}
+
 /// `replay` is `first` replayed: the same status and body, the same header set but for
 /// [`PER_RESPONSE`] and what is never stored (`Set-Cookie`), and `Idempotency-Replayed: true`.
 #[track_caller]
@@ -284,12 +294,7 @@ pub async fn replay_concurrent_duplicates_run_the_handler_once<F: Framework>() {
         .await
         .expect("no panic");
     assert_ran(&first);
-    for duplicate in duplicates {
-        let duplicate = within("a duplicate's reply", duplicate)
-            .await
-            .expect("no panic");
-        assert_replay_of(&first, &duplicate);
-    }
+    assert_replays_of(&first, duplicates).await;
     assert_eq!(waiting.started(), 1, "a waiting duplicate ran the handler");
     drop(http);
     app.stop().await;

@@ -12,7 +12,7 @@ use crate::harness::app::{App, Handler, Route};
 use crate::harness::keys::{policy_of, redis_key};
 use crate::harness::probe::Probe;
 use crate::harness::Framework;
-use crate::replay::{assert_ran, assert_replay_of, pay, BODY};
+use crate::replay::{assert_ran, assert_replays_of, pay, BODY};
 use crate::support::apps::*;
 use crate::support::http::{http_client, reply, within};
 use crate::support::pubsub::listening;
@@ -58,12 +58,7 @@ pub async fn wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes<F
     let first = within("the first reply", first).await.expect("no panic");
     let answered = Instant::now();
     assert_ran(&first);
-    for duplicate in duplicates {
-        let duplicate = within("a duplicate's reply", duplicate)
-            .await
-            .expect("no panic");
-        assert_replay_of(&first, &duplicate);
-    }
+    assert_replays_of(&first, duplicates).await;
     let last = answered.elapsed();
     assert!(
         last < Duration::from_secs(3),

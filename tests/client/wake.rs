@@ -43,28 +43,10 @@ async fn wake_every_delete_of_a_lock_publishes_on_its_channel() {
     let quiet = m.client();
 
     // Without the wake-up: nothing (the next message must be `wake-job`'s).
-    quiet
-        .try_lock("wake-quiet", TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    redlock
-        .try_lock("wake-job", TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&quiet, "wake-quiet").await;
+    lock_and_release(&redlock, "wake-job").await;
     sub.released("wake-job").await;
-    fenced
-        .try_lock("wake-job", TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&fenced, "wake-job").await;
     sub.released("wake-job").await;
 
     let Claim::Locked(lease) = redlock
@@ -100,13 +82,7 @@ async fn wake_every_delete_of_a_lock_publishes_on_its_channel() {
         m[0].get("wake-other").await.as_deref(),
         Some("the-next-holder")
     );
-    redlock
-        .try_lock("wake-job", TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&redlock, "wake-job").await;
     sub.released("wake-job").await;
 }
 
@@ -390,4 +366,10 @@ async fn wake_a_release_message_is_a_hint_never_a_grant() {
         "{values:?}"
     );
     lease.release().await.unwrap();
+}
+
+/// Takes `key` (free) and releases it.
+async fn lock_and_release(redlock: &Redlock, key: &str) {
+    let lease = redlock.try_lock(key, TTL).await.expect("the key is free");
+    lease.release().await.expect("released");
 }

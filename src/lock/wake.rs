@@ -26,6 +26,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use std::time::Duration;
 use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -287,6 +288,15 @@ impl Listener for VoterListener {
     }
 }
 
+/// The pause of a waiter woken after `splits` split tries in a row (2 or more) before it
+/// tries again: random, up to 2, 4, 8, 16 then 20 ms as the streak grows, never past its
+/// poll (`until_poll` away).
+pub(crate) fn split_pause(splits: u32, until_poll: Duration) -> Duration {
+    const MAX_MS: u64 = 20;
+    let ms = (1u64 << splits.saturating_sub(1).min(5)).min(MAX_MS);
+    Duration::from_micros(fastrand::u64(0..=ms * 1000)).min(until_poll)
+}
+
 /// The map's lock; a poisoned map is still a map (nothing here panics while holding it).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -357,6 +367,25 @@ mod tests {
             i.wait(Instant::now() + Duration::from_secs(3), None).await,
             Woken::Poll
         );
+    }
+
+    /// The split pause grows with the streak, never over 20 ms, never past the poll.
+    #[test]
+    fn a_split_pause_is_at_most_20_ms_and_never_past_the_poll() {
+        let ms = Duration::from_millis;
+        for _ in 0..200 {
+            assert!(split_pause(2, ms(100)) <= ms(2));
+            assert!(split_pause(4, ms(100)) <= ms(8));
+            for splits in [6, 7, 40, u32::MAX] {
+                assert!(split_pause(splits, ms(100)) <= ms(20));
+                assert!(split_pause(splits, ms(3)) <= ms(3));
+                assert_eq!(split_pause(splits, Duration::ZERO), Duration::ZERO);
+            }
+        }
+        // Random, not a constant: the streak's pauses spread out.
+        let pauses: std::collections::HashSet<_> =
+            (0..50).map(|_| split_pause(6, ms(100))).collect();
+        assert!(pauses.len() > 10, "{pauses:?}");
     }
 
     /// Within a client, the turn goes in arrival order; a queued waiter keeps its place

@@ -25,7 +25,7 @@ use crate::lock::state::{Grant, LeaseState};
 use crate::lock::tally::{self, Skip, Vote};
 use crate::lock::telemetry::{Acquiring, LockOutcome};
 use crate::lock::token::Token;
-use crate::lock::wake::Woken;
+use crate::lock::wake::{self, Woken};
 use crate::lock::Redlock;
 use crate::node::Acquire;
 
@@ -161,14 +161,9 @@ impl Redlock {
                     if poll_at.is_some() && splits >= 2 {
                         // Woken again after splits in a row: the losers' own releases can add
                         // up to a quorum while nobody holds the key, and woken together they
-                        // would split again. A random pause, doubling with the streak (at most
-                        // 20 ms, and never past the poll), sets them apart.
-                        let ms = 1u64 << (splits - 1).min(5);
-                        let jitter = Duration::from_micros(fastrand::u64(0..=ms.min(20) * 1000));
-                        tokio::time::sleep(
-                            jitter.min(at.saturating_duration_since(Instant::now())),
-                        )
-                        .await;
+                        // would split again; a random pause sets them apart.
+                        let until_poll = at.saturating_duration_since(Instant::now());
+                        tokio::time::sleep(wake::split_pause(splits, until_poll)).await;
                     }
                 }
             }

@@ -36,6 +36,7 @@ mod quorum;
 mod safety;
 mod scoped;
 mod wake;
+mod warnings;
 
 use std::time::Duration;
 

@@ -25,11 +25,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-
 use std::time::Duration;
+
 use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::lock::telemetry::hashed;
 use crate::node::wake::{Feed, Listener};
 use crate::node::AnyNode;
 
@@ -169,21 +170,13 @@ impl Interest {
     /// is free or already held, else queued until `queue_until` with a deadline policy, until
     /// `poll` without one (then it tries as a poll, keeping its place). `Early`: the turn.
     pub(crate) async fn queue(&mut self, poll: Instant, queue_until: Option<Instant>) -> Woken {
-        if self.turn.is_some() {
+        if self.take_free_turn() {
             return Woken::Early;
         }
-        let queued = match &mut self.queued {
-            Some(queued) => queued,
-            None => match self.key.turn.clone().try_acquire_owned() {
-                Ok(permit) => {
-                    self.turn = Some(permit);
-                    return Woken::Early;
-                }
-                Err(_) => self
-                    .queued
-                    .insert(Box::pin(self.key.turn.clone().acquire_owned())),
-            },
-        };
+        let turn = &self.key.turn;
+        let queued = self
+            .queued
+            .get_or_insert_with(|| Box::pin(turn.clone().acquire_owned()));
         match tokio::time::timeout_at(queue_until.unwrap_or(poll), queued).await {
             Ok(Ok(permit)) => {
                 self.queued = None;
@@ -200,19 +193,21 @@ impl Interest {
         }
     }
 
+    /// Whether this waiter has the turn, taking it if it is free and the waiter is not
+    /// queued for it (a queued waiter's place comes first).
+    fn take_free_turn(&mut self) -> bool {
+        if self.turn.is_none() && self.queued.is_none() {
+            self.turn = self.key.turn.clone().try_acquire_owned().ok();
+        }
+        self.turn.is_some()
+    }
+
     /// Waits to try again, at the latest at `poll`: for this waiter's turn ([`Interest::queue`];
     /// a free turn is taken at once), then, with the turn, for a quorum of the voters to
     /// report the key released.
     pub(crate) async fn wait(&mut self, poll: Instant, queue_until: Option<Instant>) -> Woken {
-        if self.turn.is_none() {
-            let free = match self.queued {
-                None => self.key.turn.clone().try_acquire_owned().ok(),
-                Some(_) => None,
-            };
-            match free {
-                Some(permit) => self.turn = Some(permit),
-                None => return self.queue(poll, queue_until).await,
-            }
+        if !self.take_free_turn() {
+            return self.queue(poll, queue_until).await;
         }
         loop {
             let notified = self.key.notify.notified();
@@ -276,11 +271,11 @@ impl Listener for VoterListener {
         }
     }
 
-    fn refused(&self, why: &str) {
+    fn refused(&self, key: &str) {
         if !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 voter = %self.name,
-                error = %why,
+                key = %hashed(key),
                 "wake: the voter refuses the wake-up's channels (ACL): its waiters poll; \
                  allow them with `&<key prefix>*` (and `&__keyspace@*` for expiries)"
             );
@@ -304,8 +299,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     /// A registry without voters, and the listener of its voter `index`.

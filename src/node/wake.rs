@@ -22,8 +22,9 @@ pub(crate) trait Listener: Send + Sync + 'static {
     /// their waiters try again.
     fn subscribed(&self, keys: &[Arc<str>]);
 
-    /// The voter refuses the wake-up (its ACL denies the channels): its waiters poll.
-    fn refused(&self, why: &str);
+    /// The voter refuses the wake-up for `key` (its ACL denies the key's channel): its
+    /// waiters poll. (Redis's `NOPERM` text names the channel, the raw key: not logged.)
+    fn refused(&self, key: &str);
 }
 
 /// A change to the keys a subscriber listens on.

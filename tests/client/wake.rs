@@ -220,6 +220,7 @@ async fn wake_a_voter_that_refuses_the_channels_falls_back_to_polling() {
         1,
         "one warning for the voter, not one per refused key"
     );
+    assert_eq!(warnings.count("wake-acl"), 0, "a raw key in a warning");
     for (lease, waiter) in waiting {
         let key = lease.key().to_owned();
         assert_eq!(subscribers(&m[0], &key).await, 0);

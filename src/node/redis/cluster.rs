@@ -251,8 +251,8 @@ pub(super) async fn run_wake(
                     match tokio::time::timeout(limits.response, conn.ssubscribe(&*key)).await {
                         Ok(Ok(())) => None,
                         Ok(Err(e)) if e.code() == Some("NOPERM") => {
-                            listener.refused(&e.to_string());
-                            Some(e.to_string())
+                            listener.refused(&key);
+                            Some("NOPERM".to_owned())
                         }
                         Ok(Err(e)) => Some(e.to_string()),
                         Err(_) => Some("timed out".to_owned()),

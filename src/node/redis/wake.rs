@@ -107,8 +107,9 @@ struct PubSub {
 /// What a `SUBSCRIBE` got.
 enum Asked {
     Done,
-    /// `NOPERM`: the ACL denies a channel.
-    Refused(String),
+    /// `NOPERM`: the ACL denies a channel (its text names the channel: the raw key, not
+    /// logged).
+    Refused,
     /// No answer in time, or another error: connect again.
     Broken,
 }
@@ -245,13 +246,13 @@ impl PubSub {
         match self.ask(sink, channels(keys)).await {
             Asked::Done => {}
             Asked::Broken => return false,
-            Asked::Refused(why) if keys.len() == 1 => self.listener.refused(&why),
-            Asked::Refused(_) => {
+            Asked::Refused if keys.len() == 1 => self.listener.refused(&keys[0]),
+            Asked::Refused => {
                 for key in keys {
                     match self.ask(sink, channels(std::slice::from_ref(key))).await {
                         Asked::Done => {}
                         Asked::Broken => return false,
-                        Asked::Refused(why) => self.listener.refused(&why),
+                        Asked::Refused => self.listener.refused(key),
                     }
                 }
             }
@@ -261,9 +262,9 @@ impl PubSub {
             match self.ask(sink, spaces).await {
                 Asked::Done => {}
                 Asked::Broken => return false,
-                Asked::Refused(why) => {
+                Asked::Refused => {
                     self.keyspace_refused = true;
-                    tracing::debug!(voter = %self.name, error = %why, "wake: keyspace channels refused: expiries do not wake");
+                    tracing::debug!(voter = %self.name, "wake: keyspace channels refused: expiries do not wake");
                 }
             }
         }
@@ -277,7 +278,7 @@ impl PubSub {
     async fn ask(&self, sink: &mut redis::aio::PubSubSink, channels: Vec<String>) -> Asked {
         match tokio::time::timeout(self.limits.response, sink.subscribe(&channels)).await {
             Ok(Ok(())) => Asked::Done,
-            Ok(Err(e)) if e.code() == Some("NOPERM") => Asked::Refused(e.to_string()),
+            Ok(Err(e)) if e.code() == Some("NOPERM") => Asked::Refused,
             Ok(Err(e)) => {
                 tracing::debug!(voter = %self.name, error = %e, "wake: subscribe failed");
                 Asked::Broken

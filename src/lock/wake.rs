@@ -90,13 +90,11 @@ impl Wakes {
         // Fewer voters that listen than a quorum: no release could ever wake a waiter, and a
         // queue would only hold waiters back from their polls.
         if shared.feeds.len() < quorum {
-            if !shared.feeds.is_empty() {
-                tracing::warn!(
-                    listening = shared.feeds.len(),
-                    quorum,
-                    "wake: fewer voters can listen for releases than a quorum: waiters poll"
-                );
-            }
+            tracing::warn!(
+                listening = shared.feeds.len(),
+                quorum,
+                "wake: fewer voters can listen for releases than a quorum: waiters poll"
+            );
             return None;
         }
         Some(Self { shared })

@@ -254,7 +254,7 @@ pub(super) async fn run_wake(
                             listener.refused(&key);
                             Some("NOPERM".to_owned())
                         }
-                        Ok(Err(e)) => Some(e.to_string()),
+                        Ok(Err(e)) => Some(super::wake::error_class(&e)),
                         Err(_) => Some("timed out".to_owned()),
                     };
                 if let Some(why) = failed {

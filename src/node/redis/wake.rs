@@ -280,7 +280,7 @@ impl PubSub {
             Ok(Ok(())) => Asked::Done,
             Ok(Err(e)) if e.code() == Some("NOPERM") => Asked::Refused,
             Ok(Err(e)) => {
-                tracing::debug!(voter = %self.name, error = %e, "wake: subscribe failed");
+                tracing::debug!(voter = %self.name, error = %error_class(&e), "wake: subscribe failed");
                 Asked::Broken
             }
             Err(_) => Asked::Broken,
@@ -356,4 +356,12 @@ async fn connect(
 /// The keyspace channel of `key` in database `db`.
 fn keyspace(db: i64, key: &str) -> String {
     format!("__keyspace@{db}__:{key}")
+}
+
+/// A subscription's error for the logs: its code or kind, never its text — Redis's text can
+/// repeat the command's arguments (`unknown command 'SSUBSCRIBE', with args beginning
+/// with: '<key>'`), and a channel is a raw lock key.
+pub(super) fn error_class(e: &redis::RedisError) -> String {
+    e.code()
+        .map_or_else(|| format!("{:?}", e.kind()), str::to_owned)
 }

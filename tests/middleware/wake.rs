@@ -18,10 +18,15 @@ use crate::support::http::{http_client, reply, within};
 use crate::support::pubsub::listening;
 use crate::support::{warm_up, Masters};
 
-/// A poll so long (8–12 s with the middleware's jitter) that a duplicate answered well
-/// within it was woken.
+/// A poll so long (8–12 s with the middleware's jitter) that a duplicate answered within it
+/// was woken.
 const LONG_POLL: Duration = Duration::from_secs(8);
 
+/// The duplicates are sent at `sent`; a duplicate that is not woken tries again no sooner
+/// than [`LONG_POLL`] after its failed try, itself after `sent`. So every replay read before
+/// `sent + LONG_POLL` was woken — the bound is exact, with no slack to guess. The first
+/// request completes (the wake-up's cause) only once the test opens its gate: if the machine
+/// got there too late to leave the replays half the poll, the scenario could not be set up.
 pub async fn wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes<F: Framework>() {
     const DUPLICATES: usize = 5;
     const KEY: &str = "\"order-woken\"";
@@ -48,6 +53,7 @@ pub async fn wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes<F
 
     let first = tokio::spawn(reply(pay(&http, &app.url(PATH), KEY, BODY)));
     probe.until_started(1).await;
+    let sent = Instant::now();
     let duplicates: Vec<_> = (0..DUPLICATES)
         .map(|_| tokio::spawn(reply(pay(&http, &app.url(PATH), KEY, BODY))))
         .collect();
@@ -56,13 +62,19 @@ pub async fn wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes<F
     listening(m.iter(), &lock_key).await;
     probe.open();
     let first = within("the first reply", first).await.expect("no panic");
-    let answered = Instant::now();
+    let answered = sent.elapsed();
+    assert!(
+        answered < LONG_POLL / 2,
+        "could not set up the scenario: the first request completed {answered:?} after the \
+         duplicates were sent, too close to their poll ({LONG_POLL:?}) to tell a wake-up"
+    );
     assert_ran(&first);
     assert_replays_of(&first, duplicates).await;
-    let last = answered.elapsed();
+    let last = sent.elapsed();
     assert!(
-        last < Duration::from_secs(3),
-        "the last replay came {last:?} after the first answer (poll {LONG_POLL:?})"
+        last < LONG_POLL,
+        "the last replay came {last:?} after the duplicates were sent: one waited for its \
+         poll ({LONG_POLL:?}), it was not woken (the first answered after {answered:?})"
     );
     assert_eq!(probe.started(), 1, "a waiting duplicate ran the handler");
     drop(http);

@@ -351,6 +351,9 @@ async fn beside_two_counting_nodes(odd: impl Node, memory: &MemoryNode) {
 /// Leases for work that must run once (`lock_unless_completed`) carry tokens too: a claim
 /// whose work failed (released) and the next one, then — once the completion record
 /// expired — a new claim, each larger than the last.
+///
+/// The record is kept 2 s: the claim right after `complete` must find it (a 300 ms retention
+/// could expire on a loaded machine before that claim ran), and its expiry is awaited.
 #[tokio::test]
 async fn fencing_tokens_on_leases_of_idempotent_work() {
     let m = Masters::start(3);
@@ -366,9 +369,7 @@ async fn fencing_tokens_on_leases_of_idempotent_work() {
     };
     let b = done.fencing_token().expect("a token");
     assert!(b > a, "{b} after {a}");
-    done.complete("paid", Duration::from_millis(300))
-        .await
-        .unwrap();
+    done.complete("paid", Duration::from_secs(2)).await.unwrap();
     assert!(matches!(claim().await.unwrap(), Claim::Completed(_)));
     // The completion raised every counter it reached to its token.
     eventually(
@@ -382,15 +383,18 @@ async fn fencing_tokens_on_leases_of_idempotent_work() {
         },
     )
     .await;
-    let mut next = None;
-    for _ in 0..500 {
-        if let Claim::Locked(lease) = claim().await.unwrap() {
-            next = Some(lease);
-            break;
+    let next = Mutex::new(None);
+    eventually("the record expires", Duration::from_secs(10), || async {
+        match claim().await.unwrap() {
+            Claim::Locked(lease) => {
+                *next.lock().unwrap() = Some(lease);
+                true
+            }
+            Claim::Completed(_) => false,
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let next = next.expect("the record expires");
+    })
+    .await;
+    let next = next.into_inner().unwrap().expect("locked");
     let c = next.fencing_token().expect("a token");
     assert!(c > b, "{c} after {b}");
     next.release().await.unwrap();

@@ -177,13 +177,22 @@ async fn lock_reaches_a_late_master() {
 /// dropped with the decision — never sent once the outcome is known — and that master gets
 /// nothing of this lease. (A `SET` that was handed over is always followed by the release
 /// on the same connection: see `lock_reaches_a_late_master`.)
+///
+/// Master 2 stays frozen until the lock is decided (not thawed after a fixed 50 ms, which a
+/// loaded machine could reach before the decision, letting the connection come up in time
+/// and the `SET` be handed over legitimately). Masters 0 and 1 must grant it within the
+/// node timeout, including their first connections: if they cannot, the test fails as
+/// "could not set up the scenario".
 #[tokio::test]
 async fn a_set_never_handed_to_a_connection_is_not_sent_late() {
     let m = Masters::start(3);
     let c = m.client(); // connections are made lazily, on first use
-    let lease = with_late_master(&m, 2, c.try_lock("late-fresh", TTL))
-        .await
-        .unwrap();
+    m[2].freeze();
+    let first = c.try_lock("late-fresh", TTL).await;
+    m[2].thaw();
+    let lease = first.unwrap_or_else(|e| {
+        panic!("could not set up the scenario: masters 0 and 1 did not grant the lock: {e}")
+    });
     assert_eq!(m.holding("late-fresh", lease.value()).await, 2);
     // Once master 2's connection is up, a later lock reaches it; a `SET` of the first lease
     // handed to that connection would have run before it.

@@ -55,19 +55,22 @@ async fn with_lock_always_releases() {
     assert!(!ran.load(Ordering::SeqCst));
     holder.release().await.unwrap();
 
-    // On cancellation: the future is dropped mid-work; the release runs in the background,
-    // long before the 10 s ttl.
+    // On cancellation: the task is aborted (its future dropped) once the work has started —
+    // awaited, not guessed by a timeout; the release runs in the background, long before the
+    // 10 s ttl.
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let cancelled = tokio::time::timeout(Duration::from_millis(300), async {
-        c.with_lock("scoped", TTL, |_| async move {
+    let c2 = c.clone();
+    let running = tokio::spawn(async move {
+        c2.with_lock("scoped", TTL, |_| async move {
             started_tx.send(()).unwrap();
             std::future::pending::<()>().await
         })
         .await
-    })
-    .await;
-    assert!(cancelled.is_err(), "the work never ends by itself");
+    });
     started_rx.await.expect("the work had started");
+    running.abort();
+    let cancelled = running.await.unwrap_err();
+    assert!(cancelled.is_cancelled(), "the work never ends by itself");
     eventually(
         "the cancelled lock is released",
         Duration::from_secs(3),

@@ -117,10 +117,12 @@ fn client_of(nodes: &[MemoryNode], fencing: bool) -> Redlock {
         .unwrap()
 }
 
-/// A lease for `key`, taken with a ttl of 50 ms, once its lock has expired on every node
-/// (its validity is over then too: it ends before the ttl).
+/// A lease for `key`, taken with a ttl of 200 ms, once its lock has expired on every node
+/// (its validity is over then too: it ends before the ttl). (200 ms, not 50: the validity is
+/// the ttl less the acquisition's time, and a test thread preempted on a loaded machine may
+/// eat 50 ms; the expiry is awaited anyway.)
 async fn expired_lease(redlock: &Redlock, nodes: &[MemoryNode], key: &str) -> crate::Lease {
-    let ttl = Duration::from_millis(50);
+    let ttl = Duration::from_millis(200);
     let Claim::Locked(lease) = redlock
         .lock_unless_completed(key, ttl, Retry::never())
         .await

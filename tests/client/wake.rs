@@ -396,8 +396,14 @@ async fn wake_a_caller_without_retries_does_not_queue_behind_waiters() {
 
 /// A holder on 2 of 3 masters: each try of a waiter takes the third, misses the quorum and
 /// gives it back — publishing a release there. That release is not a quorum: the waiter does
-/// not wake itself into a loop of tries, and its retries stay its polls (3 polls of 1 s, 4
-/// tries).
+/// not wake itself into a loop of tries, and its retries stay its polls (3 polls of 1 s).
+///
+/// The count it asserts is the bound the promise makes, not one run's luck: the first try
+/// and 3 polls are 4 tries; a subscriber whose connection is (re)made after the key's
+/// subscription counts as one release heard from that voter (a release may have been missed),
+/// so on a loaded machine where connecting m0's and m1's subscribers takes a retry, their two
+/// hints together with the waiter's own give-back on m2 can add a woken try or two: at most
+/// 6. The loop this test guards against made thousands of tries.
 #[tokio::test]
 async fn wake_a_losing_try_does_not_wake_itself() {
     let m = Masters::start(3);
@@ -412,7 +418,7 @@ async fn wake_a_losing_try_does_not_wake_itself() {
         .await
         .expect_err("held on a quorum");
     assert!(err.is_contended(), "{err}");
-    assert_eq!(err.attempts(), 4, "{err}");
+    assert!((4..=6).contains(&err.attempts()), "{err}");
     assert!(started.elapsed() >= 3 * SECOND, "{:?}", started.elapsed());
     // Each try gave the third master back.
     assert!(m[2].get("wake-loser").await.is_none());
@@ -460,6 +466,14 @@ async fn wake_waiters_split_by_a_stopped_master_each_get_the_lock() {
 /// still held wake the waiter, its tries fail, and the holder keeps the key everywhere.
 /// (The holder's value is set on every master directly: a grant returns at a quorum, and
 /// a master the holder missed would be one the waiter's tries win, a split and an extra try.)
+///
+/// What it waits for: the waiter's subscribers listening on every master
+/// ([`Waiter::heard`]) before the messages are sent. The count it asserts is the bound,
+/// not one run's luck: its policy alone allows 2 tries (the first and one poll), so 3 or
+/// more means the messages woke it; each woken try needs releases from a quorum (2) of
+/// voters heard since the last try began, from the 3 messages and from at most one hint per
+/// voter whose subscriber connection was (re)made after it subscribed (seen under load: 4
+/// tries), so at most 3 woken tries: 5 in all.
 #[tokio::test]
 async fn wake_a_release_message_is_a_hint_never_a_grant() {
     let m = Masters::start(3);
@@ -477,8 +491,8 @@ async fn wake_a_release_message_is_a_hint_never_a_grant() {
     let (answer, _) = waiting.answer(Instant::now()).await;
     let err = answer.expect_err("the key is still held");
     assert!(err.is_contended(), "{err}");
-    // The first try, one woken by the messages, one at the poll.
-    assert_eq!(err.attempts(), 3, "{err}");
+    // The first try, at least one woken by the messages, the poll.
+    assert!((3..=5).contains(&err.attempts()), "{err}");
     assert!(m.everywhere("wake-hint", "the-holder").await);
 }
 

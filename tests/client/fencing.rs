@@ -401,34 +401,44 @@ async fn fencing_tokens_on_leases_of_idempotent_work() {
 }
 
 /// A master whose clock is really 0.6 × ttl ahead (`RedisServer::start_with_clock_offset`),
-/// whose vote arrives last: it reaches the master late (a slow link) but in time to count,
-/// so the token is its counter — its clock, 0.6 s ahead. The holder then crashes (no
-/// release). Once its lock has expired on the other master that granted it, the next
-/// holder's quorum is that master and a third one (the skewed master, slow, not counted):
-/// their clocks are 0.6 s behind the first token. The next token must still be larger —
-/// whatever the skew (below the bound) and however long the first acquisition took.
+/// whose vote arrives last: its request is held in the fault proxy until the other master
+/// has granted the lock, then let through in time to count, so the token is its counter —
+/// its clock, 1.8 s ahead. The holder then crashes (no release). Once its lock is gone on the
+/// other master that granted it, the next holder's quorum is that master and a third one
+/// (the skewed master held back, not counted), whose clocks are behind the first token. The
+/// next token must still be larger — whatever the skew (below the bound) and however long
+/// the first acquisition took.
+///
+/// What it waits for, not luck: the held request is let through only once master a holds
+/// the lock (the vote then comes last, with its answer due within the 2 s node timeout);
+/// the crashed lock's end on a is its deletion there (an expiry is a deletion; the counter
+/// `<key>:fence` stays, as it does at an expiry), so the next grant need not wait out the
+/// ttl. The scenario needs the next grant to land while c's clock is still below the first
+/// token (1.8 s of margin, for a reconnect and one try): when a slow machine misses that, or
+/// the late vote misses its node timeout, the run is a set-up failure, tried again with a
+/// new key and reported as "could not set up the scenario" — never as a broken promise.
 #[tokio::test(flavor = "multi_thread")]
 async fn fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back() {
-    use support::proxy::{Fault, FaultProxy};
+    use support::proxy::FaultProxy;
     use support::RedisServer;
-    let ttl = Duration::from_secs(1);
-    let skew = Duration::from_millis(600);
+    let ttl = Duration::from_secs(3);
+    let skew = Duration::from_millis(1800);
     let (a, c) = (RedisServer::start(), RedisServer::start());
     let b = RedisServer::start_with_clock_offset(skew, true);
     let offset = b.time_us().await - a.time_us().await;
+    let skew_us = skew.as_micros() as i64;
     assert!(
-        (450_000..750_000).contains(&offset),
+        (skew_us - 150_000..skew_us + 150_000).contains(&offset),
         "master b runs {offset} µs ahead, not about {skew:?}"
     );
     let mut proxies = Vec::new();
     for m in [&a, &b, &c] {
         proxies.push(FaultProxy::start(m.addr().parse().unwrap()).await);
     }
-    let (pb, pc) = (&proxies[1], &proxies[2]);
     let redlock = proxies
         .iter()
         .fold(Redlock::builder(), |r, p| r.redis(&p.url()))
-        .node_timeout(Duration::from_millis(900))
+        .node_timeout(Duration::from_secs(2))
         .suspend_after(0)
         .retry(Retry::never())
         .fencing(true)
@@ -438,32 +448,65 @@ async fn fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back() 
     for i in 0..5 {
         token_once(&redlock, &format!("skew-warm-{i}")).await;
     }
-
-    // c is down; b's requests arrive 850 ms late (its answers at once): a grant by a and b,
-    // with b's counter as the token, and some validity left.
-    pc.set(Fault::Reset);
-    pb.set(Fault::RequestLatency(Duration::from_millis(850)));
-    let mut first = None;
-    for _ in 0..20 {
-        let Ok(lease) = redlock.try_lock("skewed-job", ttl).await else {
-            continue;
-        };
-        let token = lease.fencing_token().expect("fencing is on");
-        // From b's clock (0.6 s ahead of a's, and read 850 ms after a's bump), not a's.
-        if token as i64 > a.time_us().await + 300_000 {
-            first = Some((token, lease));
-            break;
+    let servers = [&a, &b, &c];
+    let proxies = [&proxies[0], &proxies[1], &proxies[2]];
+    let mut set_up_failures = Vec::new();
+    for round in 0..5 {
+        let key = format!("skewed-job-{round}");
+        match skewed_grant_then_next(&redlock, servers, proxies, &key, ttl).await {
+            Ok((t1, t2)) => {
+                assert!(
+                    t2 > t1,
+                    "the next holder's token {t2} is {} µs below the crashed holder's {t1}",
+                    t1 - t2
+                );
+                return;
+            }
+            Err(why) => set_up_failures.push(why),
         }
-        lease.release().await.unwrap();
     }
-    let (t1, lease) = first.expect("a grant whose token came from the skewed master");
+    panic!("could not set up the scenario in 5 rounds: {set_up_failures:#?}");
+}
+
+/// One round of the skew scenario on `key` (see the test): the crashed holder's token and
+/// the next holder's, or why the machine did not produce the scenario.
+async fn skewed_grant_then_next(
+    redlock: &Redlock,
+    [a, b, c]: [&support::RedisServer; 3],
+    [_, pb, pc]: [&support::proxy::FaultProxy; 3],
+    key: &str,
+    ttl: Duration,
+) -> Result<(u64, u64), String> {
+    use support::proxy::Fault;
+    // c is down; b's request is held until a has granted, then let through.
+    pc.set(Fault::Reset);
+    pb.set(Fault::BlackHole);
+    let trying = tokio::spawn({
+        let (redlock, key) = (redlock.clone(), key.to_owned());
+        async move { redlock.try_lock(&key, ttl).await }
+    });
+    eventually(
+        "master a grants the lock",
+        Duration::from_secs(10),
+        || async { a.get(key).await.is_some() },
+    )
+    .await;
+    // b's vote comes late: after a's, with part of the node timeout gone.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    pb.set(Fault::Pass);
+    let lease = trying
+        .await
+        .unwrap()
+        .map_err(|e| format!("the late vote did not count: {e}"))?;
+    let t1 = lease.fencing_token().expect("fencing is on");
+    // From b's clock (1.8 s ahead of a's), not a's.
+    if (t1 as i64) < a.time_us().await + 900_000 {
+        return Err(format!("token {t1} is not from the skewed master's clock"));
+    }
     // The holder crashes: no release, no raise.
     std::mem::forget(lease);
-    // c is back (and reached again: a lock of another key lands there — with b quick for
-    // a moment, so that a probe that misses c does not wait for b), while the crashed
-    // holder's lock still holds on a.
+    // c is back (and reached again: a lock of another key lands there).
     pc.set(Fault::Pass);
-    pb.set(Fault::Pass);
     eventually("c votes again", Duration::from_secs(10), || async {
         let Ok(lease) = redlock.try_lock("skew-probe", ttl).await else {
             return false;
@@ -473,17 +516,13 @@ async fn fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back() 
         on_c
     })
     .await;
-    pb.set(Fault::RequestLatency(Duration::from_millis(850)));
-    eventually(
-        "the lock expired on master a",
-        Duration::from_secs(5),
-        || async { a.pttl("skewed-job").await == -2 },
-    )
-    .await;
-    // b is still slow (not counted): the next grant is a's and c's, at once.
+    // b is held back (not counted): the next grant is a's and c's, once the crashed lock is
+    // gone on a.
+    pb.set(Fault::BlackHole);
+    assert!(a.del(key).await, "the crashed holder's lock on master a");
     let mut next = None;
     for _ in 0..100 {
-        match redlock.try_lock("skewed-job", ttl).await {
+        match redlock.try_lock(key, ttl).await {
             Ok(lease) => {
                 next = Some(lease);
                 break;
@@ -491,13 +530,17 @@ async fn fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back() 
             Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
         }
     }
-    let next = next.expect("a and c grant the lock");
-    let t2 = next.fencing_token().expect("fencing is on");
-    assert!(
-        t2 > t1,
-        "the next holder's token {t2} is {} µs below the crashed holder's {t1}",
-        t1 - t2
-    );
+    let c_after = c.time_us().await;
     pb.set(Fault::Pass);
+    let next = next.ok_or("a and c did not grant the lock in 100 tries")?;
+    let t2 = next.fencing_token().expect("fencing is on");
     next.release().await.unwrap();
+    let _ = b.del(key).await; // the crashed holder's copy there: the next round uses a new key
+    if c_after >= t1 as i64 {
+        // c's counter would have started above the first token anyway: nothing was shown.
+        return Err(format!(
+            "the next grant came after c's clock passed the first token ({c_after} ≥ {t1})"
+        ));
+    }
+    Ok((t1, t2))
 }

@@ -245,6 +245,7 @@ fn section(resource: usize, enter_ns: i64, leave_ns: i64, worker: usize) -> Sect
         enter_ns,
         leave_ns,
         deadline_ns: leave_ns + 1_000,
+        plan_ns: leave_ns,
         valid: true,
         worker,
         task: 0,
@@ -284,14 +285,58 @@ fn the_checker_catches_overlaps_and_late_exits() {
     ]);
     assert_eq!(nested.overlaps.len(), 2, "{nested:?}");
 
+    // Late: left at (or after) its deadline as it planned to, or not valid when it left.
     let mut late = section(0, 0, 100, 0);
     late.deadline_ns = 100;
     let mut invalid = section(0, 200, 300, 1);
     invalid.valid = false;
+    invalid.plan_ns = invalid.deadline_ns;
     let v = check(vec![late, invalid]);
     assert_eq!(v.late.len(), 2);
+    assert!(v.paused.is_empty());
     assert_eq!(v.overlaps.len(), 0);
     assert_eq!(v.violations(), 2);
+}
+
+/// A section that planned to leave well before its deadline but was not run past it (a
+/// starved worker: a paused process) is counted as paused, not late; the part before its
+/// deadline is still checked — a holder entering before that deadline overlaps it, one
+/// entering after it does not (the lock promises nothing after its deadline).
+#[test]
+fn the_checker_counts_a_starved_section_as_paused_and_checks_it_until_its_deadline() {
+    let starved = |worker| Section {
+        plan_ns: 50,
+        deadline_ns: 100,
+        valid: false,
+        ..section(0, 0, 700, worker)
+    };
+    let after = check(vec![starved(0), section(0, 100, 200, 1)]);
+    assert_eq!(after.paused.len(), 1, "{after:?}");
+    assert_eq!(
+        after.paused[0].leave_ns, 700,
+        "the paused section as it was logged"
+    );
+    assert!(
+        after.late.is_empty() && after.overlaps.is_empty(),
+        "{after:?}"
+    );
+    assert_eq!(after.violations(), 0);
+
+    let before = check(vec![starved(0), section(0, 99, 200, 1)]);
+    assert_eq!(before.paused.len(), 1);
+    assert_eq!(
+        before.overlaps.len(),
+        1,
+        "entered before the paused one's deadline"
+    );
+    assert_eq!(before.violations(), 1);
+
+    // A paused section's token still orders it.
+    let mut early = starved(0);
+    early.token = Some(20);
+    let mut next = section(0, 150, 200, 1);
+    next.token = Some(10);
+    assert_eq!(check(vec![early, next]).fencing.len(), 1);
 }
 
 /// The fencing check must be able to fail too: on one resource, a token equal to or below

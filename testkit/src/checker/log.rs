@@ -36,6 +36,11 @@ pub struct Section {
     pub leave_ns: i64,
     /// The lease's validity deadline, on the shared clock.
     pub deadline_ns: i64,
+    /// When the section planned to have left, on the shared clock: when it began its work,
+    /// plus the time that work takes with the margin the worker allows for a yield and a
+    /// timer (a section without work: its entry). A section that left after its deadline
+    /// though it planned to leave before is a paused process (see `verdict.rs`).
+    pub plan_ns: i64,
     /// `Lease::is_valid()` when leaving.
     pub valid: bool,
     pub worker: usize,
@@ -288,11 +293,12 @@ impl WorkerLog {
 /// A section's fields after its tag (the worker is the log's).
 fn section_fields(s: &Section) -> String {
     format!(
-        "{} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {}",
         s.resource,
         s.enter_ns,
         s.leave_ns,
         s.deadline_ns,
+        s.plan_ns,
         u8::from(s.valid),
         s.task,
         s.token.map_or_else(|| "-".to_owned(), |t| t.to_string())
@@ -300,7 +306,7 @@ fn section_fields(s: &Section) -> String {
 }
 
 fn parse_section(v: &[&str], worker: usize) -> Option<Section> {
-    let [r, enter, leave, deadline, valid, task, token] = v[..] else {
+    let [r, enter, leave, deadline, plan, valid, task, token] = v[..] else {
         return None;
     };
     Some(Section {
@@ -308,6 +314,7 @@ fn parse_section(v: &[&str], worker: usize) -> Option<Section> {
         enter_ns: enter.parse().ok()?,
         leave_ns: leave.parse().ok()?,
         deadline_ns: deadline.parse().ok()?,
+        plan_ns: plan.parse().ok()?,
         valid: match valid {
             "1" => true,
             "0" => false,
@@ -332,6 +339,7 @@ mod tests {
             enter_ns: 1_000,
             leave_ns: 2_000,
             deadline_ns: 3_000,
+            plan_ns: 1_500,
             valid: task != 1,
             worker: 7,
             task,

@@ -127,8 +127,8 @@ impl Report {
         }
         for s in self.verdict.late.iter().take(10) {
             p.push(format!(
-                "LATE: worker {} task {} left resource {} {} µs after its lease deadline \
-                 (is_valid: {})",
+                "LATE: worker {} task {} left resource {} {} µs after its lease deadline, \
+                 as it planned to (is_valid: {})",
                 s.worker,
                 s.task,
                 s.resource,
@@ -370,6 +370,17 @@ impl Report {
         );
         row(&mut out, "overlaps", v.overlaps.len().to_string());
         row(&mut out, "late exits", v.late.len().to_string());
+        let overrun = v.paused.iter().map(|s| s.leave_ns - s.deadline_ns).max();
+        row(
+            &mut out,
+            "paused sections",
+            format!(
+                "{} (left after their deadline, not run past their margin; longest {} past \
+                 it: not a violation, the part before the deadline checked)",
+                v.paused.len(),
+                overrun.map_or("-".into(), |n| format!("{:.3} ms", n as f64 / 1e6))
+            ),
+        );
         row(
             &mut out,
             "fenced sections",

@@ -48,11 +48,15 @@ pub(super) async fn lock_loop(
                 let token = lease.fencing_token();
                 let name = &config.resources[resource];
                 let mut paused = false;
+                // The plan: leave at once, or — with the validity for it — after the work.
+                let mut plan_ns = enter_ns;
                 // The "work": give the other tasks a turn, spin a little, once more — only
                 // with the validity to cover it, as an application checks before it works
                 // (a lease may come back with milliseconds left after a slow quorum; its
                 // section is then entered and left at once, and still checked).
-                if lease.deadline().saturating_duration_since(Instant::now()) >= WORK_MARGIN {
+                let checked = Instant::now();
+                if lease.deadline().saturating_duration_since(checked) >= WORK_MARGIN {
+                    plan_ns = shared_ns(checked + WORK_MARGIN);
                     tokio::task::yield_now().await;
                     spin(config.work);
                     tokio::task::yield_now().await;
@@ -71,6 +75,7 @@ pub(super) async fn lock_loop(
                     enter_ns,
                     leave_ns,
                     deadline_ns,
+                    plan_ns,
                     valid,
                     worker: config.id,
                     task,
@@ -95,8 +100,9 @@ pub(super) async fn lock_loop(
 }
 
 /// The validity a section needs left to do its work: far more than a yield, the spin and
-/// another yield take on a loaded runtime of eight tasks.
-const WORK_MARGIN: Duration = Duration::from_millis(50);
+/// another yield take on a loaded runtime of eight tasks. A section still there at its
+/// deadline after it checked for this margin was not run for the rest: a paused process.
+pub(super) const WORK_MARGIN: Duration = Duration::from_millis(50);
 
 /// Busy work for `d`.
 pub(super) fn spin(d: std::time::Duration) {

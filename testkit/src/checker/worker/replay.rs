@@ -15,7 +15,7 @@ use tower_redlock::{Claim, Redlock};
 
 use super::super::clock::{self, nanos, shared_ns};
 use super::super::log::{Completion, Replay, Run, Section};
-use super::lock::spin;
+use super::lock::{spin, WORK_MARGIN};
 use super::{Shared, WorkerConfig};
 
 /// How long one window of keys is current.
@@ -50,9 +50,13 @@ pub(super) async fn claim_loop(
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();
                 // The handler: busy work, then a random wait, so that runs straddle faults.
+                // Its plan: that long, with the lock workload's margin for the yield and the
+                // timer.
+                let wait = rng.u64(0..=config.handler.as_millis() as u64);
+                let planned = config.work + Duration::from_millis(wait) + WORK_MARGIN;
+                let plan_ns = enter_ns.saturating_add(planned.as_nanos() as i64);
                 tokio::task::yield_now().await;
                 spin(config.work);
-                let wait = rng.u64(0..=config.handler.as_millis() as u64);
                 tokio::time::sleep(Duration::from_millis(wait)).await;
                 let leave_ns = clock::now_ns();
                 let valid = lease.is_valid();
@@ -73,6 +77,7 @@ pub(super) async fn claim_loop(
                         enter_ns,
                         leave_ns,
                         deadline_ns,
+                        plan_ns,
                         valid,
                         worker: config.id,
                         task,

@@ -353,8 +353,9 @@ async fn sentinel_cluster_and_master_mixed_by_urls() {
 
 /// A frozen sentinel (SIGSTOP: connected, never answering) costs the discovery nothing: it
 /// goes with the majority of the sentinels that answer, and does not wait out the frozen
-/// one's timeout. The timeout here is 10 s, the bound on the first lock 5 s: waiting for the
-/// frozen sentinel even once would miss it.
+/// one's timeout. The timeout here is 10 s, and so is the bound on the first lock: waiting for
+/// the frozen sentinel even once would take at least that long, so a lock before it proves
+/// the promise, and every second of it below is slack a loaded machine may use.
 #[tokio::test(flavor = "multi_thread")]
 async fn sentinel_frozen_costs_the_discovery_no_time() {
     let g = SentinelGroup::start("tr-frozen-sentinel");
@@ -367,7 +368,7 @@ async fn sentinel_frozen_costs_the_discovery_no_time() {
     let lease = lock_eventually(&redlock, "fs", Duration::from_secs(10), FOLLOW).await;
     let took = start.elapsed();
     assert!(
-        took < Duration::from_secs(5),
+        took < Duration::from_secs(10),
         "the first lock took {took:?}: the discovery waited for the frozen sentinel"
     );
     assert_eq!(g.master().get("fs").await.as_deref(), Some(lease.value()));
@@ -564,7 +565,9 @@ async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_it
 /// With every sentinel up, the majority window never lapses, whatever the refresh interval:
 /// a voter asked to refresh faster than its discovery can run (20 ms) still confirms its
 /// master well inside the window, and never abstains. (The window covers the discovery's own
-/// pace and duration, not just the interval.)
+/// pace and duration, not just the interval.) It runs at least 3 s and 50 tries, however slow
+/// the machine; a try that got no answer in its node timeout on a loaded machine is no
+/// abstention and is not counted — any refusal is.
 #[tokio::test(flavor = "multi_thread")]
 async fn sentinel_majority_window_never_lapses_with_every_sentinel_up() {
     let g = SentinelGroup::start("tr-window");
@@ -581,15 +584,25 @@ async fn sentinel_majority_window_never_lapses_with_every_sentinel_up() {
         .await
         .unwrap();
     let start = Instant::now();
-    let mut tries = 0;
-    while start.elapsed() < Duration::from_secs(3) {
+    let (mut tries, mut granted) = (0, 0);
+    while start.elapsed() < Duration::from_secs(3) || granted <= 50 {
         tries += 1;
-        let lease = redlock
+        match redlock
             .try_lock(&format!("w-{tries}"), Duration::from_secs(10))
             .await
-            .unwrap_or_else(|e| panic!("try {tries} after {:?}: {e}", start.elapsed()));
-        lease.release().await.unwrap();
+        {
+            Ok(lease) => {
+                granted += 1;
+                lease.release().await.unwrap();
+            }
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("try {tries} after {:?}: {e}", start.elapsed()),
+        }
+        assert!(
+            start.elapsed() < FOLLOW * 3,
+            "could not set up the scenario: {granted} grants of {tries} tries in {:?}",
+            FOLLOW * 3
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(tries > 50, "only {tries} tries");
 }

@@ -18,8 +18,30 @@ use crate::operate::mixed_voters;
 const TTL: Duration = Duration::from_secs(10);
 /// The bound of the first lock (the Sentinel voter's discovery, the Cluster's slot map).
 const WITHIN: Duration = Duration::from_secs(20);
-/// A poll so long that a waiter that gets the lock well within it was woken.
+/// A poll so long that a waiter that gets the lock within it was woken.
 const LONG_POLL: Duration = Duration::from_secs(8);
+
+/// Asserts that `waiter`, started at `started`, got the lock, woken by the release made at
+/// `released`, and releases it. A waiter that is not woken tries again no sooner than
+/// [`LONG_POLL`] (no jitter) after its failed try, itself after `started`: a grant before
+/// `started + LONG_POLL` was a wake-up — an exact bound, no slack guessed. The release must
+/// leave the wake-up half the poll, or the machine could not set up the scenario.
+async fn woken(waiter: Waiter, started: Instant, released: Instant) {
+    let set_up = released.saturating_duration_since(started);
+    assert!(
+        set_up < LONG_POLL / 2,
+        "could not set up the scenario: released {set_up:?} after the waiter started \
+         (poll {LONG_POLL:?})"
+    );
+    let (lease, waited) = waiter.answer(started).await;
+    let lease = lease.expect("the waiter gets the lock");
+    assert!(
+        waited < LONG_POLL,
+        "granted {waited:?} after the waiter started (released after {set_up:?}): it waited \
+         for its poll ({LONG_POLL:?}), it was not woken"
+    );
+    lease.release().await.expect("released");
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
@@ -59,6 +81,7 @@ async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
     };
     let owner = cluster.node(cluster.node_for_key(key).await);
 
+    let started = Instant::now();
     let waiting = Waiter::start(&waiter, key, TTL, long_poll());
     // Each voter's subscriber listens on the key: plain channels on the Sentinel group's
     // master and the master, the sharded channel on the Cluster's slot owner.
@@ -82,7 +105,7 @@ async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
     on_sentinel.released(key).await;
     on_master.released(key).await;
     on_cluster.released(key).await;
-    waiting.woken(released, LONG_POLL).await;
+    woken(waiting, started, released).await;
 }
 
 /// A Sentinel voter's subscriber follows a failover: it listens on the new master, whose
@@ -107,10 +130,11 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
     let key = "wake-failover";
     // The waiter listens on the first master.
     let lease = eventually_locked(&holder, key).await;
+    let started = Instant::now();
     let first = Waiter::heard(&waiter, key, TTL, long_poll(), [g.master()]).await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    first.woken(released, LONG_POLL).await;
+    woken(first, started, released).await;
 
     g.failover().await;
     // Both clients follow the new master (the old one answers as a master for a while: a
@@ -121,10 +145,11 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
         .await
         .unwrap();
     let lease = on_new_master(&g, &holder, key).await;
+    let started = Instant::now();
     let second = Waiter::heard(&waiter, key, TTL, long_poll(), [g.master()]).await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    second.woken(released, LONG_POLL).await;
+    woken(second, started, released).await;
 }
 
 /// A waiter's policy: polls every [`LONG_POLL`], for up to 30 s.

@@ -98,41 +98,68 @@ pub async fn release_right_token(node: &dyn Node, peek: &dyn Peek) {
     assert_eq!(peek.peek(0, "rr").await.as_deref(), Some(T2));
 }
 
+/// A ttl short enough to watch run out, long enough that a loaded machine's next step comes
+/// before it does. A step that came after it, and saw what the expiry alone would explain,
+/// fails as a scenario that could not be set up ([`in_time`]), never as a broken promise.
+const SHORT: Duration = Duration::from_secs(1);
+
+/// Panics as "could not set up the scenario" when `since` is [`SHORT`] ago or more: a key set
+/// with [`SHORT`] at or after `since` may have expired before `step`.
+#[track_caller]
+fn in_time(since: Instant, step: &str) {
+    let after = since.elapsed();
+    assert!(
+        after < SHORT,
+        "could not set up the scenario: {step} came {after:?} after the key was set with a \
+         ttl of {SHORT:?} (a loaded machine)"
+    );
+}
+
+/// The new, shorter ttl applies: the key set with [`LONG`] at or after `acquired` is gone
+/// before `acquired + LONG` — an exact bound, whatever the machine's speed.
 pub async fn extend_right_token_shortens(node: &dyn Node, peek: &dyn Peek) {
+    let acquired = Instant::now();
     node.acquire(AcquireRequest::new("es", T1, LONG))
         .await
         .unwrap();
+    let extended = Instant::now();
     assert!(node
-        .extend(ExtendRequest::new("es", T1, Duration::from_millis(150)))
+        .extend(ExtendRequest::new("es", T1, SHORT))
         .await
         .unwrap());
-    assert_eq!(peek.peek(0, "es").await.as_deref(), Some(T1));
-    // The new, shorter ttl applies: gone long before the original 10 s.
-    let took = eventually(
-        "the extended key expires",
-        Duration::from_secs(3),
-        || async { peek.peek(0, "es").await.is_none() },
-    )
+    let held = peek.peek(0, "es").await;
+    if held.is_none() {
+        in_time(extended, "the peek after the extend");
+    }
+    assert_eq!(held.as_deref(), Some(T1));
+    eventually("the extended key expires", LONG, || async {
+        peek.peek(0, "es").await.is_none()
+    })
     .await;
-    assert!(took < Duration::from_secs(3));
+    let gone = acquired.elapsed();
+    assert!(
+        gone < LONG,
+        "gone {gone:?} after it was taken for {LONG:?}: the shorter ttl did not apply"
+    );
 }
 
 pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
     // Two keys with the same short ttl; only one is extended.
-    node.acquire(AcquireRequest::new("el", T1, Duration::from_millis(150)))
+    let acquired = Instant::now();
+    node.acquire(AcquireRequest::new("el", T1, SHORT))
         .await
         .unwrap();
-    node.acquire(AcquireRequest::new(
-        "el-control",
-        T1,
-        Duration::from_millis(150),
-    ))
-    .await
-    .unwrap();
-    assert!(node
+    node.acquire(AcquireRequest::new("el-control", T1, SHORT))
+        .await
+        .unwrap();
+    let extended = node
         .extend(ExtendRequest::new("el", T1, LONG))
         .await
-        .unwrap());
+        .unwrap();
+    if !extended {
+        in_time(acquired, "the extend");
+    }
+    assert!(extended);
     eventually(
         "the control key expires",
         Duration::from_secs(3),
@@ -154,21 +181,29 @@ pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
 }
 
 pub async fn extend_wrong_token(node: &dyn Node, peek: &dyn Peek) {
-    node.acquire(AcquireRequest::new("ew", T1, Duration::from_millis(150)))
+    let acquired = Instant::now();
+    node.acquire(AcquireRequest::new("ew", T1, SHORT))
         .await
         .unwrap();
     assert!(!node
         .extend(ExtendRequest::new("ew", T2, LONG))
         .await
         .unwrap());
-    assert_eq!(peek.peek(0, "ew").await.as_deref(), Some(T1));
-    // The ttl did not change: the key still expires on its own schedule.
+    let held = peek.peek(0, "ew").await;
+    if held.is_none() {
+        in_time(acquired, "the peek after the wrong-token extend");
+    }
+    assert_eq!(held.as_deref(), Some(T1));
+    // The ttl did not change: the key still expires on its own schedule — before
+    // `acquired + LONG`, which the wrong-token extend would have pushed it past.
     eventually(
         "the key expires despite the wrong-token extend",
-        Duration::from_secs(3),
+        LONG,
         || async { peek.peek(0, "ew").await.is_none() },
     )
     .await;
+    let gone = acquired.elapsed();
+    assert!(gone < LONG, "gone only {gone:?} after it was taken");
 }
 
 pub async fn extend_absent_key(node: &dyn Node, peek: &dyn Peek) {

@@ -191,7 +191,16 @@ impl Setup {
     /// and pauses (does nothing) while `second` waits for the lock, which it gets only once
     /// the first lease's keys expired. Returns both leases (the first one lost).
     async fn overtaken(&self, second: &Redlock) -> (Lease, Lease) {
-        let first = self.redlock.try_lock(RESOURCE, SHORT_TTL).await.unwrap();
+        // (Retried: on a loaded machine one try may leave no validity of a short ttl.)
+        let first = self
+            .redlock
+            .lock_with(
+                RESOURCE,
+                SHORT_TTL,
+                Retry::times(50).delay(Duration::from_millis(20)),
+            )
+            .await
+            .expect("could not set up the scenario: the first lease");
         let retry = Retry::until(Duration::from_secs(5)).delay(Duration::from_millis(20));
         let newer = second
             .lock_with(RESOURCE, TTL, retry)
@@ -535,9 +544,15 @@ async fn fenced_store_postgres_concurrent_writers_commit_in_token_order() {
     // Every committed write counted once: no update lost.
     let last = history.last().expect("writes were committed").0 as u64;
     assert_eq!(s.row("acct").await, (total.committed as i64, last));
+    // The scenario, not the promise (token order and no lost update are checked above): enough
+    // sections got the lock, and at least one paused writer was overtaken. A machine too
+    // loaded to produce that fails as a set-up, never as a broken promise.
     assert!(
         total.committed >= (WRITERS * SECTIONS) as usize,
-        "too few writes committed: {total:?}"
+        "could not set up the scenario: too few writes committed: {total:?}"
     );
-    assert!(total.refused >= 1, "no stale write was refused: {total:?}");
+    assert!(
+        total.refused >= 1,
+        "could not set up the scenario: no paused writer was overtaken: {total:?}"
+    );
 }

@@ -208,6 +208,15 @@ pub(crate) fn timeout(wire: Wire, req: &dyn RequestView) -> Option<std::time::Du
     })
 }
 
+/// How long a gRPC caller whose deadline is `d` (its [`timeout`]) may wait for a busy key:
+/// `d` less a tenth of it (at most 1 s) for the answer's way back. The caller's deadline
+/// counts from before the call reached us, and tonic's server cancels the call at it: a
+/// wait that ended at the deadline itself would leave the `ABORTED` answer (with its retry
+/// hint) racing that cancellation on a loaded machine.
+pub(crate) fn answer_by(d: std::time::Duration) -> std::time::Duration {
+    d.saturating_sub((d / 10).min(std::time::Duration::from_secs(1)))
+}
+
 /// How the client of a request expects the middleware's own answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum Wire {

@@ -214,3 +214,12 @@ fn grpc_timeout_bounds_a_grpc_callers_wait() {
         None
     );
 }
+
+#[test]
+fn a_grpc_wait_ends_a_tenth_before_the_callers_deadline_at_most_a_second() {
+    let ms = Duration::from_millis;
+    assert_eq!(answer_by(ms(3000)), ms(2700));
+    assert_eq!(answer_by(ms(250)), ms(225));
+    assert_eq!(answer_by(Duration::from_secs(60)), Duration::from_secs(59));
+    assert_eq!(answer_by(Duration::ZERO), Duration::ZERO);
+}

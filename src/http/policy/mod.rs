@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::grpc::{GrpcOr, Wire};
+use super::grpc::{answer_by, GrpcOr, Wire};
 use super::key::{HmacKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
 use super::lost::{LostRule, OnLost};
 use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
@@ -405,7 +405,7 @@ impl LockPolicy {
             // the same lock call (counted once).
             OnContention::Reject => Retry::never().settling_split_votes(),
             OnContention::Wait { max_wait, delay } => {
-                let max_wait = deadline.map_or(max_wait, |d| d.min(max_wait));
+                let max_wait = deadline.map_or(max_wait, |d| answer_by(d).min(max_wait));
                 Retry::until(max_wait).delay(delay).jitter(delay / 2)
             }
         };

@@ -37,8 +37,10 @@ use tower_redlock::{NodeStatus, Redlock};
 
 /// How many requests a flood has in flight at once (over as many keep-alive connections).
 const IN_FLIGHT: usize = 128;
-/// No new request is sent after this much time (a flood usually ends well before).
-const FLOOD_DEADLINE: Duration = Duration::from_secs(40);
+/// No new request is sent after this much time: a bound for a machine too slow for the
+/// scenario, not a target (a storm takes 20 to 40 s on 2 cores with both busy; seen: one
+/// with six busy loops beside it cut off at 40 s).
+const FLOOD_DEADLINE: Duration = Duration::from_secs(90);
 /// The longest one request may wait for its answer before it counts as unanswered.
 const ANSWER_WITHIN: Duration = Duration::from_secs(30);
 /// At most this many answers in a thousand may be `503`s (0.1 %).

@@ -239,6 +239,25 @@ fn nemesis_negative_control_sees_violations() {
     }
 }
 
+/// The negative control of late exits: every section blocks its runtime's thread (a
+/// blocking call in async code) until half a ttl past its deadline. Its thread is not
+/// runnable meanwhile, so it shows no wait for a CPU: the checker reports late exits, never
+/// paused sections, however loaded the machine.
+#[test]
+fn nemesis_negative_control_blocking_sections_are_late_not_paused() {
+    let report = run_checker(&["--broken", "block", "--acquisitions", "30"]);
+    let v = &report.verdict;
+    assert!(!v.late.is_empty(), "blocked sections must be late: {v:?}");
+    assert!(
+        v.paused.is_empty(),
+        "a blocked section taken for a paused one: {:?}",
+        v.paused
+    );
+    assert!(report.problems().iter().any(|p| p.starts_with("LATE")));
+    assert!(report.summary().contains("BROKEN CLIENT block"));
+    let _ = std::fs::remove_dir_all(&report.dir);
+}
+
 fn section(resource: usize, enter_ns: i64, leave_ns: i64, worker: usize) -> Section {
     Section {
         resource,
@@ -246,6 +265,7 @@ fn section(resource: usize, enter_ns: i64, leave_ns: i64, worker: usize) -> Sect
         leave_ns,
         deadline_ns: leave_ns + 1_000,
         plan_ns: leave_ns,
+        starved_ns: 0,
         valid: true,
         worker,
         task: 0,
@@ -258,6 +278,53 @@ fn fenced(resource: usize, enter_ns: i64, worker: usize, token: u64) -> Section 
         token: Some(token),
         ..section(resource, enter_ns, enter_ns + 10, worker)
     }
+}
+
+/// The checker's evidence of a starved section (`soak::Starvation`, Linux's run-queue wait
+/// of the section's thread): a thread that spins while more threads than cores spin beside
+/// it waits for a CPU — tens of milliseconds of 300 — and a thread that sleeps, not runnable,
+/// waits for next to nothing however busy the machine (at most 100 ms of 300: a wake-up's
+/// wait for a core). Without the first, no starved section could ever be counted as paused;
+/// without the second, a blocking call would pass for one.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_starved_thread_shows_a_wait_for_a_cpu_and_a_sleeping_one_does_not() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let busy: Vec<_> = (0..2 * cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let spun = soak::Starvation::begin();
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    let spun = soak::Starvation::end(spun);
+    let slept = soak::Starvation::begin();
+    std::thread::sleep(Duration::from_millis(300));
+    let slept = soak::Starvation::end(slept);
+    stop.store(true, Ordering::Relaxed);
+    for b in busy {
+        b.join().unwrap();
+    }
+    assert!(
+        spun >= 10_000_000,
+        "a spinning thread among busier ones waited {spun} ns"
+    );
+    assert!(
+        (0..100_000_000).contains(&slept),
+        "a sleeping thread waited {slept} ns"
+    );
 }
 
 /// The checker itself must be able to fail: overlaps (also one nested in a long section
@@ -285,31 +352,52 @@ fn the_checker_catches_overlaps_and_late_exits() {
     ]);
     assert_eq!(nested.overlaps.len(), 2, "{nested:?}");
 
-    // Late: left at (or after) its deadline as it planned to, or not valid when it left.
+    // Late: left at (or after) its deadline as it planned to; not valid when it left,
+    // before its deadline (the lease said it was gone early); overran its plan with its
+    // own code (no time waiting for a CPU: a blocking call).
     let mut late = section(0, 0, 100, 0);
     late.deadline_ns = 100;
     let mut invalid = section(0, 200, 300, 1);
     invalid.valid = false;
-    invalid.plan_ns = invalid.deadline_ns;
-    let v = check(vec![late, invalid]);
-    assert_eq!(v.late.len(), 2);
+    let blocked = Section {
+        plan_ns: 450,
+        deadline_ns: 500,
+        starved_ns: 50,
+        ..section(0, 400, 700, 2)
+    };
+    let v = check(vec![late, invalid, blocked]);
+    assert_eq!(v.late.len(), 3, "{v:?}");
     assert!(v.paused.is_empty());
     assert_eq!(v.overlaps.len(), 0);
-    assert_eq!(v.violations(), 2);
+    assert_eq!(v.violations(), 3);
 }
 
-/// A section that planned to leave well before its deadline but was not run past it (a
-/// starved worker: a paused process) is counted as paused, not late; the part before its
-/// deadline is still checked — a holder entering before that deadline overlaps it, one
-/// entering after it does not (the lock promises nothing after its deadline).
+/// A section that planned to leave well before its deadline and whose thread waited for a
+/// CPU at least as long as it overran (a starved worker: a paused process) is counted as
+/// paused, not late; the part before its deadline is still checked — a holder entering
+/// before that deadline overlaps it, one entering after it does not (the lock promises
+/// nothing after its deadline). With less starvation than its overrun it is late.
 #[test]
 fn the_checker_counts_a_starved_section_as_paused_and_checks_it_until_its_deadline() {
     let starved = |worker| Section {
         plan_ns: 50,
         deadline_ns: 100,
+        starved_ns: 600,
         valid: false,
         ..section(0, 0, 700, worker)
     };
+    let not_starved_enough = Section {
+        starved_ns: 599,
+        ..starved(0)
+    };
+    let v = check(vec![not_starved_enough]);
+    assert_eq!((v.late.len(), v.paused.len()), (1, 0), "{v:?}");
+    let unknown = Section {
+        starved_ns: -1,
+        ..starved(0)
+    };
+    assert_eq!(check(vec![unknown]).late.len(), 1);
+
     let after = check(vec![starved(0), section(0, 100, 200, 1)]);
     assert_eq!(after.paused.len(), 1, "{after:?}");
     assert_eq!(

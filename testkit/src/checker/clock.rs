@@ -25,16 +25,89 @@ pub(super) fn now_ns() -> i64 {
     panic!("the checker reads CLOCK_MONOTONIC and runs on 64-bit Linux or macOS only")
 }
 
-/// `instant` on the shared clock. The raw clock is read *before* `Instant::now()`, so the
-/// result is never later than the true value: a deadline is, if anything, checked early.
+/// `instant` on the shared clock, never later than the true value (the raw clock is read
+/// before `Instant::now()`) and at most [`MAX_SKEW_NS`] earlier: read again when this thread
+/// was preempted between the two reads. A deadline is, if anything, checked a few
+/// microseconds early — and a paused section clamped at it ends no later than it did.
 pub(super) fn shared_ns(instant: Instant) -> i64 {
-    let raw = now_ns();
-    let now = Instant::now();
-    if instant >= now {
-        raw + nanos(instant - now)
-    } else {
-        raw - nanos(now - instant)
+    let mut tries = 0;
+    loop {
+        let raw = now_ns();
+        let now = Instant::now();
+        tries += 1;
+        if now_ns() - raw <= MAX_SKEW_NS || tries >= 100 {
+            return if instant >= now {
+                raw + nanos(instant - now)
+            } else {
+                raw - nanos(now - instant)
+            };
+        }
     }
+}
+
+/// The most [`shared_ns`] may be early by.
+pub(super) const MAX_SKEW_NS: i64 = 20_000;
+
+/// Evidence that a section's thread was starved — runnable but not run by the machine —
+/// rather than blocked by its own code: Linux's run-queue wait of a thread
+/// (`/proc/self/task/<tid>/schedstat`, its second field). A thread blocked in a call (a sleep,
+/// blocking I/O) is not runnable and waits for nothing. Taken when a section checks its
+/// validity ([`Starvation::begin`]) and read at its exit ([`Starvation::end`]).
+#[derive(Debug)]
+pub struct Starvation {
+    /// The thread that ran the check, and every thread's wait then.
+    tid: u32,
+    waits: Vec<(u32, i64)>,
+}
+
+impl Starvation {
+    /// Every thread's wait so far, and the current thread; `None` where the system does not
+    /// say.
+    pub fn begin() -> Option<Self> {
+        let mut waits = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").ok()? {
+            let tid: u32 = task.ok()?.file_name().to_str()?.parse().ok()?;
+            // A thread that ended meanwhile is skipped.
+            if let Some(w) = wait_of(tid) {
+                waits.push((tid, w));
+            }
+        }
+        Some(Self {
+            tid: current_tid()?,
+            waits,
+        })
+    }
+
+    /// How long the threads that ran the section (the one that checked, and the one now
+    /// running it if the task moved) waited for a CPU since [`Starvation::begin`], in ns; -1
+    /// when unknown.
+    pub fn end(this: Option<Self>) -> i64 {
+        let Some(this) = this else { return -1 };
+        let grown = |tid| {
+            let then = this.waits.iter().find(|(t, _)| *t == tid)?.1;
+            Some(wait_of(tid)? - then)
+        };
+        let Some(here) = current_tid() else { return -1 };
+        let checked = grown(this.tid).unwrap_or(0);
+        let moved = if here == this.tid {
+            0
+        } else {
+            grown(here).unwrap_or(0)
+        };
+        checked + moved
+    }
+}
+
+/// The run-queue wait of thread `tid` of this process so far, in ns.
+fn wait_of(tid: u32) -> Option<i64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The current thread's id (`/proc/thread-self` links to `<pid>/task/<tid>`).
+fn current_tid() -> Option<u32> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
 }
 
 pub(super) fn nanos(d: Duration) -> i64 {

@@ -41,6 +41,10 @@ pub struct Section {
     /// timer (a section without work: its entry). A section that left after its deadline
     /// though it planned to leave before is a paused process (see `verdict.rs`).
     pub plan_ns: i64,
+    /// How long the section's thread waited for a CPU (runnable, not run) between its check
+    /// of its validity and its exit (`clock::Starvation`), in ns; -1 where the system does
+    /// not say. A paused section must show at least its overrun here.
+    pub starved_ns: i64,
     /// `Lease::is_valid()` when leaving.
     pub valid: bool,
     pub worker: usize,
@@ -293,12 +297,13 @@ impl WorkerLog {
 /// A section's fields after its tag (the worker is the log's).
 fn section_fields(s: &Section) -> String {
     format!(
-        "{} {} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {} {}",
         s.resource,
         s.enter_ns,
         s.leave_ns,
         s.deadline_ns,
         s.plan_ns,
+        s.starved_ns,
         u8::from(s.valid),
         s.task,
         s.token.map_or_else(|| "-".to_owned(), |t| t.to_string())
@@ -306,7 +311,7 @@ fn section_fields(s: &Section) -> String {
 }
 
 fn parse_section(v: &[&str], worker: usize) -> Option<Section> {
-    let [r, enter, leave, deadline, plan, valid, task, token] = v[..] else {
+    let [r, enter, leave, deadline, plan, starved, valid, task, token] = v[..] else {
         return None;
     };
     Some(Section {
@@ -315,6 +320,7 @@ fn parse_section(v: &[&str], worker: usize) -> Option<Section> {
         leave_ns: leave.parse().ok()?,
         deadline_ns: deadline.parse().ok()?,
         plan_ns: plan.parse().ok()?,
+        starved_ns: starved.parse().ok()?,
         valid: match valid {
             "1" => true,
             "0" => false,
@@ -340,6 +346,7 @@ mod tests {
             leave_ns: 2_000,
             deadline_ns: 3_000,
             plan_ns: 1_500,
+            starved_ns: -1,
             valid: task != 1,
             worker: 7,
             task,

@@ -136,6 +136,7 @@ mod topology;
 mod verdict;
 mod worker;
 
+pub use clock::Starvation;
 pub use faults::{FaultCounts, FaultSpan};
 pub use log::{Completion, Counts, Replay, Run, Section, StoreCounts, WorkerLog};
 pub use nemesis::Kind;

@@ -30,6 +30,10 @@ pub struct Report {
     pub dir: PathBuf,
 }
 
+/// How many paused sections a run may have (or 1 % of its sections, if more) before it
+/// says the machine starved it too much to show anything.
+const MAX_PAUSED: usize = 10;
+
 impl Report {
     pub fn total(&self) -> Counts {
         let mut t = Counts::default();
@@ -127,13 +131,24 @@ impl Report {
         }
         for s in self.verdict.late.iter().take(10) {
             p.push(format!(
-                "LATE: worker {} task {} left resource {} {} µs after its lease deadline, \
-                 as it planned to (is_valid: {})",
+                "LATE: worker {} task {} left resource {} {} µs after its lease deadline \
+                 (planned {} µs before it; its thread waited {} µs for a CPU; is_valid: {})",
                 s.worker,
                 s.task,
                 s.resource,
                 (s.leave_ns - s.deadline_ns) / 1000,
+                (s.deadline_ns - s.plan_ns) / 1000,
+                s.starved_ns / 1000,
                 s.valid
+            ));
+        }
+        // A few starved sections are a loaded machine; many mean the run showed little.
+        let paused = self.verdict.paused.len();
+        if paused > MAX_PAUSED.max(self.verdict.sections / 100) {
+            p.push(format!(
+                "could not set up the scenario: {paused} of {} sections were starved past \
+                 their deadline (paused): the machine did not run the workers enough",
+                self.verdict.sections
             ));
         }
         for (a, b) in self.verdict.double_runs.iter().take(10) {
@@ -375,7 +390,7 @@ impl Report {
             &mut out,
             "paused sections",
             format!(
-                "{} (left after their deadline, not run past their margin; longest {} past \
+                "{} (left after their deadline, starved past their margin; longest {} past \
                  it: not a violation, the part before the deadline checked)",
                 v.paused.len(),
                 overrun.map_or("-".into(), |n| format!("{:.3} ms", n as f64 / 1e6))

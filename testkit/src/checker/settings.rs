@@ -41,6 +41,10 @@ pub enum Broken {
     /// Each worker locks on ONE master only (a different one per worker where there are
     /// enough): a quorum of 1 of the 5 voters.
     Quorum1,
+    /// Each section of the lock workload blocks its runtime's thread (`std::thread::sleep`,
+    /// a blocking call in async code) until half a ttl past its lease's deadline: late exits
+    /// whose process was not starved, which the checker must not take for paused ones.
+    Blocking,
 }
 
 impl Broken {
@@ -48,7 +52,8 @@ impl Broken {
         match s {
             "" | "none" | "0" => None,
             "quorum1" => Some(Self::Quorum1),
-            other => panic!("unknown broken client {other:?}: quorum1 (or none)"),
+            "block" => Some(Self::Blocking),
+            other => panic!("unknown broken client {other:?}: quorum1, block (or none)"),
         }
     }
 
@@ -56,6 +61,7 @@ impl Broken {
     pub fn name(self) -> &'static str {
         match self {
             Self::Quorum1 => "quorum1",
+            Self::Blocking => "block",
         }
     }
 }

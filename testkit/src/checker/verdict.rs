@@ -12,16 +12,19 @@ pub struct Verdict {
     pub sections: usize,
     /// Pairs of sections on one resource that overlap: (earlier, later).
     pub overlaps: Vec<(Section, Section)>,
-    /// Sections that left at or after their lease deadline (or whose lease was not valid
-    /// when they left) and had planned to: they entered without validity, or began work
-    /// their validity did not cover. A violation.
+    /// Sections that left at or after their lease deadline, or whose lease was not valid
+    /// when they left, and were not [`paused`](Self::paused): they entered without
+    /// validity, began work their validity did not cover, or overran it with their own
+    /// code (a blocking call holding the thread). A violation.
     pub late: Vec<Section>,
     /// Sections that left at or after their deadline though they had planned to leave
-    /// before it: they checked the validity had room for their work, and their process was
-    /// not run for the rest (a starved or paused worker). Redlock cannot stop a paused
-    /// process — the lock promises nothing after its deadline, fencing tokens do — so this
-    /// is counted, not a violation: the part before the deadline is checked for overlaps,
-    /// and the token order holds in full.
+    /// before it (they checked the validity had room for their work), and whose thread
+    /// waited for a CPU — runnable, not run by the machine — at least as long as they
+    /// overran: a starved, that is paused, process. Redlock cannot stop a paused process —
+    /// the lock promises nothing after its deadline, fencing tokens do — so this is counted,
+    /// not a violation: the part before the deadline is checked for overlaps, and the token
+    /// order holds in full. Without that evidence (or where the system gives none) an
+    /// overrun is late.
     pub paused: Vec<Section>,
     /// Sections that carried a fencing token: each was checked against the earlier ones.
     pub fenced: usize,
@@ -106,7 +109,7 @@ pub fn check_runs(mut runs: Vec<Run>, replays: &[Replay]) -> Verdict {
 }
 
 /// Checks the merged sections: no overlap on any resource, every exit before its deadline
-/// (a section that planned to leave in time and was not run past it is counted as paused,
+/// (a section that planned to leave in time and was starved past it is counted as paused,
 /// its part before the deadline checked for overlaps), and the fencing tokens of each resource strictly increasing in the order the sections
 /// were entered (sections without a token are skipped there, and listed).
 pub fn check(mut sections: Vec<Section>) -> Verdict {
@@ -115,14 +118,13 @@ pub fn check(mut sections: Vec<Section>) -> Verdict {
         ..Verdict::default()
     };
     for s in &mut sections {
-        if !s.valid || s.leave_ns >= s.deadline_ns {
-            if s.plan_ns < s.deadline_ns {
-                v.paused.push(*s);
-                // What the lock covered: the section until its deadline.
-                s.leave_ns = s.leave_ns.min(s.deadline_ns);
-            } else {
-                v.late.push(*s);
-            }
+        let overrun = s.leave_ns - s.deadline_ns;
+        if overrun >= 0 && s.plan_ns < s.deadline_ns && s.starved_ns >= overrun {
+            v.paused.push(*s);
+            // What the lock covered: the section until its deadline.
+            s.leave_ns = s.deadline_ns;
+        } else if overrun >= 0 || !s.valid {
+            v.late.push(*s);
         }
         let margin = s.deadline_ns - s.leave_ns;
         v.min_margin_ns = Some(v.min_margin_ns.map_or(margin, |m| m.min(margin)));

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use tower_redlock::Redlock;
 
-use super::super::clock::{self, shared_ns};
+use super::super::clock::{self, shared_ns, Starvation};
 use super::super::log::Section;
+use super::super::settings::Broken;
 use super::super::store::Writer;
 use super::{Shared, WorkerConfig};
 
@@ -54,9 +55,15 @@ pub(super) async fn lock_loop(
                 // with the validity to cover it, as an application checks before it works
                 // (a lease may come back with milliseconds left after a slow quorum; its
                 // section is then entered and left at once, and still checked).
+                let starvation = Starvation::begin();
                 let checked = Instant::now();
                 if lease.deadline().saturating_duration_since(checked) >= WORK_MARGIN {
                     plan_ns = shared_ns(checked + WORK_MARGIN);
+                    if config.broken == Some(Broken::Blocking) {
+                        // The negative control's bug: a blocking call in async code holds
+                        // the runtime's thread past the lease's deadline.
+                        std::thread::sleep(lease.deadline() - checked + config.ttl / 2);
+                    }
                     tokio::task::yield_now().await;
                     spin(config.work);
                     tokio::task::yield_now().await;
@@ -68,14 +75,18 @@ pub(super) async fn lock_loop(
                         }
                     }
                 }
-                let leave_ns = clock::now_ns();
+                // Validity first: a lease not valid at the exit then left at or after its
+                // deadline.
                 let valid = lease.is_valid();
+                let leave_ns = clock::now_ns();
+                let starved = Starvation::end(starvation);
                 sections.push(Section {
                     resource,
                     enter_ns,
                     leave_ns,
                     deadline_ns,
                     plan_ns,
+                    starved_ns: starved,
                     valid,
                     worker: config.id,
                     task,

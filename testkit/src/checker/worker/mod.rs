@@ -57,6 +57,7 @@ pub fn worker_main() {
         fencing: num("CHECKER_FENCING") != 0,
         broken: match env("CHECKER_BROKEN").as_str() {
             "quorum1" => Some(Broken::Quorum1),
+            "block" => Some(Broken::Blocking),
             _ => None,
         },
         seed: num("CHECKER_SEED"),

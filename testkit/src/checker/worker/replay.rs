@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tower_redlock::{Claim, Redlock};
 
-use super::super::clock::{self, nanos, shared_ns};
+use super::super::clock::{self, nanos, shared_ns, Starvation};
 use super::super::log::{Completion, Replay, Run, Section};
 use super::lock::{spin, WORK_MARGIN};
 use super::{Shared, WorkerConfig};
@@ -49,17 +49,25 @@ pub(super) async fn claim_loop(
                 let enter_ns = clock::now_ns();
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();
-                // The handler: busy work, then a random wait, so that runs straddle faults.
-                // Its plan: that long, with the lock workload's margin for the yield and the
-                // timer.
+                // The handler: busy work, then a random wait, so that runs straddle faults —
+                // only with the validity to cover it and the lock workload's margin for the
+                // yield and the timer, as an application checks (else it completes at once).
                 let wait = rng.u64(0..=config.handler.as_millis() as u64);
                 let planned = config.work + Duration::from_millis(wait) + WORK_MARGIN;
-                let plan_ns = enter_ns.saturating_add(planned.as_nanos() as i64);
-                tokio::task::yield_now().await;
-                spin(config.work);
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-                let leave_ns = clock::now_ns();
+                let starvation = Starvation::begin();
+                let checked = Instant::now();
+                let mut plan_ns = enter_ns;
+                if lease.deadline().saturating_duration_since(checked) >= planned {
+                    plan_ns = shared_ns(checked + planned);
+                    tokio::task::yield_now().await;
+                    spin(config.work);
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
+                // Validity first: a lease not valid at the exit then left at or after its
+                // deadline.
                 let valid = lease.is_valid();
+                let leave_ns = clock::now_ns();
+                let starved = Starvation::end(starvation);
                 let record = format!("{key} {} {task} {enter_ns}", config.id);
                 let completion = match lease.complete(record, retention).await {
                     _ if !valid => Completion::Expired,
@@ -78,6 +86,7 @@ pub(super) async fn claim_loop(
                         leave_ns,
                         deadline_ns,
                         plan_ns,
+                        starved_ns: starved,
                         valid,
                         worker: config.id,
                         task,

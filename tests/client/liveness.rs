@@ -676,7 +676,7 @@ async fn a_master_that_froze_and_came_back_keeps_no_lock() {
     // Requests sent to master 2 frozen, until the client suspends it.
     let mut tasks = burst(&client, 8..12, &seen, &end);
     eventually(
-        "could not set up the scenario: the client suspends frozen master 2",
+        "the client suspends frozen master 2 (a master silent for its node timeouts)",
         given,
         || async { client.node_status()[2].is_suspended() },
     )
@@ -689,7 +689,7 @@ async fn a_master_that_froze_and_came_back_keeps_no_lock() {
     let refused = seen.refused.load(SeqCst);
     let tries = burst(&client, 12..16, &seen, &end);
     eventually(
-        "could not set up the scenario: a try is refused with masters 1 and 2 frozen",
+        "a try is refused with masters 1 and 2 frozen (no quorum)",
         given,
         || async { seen.refused.load(SeqCst) > refused },
     )

@@ -59,7 +59,18 @@ if ! run_tests --no-run >"$logs/build.log" 2>&1; then
   exit 1
 fi
 
+# Each run in a process group of its own (job control), so that an interrupted script
+# stops the run it started, then its hog, at once.
+set -m
 hogs=()
+test_pid=
+stop_run() {
+  if [ -n "$test_pid" ]; then
+    kill -TERM -- "-$test_pid" 2>/dev/null
+    wait "$test_pid" 2>/dev/null
+    test_pid=
+  fi
+}
 stop_hogs() {
   for pid in "${hogs[@]}"; do
     kill "$pid" 2>/dev/null
@@ -69,8 +80,8 @@ stop_hogs() {
   done
   hogs=()
 }
-trap stop_hogs EXIT
-trap 'stop_hogs; exit 130' INT TERM
+trap 'stop_run; stop_hogs' EXIT
+trap 'stop_run; stop_hogs; exit 130' INT TERM
 cores=$(nproc 2>/dev/null || echo 2)
 for _ in $(seq "$cores"); do
   sh -c 'while :; do :; done' &
@@ -83,8 +94,11 @@ summary=()
 for i in $(seq "$runs"); do
   log="$logs/run-$i.log"
   start=$(date +%s)
-  run_tests >"$log" 2>&1
+  run_tests >"$log" 2>&1 &
+  test_pid=$!
+  wait "$test_pid"
   rc=$?
+  test_pid=
   took=$(($(date +%s) - start))
   if [ $rc -eq 0 ]; then
     line="run $i/$runs: passed in ${took}s"

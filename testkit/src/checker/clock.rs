@@ -78,9 +78,12 @@ impl Starvation {
         })
     }
 
-    /// How long the threads that ran the section (the one that checked, and the one now
-    /// running it if the task moved) waited for a CPU since [`Starvation::begin`], in ns; -1
-    /// when unknown.
+    /// How long the thread that ran the section waited for a CPU since
+    /// [`Starvation::begin`], in ns; -1 when unknown. When the task moved to another thread,
+    /// the smaller of the two threads' waits: the thread it left may have been blocked (a
+    /// blocking call, not runnable: no wait), and the one it came to may have waited for a
+    /// CPU before the task came (seen: a blocking section counted 207 ms of the other
+    /// thread's wait) — only a wait both show was the task's.
     pub fn end(this: Option<Self>) -> i64 {
         let Some(this) = this else { return -1 };
         let grown = |tid| {
@@ -89,12 +92,11 @@ impl Starvation {
         };
         let Some(here) = current_tid() else { return -1 };
         let checked = grown(this.tid).unwrap_or(0);
-        let moved = if here == this.tid {
-            0
+        if here == this.tid {
+            checked
         } else {
-            grown(here).unwrap_or(0)
-        };
-        checked + moved
+            checked.min(grown(here).unwrap_or(0))
+        }
     }
 }
 

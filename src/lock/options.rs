@@ -30,6 +30,11 @@ pub struct Retry {
     /// One more try, after a random pause of at most 20 ms, when the last one lost a split
     /// vote (contended, yet some node voted for us): the middleware's, inside one lock call.
     split_vote_retry: bool,
+    /// Extra tries, each after a pause of one to two node timeouts, when the tries run out
+    /// on an unreachable quorum that a node's transient failure caused (no answer in time,
+    /// a dropped connection — not a suspended node): the middleware's, so that a stall of
+    /// healthy masters is not answered `503`.
+    transient_retries: u32,
 }
 
 impl Default for Retry {
@@ -40,6 +45,7 @@ impl Default for Retry {
             jitter: Duration::from_millis(50),
             max_wait: None,
             split_vote_retry: false,
+            transient_retries: 0,
         }
     }
 }
@@ -53,6 +59,7 @@ impl Retry {
             jitter: Duration::ZERO,
             max_wait: None,
             split_vote_retry: false,
+            transient_retries: 0,
         }
     }
 
@@ -117,6 +124,32 @@ impl Retry {
     }
 
     /// The pause before one extra try after a split vote, if this policy takes one.
+    /// With `retries` extra tries when the tries run out on an unreachable quorum that a
+    /// transient node failure caused (see `transient_retries`).
+    pub(crate) const fn riding_out_transient_failures(mut self, retries: u32) -> Self {
+        self.transient_retries = retries;
+        self
+    }
+
+    /// The extra tries after an unreachable quorum that a transient failure caused.
+    pub(crate) const fn transient_retries(&self) -> u32 {
+        self.transient_retries
+    }
+
+    /// Whether `e` is worth one of the extra tries of `transient_retries`: the quorum was
+    /// unreachable, and some node gave no answer (a timeout, a dropped connection) rather
+    /// than a refusal or a suspension — asked again, it may answer.
+    pub(crate) fn is_transient_failure(e: &crate::Error) -> bool {
+        e.is_unavailable() && e.node_errors().iter().any(crate::NodeError::is_transient)
+    }
+
+    /// The pause before such an extra try: one to two node timeouts, at random — time for
+    /// a stalled master to answer its backlog, and the callers that failed together apart.
+    pub(crate) fn transient_pause(node_timeout: Duration) -> Duration {
+        let ns = u64::try_from(node_timeout.as_nanos()).unwrap_or(u64::MAX);
+        node_timeout.saturating_add(Duration::from_nanos(fastrand::u64(0..=ns)))
+    }
+
     pub(crate) fn split_vote_pause(&self, e: &crate::Error) -> Option<Duration> {
         (self.split_vote_retry && e.is_contended() && e.votes_won() > 0)
             .then(|| Duration::from_micros(fastrand::u64(0..=20_000)))

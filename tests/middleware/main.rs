@@ -92,6 +92,7 @@ on_both! {
     wake::wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes,
     unavailable::majority_down_fails_closed_or_runs_unlocked,
     unavailable::checked_new_refuses_a_ttl_above_restart_protection,
+    unavailable::stalled_majority_is_ridden_out_not_answered_503,
     keys::bad_keys_are_rejected_before_locking,
     keys::a_route_param_that_is_not_utf8_is_malformed,
     keys::the_handler_sees_its_lease,

@@ -12,7 +12,7 @@ use crate::harness::probe::Probe;
 use crate::harness::Framework;
 use crate::support::apps::*;
 use crate::support::http::{http_client, DEADLINE};
-use crate::support::{eventually, Masters};
+use crate::support::{eventually, warm_up, Masters};
 
 /// With two of three masters down: a fail-closed route answers 503 with `Retry-After` and never
 /// runs the handler; a fail-open route runs it without a lock, marked `Unlocked`, and the
@@ -52,6 +52,71 @@ pub async fn majority_down_fails_closed_or_runs_unlocked<F: Framework>() {
     eventually("the live master is empty", RELEASED_WITHIN, || async {
         m[0].dbsize().await == 0
     })
+    .await;
+    drop(http);
+    app.stop().await;
+}
+
+/// The node timeout of [`stalled_majority_is_ridden_out_not_answered_503`]'s client: the
+/// test thaws the masters after the first try failed, and the extra tries that follow take
+/// at least four of these — a loaded machine's test has time to do it.
+const STALL_NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Two of three healthy masters stall (`SIGSTOP`) for longer than a node timeout, and resume
+/// after the request's first try failed on them: the middleware tries again (see
+/// `OnUnavailable`) and the request is served — `200`, the handler run once, the lock
+/// released — not answered `503`. (Masters that stay down are answered `503`:
+/// [`majority_down_fails_closed_or_runs_unlocked`].)
+pub async fn stalled_majority_is_ridden_out_not_answered_503<F: Framework>() {
+    const KEY: &str = "order-stalled";
+    let m = Masters::start(3);
+    let redlock = m
+        .builder()
+        .node_timeout(STALL_NODE_TIMEOUT)
+        .build()
+        .expect("a valid client");
+    warm_up(&redlock, &m).await;
+    let probe = Probe::open_gate();
+    let app = App::new()
+        .route(Route::locked(PATH, default_policy(&redlock)).post(Handler::gated(&probe)));
+    let app = F::serve(&app).await;
+    let http = http_client();
+
+    m[1].freeze();
+    m[2].freeze();
+    let reply = tokio::spawn(post_key(&http, &app.url(PATH), KEY));
+    // The first try failed: each frozen master has a timeout against it.
+    eventually(
+        "the first try timed out on both frozen masters",
+        DEADLINE,
+        || async {
+            let status = redlock.node_status();
+            status[1].consecutive_timeouts() >= 1 && status[2].consecutive_timeouts() >= 1
+        },
+    )
+    .await;
+    assert_eq!(probe.started(), 0, "the handler ran without a quorum");
+    m[1].thaw();
+    m[2].thaw();
+
+    let reply = reply.await.expect("the request task");
+    assert_eq!(
+        reply.status,
+        200,
+        "a stall of healthy masters answered: {}",
+        reply.text()
+    );
+    assert_eq!(probe.completed(), 1, "the handler ran once");
+    assert!(
+        !redlock.node_status().iter().any(|s| s.is_suspended()),
+        "a master that answered again is suspended: {:?}",
+        redlock.node_status()
+    );
+    eventually(
+        "the lock is released everywhere",
+        RELEASED_WITHIN,
+        || async { m.absent_everywhere(KEY).await },
+    )
     .await;
     drop(http);
     app.stop().await;

@@ -37,6 +37,17 @@ pub enum OnContention {
 }
 
 /// What to do when the lock quorum is unreachable (nodes down or timing out).
+///
+/// "Unreachable" is decided after the middleware's extra tries: when a try fails because
+/// masters gave no answer in time or dropped a connection — and are not suspended — it is
+/// tried again, up to twice, each after a pause of one to two node timeouts (a busy machine
+/// or a stolen CPU stalls healthy masters for a moment; a `503` for that would be wrong).
+/// So while masters answer, a request is not answered `503`
+/// (`tests/flood/storm.rs`, `tests/middleware/unavailable.rs`:
+/// `stalled_majority_is_ridden_out_not_answered_503`); while they are down, the first
+/// requests learn it after at most three tries, and once the client has suspended the
+/// silent masters (see [`RedlockBuilder::suspend_after`](crate::RedlockBuilder::suspend_after))
+/// at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnUnavailable {
@@ -48,6 +59,9 @@ pub enum OnUnavailable {
     /// node said the key is held, the answer is still `503`: a live holder is never run over.
     FailOpen,
 }
+
+/// The middleware's extra tries after a transient failure (see [`OnUnavailable`]).
+const TRANSIENT_RETRIES: u32 = 2;
 
 /// When the lock is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -403,10 +417,24 @@ impl LockPolicy {
         let retry = match p.contention {
             // With one quick extra try after a split vote between concurrent requests, in
             // the same lock call (counted once).
-            OnContention::Reject => Retry::never().settling_split_votes(),
+            // Either way, up to `TRANSIENT_RETRIES` more tries when masters stalled (see
+            // `OnUnavailable`).
+            // Within the caller's deadline (gRPC's), if it has one.
+            OnContention::Reject => {
+                let never = Retry::never()
+                    .settling_split_votes()
+                    .riding_out_transient_failures(TRANSIENT_RETRIES);
+                match deadline {
+                    Some(d) => never.with_max_wait(answer_by(d)),
+                    None => never,
+                }
+            }
             OnContention::Wait { max_wait, delay } => {
                 let max_wait = deadline.map_or(max_wait, |d| answer_by(d).min(max_wait));
-                Retry::until(max_wait).delay(delay).jitter(delay / 2)
+                Retry::until(max_wait)
+                    .delay(delay)
+                    .jitter(delay / 2)
+                    .riding_out_transient_failures(TRANSIENT_RETRIES)
             }
         };
         let started = Instant::now();

@@ -90,6 +90,7 @@ impl Redlock {
         let mut splits = 0u32;
         let mut attempt = 0u32;
         let mut split_vote_retried = false;
+        let mut transient_left = retry.transient_retries();
         loop {
             attempt = attempt.saturating_add(1);
             if let Some(i) = &interest {
@@ -141,6 +142,14 @@ impl Redlock {
                             split_vote_retried = true;
                             (pause, more) = (p, Retry::fits(deadline, p, try_time));
                         }
+                    }
+                    if !more && transient_left > 0 && Retry::is_transient_failure(&e) {
+                        // Masters that did not answer in time (or dropped a connection) and
+                        // are not suspended: healthy ones stalled — a busy machine, a GC in
+                        // the network — answer a try made a moment later.
+                        transient_left -= 1;
+                        let p = Retry::transient_pause(self.inner.config.node_timeout);
+                        (pause, more) = (p, Retry::fits(deadline, p, try_time));
                     }
                     if !more {
                         let e = self.ask_holder_ttl(&key, e).await.with_attempts(attempt);

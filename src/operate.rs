@@ -29,7 +29,10 @@
 //! let err = redlock.try_lock("report:daily", Duration::from_secs(5)).await.unwrap_err();
 //! assert!(err.to_string().contains("held")); // each voter's answer, in one line
 //!
-//! redlock.force_release("report:daily", ForceRelease::by("oncall")).await.unwrap();
+//! // Name the holder by the token prefix `inspect` shows: a re-run spares a new holder.
+//! let prefix = seen.holder().unwrap().token_prefix;
+//! let how = ForceRelease::by("oncall").holder(prefix);
+//! redlock.force_release("report:daily", how).await.unwrap();
 //! assert_eq!(redlock.inspect("report:daily").await.unwrap().summary(), Summary::Free);
 //! # }
 //! ```
@@ -44,6 +47,6 @@
 
 pub use crate::lock::inspect::{
     ForceRelease, ForceReleased, Holder, Holding, Inspection, Summary, VoterInspection, VoterKey,
-    VoterScan,
+    VoterScan, MIN_HOLDER_PREFIX,
 };
 pub use crate::node::RecordState;

@@ -163,10 +163,19 @@ pub enum Scope {
 pub struct UnlockArgs {
     /// The resource (the Redis key, without the client's --key-prefix).
     pub resource: String,
-    /// Required: delete the lock whatever token it holds. If its holder is alive, the next
-    /// request takes the lock while the old holder still works.
+    /// Required: delete the lock. If its holder is alive, the next request takes the lock
+    /// while the old holder still works.
     #[arg(long)]
     pub force: bool,
+    /// The holder to clear: its token prefix as `redlock inspect` shows it (8 to 32 hex
+    /// digits). A re-run deletes nothing of a holder that took the key meanwhile, and
+    /// `--record` deletes the record only where this holder's lock was deleted.
+    #[arg(long, value_name = "PREFIX", conflicts_with = "any_holder")]
+    pub holder: Option<String>,
+    /// Instead of --holder: clear whatever holds the key, also a holder that took it a moment
+    /// ago. Only with a confirmation typed on a terminal (--yes does not do).
+    #[arg(long)]
+    pub any_holder: bool,
     /// Delete the completion record too: the next request with this key runs again instead
     /// of being replayed.
     #[arg(long)]

@@ -1,5 +1,6 @@
-//! `redlock unlock --force <RESOURCE>`: deletes a lock whatever its holder
-//! ([`Redlock::force_release`]), after a confirmation.
+//! `redlock unlock --force <RESOURCE> --holder <PREFIX>`: deletes the lock of the named
+//! holder ([`Redlock::force_release`]) — or, on a terminal only, whatever holds it
+//! (`--any-holder`) — after a confirmation.
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -12,29 +13,43 @@ use crate::exit::{self, Failure, Outcome};
 use crate::output::json_line;
 
 /// Why `unlock` needs `--force`.
-const NEEDS_FORCE: &str = "unlock deletes the lock whatever token it holds: if its holder is \
+const NEEDS_FORCE: &str = "unlock deletes a lock its holder did not release: if the holder is \
     still alive, the next request takes the lock while the old holder still works (two \
     holders at once; only fencing tokens checked where the data lives stop the old one). \
     Add --force to do it anyway";
 
-/// Deletes the lock (and with `--record` the completion record) on every voter; exit 1 if a
-/// voter did not answer, 2 when refused.
+/// Why `unlock` needs `--holder`.
+const NEEDS_HOLDER: &str = "name the holder to clear: --holder PREFIX, its token prefix as \
+    `redlock inspect` shows it (a re-run then spares a holder that took the key meanwhile); \
+    --any-holder clears whatever holds the key, on a terminal only";
+
+/// Deletes the named holder's lock (and with `--record` the completion record) on every
+/// voter; exit 1 if a voter did not answer, 2 when refused.
 pub async fn run(redlock: &Redlock, global: &Global, args: &UnlockArgs) -> Outcome {
     if !args.force {
         return Err(Failure::usage(NEEDS_FORCE));
     }
-    let key = redlock.redis_key(&args.resource);
-    if !args.yes {
-        confirm(&args.resource, &key, redlock.node_count())?;
+    if args.holder.is_none() && !args.any_holder {
+        return Err(Failure::usage(NEEDS_HOLDER));
     }
+    let key = redlock.redis_key(&args.resource);
     let by = args
         .by
         .clone()
         .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
         .unwrap_or_else(|| "redlock-cli".to_owned());
     let mut how = ForceRelease::by(by.as_str());
+    how = match &args.holder {
+        Some(prefix) => how.holder(prefix.as_str()),
+        None => how.any_holder(),
+    };
     if args.record {
         how = how.with_record();
+    }
+    how.check().map_err(Failure::usage)?;
+    // Whatever holds it: confirmed on a terminal, always.
+    if args.any_holder || !args.yes {
+        confirm(&args.resource, &key, redlock.node_count(), args)?;
     }
     let done = redlock
         .force_release(&args.resource, how)
@@ -53,16 +68,23 @@ pub async fn run(redlock: &Redlock, global: &Global, args: &UnlockArgs) -> Outco
 }
 
 /// Asks on the terminal; refuses when stdin is not one.
-fn confirm(resource: &str, key: &str, voters: usize) -> Result<(), Failure> {
+fn confirm(resource: &str, key: &str, voters: usize, args: &UnlockArgs) -> Result<(), Failure> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
-        return Err(Failure::usage(
+        return Err(Failure::usage(if args.any_holder {
+            "refusing --any-holder without a confirmation typed on a terminal: stdin is not a \
+             terminal; name the holder with --holder PREFIX instead"
+        } else {
             "refusing to force an unlock without confirmation: stdin is not a terminal; \
-             add --yes",
-        ));
+             add --yes"
+        }));
     }
+    let whose = match &args.holder {
+        Some(prefix) => format!("held by {prefix}"),
+        None => "whatever its holder — also one that took it a moment ago".to_owned(),
+    };
     eprint!(
-        "Delete the lock at {key} on {voters} voter(s), whatever its holder?\n\
+        "Delete the lock at {key} on {voters} voter(s), {whose}?\n\
          If the holder is alive, two holders will run at once.\n\
          Type the resource ({resource}) or yes to confirm: "
     );

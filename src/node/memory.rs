@@ -360,15 +360,22 @@ impl Node for MemoryNode {
     fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
         let now = Instant::now();
         let mut map = self.lock();
-        let lock = map
+        let named = map
             .entries
-            .remove(request.key)
-            .is_some_and(|e| e.expires > now);
-        let record = request.record_key.is_some_and(|key| {
-            map.records
-                .remove(key)
-                .is_some_and(|(_, expires)| expires > now)
-        });
+            .get(request.key)
+            .is_some_and(|e| request.clears(&e.token));
+        let lock = named
+            && map
+                .entries
+                .remove(request.key)
+                .is_some_and(|e| e.expires > now);
+        // A record carries no token: with a holder named, it goes only with that lock.
+        let record = (lock || request.holder.is_none())
+            && request.record_key.is_some_and(|key| {
+                map.records
+                    .remove(key)
+                    .is_some_and(|(_, expires)| expires > now)
+            });
         Box::pin(ready(Ok(Forced::new(lock, record))))
     }
 }

@@ -206,8 +206,11 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
         ))))
     }
 
-    /// Delete the lock at the request's key whatever token it holds (and the completion
-    /// record, when asked), keeping the fencing counter: for
+    /// Delete the lock at the request's key if its token starts with the request's
+    /// [`holder`](ForceReleaseRequest::holder) (whatever token it holds when none is named),
+    /// and the completion record when asked — with a holder named, only together with that
+    /// holder's lock, atomically ([`ForceReleaseRequest::clears`]) — keeping the fencing
+    /// counter: for
     /// [`Redlock::force_release`](crate::Redlock::force_release), an operator's act, never
     /// done by the lock itself.
     ///

@@ -107,16 +107,20 @@ impl RecordState {
     }
 }
 
-/// [`Node::force_release`]: delete the lock at `key` whatever token it holds — and, with
-/// [`with_record`](Self::with_record), the completion record too. The fencing counter is
-/// kept (tokens must keep growing).
+/// [`Node::force_release`]: delete the lock at `key` — of the holder whose token starts with
+/// [`holder`](Self::holder), or whatever token it holds when none is named — and, with
+/// [`with_record`](Self::with_record), the completion record too: with a holder named, only
+/// in the same call that deleted that holder's lock (a record carries no token, so a re-run
+/// that finds another holder leaves its record). The fencing counter is kept (tokens must
+/// keep growing).
 ///
 /// ```
 /// use tower_redlock::node::ForceReleaseRequest;
 ///
 /// let ask = ForceReleaseRequest::new("job");
-/// assert_eq!(ask.record_key, None);
-/// assert_eq!(ask.with_record("job:record").record_key, Some("job:record"));
+/// assert_eq!((ask.record_key, ask.holder), (None, None));
+/// let ask = ask.with_record("job:record").holder("f0f0f0f0");
+/// assert_eq!((ask.record_key, ask.holder), (Some("job:record"), Some("f0f0f0f0")));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -125,22 +129,39 @@ pub struct ForceReleaseRequest<'a> {
     pub key: &'a str,
     /// The completion record's key, to delete too.
     pub record_key: Option<&'a str>,
+    /// The prefix of the token to delete (`None`: whatever token is there).
+    pub holder: Option<&'a str>,
 }
 
 impl<'a> ForceReleaseRequest<'a> {
-    /// Delete the lock at `key`.
+    /// Delete the lock at `key`, whatever its token (see [`holder`](Self::holder)).
     pub fn new(key: &'a str) -> Self {
         Self {
             key,
             record_key: None,
+            holder: None,
         }
     }
 
-    /// Delete the completion record at `record_key` too.
+    /// Delete the completion record at `record_key` too (with a holder named, only when
+    /// that holder's lock was deleted by this request).
     #[must_use]
     pub fn with_record(mut self, record_key: &'a str) -> Self {
         self.record_key = Some(record_key);
         self
+    }
+
+    /// Delete the lock only if its token starts with `prefix` (the client checks it: 8 to
+    /// 32 lowercase hex digits).
+    #[must_use]
+    pub fn holder(mut self, prefix: &'a str) -> Self {
+        self.holder = Some(prefix);
+        self
+    }
+
+    /// Whether this request deletes `token`: one named holder's, or any when none is named.
+    pub fn clears(&self, token: &str) -> bool {
+        self.holder.is_none_or(|p| token.starts_with(p))
     }
 }
 

@@ -28,6 +28,7 @@ mod completion;
 mod extend;
 mod faults;
 mod fencing;
+mod force;
 mod keep_alive;
 mod liveness;
 mod lock;

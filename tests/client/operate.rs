@@ -321,7 +321,7 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
         .is_contended());
 
     let cleared = redlock
-        .force_release("force-job", ForceRelease::by("test"))
+        .force_release("force-job", ForceRelease::by("test").holder("f0f0f0f0"))
         .await
         .unwrap();
     assert_eq!(cleared.locks_deleted(), 3);
@@ -344,12 +344,15 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
     };
     lease.complete(b"done".to_vec(), TTL).await.unwrap();
     let kept = redlock
-        .force_release("force-done", ForceRelease::by("test"))
+        .force_release("force-done", ForceRelease::by("test").any_holder())
         .await
         .unwrap();
     assert_eq!((kept.locks_deleted(), kept.records_deleted()), (0, 0));
     let forgotten = redlock
-        .force_release("force-done", ForceRelease::by("test").with_record())
+        .force_release(
+            "force-done",
+            ForceRelease::by("test").any_holder().with_record(),
+        )
         .await
         .unwrap();
     assert_eq!(forgotten.records_deleted(), 3);
@@ -363,7 +366,7 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
     // `force-job:fence` (a resource named like the counter) leaves the counter, and a lock
     // at `force-other:record` is no record of `force-other`.
     let spared = redlock
-        .force_release("force-job:fence", ForceRelease::by("test"))
+        .force_release("force-job:fence", ForceRelease::by("test").any_holder())
         .await
         .unwrap();
     assert_eq!(spared.locks_deleted(), 0);
@@ -376,7 +379,10 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
     let seen = redlock.inspect("force-other").await.unwrap();
     assert_eq!(seen.summary(), Summary::Free, "a lock is no record");
     let spared = redlock
-        .force_release("force-other", ForceRelease::by("test").with_record())
+        .force_release(
+            "force-other",
+            ForceRelease::by("test").any_holder().with_record(),
+        )
         .await
         .unwrap();
     assert_eq!(spared.records_deleted(), 0);
@@ -390,7 +396,10 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
         let _: i64 = s.query(&hset).await;
     }
     let odd = redlock
-        .force_release("force-odd", ForceRelease::by("test").with_record())
+        .force_release(
+            "force-odd",
+            ForceRelease::by("test").any_holder().with_record(),
+        )
         .await
         .unwrap();
     assert!(odd.is_complete(), "{odd:?}");
@@ -403,7 +412,7 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
     m[2].freeze();
     let start = Instant::now();
     let partial = redlock
-        .force_release("force-frozen", ForceRelease::by("test"))
+        .force_release("force-frozen", ForceRelease::by("test").any_holder())
         .await
         .unwrap();
     for _ in 0..4 {

@@ -68,7 +68,7 @@ async fn wake_every_delete_of_a_lock_publishes_on_its_channel() {
             .await
     );
     redlock
-        .force_release("wake-other", ForceRelease::by("test"))
+        .force_release("wake-other", ForceRelease::by("test").any_holder())
         .await
         .unwrap();
     sub.released("wake-other").await;

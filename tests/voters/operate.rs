@@ -87,7 +87,7 @@ async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() 
     // Forced: gone on all three, and the next lock is taken.
     std::mem::forget(lease);
     let cleared = redlock
-        .force_release("op-job", ForceRelease::by("test"))
+        .force_release("op-job", ForceRelease::by("test").any_holder())
         .await
         .unwrap();
     assert_eq!(cleared.locks_deleted(), 3, "{cleared:?}");
@@ -119,7 +119,10 @@ async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() 
         .iter()
         .all(|v| v.key().unwrap().record.is_some()));
     let forgotten = redlock
-        .force_release("op-done", ForceRelease::by("test").with_record())
+        .force_release(
+            "op-done",
+            ForceRelease::by("test").any_holder().with_record(),
+        )
         .await
         .unwrap();
     assert_eq!(forgotten.records_deleted(), 3);

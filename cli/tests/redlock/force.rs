@@ -1,8 +1,11 @@
-//! `redlock unlock --force` frees a key a crashed holder left; without `--force`, or without
-//! `--yes` and no terminal to confirm on, it deletes nothing.
+//! `redlock unlock --force --holder PREFIX` frees a key a crashed holder left; without
+//! `--force`, without a holder named, with a bad prefix, without `--yes` and no terminal to
+//! confirm on, or with `--any-holder` off a terminal, it deletes nothing; a re-run spares a
+//! holder that took the key meanwhile.
 
 use std::time::Duration;
 
+use tower_redlock::Redlock;
 use tower_redlock_testkit::apps::{assert_held, client_of};
 use tower_redlock_testkit::Masters;
 
@@ -27,20 +30,80 @@ async fn force_unlock_cli_frees_a_key_a_crashed_holder_left() {
 
     let out = redlock(&joined(&["unlock", "--force", key], &urls)).await;
     assert_eq!(code(&out), 2, "{}", everything(&out));
-    assert!(everything(&out).contains("--yes"), "{}", everything(&out));
-    assert!(held_everywhere().await, "deleted without confirmation");
+    assert!(
+        everything(&out).contains("--holder"),
+        "{}",
+        everything(&out)
+    );
+    assert!(held_everywhere().await, "deleted without a holder named");
 
+    let prefix = holder_of(&client, key).await;
     let out = redlock(&joined(
-        &["unlock", "--force", key, "--yes", "--by", "test"],
+        &["unlock", "--force", key, "--holder", &prefix],
         &urls,
     ))
     .await;
+    assert_eq!(code(&out), 2, "{}", everything(&out));
+    assert!(everything(&out).contains("--yes"), "{}", everything(&out));
+    assert!(held_everywhere().await, "deleted without confirmation");
+
+    for bad in ["f0f0", "zzzzzzzz"] {
+        let out = redlock(&joined(
+            &["unlock", "--force", key, "--holder", bad, "--yes"],
+            &urls,
+        ))
+        .await;
+        assert_eq!(code(&out), 2, "{}", everything(&out));
+        assert!(
+            everything(&out).contains("8 to 32 hex digits"),
+            "{}",
+            everything(&out)
+        );
+        assert!(held_everywhere().await, "deleted with a bad prefix {bad}");
+    }
+
+    let out = redlock(&joined(
+        &["unlock", "--force", key, "--any-holder", "--yes"],
+        &urls,
+    ))
+    .await;
+    assert_eq!(code(&out), 2, "{}", everything(&out));
+    assert!(
+        everything(&out).contains("terminal"),
+        "{}",
+        everything(&out)
+    );
+    assert!(
+        held_everywhere().await,
+        "--any-holder off a terminal deleted"
+    );
+
+    let unlock = [
+        "unlock", "--force", key, "--holder", &prefix, "--yes", "--by", "test",
+    ];
+    let out = redlock(&joined(&unlock, &urls)).await;
     assert_eq!(code(&out), 0, "{}", everything(&out));
     let printed = everything(&out);
     assert_eq!(printed.matches("lock deleted").count(), 3, "{printed}");
     assert!(masters.absent_everywhere(key).await);
-    let lease = client.try_lock(key, Duration::from_secs(5)).await;
-    assert!(lease.is_ok(), "{lease:?}");
+    let lease = client.try_lock(key, Duration::from_secs(5)).await.unwrap();
+
+    // The operator runs it again (say a voter had not answered): the new holder is spared.
+    let out = redlock(&joined(&unlock, &urls)).await;
+    assert_eq!(code(&out), 0, "{}", everything(&out));
+    let printed = everything(&out);
+    assert_eq!(printed.matches("no lock").count(), 3, "{printed}");
+    assert!(
+        masters.everywhere(key, lease.value()).await,
+        "the re-run deleted the new holder"
+    );
+    lease.release().await.unwrap();
+}
+
+/// The holder's token prefix, as `redlock inspect` shows it.
+async fn holder_of(client: &Redlock, key: &str) -> String {
+    let seen = client.inspect(key).await.unwrap();
+    seen.holder().expect("a holder").token_prefix
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -57,8 +120,11 @@ async fn force_unlock_cli_json_reports_a_voter_that_did_not_answer_and_exits_1()
     let refused = refused_port();
     let mut urls = url_args(&masters);
     urls.extend(["--url".to_owned(), format!("redis://127.0.0.1:{refused}")]);
+    let prefix = holder_of(&client, "job:half").await;
     let out = redlock(&joined(
-        &["unlock", "--force", "job:half", "--yes", "--json"],
+        &[
+            "unlock", "--force", "job:half", "--holder", &prefix, "--yes", "--json",
+        ],
         &urls,
     ))
     .await;

@@ -66,8 +66,8 @@ impl RedisNode {
     }
 
     /// [`Node::force_release`](crate::node::Node::force_release): one script
-    /// ([`FORCE_RELEASE`]) deletes the lock (never a value tagged as ours) and, when asked,
-    /// the record (only a record). The fencing counter is never deleted.
+    /// ([`FORCE_RELEASE`]) deletes the named holder's lock (never a value tagged as ours)
+    /// and, when asked, the record (only a record; with a holder named, only with its lock). The fencing counter is never deleted.
     pub(crate) async fn force_release_keys(
         &self,
         request: ForceReleaseRequest<'_>,
@@ -77,8 +77,9 @@ impl RedisNode {
             .map(|r| self.conn.aux_key(request.key, r));
         let mut keys = vec![request.key];
         keys.extend(record_key.as_deref());
+        let holder = request.holder.unwrap_or("");
         let reply = self
-            .run_binary(&FORCE_RELEASE, &keys, &self.with_wake(&[]))
+            .run_binary(&FORCE_RELEASE, &keys, &self.with_wake(&[holder.as_bytes()]))
             .await?;
         match reply {
             Value::Array(items) if items.len() == 2 => {

@@ -500,29 +500,35 @@ pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
     votes: true,
 };
 
-/// An operator's forced release (`Redlock::force_release`): deletes the lock whatever its
-/// token, and the completion record when asked — but never a value tagged as one of ours (a
-/// fencing counter, a record, a tenure marker), so that forcing a resource named like one
+/// An operator's forced release (`Redlock::force_release`): deletes the lock of the holder
+/// named by its token's prefix (or, with an empty prefix, whatever holds it), and the
+/// completion record when asked — the record only in the call that deleted that holder's
+/// lock (a record carries no token: a re-run that finds another holder leaves its record) —
+/// and never a value tagged as one of ours (a fencing counter, a record, a tenure marker,
+/// the first tenure marker's `run_id:ms`), so that forcing a resource named like one
 /// (`job:fence`) cannot delete it, nor a record key holding another resource's lock. Not a
 /// vote.
 pub(crate) static FORCE_RELEASE: Script = Script {
     source: concat!(
-        r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record. A value tagged as one of
--- ours (a fencing counter, a record, a tenure marker, a fenced write's token) is no lock:
--- never deleted as one. The record is deleted only if it is one (read with pcall: a key of
--- another type there is no record, and the lock's delete stands).
+        r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record. ARGV[1] the holder's
+-- token prefix ('' for whatever holds it); ARGV[2] the wake-up's publish, when on. A value
+-- tagged as one of ours (a fencing counter, a record, a tenure marker, a fenced write's
+-- token, the first tenure marker's run_id:ms) is no lock: never deleted as one. The record
+-- is deleted only if it is one (read with pcall: a key of another type there is no record,
+-- and the lock's delete stands), and, with a holder named, only once its lock is deleted.
 local function tagged(v)
   local t = string.sub(v, 1, 5)
   return t == 'TRF1:' or t == 'TRR1\n' or t == 'TRT2:' or t == 'TRW1:'
+    or string.find(v, '^%x+:%d+$') ~= nil
 end
-local lock, record, wake = 0, 0, ARGV[1]
+local lock, record, holder, wake = 0, 0, ARGV[1], ARGV[2]
 local v = redis.call('get', KEYS[1])
-if v and not tagged(v) then
+if v and not tagged(v) and string.sub(v, 1, #holder) == holder then
   lock = redis.call('del', KEYS[1])
   "#,
         wake_lua!(),
         r#"end
-if #KEYS > 1 then
+if #KEYS > 1 and (holder == '' or lock == 1) then
   local r = redis.pcall('get', KEYS[2])
   if type(r) == 'string' and string.sub(r, 1, 5) == 'TRR1\n' then
     record = redis.call('del', KEYS[2])
@@ -531,7 +537,7 @@ end
 return {lock, record}
 "#
     ),
-    sha1: "5d81df16c446bd8391409779fceca851152a9430",
+    sha1: "1f35694f1edf8a3ed6fb1271884d2e5f5d5d611e",
     votes: false,
 };
 

@@ -7,7 +7,7 @@
 use tower_redlock::operate::ForceRelease;
 use tower_redlock::{Claim, Redlock, Retry};
 
-use super::{support, Masters, TTL};
+use super::{eventually, support, Masters, SECOND, TTL};
 use support::proxy::FaultProxy;
 use support::NODE_TIMEOUT;
 
@@ -19,6 +19,17 @@ async fn crashed_holder_on(m: &Masters, key: &str) {
     for s in m.iter() {
         assert!(s.set_nx(key, CRASHED, Some(600_000)).await);
     }
+}
+
+/// Waits until every master holds `token` at `key`: a lock returns at a quorum, the last
+/// master's `SET` may land a moment later (the re-runs must find it there).
+async fn held_everywhere(m: &Masters, key: &str, token: &str) {
+    eventually(
+        "every master holds the new holder's lock",
+        5 * SECOND,
+        || m.everywhere(key, token),
+    )
+    .await;
 }
 
 /// The operator's forced release of the crashed holder, completion record included.
@@ -45,6 +56,7 @@ async fn force_rerun_spares_a_new_holders_lock_and_record() {
     else {
         panic!("nothing completed yet")
     };
+    held_everywhere(&m, KEY, lease.value()).await;
 
     let rerun = redlock.force_release(KEY, clear_crashed()).await.unwrap();
     assert!(rerun.is_complete(), "{rerun:?}");
@@ -152,6 +164,7 @@ async fn force_rerun_a_resent_script_deletes_nothing_of_a_new_holder() {
     );
 
     let lease = redlock.try_lock(KEY, TTL).await.unwrap();
+    held_everywhere(&m, KEY, lease.value()).await;
     let resent = redlock.force_release(KEY, clear_crashed()).await.unwrap();
     assert!(resent.is_complete(), "{resent:?}");
     assert_eq!(

@@ -49,6 +49,11 @@ async fn inspect_while_held_on_a_minority_completed_and_after_expiry() {
     assert_eq!(seen.key(), "inspect-job");
 
     let lease = redlock.try_lock("inspect-job", TTL).await.unwrap();
+    // A lock returns at a quorum; the last master's `SET` may land a moment later.
+    eventually("every master holds the lease", 5 * SECOND, || {
+        m.everywhere("inspect-job", lease.value())
+    })
+    .await;
     let seen = redlock.inspect("inspect-job").await.unwrap();
     assert_eq!(seen.summary(), Summary::Held);
     let holder = seen.holder().expect("a holder on a quorum");
@@ -92,6 +97,14 @@ async fn inspect_while_held_on_a_minority_completed_and_after_expiry() {
         .complete(b"the answer".to_vec(), Duration::from_secs(600))
         .await
         .unwrap();
+    // A completion returns at a quorum of records; the last one may land a moment later.
+    eventually("every master has the record", 5 * SECOND, || async {
+        m.values("inspect-done:record")
+            .await
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
     let seen = redlock.inspect("inspect-done").await.unwrap();
     assert_eq!(seen.summary(), Summary::Completed);
     let record = seen.voters()[0].key().unwrap().record.expect("a record");
@@ -343,6 +356,20 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
         panic!("nothing completed yet")
     };
     lease.complete(b"done".to_vec(), TTL).await.unwrap();
+    // A completion returns at a quorum; the last master's record (and its lock's delete)
+    // may land a moment later.
+    eventually(
+        "every master has the record, no lock",
+        5 * SECOND,
+        || async {
+            m.absent_everywhere("force-done").await
+                && m.values("force-done:record")
+                    .await
+                    .iter()
+                    .all(Option::is_some)
+        },
+    )
+    .await;
     let kept = redlock
         .force_release("force-done", ForceRelease::by("test").any_holder())
         .await

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use support::cluster::Cluster;
 use support::sentinel::SentinelGroup;
-use support::Masters;
+use support::{eventually, Masters};
 use tower_redlock::node::split_urls;
 use tower_redlock::operate::{ForceRelease, Summary};
 use tower_redlock::{Claim, Redlock, Retry, VoteKind};
@@ -114,10 +114,18 @@ async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() 
     lease.complete(b"done".to_vec(), TTL).await.unwrap();
     let seen = redlock.inspect("op-done").await.unwrap();
     assert_eq!(seen.summary(), Summary::Completed);
-    assert!(seen
-        .voters()
-        .iter()
-        .all(|v| v.key().unwrap().record.is_some()));
+    // A completion returns at a quorum; the last voter's record may land a moment later.
+    eventually(
+        "every voter has the record",
+        Duration::from_secs(5),
+        || async {
+            let seen = redlock.inspect("op-done").await.unwrap();
+            seen.voters()
+                .iter()
+                .all(|v| v.key().is_some_and(|k| k.record.is_some()))
+        },
+    )
+    .await;
     let forgotten = redlock
         .force_release(
             "op-done",
@@ -129,6 +137,19 @@ async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() 
 
     // Listing: the Sentinel group and the master list their locks; the Cluster says it cannot.
     let _listed = redlock.try_lock("op-list:1", TTL).await.unwrap();
+    // A lock returns at a quorum; the last voter's `SET` may land a moment later.
+    let listed_on_both = || async {
+        let scans = redlock.scan("op-list:", 10).await;
+        [0, 2]
+            .iter()
+            .all(|&i| scans[i].locks().is_some_and(|l| !l.is_empty()))
+    };
+    eventually(
+        "both listing voters hold the lock",
+        Duration::from_secs(5),
+        listed_on_both,
+    )
+    .await;
     let scans = redlock.scan("op-list:", 10).await;
     assert_eq!(scans[0].locks().unwrap()[0].key, "op-list:1");
     assert!(scans[1].error().is_some());

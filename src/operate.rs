@@ -5,7 +5,7 @@
 //! | --- | --- | --- |
 //! | who holds it, where, for how long | [`Redlock::inspect`], [`LockPolicy::inspect`] | `redlock inspect <resource>` |
 //! | why was it refused | [`Error::votes`] (and its `Display`), the problem body's `votes` ([`LockPolicyBuilder::explain_votes`]) | — |
-//! | clear it | [`Redlock::force_release`] | `redlock unlock --force <resource>` |
+//! | clear it | [`Redlock::force_release`] | `redlock unlock --force <resource> --holder <prefix>` |
 //! | which Redis key does this request lock | [`LockPolicy::redis_key`] | `redlock key …` |
 //! | what is held under a prefix | [`Redlock::scan`] | `redlock watch --prefix <p>` |
 //!

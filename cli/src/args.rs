@@ -63,8 +63,8 @@ pub enum Command {
     /// The Redis key the middleware locks for a request (no Redis needed).
     #[command(long_about = crate::key::LONG_ABOUT)]
     Key(KeyArgs),
-    /// Delete a lock whatever its holder (needs --force: it breaks mutual exclusion if the
-    /// holder is alive).
+    /// Delete the lock of a holder named by its token prefix (needs --force: it breaks
+    /// mutual exclusion if the holder is alive).
     Unlock(UnlockArgs),
     /// A live table of the locks held under a prefix on every voter.
     Watch(WatchArgs),

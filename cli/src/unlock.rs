@@ -58,7 +58,7 @@ pub async fn run(redlock: &Redlock, global: &Global, args: &UnlockArgs) -> Outco
     if global.json {
         json_line(&Report::of(&key, &by, &done));
     } else {
-        print!("{}", text(&key, &by, args.record, &done));
+        print!("{}", text(&key, &by, args, &done));
     }
     Ok(if done.is_complete() {
         exit::OK
@@ -144,17 +144,26 @@ impl Report {
 }
 
 /// The forced release for people: a line per voter, then the count.
-fn text(key: &str, by: &str, record: bool, done: &ForceReleased) -> String {
+fn text(key: &str, by: &str, args: &UnlockArgs, done: &ForceReleased) -> String {
+    let record = args.record;
     let mut out = format!("forced release of {key} by {by}\n");
+    // With a holder named, another holder's lock or record is spared, not absent.
+    let (no_lock, no_record) = match &args.holder {
+        Some(p) => (
+            format!("no lock of {p}"),
+            "no record deleted with it".to_owned(),
+        ),
+        None => ("no lock".to_owned(), "no record".to_owned()),
+    };
     let width = done.voters().map(|(_, n, _)| n.len()).max().unwrap_or(0);
     for (_, name, answer) in done.voters() {
         let what = match answer {
             Ok(f) => {
-                let lock = if f.lock { "lock deleted" } else { "no lock" };
+                let lock = if f.lock { "lock deleted" } else { &no_lock };
                 match (record, f.record) {
                     (false, _) => lock.to_owned(),
                     (true, true) => format!("{lock}, record deleted"),
-                    (true, false) => format!("{lock}, no record"),
+                    (true, false) => format!("{lock}, {no_record}"),
                 }
             }
             Err(e) => format!("error: {e}"),

@@ -1,6 +1,6 @@
 //! An operator's questions and acts, outside the lock's own verbs: who holds a resource on
-//! which voter ([`Redlock::inspect`]: reads only), and the deletion of a stuck lock whatever
-//! its token ([`Redlock::force_release`]). The crate never calls either on its own. The
+//! which voter ([`Redlock::inspect`]: reads only), and the deletion of a stuck lock, of the
+//! holder named by its token prefix ([`Redlock::force_release`]). The crate never calls either on its own. The
 //! types are shown to users in [`crate::operate`].
 
 use std::sync::Arc;

@@ -140,3 +140,39 @@ fn a_lease_past_its_validity_is_lost_once_with_its_moment_on_the_span() {
         "the span does not record the moment: {text}"
     );
 }
+
+/// The in-memory node honours a named holder as the Redis script does: a re-run of a forced
+/// release spares a new holder's lock and, once it completed, its record.
+#[tokio::test]
+async fn a_forced_release_rerun_spares_a_new_holder_in_memory() {
+    use crate::operate::ForceRelease;
+    const TTL: Duration = Duration::from_secs(60);
+    let redlock = Redlock::in_memory();
+    let crashed = redlock.try_lock("job", TTL).await.unwrap();
+    let prefix = crashed.value()[..8].to_owned();
+    std::mem::forget(crashed);
+    let how = ForceRelease::by("test").holder(prefix).with_record();
+    let first = redlock.force_release("job", how.clone()).await.unwrap();
+    assert_eq!(first.locks_deleted(), 1);
+
+    let Claim::Locked(lease) = redlock
+        .lock_unless_completed("job", TTL, Retry::never())
+        .await
+        .unwrap()
+    else {
+        panic!("nothing completed yet")
+    };
+    let rerun = redlock.force_release("job", how.clone()).await.unwrap();
+    assert_eq!((rerun.locks_deleted(), rerun.records_deleted()), (0, 0));
+    lease.complete(b"done".to_vec(), TTL).await.unwrap();
+    let rerun = redlock.force_release("job", how).await.unwrap();
+    assert_eq!(rerun.records_deleted(), 0, "the new holder's record went");
+    let again = redlock
+        .lock_unless_completed("job", TTL, Retry::never())
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, Claim::Completed(_)),
+        "the work would run again"
+    );
+}

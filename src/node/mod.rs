@@ -207,9 +207,11 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     }
 
     /// Delete the lock at the request's key if its token starts with the request's
-    /// [`holder`](ForceReleaseRequest::holder) (whatever token it holds when none is named),
-    /// and the completion record when asked — with a holder named, only together with that
-    /// holder's lock, atomically ([`ForceReleaseRequest::clears`]) — keeping the fencing
+    /// [`holder`](ForceReleaseRequest::holder) (whatever token it holds when none is named;
+    /// [`ForceReleaseRequest::clears`] tells), and the completion record when asked — with a
+    /// holder named, only together with that holder's lock. An implementation must honour
+    /// the holder and read, compare and delete in one atomic step: a re-run must never
+    /// delete a holder that took the key meanwhile, nor its record. Keeps the fencing
     /// counter: for
     /// [`Redlock::force_release`](crate::Redlock::force_release), an operator's act, never
     /// done by the lock itself.

@@ -1,6 +1,6 @@
 //! What an operator asks a node, outside the lock's own verbs: what it holds at a key
-//! ([`Node::inspect`]: reads only) and the deletion of a stuck lock whatever its token
-//! ([`Node::force_release`]). The client never sends either on its own; [`Redlock::inspect`]
+//! ([`Node::inspect`]: reads only) and the deletion of a stuck lock, of a named holder or
+//! whatever its token ([`Node::force_release`]). The client never sends either on its own; [`Redlock::inspect`]
 //! and [`Redlock::force_release`] do, when called.
 //!
 //! [`Redlock::inspect`]: crate::Redlock::inspect
@@ -152,10 +152,10 @@ impl<'a> ForceReleaseRequest<'a> {
     }
 
     /// Delete the lock only if its token starts with `prefix` (the client checks it: 8 to
-    /// 32 lowercase hex digits).
+    /// 32 lowercase hex digits). An empty prefix names no holder: whatever token is there.
     #[must_use]
     pub fn holder(mut self, prefix: &'a str) -> Self {
-        self.holder = Some(prefix);
+        self.holder = Some(prefix).filter(|p| !p.is_empty());
         self
     }
 

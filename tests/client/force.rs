@@ -4,6 +4,7 @@
 //! a dropped reply — deletes nothing of that new holder: not its lock, not its record. A
 //! holder named badly is refused before anything is sent.
 
+use tower_redlock::node::{ForceReleaseRequest, Node, RedisNode};
 use tower_redlock::operate::ForceRelease;
 use tower_redlock::{Claim, Redlock, Retry};
 
@@ -129,9 +130,12 @@ async fn force_rerun_a_bad_holder_prefix_is_refused_and_deletes_nothing() {
     assert_eq!(cleared.locks_deleted(), 3, "{cleared:?}");
 }
 
-/// A connection re-sends the script after its reply was dropped (the proxy resets the
-/// connection after the first run's script ran on master 0): the re-run, after a new holder
-/// took the key, deletes nothing of it — on master 0 either.
+/// The first run's reply from master 0 is dropped after its script ran there (the proxy
+/// resets the connection). A new holder takes the key and completes its work; then the
+/// request is sent again — the very request the client made, to master 0 as a connection
+/// that re-sends after a dropped reply would (`Node::force_release` on a `RedisNode`), and
+/// by the operator's re-run to every master: neither deletes the new holder's lock or
+/// record.
 #[tokio::test]
 async fn force_rerun_a_resent_script_deletes_nothing_of_a_new_holder() {
     const KEY: &str = "force-resent";
@@ -165,15 +169,43 @@ async fn force_rerun_a_resent_script_deletes_nothing_of_a_new_holder() {
 
     let lease = redlock.try_lock(KEY, TTL).await.unwrap();
     held_everywhere(&m, KEY, lease.value()).await;
-    let resent = redlock.force_release(KEY, clear_crashed()).await.unwrap();
-    assert!(resent.is_complete(), "{resent:?}");
-    assert_eq!(
-        resent.locks_deleted(),
-        0,
+    let node = RedisNode::open(&m[0].url()).unwrap();
+    let record_key = format!("{KEY}:record");
+    let request = ForceReleaseRequest::new(KEY)
+        .with_record(&record_key)
+        .holder("f0f0f0f0");
+    let resent = node.force_release(request).await.unwrap();
+    assert!(
+        !resent.lock,
         "the re-sent script deleted the new holder's lock"
     );
+    let rerun = redlock.force_release(KEY, clear_crashed()).await.unwrap();
+    assert!(rerun.is_complete(), "{rerun:?}");
+    assert_eq!(
+        rerun.locks_deleted(),
+        0,
+        "the re-run deleted the new holder's lock"
+    );
     assert!(m.everywhere(KEY, lease.value()).await);
-    lease.release().await.unwrap();
+
+    // Completed: its record is spared as well, by the re-sent request and the re-run.
+    lease.complete(b"paid".to_vec(), TTL).await.unwrap();
+    eventually("every master has the record", 5 * SECOND, || async {
+        m.values(&record_key).await.iter().all(Option::is_some)
+    })
+    .await;
+    let resent = node.force_release(request).await.unwrap();
+    assert!(
+        !resent.record,
+        "the re-sent script deleted the new holder's record"
+    );
+    let rerun = redlock.force_release(KEY, clear_crashed()).await.unwrap();
+    assert_eq!(
+        rerun.records_deleted(),
+        0,
+        "the re-run deleted the new holder's record"
+    );
+    assert!(m.values(&record_key).await.iter().all(Option::is_some));
 }
 
 /// The first tenure marker's form (`<run_id>:<ms>`, untagged) is no lock: a forced release

@@ -19,11 +19,23 @@ const FENCE_TAG: &str = "TRF1:";
 const RECORD_TAG: &str = "TRR1\n";
 
 /// Whether a value is one of ours that is no lock: a counter, a record, a tenure marker, a
-/// fenced write's token (the tags [`FORCE_RELEASE`] spares).
+/// fenced write's token, or the first tenure marker's untagged `<run_id>:<ms>` (what
+/// [`FORCE_RELEASE`] spares).
 fn is_tagged(value: &str) -> bool {
     ["TRF1:", "TRR1\n", "TRT2:", "TRW1:"]
         .iter()
         .any(|tag| value.starts_with(tag))
+        || is_first_marker(value)
+}
+
+/// `<hex>:<digits>`: the first tenure marker's form (Lua's `^%x+:%d+$`).
+fn is_first_marker(value: &str) -> bool {
+    value.split_once(':').is_some_and(|(id, ms)| {
+        !id.is_empty()
+            && !ms.is_empty()
+            && id.bytes().all(|b| b.is_ascii_hexdigit())
+            && ms.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 impl RedisNode {
@@ -67,7 +79,8 @@ impl RedisNode {
 
     /// [`Node::force_release`](crate::node::Node::force_release): one script
     /// ([`FORCE_RELEASE`]) deletes the named holder's lock (never a value tagged as ours)
-    /// and, when asked, the record (only a record; with a holder named, only with its lock). The fencing counter is never deleted.
+    /// and, when asked, the record (only a record; with a holder named, only with its
+    /// lock). The fencing counter is never deleted.
     pub(crate) async fn force_release_keys(
         &self,
         request: ForceReleaseRequest<'_>,
@@ -217,4 +230,31 @@ fn glob_escape(prefix: &str) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_tagged;
+
+    #[test]
+    fn the_first_tenure_marker_and_the_tags_are_no_locks() {
+        for ours in [
+            "a94a8fe5ccb19ba61c4c0873d391e987982fbbd3:1733380000000",
+            "TRF1:41",
+            "TRR1\nrecord",
+            "TRT2:abc:1",
+            "TRW1:7",
+        ] {
+            assert!(is_tagged(ours), "{ours:?}");
+        }
+        for lock in [
+            "f0f0f0f0c0ffee00c0ffee00c0ffee00",
+            "a:",
+            ":1",
+            "zz:12",
+            "ab:1x",
+        ] {
+            assert!(!is_tagged(lock), "{lock:?}");
+        }
+    }
 }

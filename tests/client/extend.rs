@@ -111,7 +111,7 @@ async fn extend_after_keys_vanished_is_lost_and_does_not_recreate() {
 
     // Gone on every master while the lease still believes it is valid.
     let lease = c.lock("vanished", TTL).await.unwrap();
-    eventually("every master holds the lock", SECOND, || {
+    eventually("every master holds the lock", 5 * SECOND, || {
         m.everywhere("vanished", lease.value())
     })
     .await;
@@ -128,7 +128,7 @@ async fn extend_after_keys_vanished_is_lost_and_does_not_recreate() {
 
     // Gone on a majority only: lost too, and not re-created there.
     let lease = c.lock("vanished-2", TTL).await.unwrap();
-    eventually("every master holds the lock", SECOND, || {
+    eventually("every master holds the lock", 5 * SECOND, || {
         m.everywhere("vanished-2", lease.value())
     })
     .await;
@@ -148,7 +148,7 @@ async fn wrong_token_release_and_extend_do_nothing() {
     warm_up(&c, &m).await;
     let lease = c.lock("owned", TTL).await.unwrap();
     let value = lease.value().to_owned();
-    eventually("every master holds the lock", SECOND, || {
+    eventually("every master holds the lock", 5 * SECOND, || {
         m.everywhere("owned", &value)
     })
     .await;

@@ -52,7 +52,7 @@ async fn minority_down_locks_majority_down_is_unavailable() {
             assert_eq!(e.node_name(), m[e.node()].addr());
         }
         // Nothing of ours is left on the live masters.
-        eventually("the live masters are released", SECOND, || async {
+        eventually("the live masters are released", 5 * SECOND, || async {
             m[1].get("faults").await.is_none() && m[2].get("faults").await.is_none()
         })
         .await;
@@ -120,7 +120,7 @@ async fn frozen_majority_times_out_promptly() {
         let named: HashSet<usize> = err.node_errors().iter().map(|e| e.node()).collect();
         assert_eq!(named, [1, 2].into(), "{err:?}");
         assert!(err.node_errors().iter().all(|e| e.is_timeout()));
-        eventually("the live master is released", SECOND, || async {
+        eventually("the live master is released", 5 * SECOND, || async {
             m[0].get("frozen").await.is_none()
         })
         .await;
@@ -248,7 +248,7 @@ async fn extend_reaches_a_late_master_after_script_flush() {
     let c = m.client();
     warm_up(&c, &m).await;
     let lease = c.try_lock("late-extend", TTL).await.unwrap();
-    eventually("every master holds the lock", SECOND, || {
+    eventually("every master holds the lock", 5 * SECOND, || {
         m.everywhere("late-extend", lease.value())
     })
     .await;

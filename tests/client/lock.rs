@@ -38,7 +38,7 @@ async fn lock_unlock_relock() {
     );
 
     let value = lease.value().to_owned();
-    eventually("every master holds the lease's value", SECOND, || {
+    eventually("every master holds the lease's value", 5 * SECOND, || {
         m.everywhere("resource_key", &value)
     })
     .await;
@@ -214,7 +214,7 @@ async fn interop_with_plain_set_nx_and_key_prefix() {
 
     // Our lock blocks their plain `SET resource y NX`.
     let ours = c.try_lock("ours", TTL).await.unwrap();
-    eventually("our value is on every master", SECOND, || {
+    eventually("our value is on every master", 5 * SECOND, || {
         m.everywhere("ours", ours.value())
     })
     .await;

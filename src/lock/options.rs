@@ -123,7 +123,6 @@ impl Retry {
         self
     }
 
-    /// The pause before one extra try after a split vote, if this policy takes one.
     /// With `retries` extra tries when the tries run out on an unreachable quorum that a
     /// transient node failure caused (see `transient_retries`).
     pub(crate) const fn riding_out_transient_failures(mut self, retries: u32) -> Self {
@@ -150,6 +149,7 @@ impl Retry {
         node_timeout.saturating_add(Duration::from_nanos(fastrand::u64(0..=ns)))
     }
 
+    /// The pause before one extra try after a split vote, if this policy takes one.
     pub(crate) fn split_vote_pause(&self, e: &crate::Error) -> Option<Duration> {
         (self.split_vote_retry && e.is_contended() && e.votes_won() > 0)
             .then(|| Duration::from_micros(fastrand::u64(0..=20_000)))

@@ -10,7 +10,7 @@ use tower_redlock::{Claim, Redlock, Retry};
 
 use super::{eventually, support, Masters, SECOND, TTL};
 use support::proxy::FaultProxy;
-use support::NODE_TIMEOUT;
+use support::{warm_up, NODE_TIMEOUT};
 
 /// A crashed holder's token (its prefix is what `inspect` shows an operator).
 const CRASHED: &str = "f0f0f0f0c0ffee00c0ffee00c0ffee00";
@@ -23,7 +23,8 @@ async fn crashed_holder_on(m: &Masters, key: &str) {
 }
 
 /// Waits until every master holds `token` at `key`: a lock returns at a quorum, the last
-/// master's `SET` may land a moment later (the re-runs must find it there).
+/// master's `SET` may land a moment later (the re-runs must find it there). The clients are
+/// warmed up (connected to every master), so that every master is sent the `SET`.
 async fn held_everywhere(m: &Masters, key: &str, token: &str) {
     eventually(
         "every master holds the new holder's lock",
@@ -46,6 +47,7 @@ async fn force_rerun_spares_a_new_holders_lock_and_record() {
     const KEY: &str = "force-rerun";
     let m = Masters::start(3);
     let redlock = m.client();
+    warm_up(&redlock, &m).await;
     crashed_holder_on(&m, KEY).await;
 
     let first = redlock.force_release(KEY, clear_crashed()).await.unwrap();
@@ -96,6 +98,7 @@ async fn force_rerun_a_bad_holder_prefix_is_refused_and_deletes_nothing() {
     const KEY: &str = "force-bad-prefix";
     let m = Masters::start(3);
     let redlock = m.client();
+    warm_up(&redlock, &m).await;
     crashed_holder_on(&m, KEY).await;
     let too_long = format!("{CRASHED}0");
     for bad in [
@@ -148,6 +151,7 @@ async fn force_rerun_a_resent_script_deletes_nothing_of_a_new_holder() {
         .node_timeout(NODE_TIMEOUT)
         .build()
         .unwrap();
+    warm_up(&redlock, &m).await;
     // The connections are made and the script is loaded: the next reply is the script's.
     let warm = redlock
         .force_release("force-warm", clear_crashed())
@@ -216,6 +220,7 @@ async fn force_release_spares_the_first_tenure_marker() {
     const MARKER: &str = "a94a8fe5ccb19ba61c4c0873d391e987982fbbd3:1733380000000";
     let m = Masters::start(3);
     let redlock = m.client();
+    warm_up(&redlock, &m).await;
     for s in m.iter() {
         assert!(s.set_nx(KEY, MARKER, None).await);
     }

@@ -11,6 +11,7 @@ use tower_redlock::operate::{ForceRelease, Summary};
 use tower_redlock::{Claim, Redlock, Retry, VoteKind};
 
 use super::{eventually, support, Masters, SECOND, TTL};
+use support::warm_up;
 use support::{RedisServer, NODE_TIMEOUT};
 
 /// A token no client of ours makes: what another process left.
@@ -43,6 +44,10 @@ fn one_line_naming_each(err: &tower_redlock::Error, names: &[String]) {
 async fn inspect_while_held_on_a_minority_completed_and_after_expiry() {
     let m = Masters::start(3);
     let redlock = m.builder().fencing(true).build().unwrap();
+    // Connected to every master: a request made while a connection is still being set up
+    // may not be sent before the quorum decides, and then is not sent at all (the lock is
+    // on the quorum, not on every master) — these checks read every master.
+    warm_up(&redlock, &m).await;
 
     let seen = redlock.inspect("inspect-job").await.unwrap();
     assert_eq!(seen.summary(), Summary::Free);
@@ -320,6 +325,10 @@ async fn explain_a_young_master_behind_tenure_protection() {
 async fn force_release_frees_a_key_a_crashed_holder_left() {
     let m = Masters::start(3);
     let redlock = m.builder().fencing(true).build().unwrap();
+    // Connected to every master: a request made while a connection is still being set up
+    // may not be sent before the quorum decides, and then is not sent at all (the lock is
+    // on the quorum, not on every master) — these checks read every master.
+    warm_up(&redlock, &m).await;
     let first = redlock.try_lock("force-job", TTL).await.unwrap();
     let token = first.fencing_token().unwrap();
     std::mem::forget(first);

@@ -38,16 +38,18 @@ pub enum OnContention {
 
 /// What to do when the lock quorum is unreachable (nodes down or timing out).
 ///
-/// "Unreachable" is decided after the middleware's extra tries: when a try fails because
-/// masters gave no answer in time or dropped a connection — and are not suspended — it is
-/// tried again, up to twice, each after a pause of one to two node timeouts (a busy machine
-/// or a stolen CPU stalls healthy masters for a moment; a `503` for that would be wrong).
-/// So while masters answer, a request is not answered `503`
-/// (`tests/flood/storm.rs`, `tests/middleware/unavailable.rs`:
-/// `stalled_majority_is_ridden_out_not_answered_503`); while they are down, the first
-/// requests learn it after at most three tries, and once the client has suspended the
-/// silent masters (see [`RedlockBuilder::suspend_after`](crate::RedlockBuilder::suspend_after))
-/// at once.
+/// "Unreachable" is decided after the middleware's extra tries: when a try misses the
+/// quorum and some master gave no answer in time or dropped a connection (rather than being
+/// suspended or refusing), it is tried again, up to twice, each after a pause of one to two
+/// node timeouts (a busy machine or a stolen CPU stalls healthy masters for a moment; a
+/// `503` for that would be wrong). So a stall of healthy masters of up to a few node
+/// timeouts is ridden out (`tests/flood/storm.rs`, `tests/middleware/unavailable.rs`:
+/// `stalled_majority_is_ridden_out_not_answered_503`); a longer one gets the masters
+/// suspended (see [`RedlockBuilder::suspend_after`](crate::RedlockBuilder::suspend_after))
+/// and `503` until they answer again. While masters are down, the first requests learn it
+/// after the extra tries — at most about eight node timeouts more (two pauses of up to two,
+/// two tries of up to two), also before a fail-open handler runs — and once the client has
+/// suspended them, at once. Within a gRPC call's deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnUnavailable {

@@ -1,7 +1,8 @@
 //! Taking a lock: the lock loop and one try.
 //!
 //! The loop tries, and after a failed try waits the retry policy's delay and tries again
-//! (one more quick try after a split vote), within the policy's bounds; a contended error
+//! (one more quick try after a split vote; with the middleware's policy, up to two more after
+//! a quorum missed for nodes that gave no answer in time), within the policy's bounds; a contended error
 //! it returns carries the holder's remaining ttl. A try sends the acquire to every node at
 //! once ([`Acquisition`]), counts the votes as they come (see `tally.rs`), and is granted
 //! with a quorum and validity left — with fencing, once its token is settled (`fence.rs`);

@@ -51,13 +51,22 @@ pub(super) const MAX_SKEW_NS: i64 = 20_000;
 /// Evidence that a section's thread was starved — runnable but not run by the machine —
 /// rather than blocked by its own code: Linux's run-queue wait of a thread
 /// (`/proc/self/task/<tid>/schedstat`, its second field). A thread blocked in a call (a sleep,
-/// blocking I/O) is not runnable and waits for nothing. Taken when a section checks its
-/// validity ([`Starvation::begin`]) and read at its exit ([`Starvation::end`]).
+/// blocking I/O) is not runnable and should wait for nothing — but the kernel's count
+/// sometimes takes a sleep for a wait (seen: a 587 ms `thread::sleep` counted as 585 ms of
+/// run-queue wait, beside a CPU hog; a plain thread's 500 ms sleep as 504 ms). So a section
+/// whose own code blocked its thread — a voluntary context switch between the validity check
+/// and the section's first `.await` ([`Starvation::own_code_done`]) — shows no evidence at
+/// all. Taken when a section checks its validity ([`Starvation::begin`]) and read at its
+/// exit ([`Starvation::end`]).
 #[derive(Debug)]
 pub struct Starvation {
     /// The thread that ran the check, and every thread's wait then.
     tid: u32,
     waits: Vec<(u32, i64)>,
+    /// The checking thread's voluntary context switches then.
+    voluntary: Option<u64>,
+    /// Whether the section's own code blocked its thread (see `own_code_done`).
+    blocked: bool,
 }
 
 impl Starvation {
@@ -72,10 +81,27 @@ impl Starvation {
                 waits.push((tid, w));
             }
         }
+        let tid = current_tid()?;
         Some(Self {
-            tid: current_tid()?,
+            tid,
             waits,
+            voluntary: voluntary_of(tid),
+            blocked: false,
         })
+    }
+
+    /// Called where the section's own synchronous code ends (before its first `.await`):
+    /// whether that code blocked its thread — a voluntary context switch of the thread since
+    /// [`Starvation::begin`] (a sleep, a blocking call). If it did, [`Starvation::end`] gives
+    /// no evidence of starvation: the section is judged on its exit time alone.
+    pub fn own_code_done(this: &mut Option<Self>) {
+        if let Some(s) = this {
+            s.blocked = match (s.voluntary, voluntary_of(s.tid)) {
+                (Some(then), Some(now)) => now > then,
+                // Unknown: no evidence either way; the wait alone is taken.
+                _ => false,
+            };
+        }
     }
 
     /// How long the thread that ran the section waited for a CPU since
@@ -86,6 +112,9 @@ impl Starvation {
     /// thread's wait) — only a wait both show was the task's.
     pub fn end(this: Option<Self>) -> i64 {
         let Some(this) = this else { return -1 };
+        if this.blocked {
+            return 0;
+        }
         let grown = |tid| {
             let then = this.waits.iter().find(|(t, _)| *t == tid)?.1;
             Some(wait_of(tid)? - then)
@@ -104,6 +133,16 @@ impl Starvation {
 fn wait_of(tid: u32) -> Option<i64> {
     let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
     text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The voluntary context switches of thread `tid` of this process so far.
+fn voluntary_of(tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The current thread's id (`/proc/thread-self` links to `<pid>/task/<tid>`).

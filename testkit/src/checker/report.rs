@@ -59,8 +59,11 @@ impl Report {
         let t = self.total();
         let done = t.acquisitions + self.verdict.replays as u64;
         if done < self.settings.acquisitions {
+            // The machine ran the workload too slowly (every section still checked): a
+            // scenario it could not set up, not a broken promise.
             p.push(format!(
-                "only {done} of {} {} within {:?}",
+                "could not set up the scenario: only {done} of {} {} within {:?} (a machine \
+                 too busy for the workload; the sections that ran were checked)",
                 self.settings.acquisitions,
                 self.what(),
                 self.settings.time_limit

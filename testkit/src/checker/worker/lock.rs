@@ -55,7 +55,7 @@ pub(super) async fn lock_loop(
                 // with the validity to cover it, as an application checks before it works
                 // (a lease may come back with milliseconds left after a slow quorum; its
                 // section is then entered and left at once, and still checked).
-                let starvation = Starvation::begin();
+                let mut starvation = Starvation::begin();
                 let checked = Instant::now();
                 if lease.deadline().saturating_duration_since(checked) >= WORK_MARGIN {
                     plan_ns = shared_ns(checked + WORK_MARGIN);
@@ -64,6 +64,7 @@ pub(super) async fn lock_loop(
                         // the runtime's thread past the lease's deadline.
                         std::thread::sleep(lease.deadline() - checked + config.ttl / 2);
                     }
+                    Starvation::own_code_done(&mut starvation);
                     tokio::task::yield_now().await;
                     spin(config.work);
                     tokio::task::yield_now().await;

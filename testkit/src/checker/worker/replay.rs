@@ -54,11 +54,12 @@ pub(super) async fn claim_loop(
                 // yield and the timer, as an application checks (else it completes at once).
                 let wait = rng.u64(0..=config.handler.as_millis() as u64);
                 let planned = config.work + Duration::from_millis(wait) + WORK_MARGIN;
-                let starvation = Starvation::begin();
+                let mut starvation = Starvation::begin();
                 let checked = Instant::now();
                 let mut plan_ns = enter_ns;
                 if lease.deadline().saturating_duration_since(checked) >= planned {
                     plan_ns = shared_ns(checked + planned);
+                    Starvation::own_code_done(&mut starvation);
                     tokio::task::yield_now().await;
                     spin(config.work);
                     tokio::time::sleep(Duration::from_millis(wait)).await;

@@ -276,9 +276,11 @@ async fn redis_node_name_is_host_and_port() {
 async fn redis_replay_acquire_keeps_restart_protection() {
     use tower_redlock::node::RedisNodeOptions;
     let masters = Masters::start(1);
-    let opts = RedisNodeOptions::new().restart_protection(Duration::from_millis(300));
+    // A 2 s ttl behind 3 s of protection: the reads after the acquire have the ttl to spare
+    // on a loaded machine.
+    let opts = RedisNodeOptions::new().restart_protection(Duration::from_secs(3));
     let node = RedisNode::open_with(&masters[0].url(), &opts).unwrap();
-    let ttl = Duration::from_millis(200);
+    let ttl = Duration::from_secs(2);
     let young = node
         .acquire(AcquireRequest::new("k", T1, ttl).unless_completed("k:record"))
         .await;
@@ -317,9 +319,11 @@ async fn redis_replay_acquire_keeps_restart_protection() {
 async fn redis_fencing_acquire_keeps_restart_protection() {
     use tower_redlock::node::RedisNodeOptions;
     let masters = Masters::start(1);
-    let opts = RedisNodeOptions::new().restart_protection(Duration::from_millis(300));
+    // A 2 s ttl behind 3 s of protection: the reads after the acquire have the ttl to spare
+    // on a loaded machine.
+    let opts = RedisNodeOptions::new().restart_protection(Duration::from_secs(3));
     let node = RedisNode::open_with(&masters[0].url(), &opts).unwrap();
-    let (ttl, retain) = (Duration::from_millis(200), Duration::from_secs(10));
+    let (ttl, retain) = (Duration::from_secs(2), Duration::from_secs(10));
     let young = node
         .acquire(AcquireRequest::new("k", T1, ttl).fenced("k:fence", retain))
         .await;
@@ -341,7 +345,7 @@ async fn redis_fencing_acquire_keeps_restart_protection() {
     let counter: u64 = raw.strip_prefix("TRF1:").unwrap().parse().unwrap();
     // Too long a ttl for the protection window: refused before anything is sent.
     let long = node
-        .acquire(AcquireRequest::new("k2", T1, Duration::from_secs(1)).fenced("k2:fence", retain))
+        .acquire(AcquireRequest::new("k2", T1, Duration::from_secs(5)).fenced("k2:fence", retain))
         .await;
     assert!(long.is_err(), "{long:?}");
     assert!(

@@ -175,10 +175,12 @@ async fn a_paused_majority_stalls_the_lock_and_it_recovers() {
         first < Duration::from_secs(2),
         "successes restarted {first:?} after the resume"
     );
-    // A runtime starved by a retry loop stops its timers for seconds; generous for a
-    // shared 2-core machine running other tests.
+    // A runtime starved by a retry loop stops its timers for seconds. How late a timer
+    // fires also measures how the machine schedules this process (a loaded 2-core machine
+    // delays it by hundreds of milliseconds), so the bound here is 2 s; the exact,
+    // load-free check that a loop of tries yields is `tries_decided_without_io_still_yield`.
     assert!(
-        worst_tick < Duration::from_millis(500),
+        worst_tick < Duration::from_secs(2),
         "a timer on the same runtime was {worst_tick:?} late"
     );
     // Every task ends within its try in flight (a node timeout) once told to stop.

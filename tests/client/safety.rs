@@ -103,6 +103,11 @@ async fn two_of_five_paused_during_a_burst() {
     paused_minority(5, 2).await;
 }
 
+/// A black-holed majority: every try fails as a timeout within its bound — the node timeout,
+/// plus at most four node timeouts given back for this process's own stalls (`call.rs`,
+/// `MAX_EXCUSE`), plus the last look — and a second of slack for the lateness of the last
+/// timer on a loaded machine. A try that waited for the silent masters forever, or blamed
+/// them for its own stalls beyond the excuse, fails it.
 #[tokio::test(flavor = "multi_thread")]
 async fn majority_black_holed_fails_within_bound_then_heals() {
     let masters = Masters::start(3);
@@ -130,9 +135,10 @@ async fn majority_black_holed_fails_within_bound_then_heals() {
         let took = started.elapsed();
         assert!(err.is_unavailable(), "round {round}: {err:?}");
         assert!(err.is_timeout(), "round {round}: {err:?}");
+        let bound = NODE_TIMEOUT * 5 + NODE_TIMEOUT / 10 + Duration::from_secs(1);
         assert!(
-            took < NODE_TIMEOUT + SLACK,
-            "round {round}: the unreachable error took {took:?}"
+            took < bound,
+            "round {round}: the unreachable error took {took:?} (bound {bound:?})"
         );
     }
 

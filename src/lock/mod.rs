@@ -281,11 +281,11 @@ impl Redlock {
     ///
     /// let redlock = Redlock::in_memory();
     /// let done = redlock
-    ///     .critical_section("nightly-export", Duration::from_millis(300))
-    ///     .keep_alive() // extended about every 100 ms while the work runs
+    ///     .critical_section("nightly-export", Duration::from_secs(1))
+    ///     .keep_alive() // extended about every 333 ms while the work runs
     ///     .abort_on_loss() // if the lock is lost, stop the work and return an error
     ///     .run(|lease| async move {
-    ///         tokio::time::sleep(Duration::from_millis(500)).await; // outlives the ttl
+    ///         tokio::time::sleep(Duration::from_millis(1500)).await; // outlives the ttl
     ///         lease.extension_count()
     ///     })
     ///     .await?;

@@ -224,7 +224,9 @@ async fn golden_http_record_of_a_request_stopped_on_a_lost_lease() {
     let redlock = client(&server, false);
     let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
         .replay(Replay::new())
-        .ttl(Duration::from_millis(300))
+        // 1 s: the one try's own time on a loaded machine leaves the lease validity to run out
+        // while the handler runs (a try slower than the ttl would answer 503 unavailable).
+        .ttl(Duration::from_secs(1))
         .keep_alive(false)
         .on_lost(OnLost::Abort)
         .build()

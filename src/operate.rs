@@ -45,8 +45,8 @@
 //! [`LockPolicy::redis_key`]: crate::policy::LockPolicy::redis_key
 //! [`LockPolicyBuilder::explain_votes`]: crate::policy::LockPolicyBuilder::explain_votes
 
+pub use crate::lock::force::{ForceRelease, ForceReleased, MIN_HOLDER_PREFIX};
 pub use crate::lock::inspect::{
-    ForceRelease, ForceReleased, Holder, Holding, Inspection, Summary, VoterInspection, VoterKey,
-    VoterScan, MIN_HOLDER_PREFIX,
+    Holder, Holding, Inspection, Summary, VoterInspection, VoterKey, VoterScan,
 };
 pub use crate::node::RecordState;

@@ -1,7 +1,7 @@
-//! An operator's questions and acts, outside the lock's own verbs: who holds a resource on
-//! which voter ([`Redlock::inspect`]: reads only), and the deletion of a stuck lock, of the
-//! holder named by its token prefix ([`Redlock::force_release`]). The crate never calls either on its own. The
-//! types are shown to users in [`crate::operate`].
+//! An operator's questions, outside the lock's own verbs: who holds a resource on which
+//! voter ([`Redlock::inspect`]: reads only), and what is held under a prefix
+//! ([`Redlock::scan`]); the deletion of a stuck lock is `force.rs`'s. The crate never calls
+//! them on its own. The types are shown to users in [`crate::operate`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use super::call::Voter;
 use super::fencing::fence_key;
 use super::{options, Redlock};
 use crate::error::NodeError;
-use crate::node::{CallError, ForceReleaseRequest, Forced, InspectRequest, KeyState, RecordState};
+use crate::node::{CallError, InspectRequest, KeyState, RecordState};
 
 /// How many characters of a holder's token an inspection shows: enough to tell holders
 /// apart, never enough to act as the holder.
@@ -223,149 +223,6 @@ impl VoterScan {
     }
 }
 
-/// A forced release ([`Redlock::force_release`]): who asks, which holder it clears, and
-/// whether the completion record goes too.
-///
-/// Name the holder by its token's prefix, as [`Redlock::inspect`] shows it
-/// ([`Holder::token_prefix`]): a re-run — after a voter did not answer — then deletes
-/// nothing of a holder that took the key meanwhile, and a record only with that holder's
-/// lock. Clearing whatever holds the key is a separate, explicit choice
-/// ([`ForceRelease::any_holder`]); a forced release that makes neither choice is refused.
-///
-/// ```
-/// use tower_redlock::operate::ForceRelease;
-///
-/// let precise = ForceRelease::by("alice").holder("2b5bcc88").with_record();
-/// let blunt = ForceRelease::by("alice").any_holder();
-/// # let _ = (precise, blunt);
-/// ```
-#[derive(Debug, Clone)]
-pub struct ForceRelease {
-    by: String,
-    record: bool,
-    holder: Named,
-}
-
-/// Which holder a forced release clears.
-#[derive(Debug, Clone)]
-enum Named {
-    /// Not said: refused.
-    Unnamed,
-    /// The holder whose token starts with this (checked when the release runs).
-    Prefix(String),
-    /// Whatever holds the key.
-    Any,
-}
-
-/// The shortest holder prefix a forced release accepts: the prefix [`Redlock::inspect`]
-/// shows, 32 random bits — two holders of one key share it once in four billion.
-pub const MIN_HOLDER_PREFIX: usize = TOKEN_PREFIX_LEN;
-
-impl ForceRelease {
-    /// A forced release asked by `who` (an operator's name, a ticket): logged with it. Name
-    /// the holder ([`holder`](Self::holder)) or choose [`any_holder`](Self::any_holder).
-    pub fn by(who: impl Into<String>) -> Self {
-        Self {
-            by: who.into(),
-            record: false,
-            holder: Named::Unnamed,
-        }
-    }
-
-    /// Clear only the holder whose token starts with `prefix`: the token prefix
-    /// [`Redlock::inspect`] shows ([`MIN_HOLDER_PREFIX`] to 32 hex digits; anything else is
-    /// refused as invalid input when the release runs, and nothing is deleted).
-    #[must_use]
-    pub fn holder(mut self, prefix: impl Into<String>) -> Self {
-        self.holder = Named::Prefix(prefix.into());
-        self
-    }
-
-    /// Clear whatever holds the key — also a holder that took it a moment ago. Prefer
-    /// [`holder`](Self::holder): a re-run of this one can delete a new holder's lock (two
-    /// holders at once) and, with [`with_record`](Self::with_record), its fresh record.
-    #[must_use]
-    pub fn any_holder(mut self) -> Self {
-        self.holder = Named::Any;
-        self
-    }
-
-    /// Delete the completion record too: the next request with this key runs the handler
-    /// again instead of replaying. With a holder named, the record goes only on the voters
-    /// where that holder's lock did.
-    #[must_use]
-    pub fn with_record(mut self) -> Self {
-        self.record = true;
-        self
-    }
-
-    /// Checks the choice of holder as [`Redlock::force_release`] does, before it runs (e.g.
-    /// before asking an operator to confirm): an invalid-input error says what to fix.
-    pub fn check(&self) -> crate::Result<()> {
-        self.checked_holder().map(drop)
-    }
-
-    /// The holder's prefix, checked (`None`: any holder).
-    fn checked_holder(&self) -> crate::Result<Option<String>> {
-        match &self.holder {
-            Named::Any => Ok(None),
-            Named::Unnamed => Err(crate::Error::invalid(
-                "a forced release must name the holder it clears: ForceRelease::holder(prefix) \
-                 with the token prefix `inspect` shows (or, knowingly, any_holder())",
-            )),
-            Named::Prefix(p) => {
-                let hex = p.bytes().all(|b| b.is_ascii_hexdigit());
-                if !hex || p.len() < MIN_HOLDER_PREFIX || p.len() > 32 {
-                    return Err(crate::Error::invalid(format!(
-                        "a holder is named by {MIN_HOLDER_PREFIX} to 32 hex digits of its token \
-                         (as `inspect` shows it); got {} characters{}",
-                        p.len(),
-                        if hex { "" } else { ", not all hex" }
-                    )));
-                }
-                Ok(Some(p.to_ascii_lowercase()))
-            }
-        }
-    }
-}
-
-/// What a forced release deleted on each voter.
-#[derive(Debug)]
-pub struct ForceReleased {
-    voters: Vec<(usize, Arc<str>, Result<Forced, NodeError>)>,
-}
-
-impl ForceReleased {
-    /// How many voters had a lock at the key, now deleted.
-    pub fn locks_deleted(&self) -> usize {
-        self.answers().filter(|f| f.lock).count()
-    }
-
-    /// How many voters had a completion record, now deleted (only when asked).
-    pub fn records_deleted(&self) -> usize {
-        self.answers().filter(|f| f.record).count()
-    }
-
-    /// Whether every voter answered: nothing is left at the key on any of them.
-    pub fn is_complete(&self) -> bool {
-        self.voters.iter().all(|(_, _, r)| r.is_ok())
-    }
-
-    /// The voters that did not answer (ask again once they are back).
-    pub fn errors(&self) -> impl Iterator<Item = &NodeError> {
-        self.voters.iter().filter_map(|(_, _, r)| r.as_ref().err())
-    }
-
-    /// Each voter's index, name, and what it deleted or why it did not answer.
-    pub fn voters(&self) -> impl Iterator<Item = (usize, &str, Result<&Forced, &NodeError>)> {
-        self.voters.iter().map(|(i, n, r)| (*i, &**n, r.as_ref()))
-    }
-
-    fn answers(&self) -> impl Iterator<Item = &Forced> {
-        self.voters.iter().filter_map(|(_, _, r)| r.as_ref().ok())
-    }
-}
-
 impl Redlock {
     /// What every voter holds at `resource`'s key: the holder's token prefix and remaining
     /// ttl, the fencing counter, the completion record's size and ttl, whether the client has
@@ -481,85 +338,6 @@ impl Redlock {
         voters.sort_by_key(|v| v.node);
         voters
     }
-
-    /// Deletes the lock at `resource`'s key on every voter — the named holder's
-    /// ([`ForceRelease::holder`], the token prefix [`Redlock::inspect`] shows), or whatever
-    /// holds it ([`ForceRelease::any_holder`]) — and with [`ForceRelease::with_record`] its
-    /// completion record (with a holder named, only where its lock was deleted). The
-    /// fencing counter is kept, so fencing tokens keep growing.
-    ///
-    /// An operator's act for a key a crashed holder left behind (or a record to forget);
-    /// never done by the crate itself. It is logged at warn with the key's hash and who asked.
-    /// **It breaks mutual exclusion if the holder is alive**: the next request takes the lock
-    /// while the old holder still works (fencing tokens, checked where the data lives, are
-    /// what then refuses the old holder's writes). Every voter is asked in parallel, each
-    /// bounded by the node timeout; a voter that did not answer is in
-    /// [`ForceReleased::errors`]: run it again when the voter is back — with the holder
-    /// named, the re-run deletes nothing of a holder that took the key meanwhile
-    /// (`force_rerun_spares_a_new_holders_lock_and_record`).
-    ///
-    /// A forced release that names no holder and did not choose
-    /// [`any_holder`](ForceRelease::any_holder), or names one by anything but
-    /// [`MIN_HOLDER_PREFIX`] to 32 hex digits, is refused as invalid input: nothing is sent.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// use std::time::Duration;
-    /// use tower_redlock::{operate::ForceRelease, Redlock};
-    ///
-    /// let redlock = Redlock::in_memory();
-    /// std::mem::forget(redlock.try_lock("job", Duration::from_secs(60)).await.unwrap());
-    /// let holder = redlock.inspect("job").await.unwrap().holder().unwrap();
-    /// let how = ForceRelease::by("alice").holder(holder.token_prefix);
-    /// let cleared = redlock.force_release("job", how.clone()).await.unwrap();
-    /// assert_eq!(cleared.locks_deleted(), 1);
-    ///
-    /// // A new holder; the re-run spares it.
-    /// let lease = redlock.try_lock("job", Duration::from_secs(5)).await.unwrap();
-    /// assert_eq!(redlock.force_release("job", how).await.unwrap().locks_deleted(), 0);
-    /// lease.release().await.unwrap();
-    ///
-    /// let unnamed = redlock.force_release("job", ForceRelease::by("alice")).await;
-    /// assert!(unnamed.unwrap_err().is_invalid_input());
-    /// # }
-    /// ```
-    pub async fn force_release(
-        &self,
-        resource: &str,
-        how: ForceRelease,
-    ) -> crate::Result<ForceReleased> {
-        options::check_resource(resource)?;
-        let holder: Option<Arc<str>> = how.checked_holder()?.map(Into::into);
-        let key: Arc<str> = self.redis_key(resource).into();
-        let record = how.record.then(|| super::acquire::record_key(&key));
-        tracing::warn!(
-            key_hash = %self.key_hash(resource),
-            by = %how.by,
-            record = how.record,
-            holder = holder.as_deref().unwrap_or("any"),
-            "forced release of a lock (an operator's act)"
-        );
-        let answers = self
-            .ask_every_voter(self.inner.config.node_timeout, |voter| {
-                let (key, record, holder) = (key.clone(), record.clone(), holder.clone());
-                async move {
-                    let mut ask = ForceReleaseRequest::new(&key);
-                    if let Some(record) = &record {
-                        ask = ask.with_record(record);
-                    }
-                    if let Some(holder) = &holder {
-                        ask = ask.holder(holder);
-                    }
-                    voter.node.force_release(ask).await
-                }
-            })
-            .await;
-        let voters = answers
-            .into_iter()
-            .map(|(i, answer)| (i, self.inner.nodes[i].name.clone(), answer))
-            .collect();
-        Ok(ForceReleased { voters })
-    }
 }
 
 impl Redlock {
@@ -567,7 +345,7 @@ impl Redlock {
     /// operator's call stays outside the lock's accounting: it neither feeds a voter's health
     /// (a slow inspection never suspends a voter the locks use) nor pays what a voter is owed
     /// (an inspection writes nothing).
-    async fn ask_every_voter<T, F, Fut>(
+    pub(super) async fn ask_every_voter<T, F, Fut>(
         &self,
         timeout: Duration,
         ask: F,

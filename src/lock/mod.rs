@@ -46,6 +46,7 @@ mod completion;
 mod builder;
 mod critical_section;
 // An operator's questions and acts: inspection, forced release.
+pub(crate) mod force;
 pub(crate) mod inspect;
 
 #[cfg(test)]

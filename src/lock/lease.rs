@@ -49,7 +49,8 @@ pub struct Lease {
     /// The acquisition's requests still unanswered when the lock was granted, kept (not
     /// polled) until the release: one already handed to its connection is written — redis-rs
     /// skips a queued request whose caller is gone — so the lock lands on every master that
-    /// is up; one never handed over is never sent. Dropped with the lease.
+    /// is up and connected; one never handed over (to a connection still being made) is
+    /// never sent. Dropped with the lease.
     _parked: Option<Parked>,
 }
 

@@ -185,8 +185,8 @@ impl Redlock {
     /// At the decision, the requests still unanswered are no longer polled: nothing is left
     /// running once the outcome is known. A granted lease keeps them (unpolled) until it is
     /// released, so that one already handed to its node's connection is written — the lock
-    /// lands on every master that is up — and is followed there, in order, by the release; one
-    /// never handed over is never sent. A failed try drops them at once. Either way no SET of
+    /// lands on every master that is up and connected — and is followed there, in order, by
+    /// the release; one never handed over (to a connection still being made) is never sent. A failed try drops them at once. Either way no SET of
     /// ours can land after our release (the `Node` contract).
     ///
     /// With `record_key` (replay), each node is asked the replay acquire: any completion

@@ -1,9 +1,9 @@
 //! Taking a lock: the lock loop and one try.
 //!
 //! The loop tries, and after a failed try waits the retry policy's delay and tries again
-//! (one more quick try after a split vote; with the middleware's policy, up to two more after
-//! a quorum missed for nodes that gave no answer in time), within the policy's bounds; a contended error
-//! it returns carries the holder's remaining ttl. A try sends the acquire to every node at
+//! (one more quick try after a split vote; with the middleware's policy, up to two more
+//! after a quorum missed for nodes that gave no answer in time), within the policy's
+//! bounds; a contended error it returns carries the holder's remaining ttl. A try sends the acquire to every node at
 //! once ([`Acquisition`]), counts the votes as they come (see `tally.rs`), and is granted
 //! with a quorum and validity left — with fencing, once its token is settled (`fence.rs`);
 //! otherwise it releases what it took. The replay acquire (`replay.rs`) asks each node for
@@ -186,7 +186,8 @@ impl Redlock {
     /// running once the outcome is known. A granted lease keeps them (unpolled) until it is
     /// released, so that one already handed to its node's connection is written — the lock
     /// lands on every master that is up and connected — and is followed there, in order, by
-    /// the release; one never handed over (to a connection still being made) is never sent. A failed try drops them at once. Either way no SET of
+    /// the release; one never handed over (to a connection still being made) is never sent.
+    /// A failed try drops them at once. Either way no SET of
     /// ours can land after our release (the `Node` contract).
     ///
     /// With `record_key` (replay), each node is asked the replay acquire: any completion

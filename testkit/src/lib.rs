@@ -17,6 +17,7 @@ pub mod nodes;
 pub mod proxy;
 pub mod pubsub;
 pub mod sentinel;
+pub mod warnings;
 
 mod launch;
 mod masters;

@@ -2,7 +2,8 @@
 //! (`redis-server --sentinel`), each a real process on a free port bound to 127.0.0.1,
 //! killed by its own pid on drop (see [`RedisServer`]).
 //!
-//! The sentinels monitor the master with quorum 2, `down-after-milliseconds` of
+//! The sentinels (three unless [`SentinelGroup::start_with`] says otherwise) monitor the
+//! master with a majority of them as quorum, `down-after-milliseconds` of
 //! [`DOWN_AFTER`] and `failover-timeout` of [`FAILOVER_TIMEOUT`]: a master frozen (or stopped)
 //! for longer than `DOWN_AFTER` is failed over automatically; [`SentinelGroup::failover`]
 //! forces one.
@@ -25,15 +26,16 @@ pub const DOWN_AFTER: Duration = Duration::from_millis(1000);
 /// `sentinel failover-timeout` (a sentinel waits twice that before it retries a failover of
 /// the same master on its own).
 pub const FAILOVER_TIMEOUT: Duration = Duration::from_millis(5000);
-/// How many sentinels a group has, and how many must agree that the master is down.
+/// How many sentinels a group has by default ([`SentinelGroup::start_with`] takes any
+/// number); a majority of them must agree that the master is down.
 const SENTINELS: usize = 3;
-const QUORUM: usize = 2;
 /// The bound of every wait of a group (start, failover, settling).
 const SETTLE_DEADLINE: Duration = Duration::from_secs(20);
 /// The bound of one command of the topology helpers (a frozen server never answers).
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// One master, one replica of it and three sentinels monitoring it under
+/// One master, one replica of it and three (or [`SentinelGroup::start_with`]'s number of)
+/// sentinels monitoring it under
 /// [`SentinelGroup::master_name`]. Everything is killed (by pid) and its files removed on
 /// drop, also when a test panics.
 #[derive(Debug)]
@@ -54,6 +56,14 @@ impl SentinelGroup {
     /// sentinels monitoring the master as `name`, and waits (bounded) until every sentinel
     /// reports the master, lists the replica as healthy and knows the other two sentinels.
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, SENTINELS)
+    }
+
+    /// [`SentinelGroup::start`] with `sentinels` sentinels (at least one), a majority of which
+    /// is the quorum that deems the master down.
+    pub fn start_with(name: &str, sentinels: usize) -> Self {
+        assert!(sentinels >= 1, "a group needs a sentinel");
+        let quorum = sentinels / 2 + 1;
         assert!(
             !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'),
             "a master name of letters, digits and '-': {name:?}"
@@ -89,7 +99,7 @@ impl SentinelGroup {
             .await;
         });
         let sentinels = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..SENTINELS)
+            let handles: Vec<_> = (0..sentinels)
                 .map(|i| {
                     let (dir, name) = (&dir, name);
                     s.spawn(move || {
@@ -97,7 +107,7 @@ impl SentinelGroup {
                             // Written afresh for each attempt: a sentinel rewrites its file.
                             let config = dir.path().join(format!("sentinel-{i}.conf"));
                             let text = format!(
-                                "sentinel monitor {name} 127.0.0.1 {master_port} {QUORUM}\n\
+                                "sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                                  sentinel down-after-milliseconds {name} {}\n\
                                  sentinel failover-timeout {name} {}\n\
                                  sentinel parallel-syncs {name} 1\n",
@@ -141,6 +151,36 @@ impl SentinelGroup {
     /// Sentinel `i` (a [`RedisServer`] in sentinel mode: `query` sends it `SENTINEL ...`).
     pub fn sentinel(&self, i: usize) -> &RedisServer {
         &self.sentinels[i]
+    }
+
+    /// Adds (or switches back on) the ACL user `user` with `password` and every right on
+    /// sentinel `i`: a client that asks the sentinels as that user can be cut from one of
+    /// them with [`SentinelGroup::cut_user`], while the sentinels go on talking to one
+    /// another (as their default users).
+    pub async fn allow_user(&self, i: usize, user: &str, password: &str) {
+        let () = self.sentinels[i]
+            .query(
+                redis::cmd("ACL")
+                    .arg("SETUSER")
+                    .arg(user)
+                    .arg("on")
+                    .arg(format!(">{password}"))
+                    .arg("+@all"),
+            )
+            .await;
+    }
+
+    /// Switches the ACL user `user` off on sentinel `i` and kills its connections: a client
+    /// asking as that user no longer reaches the sentinel (a zone split as that client sees
+    /// it), though the sentinel keeps running and talking to its peers.
+    pub async fn cut_user(&self, i: usize, user: &str) {
+        let s = &self.sentinels[i];
+        let () = s
+            .query(redis::cmd("ACL").arg("SETUSER").arg(user).arg("off"))
+            .await;
+        let _: i64 = s
+            .query(redis::cmd("CLIENT").arg("KILL").arg("USER").arg(user))
+            .await;
     }
 
     /// Kills sentinel `i` (by pid). Two sentinels still make the quorum.

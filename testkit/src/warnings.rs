@@ -1,6 +1,6 @@
-//! The warnings the crate logs (and its debug lines), captured for a test: a subscriber for the test's thread only
-//! (a `#[tokio::test]` runtime is single-threaded: the client's spawned tasks log there too),
-//! so tests running in parallel do not hear each other.
+//! The warnings the crate logs (and its debug lines), captured for a test: a subscriber for
+//! the test's thread only (a `#[tokio::test]` runtime is single-threaded: the client's spawned
+//! tasks log there too), so tests running in parallel do not hear each other.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -37,7 +37,6 @@ mod quorum;
 mod safety;
 mod scoped;
 mod wake;
-mod warnings;
 
 use std::time::Duration;
 

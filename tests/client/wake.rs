@@ -11,13 +11,13 @@ use tower_redlock::node::RedisNode;
 use tower_redlock::operate::ForceRelease;
 use tower_redlock::{Claim, Redlock, Retry};
 
-use super::warnings::Warnings;
 use super::{Masters, SECOND, TTL};
 use crate::support;
 use crate::support::pubsub::{
     assert_woken, listening, not_listening, subscribers, Subscriber, Waiter, WOKEN_WITHIN,
 };
 use crate::support::{eventually, NODE_TIMEOUT};
+use support::warnings::Warnings;
 
 /// A poll so long that a waiter that gets the lock well within it was woken.
 const LONG_POLL: Duration = Duration::from_secs(8);

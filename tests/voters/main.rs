@@ -12,6 +12,7 @@ mod eviction;
 #[cfg(feature = "cluster")]
 mod operate;
 mod sentinel;
+mod sentinel_group;
 mod tenure;
 mod tls;
 mod topology;

@@ -478,16 +478,19 @@ async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_it
     let opts = RedisNodeOptions::new()
         .restart_protection(max_ttl)
         .connect_timeout(connect);
-    // Client `a` reaches the sentinels through proxies, so it can be cut from them.
-    let mut proxies = Vec::new();
-    for addr in g.sentinel_addrs() {
-        proxies.push(support::proxy::FaultProxy::start(addr.parse().unwrap()).await);
+    // Client `a` asks the sentinels as a user of its own, so it can be cut from them (the
+    // user switched off there) while they go on talking to one another. (A proxy would not
+    // do: the voter also asks the sentinels the group names, at their own addresses.)
+    for i in 0..3 {
+        g.allow_user(i, "cut-off", "c-secret").await;
     }
-    let through: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
-    let voter = |sentinels: Vec<String>| {
-        let group = Sentinel::new(g.master_name(), sentinels)
+    let voter = |user: Option<&str>| {
+        let mut group = Sentinel::new(g.master_name(), g.sentinel_addrs())
             .unwrap()
             .refresh_interval(refresh);
+        if let Some(user) = user {
+            group = group.sentinel_password(Some(user), "c-secret");
+        }
         Redlock::builder()
             .node(RedisNode::sentinel_with(group, &opts).unwrap())
             .node_timeout(NODE_TIMEOUT)
@@ -495,15 +498,15 @@ async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_it
             .build()
             .unwrap()
     };
-    let (a, b) = (voter(through), voter(g.sentinel_addrs()));
+    let (a, b) = (voter(Some("cut-off")), voter(None));
     let ttl = Duration::from_secs(1);
     let mut lease = lock_eventually(&a, "job", ttl, FOLLOW).await;
     lease.keep_alive();
     let handle = lease.handle();
 
     // `a` hears only sentinel 0 from now on, which still names the same master.
-    proxies[1].set(support::proxy::Fault::Reset);
-    proxies[2].set(support::proxy::Fault::Reset);
+    g.cut_user(1, "cut-off").await;
+    g.cut_user(2, "cut-off").await;
     let cut = Instant::now();
     let mut i = 0;
     eventually("a stops granting", window + Duration::from_secs(2), || {
@@ -535,7 +538,7 @@ async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_it
     );
 
     // Cut from every sentinel; the others fail the master over.
-    proxies[0].set(support::proxy::Fault::Reset);
+    g.cut_user(0, "cut-off").await;
     g.failover().await;
     // (`b`'s first grant may still come from the old master, within `b`'s own window: the
     // promoted master's protection covers that too.)

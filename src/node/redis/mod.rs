@@ -181,8 +181,8 @@ impl RedisNode {
     /// failover protection on, for ttls up to
     /// [`RedisNodeOptions::DEFAULT_FAILOVER_MAX_TTL`].
     ///
-    /// The master is discovered through the sentinels (the answer of a majority of all
-    /// the sentinels listed, checked with `ROLE`), re-checked every
+    /// The master is discovered through the sentinels (the answer of a majority of the
+    /// group, checked with `ROLE`), re-checked every
     /// [`Sentinel::refresh_interval`] and at once after a request fails in a way a failover
     /// explains (the master gone, or `READONLY`): after a failover the voter follows the new
     /// master without a new client. Until the first discovery ends, requests wait for it
@@ -191,6 +191,20 @@ impl RedisNode {
     /// sentinels has named its master within its majority window (two refresh intervals
     /// plus two connect timeouts);
     /// otherwise it abstains (see [`Sentinel::refresh_interval`]).
+    ///
+    /// **The group, not the list.** The voter asks every sentinel listed and every one the
+    /// group names (`SENTINEL SENTINELS`), counts each once (`SENTINEL MYID`), and counts its
+    /// majority over the largest of: the sentinels listed, the group the sentinels report
+    /// (`num-other-sentinels` + 1), and the largest group it has seen. Two of three listed
+    /// sentinels of a group of five — one side of a zone split — are no majority. A
+    /// sentinel removed from the group still counts until `SENTINEL RESET` is sent to every
+    /// remaining sentinel: while fewer than a majority answer, the voter abstains and warns
+    /// naming the reset. The group a client saw shrinks only when a majority of it answers
+    /// reporting the smaller group (a sentinel restarted without its configuration reports a
+    /// small group too); after removing more than half of a group, restart the clients. The
+    /// sentinels' user needs `+sentinel|get-master-addr-by-name +sentinel|myid
+    /// +sentinel|master +sentinel|sentinels` (Redis 6.2 or later): a sentinel that cannot
+    /// say who it is or how large its group is gives no vote.
     ///
     /// **Failover protection** ([`RedisNodeOptions::restart_protection`]): replication is
     /// asynchronous, so a promoted replica may lack a lock its old master granted; the new

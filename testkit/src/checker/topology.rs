@@ -37,8 +37,17 @@ pub(super) struct SentinelVoter {
     pub(super) voter: usize,
     pub(super) group: SentinelGroup,
     /// Per worker, one proxy per sentinel: a worker can be cut from its sentinels alone.
-    /// (The master is reached directly, at the address the sentinels name.)
+    /// (The master is reached directly, at the address the sentinels name.) The voter also
+    /// asks the sentinels the group names, at their own addresses: a cut also switches the
+    /// worker's own ACL user ([`SentinelVoter::user`]) off on the sentinels it cuts.
     pub(super) proxies: Vec<Vec<FaultProxy>>,
+}
+
+impl SentinelVoter {
+    /// Worker `w`'s user on the sentinels (its password is the same word).
+    pub(super) fn user(w: usize) -> String {
+        format!("worker-{w}")
+    }
 }
 
 /// A Redis Cluster as one voter.
@@ -93,8 +102,12 @@ impl Topology {
             let sentinel = match group {
                 Some(group) => {
                     let mut per_worker = Vec::new();
-                    for _ in 0..settings.processes {
+                    for w in 0..settings.processes {
                         per_worker.push(proxies_to(group.sentinel_addrs()).await);
+                        let user = SentinelVoter::user(w);
+                        for i in 0..group.sentinel_addrs().len() {
+                            group.allow_user(i, &user, &user).await;
+                        }
                     }
                     Some(SentinelVoter {
                         voter: bare,
@@ -129,7 +142,7 @@ impl Topology {
     }
 
     /// What worker `worker` is told of the voters (`CHECKER_VOTERS`), one voter per `;`:
-    /// `master|URL`, `sentinel|NAME|REFRESH_MS|ADDR,…` (its own proxies) or
+    /// `master|URL`, `sentinel|NAME|REFRESH_MS|USER|ADDR,…` (its own user and proxies) or
     /// `cluster|ADDR,…` (the nodes' proxies).
     pub(super) fn worker_voters(&self, worker: usize) -> String {
         let mut out: Vec<String> = self
@@ -143,9 +156,10 @@ impl Topology {
                 .map(|p| p.addr().to_string())
                 .collect();
             out.push(format!(
-                "sentinel|{}|{}|{}",
+                "sentinel|{}|{}|{}|{}",
                 s.group.master_name(),
                 SENTINEL_REFRESH.as_millis(),
+                SentinelVoter::user(worker),
                 addrs.join(",")
             ));
         }

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionManager;
 use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::{watch, Notify};
 
+use super::members::Members;
 use super::{Sentinel, MIN_GAP};
 use crate::node::redis::eviction::NewMaster;
 use crate::node::redis::options::RedisNodeOptions;
@@ -32,6 +32,8 @@ struct Shared {
     epoch: Instant,
     /// The voter votes only while the last confirmation is younger than this.
     window: Duration,
+    /// Why the last discovery found no majority (for the abstentions' errors).
+    why: std::sync::Mutex<Option<Arc<str>>>,
 }
 
 impl Shared {
@@ -81,15 +83,7 @@ impl SentinelConn {
                 group.name()
             )));
         }
-        let mut sentinels = Vec::with_capacity(group.sentinels.len());
-        for (host, port) in &group.sentinels {
-            let client = group
-                .client(host, *port, &group.sentinel_auth)
-                .map_err(|e| crate::Error::invalid(format!("sentinel {host}:{port}: {e}")))?;
-            let conn = ConnectionManager::new_lazy_with_config(client, options.manager_config())
-                .map_err(|e| crate::Error::invalid(format!("sentinel {host}:{port}: {e}")))?;
-            sentinels.push((format!("{host}:{port}"), conn));
-        }
+        let sentinels = Members::listed(&group, options)?;
         let wake = Arc::new(Notify::new());
         let shared = Arc::new(Shared {
             state: watch::Sender::new(State::Discovering),
@@ -97,6 +91,7 @@ impl SentinelConn {
             confirmed: AtomicU64::new(0),
             epoch: Instant::now(),
             window: group.window(options),
+            why: std::sync::Mutex::new(None),
         });
         let task = Discovery {
             group,
@@ -105,6 +100,7 @@ impl SentinelConn {
             shared: Arc::downgrade(&shared),
             wake,
             new_master,
+            failing: false,
         };
         tokio::spawn(task.run());
         Ok(Self { shared })
@@ -123,11 +119,18 @@ impl SentinelConn {
         if votes && !self.majority_is_recent() {
             self.shared.wake.notify_one();
             let ago = self.shared.confirmed_ago();
+            let why = self
+                .shared
+                .why
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             return Err(crate::node::redis::conn::abstention(format!(
                 "no majority of the sentinels named the master in the last {:?} (last: {}): \
-                 the voter abstains",
+                 the voter abstains{}",
                 self.shared.window,
                 ago.map_or("never".to_owned(), |a| format!("{a:?} ago")),
+                why.map_or(String::new(), |why| format!("; the last discovery: {why}")),
             )));
         }
         let reply = conn.send_packed_command(cmd).await;
@@ -209,15 +212,17 @@ fn no_master(why: &str) -> RedisError {
 struct Discovery {
     group: Sentinel,
     options: RedisNodeOptions,
-    sentinels: Vec<(String, ConnectionManager)>,
+    sentinels: Members,
     shared: Weak<Shared>,
     wake: Arc<Notify>,
     /// Has each new master's `maxmemory-policy` checked before it votes.
     new_master: NewMaster,
+    /// Whether the last discovery failed (a spell of failures is warned of once).
+    failing: bool,
 }
 
 impl Discovery {
-    async fn run(self) {
+    async fn run(mut self) {
         let mut retry = MIN_GAP;
         loop {
             let Some(shared) = self.shared.upgrade() else {
@@ -242,27 +247,34 @@ impl Discovery {
     }
 
     /// One discovery; whether a majority of the sentinels named a master that is usable.
-    async fn step(&self, shared: &Shared) -> bool {
+    async fn step(&mut self, shared: &Shared) -> bool {
         let current = match &*shared.state.borrow() {
             State::Master { addr, conn, .. } => Some((addr.clone(), conn.clone())),
             _ => None,
         };
         let asked = Instant::now();
-        let (host, port) = match self.ask_sentinels().await {
+        let (host, port) = match self.sentinels.ask(&self.group, &self.options).await {
             Ok(addr) => addr,
             Err(why) => {
                 // No majority: the known master is kept (to vote again as soon as a majority
                 // names it), but not confirmed — the voter abstains once its confirmation is
-                // older than the window.
-                if current.is_none() {
-                    tracing::warn!(voter = %self.group.name(), "{why}");
-                    shared.state.send_replace(State::Failed(why.into()));
-                } else {
+                // older than the window. Warned of once per spell (the abstentions say why).
+                if self.failing {
                     tracing::debug!(voter = %self.group.name(), "{why}");
+                } else {
+                    tracing::warn!(voter = %self.group.name(), "{why}");
+                }
+                self.failing = true;
+                let why: Arc<str> = why.into();
+                *shared.why.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+                if current.is_none() {
+                    shared.state.send_replace(State::Failed(why));
                 }
                 return false;
             }
         };
+        self.failing = false;
+        *shared.why.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let addr = format!("{host}:{port}");
         if let Some((known, conn)) = &current {
             // The same master: kept unless it answers as a replica (a demoted master the
@@ -320,74 +332,6 @@ impl Discovery {
         true
     }
 
-    /// Asks every sentinel at once; answers as soon as a majority of them (of all the
-    /// sentinels configured, not of those that answered) agree on an address, else — when
-    /// all have answered or timed out without a majority — an error saying what each said.
-    async fn ask_sentinels(&self) -> Result<(String, u16), String> {
-        let mut cmd = Cmd::new();
-        cmd.arg("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(&self.group.master_name);
-        let limit = self.options.connect_timeout;
-        let mut asks: FuturesUnordered<_> = self
-            .sentinels
-            .iter()
-            .map(|(name, conn)| {
-                let mut conn = conn.clone();
-                let cmd = &cmd;
-                async move {
-                    let reply = tokio::time::timeout(limit, conn.send_packed_command(cmd)).await;
-                    (name, reply)
-                }
-            })
-            .collect();
-        let majority = self.sentinels.len() / 2 + 1;
-        let mut votes: Vec<((String, u16), usize)> = Vec::new();
-        let mut errors = Vec::new();
-        while let Some((name, reply)) = asks.next().await {
-            let addr = match reply {
-                Err(_) => Err("no answer in time".to_owned()),
-                Ok(Err(e)) => Err(e.to_string()),
-                Ok(Ok(v)) => parse_addr(&v).ok_or_else(|| match v {
-                    Value::Nil => format!("does not know `{}`", self.group.master_name),
-                    other => format!("unexpected answer {other:?}"),
-                }),
-            };
-            match addr {
-                Ok(addr) => {
-                    let i = match votes.iter().position(|(a, _)| *a == addr) {
-                        Some(i) => i,
-                        None => {
-                            votes.push((addr, 0));
-                            votes.len() - 1
-                        }
-                    };
-                    votes[i].1 += 1;
-                    if votes[i].1 >= majority {
-                        return Ok(votes.swap_remove(i).0);
-                    }
-                }
-                Err(e) => errors.push(format!("sentinel {name}: {e}")),
-            }
-        }
-        let named: Vec<String> = votes
-            .iter()
-            .map(|((host, port), n)| format!("{host}:{port} by {n}"))
-            .collect();
-        Err(format!(
-            "no majority ({majority} of {}) of the sentinels of `{}` named one master \
-             (named: {}; {})",
-            self.sentinels.len(),
-            self.group.master_name,
-            if named.is_empty() {
-                "none".to_owned()
-            } else {
-                named.join(", ")
-            },
-            errors.join("; ")
-        ))
-    }
-
     /// Whether the server behind `conn` answers `ROLE` as a master (`Some(true)`), as
     /// something else (`Some(false)`), or not in time (`None`).
     async fn role(&self, mut conn: ConnectionManager) -> Option<bool> {
@@ -402,32 +346,5 @@ impl Discovery {
             Ok(Ok(_)) => Some(false),
             _ => None,
         }
-    }
-}
-
-/// `SENTINEL get-master-addr-by-name`'s `[host, port]`.
-fn parse_addr(v: &Value) -> Option<(String, u16)> {
-    let Value::Array(items) = v else { return None };
-    match items.as_slice() {
-        [Value::BulkString(host), Value::BulkString(port)] => Some((
-            String::from_utf8(host.clone()).ok()?,
-            std::str::from_utf8(port).ok()?.parse().ok()?,
-        )),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_the_master_address() {
-        let v = Value::Array(vec![
-            Value::BulkString(b"127.0.0.1".to_vec()),
-            Value::BulkString(b"6380".to_vec()),
-        ]);
-        assert_eq!(parse_addr(&v), Some(("127.0.0.1".into(), 6380)));
-        assert_eq!(parse_addr(&Value::Nil), None);
     }
 }

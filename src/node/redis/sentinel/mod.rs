@@ -10,6 +10,7 @@ use redis::{
 };
 
 mod discovery;
+mod members;
 
 pub(crate) use self::discovery::SentinelConn;
 
@@ -19,6 +20,10 @@ const MIN_GAP: Duration = Duration::from_millis(50);
 /// A Redis Sentinel group, for [`RedisNode::sentinel`](super::RedisNode::sentinel): the
 /// sentinels' addresses and the name of the master they watch, with the master's and the
 /// sentinels' credentials and TLS.
+///
+/// **List every sentinel.** The list is a seed: the voter also asks the sentinels the group
+/// names, and counts its majority over the whole group (a client whose list is shorter warns
+/// once). See [`RedisNode::sentinel`](super::RedisNode::sentinel).
 ///
 /// ```no_run
 /// # #[tokio::main] async fn main() -> Result<(), tower_redlock::Error> {
@@ -133,7 +138,8 @@ impl Sentinel {
     /// It also sets the voter's **majority window**: twice this period plus twice the
     /// connect timeout ([`RedisNodeOptions::connect_timeout`], which bounds each question to
     /// the sentinels and to the master) — 4 s by default. The voter grants, extends and
-    /// completes only while a majority of its sentinels (of all those listed) has named its
+    /// completes only while a majority of its sentinels (of the whole group, not only those
+    /// listed: see [`RedisNode::sentinel`](super::RedisNode::sentinel)) has named its
     /// master within the window; otherwise it abstains — a voter cut off from most of its
     /// sentinels (a zone split) stops voting within the window, whatever the sentinels it
     /// still hears say. Releases always go through. The failover protection of a promoted

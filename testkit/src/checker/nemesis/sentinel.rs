@@ -1,6 +1,9 @@
 //! The `sentinel` lane: one voter is a Sentinel group, and each worker reaches its three
 //! sentinels through proxies of its own (the master itself directly, at the address the
-//! sentinels name). Two faults:
+//! sentinels name), as an ACL user of its own. A cut faults the worker's proxies to the
+//! sentinels it cuts and switches its user off there (its connections killed): the voter also
+//! asks the sentinels the group names, at their own addresses, which no proxy stands in
+//! front of. Two faults:
 //!
 //! - `sentinel-cut`: some workers are cut from a majority (or all) of their sentinels for
 //!   0.3–1.5 s — longer than the voter's majority window (2 × the refresh interval): they
@@ -15,6 +18,8 @@
 //!   before the next failover.
 
 use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
 
 use crate::proxy::Fault;
 
@@ -60,9 +65,9 @@ pub(super) fn lane(ctx: &Ctx<'_>) {
             stopped
         } else {
             let workers = pick_workers(&mut rng, sv.proxies.len(), true);
-            let cut = cut(sv, &workers, &mut rng);
+            let cut = cut(&ctx.rt, sv, &workers, &mut rng);
             let stopped = ctx.pause(ms(&mut rng, 300..=1500));
-            heal(sv, &workers);
+            heal(&ctx.rt, sv, &workers);
             ctx.add("sentinel-cut", &v, from_ns, cut);
             ctx.budget.free(&v);
             stopped
@@ -89,7 +94,7 @@ fn failover_under_a_cut(
     let early = rng.bool();
     let mut what = String::new();
     if early {
-        what = cut(sv, &workers, rng);
+        what = cut(&ctx.rt, sv, &workers, rng);
     }
     ctx.rt.block_on(group.start_failover());
     if !early {
@@ -102,11 +107,11 @@ fn failover_under_a_cut(
             );
             ctx.pause(Duration::from_millis(5));
         }
-        what = cut(sv, &workers, rng);
+        what = cut(&ctx.rt, sv, &workers, rng);
     }
     ctx.rt.block_on(group.await_failover());
     let stopped = ctx.pause(ms(rng, 300..=1500));
-    heal(sv, &workers);
+    heal(&ctx.rt, sv, &workers);
     let when = if early {
         "before it"
     } else {
@@ -133,7 +138,7 @@ fn pick_workers(rng: &mut fastrand::Rng, workers: usize, all_allowed: bool) -> V
 
 /// Cuts each of `workers` from a majority (two or all three, chosen at random) of its
 /// sentinels, by black hole or by reset; what was cut.
-fn cut(sv: &SentinelVoter, workers: &[usize], rng: &mut fastrand::Rng) -> String {
+fn cut(rt: &Handle, sv: &SentinelVoter, workers: &[usize], rng: &mut fastrand::Rng) -> String {
     let mut out = Vec::new();
     for &w in workers {
         let proxies = &sv.proxies[w];
@@ -150,17 +155,21 @@ fn cut(sv: &SentinelVoter, workers: &[usize], rng: &mut fastrand::Rng) -> String
         } else {
             Fault::Reset
         };
+        let user = SentinelVoter::user(w);
         for &s in &which {
             proxies[s].set(fault);
+            rt.block_on(sv.group.cut_user(s, &user));
         }
         out.push(format!("worker {w} from sentinels {which:?} ({fault:?})"));
     }
     out.join(", ")
 }
 
-fn heal(sv: &SentinelVoter, workers: &[usize]) {
+fn heal(rt: &Handle, sv: &SentinelVoter, workers: &[usize]) {
     for &w in workers {
-        for p in &sv.proxies[w] {
+        let user = SentinelVoter::user(w);
+        for (s, p) in sv.proxies[w].iter().enumerate() {
+            rt.block_on(sv.group.allow_user(s, &user, &user));
             p.set(Fault::Pass);
         }
     }

@@ -20,6 +20,8 @@ pub(super) enum Voter {
     Sentinel {
         name: String,
         refresh: Duration,
+        /// The worker's own user on the sentinels (the password is the user's name).
+        user: String,
         addrs: Vec<String>,
     },
     /// `cluster|ADDR,…`
@@ -34,9 +36,10 @@ pub(super) fn parse_voters(spec: &str) -> Vec<Voter> {
             let list = |s: &str| s.split(',').map(str::to_owned).collect::<Vec<_>>();
             match fields[..] {
                 ["master", url] => Voter::Master(url.to_owned()),
-                ["sentinel", name, refresh, addrs] => Voter::Sentinel {
+                ["sentinel", name, refresh, user, addrs] => Voter::Sentinel {
                     name: name.to_owned(),
                     refresh: Duration::from_millis(refresh.parse().expect("a refresh in ms")),
+                    user: user.to_owned(),
                     addrs: list(addrs),
                 },
                 ["cluster", addrs] => Voter::Cluster(list(addrs)),
@@ -83,11 +86,13 @@ pub(super) fn client(config: &WorkerConfig) -> Redlock {
             Voter::Sentinel {
                 name,
                 refresh,
+                user,
                 addrs,
             } => {
                 let group = Sentinel::new(name, addrs)
                     .expect("a valid Sentinel group")
-                    .refresh_interval(*refresh);
+                    .refresh_interval(*refresh)
+                    .sentinel_password(Some(user), user);
                 builder.node(RedisNode::sentinel_with(group, &protected).expect("a Sentinel voter"))
             }
             Voter::Cluster(addrs) => {
@@ -110,7 +115,7 @@ mod tests {
     #[test]
     fn reads_the_voters_the_parent_describes() {
         let voters = parse_voters(
-            "master|redis://127.0.0.1:1;sentinel|g-1|200|127.0.0.1:2,127.0.0.1:3;cluster|127.0.0.1:4",
+            "master|redis://127.0.0.1:1;sentinel|g-1|200|worker-0|127.0.0.1:2,127.0.0.1:3;cluster|127.0.0.1:4",
         );
         assert_eq!(
             voters,
@@ -119,6 +124,7 @@ mod tests {
                 Voter::Sentinel {
                     name: "g-1".into(),
                     refresh: Duration::from_millis(200),
+                    user: "worker-0".into(),
                     addrs: vec!["127.0.0.1:2".into(), "127.0.0.1:3".into()],
                 },
                 Voter::Cluster(vec!["127.0.0.1:4".into()]),

@@ -180,3 +180,47 @@ async fn sentinel_partial_list_removed_not_reset_sentinel_makes_the_voter_abstai
         .expect_err("the client that saw three still needs two");
     assert!(err.is_unavailable(), "{err}");
 }
+
+/// The sentinels a client learns from the group vote like listed ones: of five sentinels the
+/// client lists three, and is then cut from two of those three. It still hears one listed and
+/// the two it learned of — three of five, a majority — and goes on granting (20 tries after
+/// the cut, each granted; a try with no answer in its node timeout on a loaded machine is
+/// asked again). Counted over the one listed sentinel it still hears, it would abstain.
+#[tokio::test(flavor = "multi_thread")]
+async fn sentinel_partial_list_learned_sentinels_vote() {
+    let g = SentinelGroup::start_with("tr-learned", 5);
+    for i in 0..5 {
+        g.allow_user(i, USER, PASSWORD).await;
+    }
+    let listed = g.sentinel_addrs()[..3].to_vec();
+    let (refresh, connect) = (Duration::from_millis(200), Duration::from_millis(500));
+    let redlock = client(&g, &listed, refresh, connect);
+    // Asked until the voter has learned the other two: a grant while two listed ones are
+    // cut shows it (set-up, bounded).
+    eventually("a grant before the cut", FOLLOW, || async {
+        try_once(&redlock, "before").await.is_ok()
+    })
+    .await;
+    g.cut_user(0, USER).await;
+    g.cut_user(1, USER).await;
+    eventually("a grant with two listed sentinels cut", FOLLOW, || async {
+        try_once(&redlock, "cut").await.is_ok()
+    })
+    .await;
+    let window = refresh * 2 + connect * 2;
+    // Past the window: every grant now rests on a confirmation made after the cut.
+    tokio::time::sleep(window).await;
+    let mut granted = 0;
+    let start = Instant::now();
+    while granted < 20 {
+        match try_once(&redlock, &format!("cut-{granted}")).await {
+            Ok(()) => granted += 1,
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("a refusal with three of five sentinels answering: {e}"),
+        }
+        assert!(
+            start.elapsed() < FOLLOW,
+            "could not set up the scenario: {granted} grants in {FOLLOW:?}"
+        );
+    }
+}

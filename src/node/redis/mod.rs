@@ -199,9 +199,12 @@ impl RedisNode {
     /// sentinels of a group of five — one side of a zone split — are no majority. A
     /// sentinel removed from the group still counts until `SENTINEL RESET` is sent to every
     /// remaining sentinel: while fewer than a majority answer, the voter abstains and warns
-    /// naming the reset. The group a client saw shrinks only when a majority of it answers
-    /// reporting the smaller group (a sentinel restarted without its configuration reports a
-    /// small group too); after removing more than half of a group, restart the clients. The
+    /// naming the reset. The group a client saw shrinks only when more than half of it
+    /// answers reporting the smaller group (a sentinel restarted without its configuration
+    /// reports a small group too); after removing half or more of a group, reset the rest
+    /// and restart the clients. List each sentinel once, by one address, and take removed
+    /// ones out of the list: each listed address counts. Learned sentinels are reached at
+    /// the address they announce (under TLS, their certificates must name it). The
     /// sentinels' user needs `+sentinel|get-master-addr-by-name +sentinel|myid
     /// +sentinel|master +sentinel|sentinels` (Redis 6.2 or later): a sentinel that cannot
     /// say who it is or how large its group is gives no vote.

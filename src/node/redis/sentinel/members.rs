@@ -128,8 +128,8 @@ impl Members {
                         listed = self.listed,
                         group = tally.group(),
                         "the client lists fewer sentinels than the group has: list every \
-                         sentinel (the voter also asks those the group names, and counts its \
-                         majority over the whole group)"
+                         sentinel, once (the voter also asks those the group names, at the \
+                         addresses they announce, and counts its majority over the whole group)"
                     );
                 }
                 Ok(master)
@@ -139,8 +139,10 @@ impl Members {
     }
 
     /// After a round: the largest group, and the sentinels the answers named that the voter
-    /// does not ask yet (or, after a round every sentinel had its say in, no longer needs to:
-    /// one the group stopped naming, reset away — unless listed).
+    /// does not ask yet. After a round every sentinel had its say in (one that found no
+    /// majority: a round that found one ends early), a sentinel the answers no longer name
+    /// (reset away) is asked no more, unless listed; one pruned by mistake (only a sentinel
+    /// that lost its configuration answered) is learned again from the next full answer.
     fn learn(
         &mut self,
         group: &Sentinel,
@@ -164,6 +166,7 @@ impl Members {
                 continue;
             }
             let Ok((host, port)) = super::host_port(addr, 26379) else {
+                tracing::debug!(voter = %group.name(), sentinel = %addr, "not asked: no address");
                 continue;
             };
             match connect(group, options, &host, port) {
@@ -172,7 +175,9 @@ impl Members {
                     conn,
                     listed: false,
                 }),
-                Err(e) => tracing::debug!(voter = %group.name(), sentinel = %addr, "{e}"),
+                Err(e) => {
+                    tracing::debug!(voter = %group.name(), sentinel = %addr, "not asked: {e}")
+                }
             }
         }
     }
@@ -228,7 +233,12 @@ impl Answer {
         let mut named = Vec::with_capacity(items.len());
         for item in items {
             let peer = fields(item).and_then(|f| {
-                let addr = format!("{}:{}", field(&f, "ip")?, field(&f, "port")?);
+                let (ip, port) = (field(&f, "ip")?, field(&f, "port")?);
+                let addr = if ip.contains(':') {
+                    format!("[{ip}]:{port}")
+                } else {
+                    format!("{ip}:{port}")
+                };
                 Some((addr, field(&f, "runid")?.to_owned()))
             });
             named.push(peer.ok_or_else(|| refused("SENTINEL SENTINELS", item))?);
@@ -363,8 +373,11 @@ impl Tally {
         if answered < majority {
             format!(
                 "only {answered} of the {group} sentinels of `{name}` answered, fewer than a \
-                 majority ({majority}): a sentinel removed from the group still counts until \
-                 `SENTINEL RESET {name}` is sent to every remaining sentinel (named: {named}{errors})"
+                 majority ({majority}): the others are unreachable (a split: reset nothing), \
+                 or were removed from the group — a removed sentinel still counts until \
+                 `SENTINEL RESET {name}` is sent to every remaining sentinel, and for a client \
+                 that saw it until a majority of the group it saw answers or the client \
+                 restarts (named: {named}{errors})"
             )
         } else {
             format!(

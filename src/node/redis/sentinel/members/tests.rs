@@ -39,6 +39,7 @@ fn reads_a_whole_answer() {
         Value::Array(vec![
             flat(&[("ip", "127.0.0.1"), ("port", "26380"), ("runid", "bbbb")]),
             flat(&[("ip", "10.0.0.2"), ("port", "26379"), ("runid", "cccc")]),
+            flat(&[("ip", "::1"), ("port", "26381"), ("runid", "dddd")]),
         ]),
     ];
     let a = Answer::read(&values, "m").unwrap();
@@ -49,7 +50,8 @@ fn reads_a_whole_answer() {
         a.peers,
         [
             ("127.0.0.1:26380".to_owned(), "bbbb".to_owned()),
-            ("10.0.0.2:26379".to_owned(), "cccc".to_owned())
+            ("10.0.0.2:26379".to_owned(), "cccc".to_owned()),
+            ("[::1]:26381".to_owned(), "dddd".to_owned())
         ]
     );
 }
@@ -88,6 +90,7 @@ fn the_majority_is_over_the_group_not_the_list() {
     assert_eq!(t.group(), 5);
     let why = t.failure("m");
     assert!(why.contains("only 2 of the 5"), "{why}");
+    assert!(why.contains("a split: reset nothing"), "{why}");
     assert!(why.contains("SENTINEL RESET m"), "{why}");
     // The third that agrees makes it.
     assert_eq!(t.add("s3".into(), Ok(answer("c", 7000, 5))), master(7000));

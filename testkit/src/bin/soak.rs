@@ -48,13 +48,16 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
       skew           bare masters' clocks really offset within +/- skew-percent of the ttl
                      (any two differ by at most twice that, below the ttl), restarted now
                      and then so their fencing counters restart from the skewed clock
-      sentinel       one voter is a Sentinel group: workers cut from a majority of their
-                     sentinels; SENTINEL FAILOVER while some workers are cut off
+      sentinel       one voter is a Sentinel group of 5 of which workers list 3: workers
+                     cut from a majority of the group; SENTINEL FAILOVER while some
+                     workers are cut off
       cluster        one voter is a 3-node Cluster behind proxies: replies reset after the
                      command ran, nodes partitioned (needs --features cluster)
       records        replay workload: completion records on a minority (masters frozen
                      around completions, thawed past their patience inside the ttl), then
                      the master that had the record paused while duplicates claim
+      operator       lock workload: a forced release naming a holder, re-run after the
+                     key changed hands (must delete nothing)
   --workload W       CHECKER_WORKLOAD       lock (critical sections) or replay
                                             (lock_unless_completed + complete) (lock)
   --handler-ms N     CHECKER_HANDLER_MS     replay: the handler waits up to N ms (60)

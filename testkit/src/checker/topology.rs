@@ -18,6 +18,10 @@ use super::MASTERS;
 /// How often a worker's Sentinel voter asks its sentinels for the master: its majority
 /// window is twice that.
 pub(super) const SENTINEL_REFRESH: Duration = Duration::from_millis(200);
+/// The Sentinel group's size, and how many of its sentinels a worker lists: the voter learns
+/// the others from the group, and must count its majority over all of them.
+pub(super) const GROUP_SENTINELS: usize = 5;
+pub(super) const LISTED_SENTINELS: usize = 3;
 
 /// Every voter of a run, and the proxies in front of them.
 pub(super) struct Topology {
@@ -36,10 +40,12 @@ pub(super) struct SentinelVoter {
     /// The voter's index.
     pub(super) voter: usize,
     pub(super) group: SentinelGroup,
-    /// Per worker, one proxy per sentinel: a worker can be cut from its sentinels alone.
-    /// (The master is reached directly, at the address the sentinels name.) The voter also
-    /// asks the sentinels the group names, at their own addresses: a cut also switches the
-    /// worker's own ACL user ([`SentinelVoter::user`]) off on the sentinels it cuts.
+    /// Per worker, one proxy per sentinel it lists (the first [`LISTED_SENTINELS`] of the
+    /// group's [`GROUP_SENTINELS`]): a worker can be cut from its sentinels alone. (The master
+    /// is reached directly, at the address the sentinels name.) The voter also asks the
+    /// sentinels the group names, at their own addresses: a cut switches the worker's own
+    /// ACL user ([`SentinelVoter::user`]) off on the sentinels it cuts, and faults its proxy
+    /// to those it lists.
     pub(super) proxies: Vec<Vec<FaultProxy>>,
 }
 
@@ -80,7 +86,8 @@ impl Topology {
             run_id.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
         );
         let (masters, group, cluster) = std::thread::scope(|s| {
-            let group = with_sentinel.then(|| s.spawn(|| SentinelGroup::start(&name)));
+            let group = with_sentinel
+                .then(|| s.spawn(|| SentinelGroup::start_with(&name, GROUP_SENTINELS)));
             let cluster = with_cluster.then(|| s.spawn(|| Cluster::start(3)));
             let masters: Vec<_> = offsets_us
                 .iter()
@@ -102,10 +109,11 @@ impl Topology {
             let sentinel = match group {
                 Some(group) => {
                     let mut per_worker = Vec::new();
+                    let listed = group.sentinel_addrs()[..LISTED_SENTINELS].to_vec();
                     for w in 0..settings.processes {
-                        per_worker.push(proxies_to(group.sentinel_addrs()).await);
+                        per_worker.push(proxies_to(listed.clone()).await);
                         let user = SentinelVoter::user(w);
-                        for i in 0..group.sentinel_addrs().len() {
+                        for i in 0..GROUP_SENTINELS {
                             group.allow_user(i, &user, &user).await;
                         }
                     }
@@ -188,7 +196,8 @@ impl Topology {
             .collect();
         if let Some(s) = &self.sentinel {
             out.push(format!(
-                "voter {}: Sentinel group {} (master {}, replica {}, 3 sentinels; refresh {:?})",
+                "voter {}: Sentinel group {} (master {}, replica {}, {GROUP_SENTINELS} sentinels, \
+                 {LISTED_SENTINELS} listed; refresh {:?})",
                 s.voter,
                 s.group.master_name(),
                 s.group.master_addr(),

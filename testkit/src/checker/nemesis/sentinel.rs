@@ -1,9 +1,10 @@
-//! The `sentinel` lane: one voter is a Sentinel group, and each worker reaches its three
-//! sentinels through proxies of its own (the master itself directly, at the address the
-//! sentinels name), as an ACL user of its own. A cut faults the worker's proxies to the
-//! sentinels it cuts and switches its user off there (its connections killed): the voter also
-//! asks the sentinels the group names, at their own addresses, which no proxy stands in
-//! front of. Two faults:
+//! The `sentinel` lane: one voter is a Sentinel group of five sentinels, of which each
+//! worker lists three (it learns the other two from the group), reaching them through
+//! proxies of its own (the master itself directly, at the address the sentinels name), as
+//! an ACL user of its own. A cut switches the worker's user off on the sentinels it cuts
+//! (its connections killed) and faults its proxies to those it lists: the voter also asks
+//! the sentinels the group names, at their own addresses, which no proxy stands in front
+//! of. Two faults:
 //!
 //! - `sentinel-cut`: some workers are cut from a majority (or all) of their sentinels for
 //!   0.3–1.5 s — longer than the voter's majority window (2 × the refresh interval): they
@@ -24,7 +25,7 @@ use tokio::runtime::Handle;
 use crate::proxy::Fault;
 
 use super::super::clock;
-use super::super::topology::{SentinelVoter, SENTINEL_REFRESH};
+use super::super::topology::{SentinelVoter, GROUP_SENTINELS, SENTINEL_REFRESH};
 use super::{ms, Ctx};
 
 /// The bound of the wait for the first sentinel to name the new master.
@@ -136,18 +137,21 @@ fn pick_workers(rng: &mut fastrand::Rng, workers: usize, all_allowed: bool) -> V
     all
 }
 
-/// Cuts each of `workers` from a majority (two or all three, chosen at random) of its
-/// sentinels, by black hole or by reset; what was cut.
+/// Cuts each of `workers` from a majority (three or all five, chosen at random) of the
+/// group's sentinels — listed or not: cut from two of its three listed ones and one it
+/// learned of, a worker still hears two listed of three, which is no majority of the group
+/// — its user switched off there, and its proxy to a listed one black-holed or reset; what
+/// was cut.
 fn cut(rt: &Handle, sv: &SentinelVoter, workers: &[usize], rng: &mut fastrand::Rng) -> String {
     let mut out = Vec::new();
     for &w in workers {
         let proxies = &sv.proxies[w];
-        let mut which: Vec<usize> = (0..proxies.len()).collect();
+        let mut which: Vec<usize> = (0..GROUP_SENTINELS).collect();
         rng.shuffle(&mut which);
         which.truncate(if rng.bool() {
-            proxies.len()
+            GROUP_SENTINELS
         } else {
-            proxies.len() / 2 + 1
+            GROUP_SENTINELS / 2 + 1
         });
         which.sort_unstable();
         let fault = if rng.bool() {
@@ -157,8 +161,10 @@ fn cut(rt: &Handle, sv: &SentinelVoter, workers: &[usize], rng: &mut fastrand::R
         };
         let user = SentinelVoter::user(w);
         for &s in &which {
-            proxies[s].set(fault);
             rt.block_on(sv.group.cut_user(s, &user));
+            if let Some(proxy) = proxies.get(s) {
+                proxy.set(fault);
+            }
         }
         out.push(format!("worker {w} from sentinels {which:?} ({fault:?})"));
     }
@@ -168,8 +174,10 @@ fn cut(rt: &Handle, sv: &SentinelVoter, workers: &[usize], rng: &mut fastrand::R
 fn heal(rt: &Handle, sv: &SentinelVoter, workers: &[usize]) {
     for &w in workers {
         let user = SentinelVoter::user(w);
-        for (s, p) in sv.proxies[w].iter().enumerate() {
+        for s in 0..GROUP_SENTINELS {
             rt.block_on(sv.group.allow_user(s, &user, &user));
+        }
+        for p in &sv.proxies[w] {
             p.set(Fault::Pass);
         }
     }

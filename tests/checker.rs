@@ -100,14 +100,15 @@ fn mutual_exclusion_and_fencing_hold_across_processes_under_faults() {
 
 /// Replies reset after their command ran (on the bare masters) while every master's clock
 /// is really offset by up to 45 % of the ttl (one ahead by that much, one behind) and the
-/// skewed masters are restarted empty now and then: exclusion holds, and the fencing
+/// skewed masters are restarted empty now and then, and an operator re-runs forced
+/// releases naming a holder after the key changed hands: exclusion holds, the fencing
 /// tokens still increase (a restarted master's counters start again from its skewed
-/// clock).
+/// clock), and no re-run deletes a lock.
 #[test]
 fn nemesis_reply_resets_and_skewed_clocks_hold() {
     let report = run_checker(&[
         "--nemesis",
-        "reply-reset,skew",
+        "reply-reset,skew,operator",
         "--acquisitions",
         "3000",
         "--min-faults",
@@ -117,11 +118,13 @@ fn nemesis_reply_resets_and_skewed_clocks_hold() {
     assert!(injected(&report, "reply-reset") >= 2);
     assert_eq!(injected(&report, "skew"), 5, "every bare master offset");
     assert!(injected(&report, "skew-restart") >= 2);
+    assert!(injected(&report, "operator-rerun") >= 2);
     assert!(report.voters.iter().any(|v| v.contains("clock +")));
     assert!(report.voters.iter().any(|v| v.contains("clock -")));
 }
 
-/// One voter is a Sentinel group; workers are cut from a majority of their sentinels, and
+/// One voter is a Sentinel group of five sentinels, of which each worker lists three;
+/// workers are cut from a majority of the group's sentinels (listed or learned), and
 /// a failover runs while some of them are cut off (still knowing the old master, which
 /// stays writable for seconds): they abstain within their window, and the promoted master
 /// waits out its tenure protection. Exclusion and fencing hold.

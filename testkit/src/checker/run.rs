@@ -103,6 +103,7 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
     let ctx = Ctx {
         topology: &topology,
         settings,
+        resources: &resources,
         rt: rt.handle().clone(),
         stop: &stop,
         budget: &budget,

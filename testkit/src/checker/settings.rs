@@ -257,6 +257,12 @@ impl Settings {
                 "--store needs the lock workload with fencing on (--workload lock --fencing 1)"
             );
         }
+        if has(Kind::Operator) {
+            assert!(
+                self.workload == Workload::Lock,
+                "the operator nemesis needs the lock workload (--workload lock)"
+            );
+        }
         if has(Kind::Records) {
             assert!(
                 self.workload == Workload::Replay,

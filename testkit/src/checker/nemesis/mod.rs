@@ -11,6 +11,7 @@
 mod budget;
 mod classic;
 mod cluster;
+mod operator;
 mod records;
 mod reply;
 mod sentinel;
@@ -36,17 +37,19 @@ pub enum Kind {
     Sentinel,
     Cluster,
     Records,
+    Operator,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Classic,
         Kind::ReplyReset,
         Kind::Skew,
         Kind::Sentinel,
         Kind::Cluster,
         Kind::Records,
+        Kind::Operator,
     ];
 
     /// The name `--nemesis` takes.
@@ -58,6 +61,7 @@ impl Kind {
             Kind::Sentinel => "sentinel",
             Kind::Cluster => "cluster",
             Kind::Records => "records",
+            Kind::Operator => "operator",
         }
     }
 
@@ -103,6 +107,7 @@ impl Kind {
             Kind::Sentinel => &[&["sentinel-cut"], &["sentinel-failover"]],
             Kind::Cluster => &[&["cluster-reply-reset"], &["cluster-partition"]],
             Kind::Records => &[&["records"]],
+            Kind::Operator => &[&["operator-rerun"]],
         }
     }
 }
@@ -111,6 +116,8 @@ impl Kind {
 pub(super) struct Ctx<'a> {
     pub(super) topology: &'a Topology,
     pub(super) settings: &'a Settings,
+    /// The resources the workers lock (the lock workload's keys).
+    pub(super) resources: &'a [String],
     /// The parent's runtime (the proxies run there; async topology calls block on it).
     pub(super) rt: tokio::runtime::Handle,
     pub(super) stop: &'a Stop,
@@ -184,6 +191,7 @@ pub(super) fn unleash(ctx: &Ctx<'_>) {
                         Kind::Sentinel => sentinel::lane(ctx),
                         Kind::Cluster => cluster::lane(ctx),
                         Kind::Records => records::lane(ctx),
+                        Kind::Operator => operator::lane(ctx),
                     });
                     let done = std::panic::catch_unwind(lane);
                     if done.is_err() {

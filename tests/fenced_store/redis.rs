@@ -313,7 +313,12 @@ async fn fenced_store_redis_contended_writers_never_go_back() {
         "every landed append is in the log"
     );
     assert!(log.len() >= LEASES, "{} entries", log.len());
-    assert!(seen.refused > 0, "no paused writer was refused");
+    // A stale write that landed would have sent the log back (checked above); none refused
+    // means no paused writer came back after a newer one wrote: no scenario.
+    assert!(
+        seen.refused > 0,
+        "could not set up the scenario: no paused writer came back after a newer one wrote"
+    );
     let max = history.iter().map(|h| h.0).max().unwrap();
     let data = &mut store(&server).await;
     assert_eq!(data.fence(LOG).await.unwrap(), Some(max));

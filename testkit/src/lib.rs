@@ -30,7 +30,7 @@ mod wait;
 use std::path::{Path, PathBuf};
 
 pub use launch::redis_server_version;
-pub use masters::{Masters, NODE_TIMEOUT};
+pub use masters::{silent_majority_bound, Masters, NODE_TIMEOUT};
 pub use postgres::PostgresServer;
 pub use serve::HttpApp;
 pub use server::RedisServer;

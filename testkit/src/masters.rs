@@ -11,6 +11,15 @@ use crate::server::RedisServer;
 /// The per-node timeout of the test clients: modest, but generous for a shared 2-core box.
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// The longest a test client's try may take when a majority of its masters is silent
+/// (frozen or black-holed): the node timeout, plus at most four node timeouts given back for
+/// this process's own stalls (`src/lock/call.rs`, `MAX_EXCUSE`: a silent master answers no
+/// other request meanwhile), plus the last look (a tenth of the node timeout), plus a second
+/// for the lateness of the last timer on a loaded machine.
+pub fn silent_majority_bound() -> Duration {
+    NODE_TIMEOUT * 5 + NODE_TIMEOUT / 10 + Duration::from_secs(1)
+}
+
 /// `k` independent masters.
 #[derive(Debug)]
 pub struct Masters {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tower_redlock::Retry;
 
-use crate::support::{eventually, warm_up, Masters};
+use crate::support::{eventually, silent_majority_bound, warm_up, Masters};
 use crate::{gone_everywhere, SECOND, TTL};
 
 /// Runs `op` while master `i` is frozen; the master thaws 50 ms in — late, but well within
@@ -101,6 +101,10 @@ async fn minority_down_locks_majority_down_is_unavailable() {
     .expect("no hang");
 }
 
+/// Two of three masters frozen: the try fails as a timeout naming both, within the bound a
+/// silent majority gets (`silent_majority_bound`: the node timeout, the stalls of this
+/// process given back, the last look and a second for a late timer); the live master is
+/// released, and once thawed the queued requests run and the lock can be had.
 #[tokio::test]
 async fn frozen_majority_times_out_promptly() {
     tokio::time::timeout(Duration::from_secs(30), async {
@@ -116,7 +120,8 @@ async fn frozen_majority_times_out_promptly() {
         let took = start.elapsed();
         assert!(err.is_unavailable(), "{err:?}");
         assert!(err.is_timeout(), "{err:?}");
-        assert!(took < Duration::from_secs(2), "took {took:?}");
+        let bound = silent_majority_bound();
+        assert!(took < bound, "took {took:?} (bound {bound:?})");
         let named: HashSet<usize> = err.node_errors().iter().map(|e| e.node()).collect();
         assert_eq!(named, [1, 2].into(), "{err:?}");
         assert!(err.node_errors().iter().all(|e| e.is_timeout()));

@@ -7,12 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use support::proxy::{Fault, FaultProxy};
-use support::{eventually, warm_up, Masters, NODE_TIMEOUT};
+use support::{eventually, silent_majority_bound, warm_up, Masters, NODE_TIMEOUT};
 use tower_redlock::node::RedisNodeOptions;
 use tower_redlock::{Redlock, Retry};
 
-/// Generous slack for a shared 2-core machine: outcomes and bounds, never tight timings.
-const SLACK: Duration = Duration::from_millis(800);
 const SECOND: Duration = Duration::from_secs(1);
 
 /// Every master ends empty: no try or release left a key behind (the hazard of deciding at
@@ -135,7 +133,7 @@ async fn majority_black_holed_fails_within_bound_then_heals() {
         let took = started.elapsed();
         assert!(err.is_unavailable(), "round {round}: {err:?}");
         assert!(err.is_timeout(), "round {round}: {err:?}");
-        let bound = NODE_TIMEOUT * 5 + NODE_TIMEOUT / 10 + Duration::from_secs(1);
+        let bound = silent_majority_bound();
         assert!(
             took < bound,
             "round {round}: the unreachable error took {took:?} (bound {bound:?})"
@@ -345,17 +343,20 @@ async fn extension_after_expiry_fails_and_never_resurrects() {
                 granted = Some(lease);
                 break;
             }
-            // What a failed try left is released, or expires within the 40 ms.
-            eventually("the failed try left nothing", SLACK, || {
-                masters.absent_everywhere(&resource)
-            })
+            // What a failed try left is released, or expires within the 40 ms (set-up: 5 s
+            // for a loaded machine to run the release and the check).
+            eventually(
+                "could not set up the scenario: the failed try left nothing",
+                5 * SECOND,
+                || masters.absent_everywhere(&resource),
+            )
             .await;
         }
         let lease = granted.unwrap_or_else(|| {
             panic!("could not set up the scenario: no 40 ms lease was granted in 50 tries")
         });
         tokio::time::sleep(Duration::from_millis(30 + i % 15)).await;
-        match lease.extend(Duration::from_secs(5)).await {
+        match lease.extend(Duration::from_secs(60)).await {
             Ok(()) => {
                 assert!(lease.is_valid());
                 assert!(masters.holding(&resource, lease.value()).await >= 2);

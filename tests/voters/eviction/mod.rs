@@ -22,6 +22,7 @@ use tower_redlock_testkit as support;
 use support::{eventually, Masters, RedisServer, NODE_TIMEOUT};
 
 mod checks;
+mod runtime;
 
 const TTL: Duration = Duration::from_secs(30);
 const DAY: Duration = Duration::from_secs(86_400);

@@ -1,0 +1,28 @@
+use super::*;
+
+#[test]
+fn hashes_match_sources() {
+    for s in [
+        &ACQUIRE,
+        &ACQUIRE_GUARDED,
+        &RELEASE,
+        &EXTEND,
+        &ACQUIRE_UNLESS_COMPLETED,
+        &COMPLETE,
+        &ACQUIRE_FENCED,
+        &ACQUIRE_UNLESS_COMPLETED_FENCED,
+        &RELEASE_FENCED,
+        &COMPLETE_FENCED,
+        &EXTEND_FENCED,
+        &COMPLETE_FREE,
+        &COMPLETE_FREE_FENCED,
+        &FORCE_RELEASE,
+    ] {
+        assert_eq!(
+            redis::Script::new(s.source()).get_hash(),
+            s.sha1(),
+            "{}",
+            &s.source()[..40]
+        );
+    }
+}

@@ -10,7 +10,7 @@ use futures_util::future::Either;
 use super::{
     Acquire, AcquireRequest, CallError, CompleteRequest, EvictionStatus, ExtendRequest,
     ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, MemoryNode, Node, NodeFuture,
-    RedisNode, ReleaseRequest,
+    Packed, RedisNode, ReleaseRequest,
 };
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
@@ -107,12 +107,18 @@ impl AnyNode {
         }
     }
 
-    /// Whether this node uses the Redis command a fan-out packs once for all its masters
-    /// ([`RedisNode::set_cmd`] when `acquire`, else [`RedisNode::release_cmd`]).
-    pub(crate) fn uses_prepared(&self, acquire: bool) -> bool {
+    /// Whether this node uses the release a fan-out packs once for all its Redis masters
+    /// ([`RedisNode::release_cmd`]).
+    pub(crate) fn uses_prepared_release(&self) -> bool {
+        matches!(self, Self::Redis(_))
+    }
+
+    /// Which acquire a fan-out packs once for all its Redis masters this node sends
+    /// ([`RedisNode::packed_acquire`]), if any.
+    pub(crate) fn packed_acquire(&self) -> Option<Packed> {
         match self {
-            Self::Redis(n) => !acquire || n.plain_acquire(),
-            _ => false,
+            Self::Redis(n) => n.packed_acquire(),
+            _ => None,
         }
     }
 
@@ -148,8 +154,8 @@ impl AnyNode {
         }
     }
 
-    /// Sends `request`; to a Redis master with `prepared` ([`RedisNode::set_cmd`]), the
-    /// plain `SET` packed once for the fan-out.
+    /// Sends `request`; to a Redis master with `prepared` (what its
+    /// [`AnyNode::packed_acquire`] names), the acquire packed once for the fan-out.
     pub(crate) fn acquire<'a>(
         &'a self,
         request: AcquireRequest<'a>,

@@ -27,7 +27,7 @@ mod request;
 pub(crate) mod wake;
 
 pub(crate) use self::any::AnyNode;
-pub(crate) use self::redis::EvictionStatus;
+pub(crate) use self::redis::{EvictionStatus, Packed};
 
 pub use self::memory::MemoryNode;
 pub use self::operate::{
@@ -383,6 +383,9 @@ impl std::error::Error for CallError {
 
 impl From<::redis::RedisError> for CallError {
     fn from(e: ::redis::RedisError) -> Self {
+        if let Some(abstains) = self::redis::eviction_refusal(&e) {
+            return abstains;
+        }
         let timeout = e.is_timeout();
         let unreachable = self::redis::conn::connection_lost(&e);
         let local = self::redis::conn::is_abstention(&e);

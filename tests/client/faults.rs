@@ -224,8 +224,10 @@ async fn a_set_never_handed_to_a_connection_is_not_sent_late() {
     gone_everywhere(&m, "late-fresh:after").await;
 }
 
-/// The same with a master that lost its script cache (a restart, `SCRIPT FLUSH`): its
-/// `EVALSHA` answers `NOSCRIPT` late, and the `EVAL` fallback must still be sent.
+/// The same with a master that lost its script cache (a restart, `SCRIPT FLUSH`) and
+/// answers late: the acquire is a script, and what reaches it must be the whole of it. (An
+/// `EVALSHA` it answered `NOSCRIPT` after the try was decided was never followed by its
+/// `EVAL`: the try keeps its late requests unpolled. Acquires are sent whole since.)
 #[tokio::test]
 async fn lock_reaches_a_late_master_after_script_flush() {
     let m = Masters::start(3);

@@ -5,7 +5,7 @@
 //! - [`lock`]: lock, unlock and lock again; the Ruby gem's flow; two clients contending,
 //!   unique tokens; interop with plain `SET NX` holders and a key prefix; 16 tasks on one key;
 //! - [`quorum`]: `try_lock` over every subset of pre-held masters (1, 3 and 5 masters);
-//! - [`faults`]: stopped and frozen masters, late masters (the `SET`, an extension and the
+//! - [`faults`]: stopped and frozen masters, late masters (the acquire, an extension and its
 //!   `EVAL` fallback still reach them), `NOSCRIPT` recovery after `SCRIPT FLUSH`;
 //! - [`extend`]: extension, after expiry or vanished keys (lost, never re-created), a wrong
 //!   token, the extension cap;

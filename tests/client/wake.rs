@@ -276,10 +276,11 @@ async fn wake_fewer_listening_voters_than_a_quorum_poll_and_still_publish() {
         .delay(Duration::from_millis(300))
         .jitter(Duration::ZERO);
     let waiting = Waiter::start(&redlock, "wake-few", TTL, poll);
-    // Its first try reached every master (the holder's `SET`, then the waiter's).
+    // Its first try reached every master (the holder's acquire, then the waiter's: an
+    // acquire is one `EVAL`).
     eventually("the waiter tried", Duration::from_secs(5), || async {
         for s in m.iter() {
-            if calls(s, "set").await < 2 {
+            if calls(s, "eval").await < 2 {
                 return false;
             }
         }

@@ -1,5 +1,5 @@
-//! The acquire request a try sends every node: the plain `SET` (packed once for every Redis
-//! master), the replay acquire (the completion record looked at first), the fenced acquire
+//! The acquire request a try sends every node: the acquire script or the plain `SET` (each
+//! packed once for every Redis master that sends it), the replay acquire (the completion record looked at first), the fenced acquire
 //! (the counter's bump), or replay and fenced at once.
 
 use std::sync::Arc;
@@ -8,10 +8,10 @@ use std::time::Duration;
 use crate::lock::call::Voter;
 use crate::lock::fencing;
 use crate::lock::token::Token;
-use crate::node::{Acquire, AcquireRequest, AnyNode, CallError, RedisNode};
+use crate::node::{Acquire, AcquireRequest, AnyNode, CallError, Packed, RedisNode};
 
 /// One try's acquire, cloned into the request to every remote node (reference counts only:
-/// no allocation per try beyond the packed `SET`, as before fencing).
+/// no allocation per try beyond the packed acquire, as before fencing).
 #[derive(Clone)]
 pub(crate) struct Acquisition {
     key: Arc<str>,
@@ -25,6 +25,9 @@ pub(crate) struct Acquisition {
     pub(crate) retention: Duration,
     /// The plain `SET`, packed once, when a Redis master will be sent it.
     set: Option<Arc<::redis::Cmd>>,
+    /// The acquire script (with its eviction check), packed once, when a Redis master will
+    /// be sent it.
+    script: Option<Arc<::redis::Cmd>>,
 }
 
 impl Acquisition {
@@ -37,8 +40,11 @@ impl Acquisition {
         ttl: Duration,
     ) -> Self {
         let plain = record_key.is_none() && fence_key.is_none();
-        let set = (plain && nodes.iter().any(|v| v.node.uses_prepared(true)))
-            .then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
+        let packs = |kind| plain && nodes.iter().any(|v| v.node.packed_acquire() == Some(kind));
+        let set =
+            packs(Packed::Set).then(|| Arc::new(RedisNode::set_cmd(key, token.as_str(), ttl)));
+        let script = packs(Packed::Script)
+            .then(|| Arc::new(RedisNode::acquire_cmd(key, token.as_str(), ttl)));
         Self {
             key: key.clone(),
             record_key: record_key.cloned(),
@@ -47,6 +53,7 @@ impl Acquisition {
             ttl,
             retention: fencing::retention(ttl),
             set,
+            script,
         }
     }
 
@@ -69,7 +76,12 @@ impl Acquisition {
 
     /// The request to `node`.
     pub(crate) async fn send(&self, node: &AnyNode) -> Result<Acquire, CallError> {
-        let answer = node.acquire(self.request(), self.set.as_deref()).await;
+        let prepared = match node.packed_acquire() {
+            Some(Packed::Set) => self.set.as_deref(),
+            Some(Packed::Script) => self.script.as_deref(),
+            None => None,
+        };
+        let answer = node.acquire(self.request(), prepared).await;
         if self.fence_key.is_some() {
             checked(answer)
         } else {

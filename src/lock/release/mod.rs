@@ -435,7 +435,7 @@ fn send_release(
     // the masters and Sentinel groups share one, a Cluster's differs).
     let packed = nodes
         .iter()
-        .find(|v| fence.is_none() && v.node.uses_prepared(false))
+        .find(|v| fence.is_none() && v.node.uses_prepared_release())
         .map(|v| {
             let wake = v.node.wake();
             Arc::new((wake, RedisNode::release_cmd(key, token.as_str(), wake)))

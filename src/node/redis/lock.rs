@@ -1,6 +1,6 @@
-//! The lock's calls on one Redis voter: the acquire (a plain `SET`, or a script behind
-//! tenure protection or over a connection that may send twice), the release and the
-//! extension, each gated by the eviction check.
+//! The lock's calls on one Redis voter: the acquire (a script that refuses on a master that
+//! may evict, or behind tenure protection; a plain `SET` where eviction is allowed), the
+//! release and the extension, each gated by the eviction check.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -14,15 +14,27 @@ use super::scripts::{ACQUIRE, ACQUIRE_GUARDED, EXTEND, RELEASE};
 use super::{held, int, script_cmd, ttl_ms, RedisNode};
 use crate::node::{Acquire, CallError, Refusal};
 
+/// An acquire a fan-out packs once for all the Redis masters that send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Packed {
+    /// `SET key token NX PX ttl` ([`RedisNode::set_cmd`]).
+    Set,
+    /// The script [`ACQUIRE`] with its eviction check ([`RedisNode::acquire_cmd`]).
+    Script,
+}
+
 impl RedisNode {
-    /// `SET key token NX PX ttl`. A plain `SET` costs a master about a fifth less CPU than a
-    /// script doing the same (`bench/benches/profile.rs`). A held key answers without the
-    /// holder's ttl: the client asks one node for it ([`RedisNode::remaining_ttl`]) when a
-    /// contended error is returned, not every node on every try. With delayed-restart
-    /// protection, the guarded script (which returns the holder's ttl at once).
+    /// The script [`ACQUIRE`], which reads the master's eviction policy atomically with its
+    /// `SET` and refuses on a master that may evict; with delayed-restart protection, the
+    /// guarded script; both return the holder's ttl at once. A voter that allows eviction
+    /// (not behind protection, over a connection that never sends twice) sends the plain
+    /// `SET key token NX PX ttl`, which costs a master less CPU than a script
+    /// (`bench/benches/profile.rs`): a held key answers without the holder's ttl, and the
+    /// client asks one node for it ([`RedisNode::remaining_ttl`]) when a contended error is
+    /// returned, not every node on every try.
     ///
-    /// With `prepared` ([`RedisNode::set_cmd`]), the `SET` packed once for every master of a
-    /// fan-out (measured in `bench/benches/profile.rs`: a command per node cost about a tenth of the
+    /// With `prepared` (what [`RedisNode::packed_acquire`] names), the `SET` or the script
+    /// packed once for every master of a fan-out (measured in `bench/benches/profile.rs`: a command per node cost about a tenth of the
     /// throughput at five masters).
     ///
     /// Gated by the eviction check ([`RedisNode::gated`]).
@@ -47,7 +59,7 @@ impl RedisNode {
         // The rare paths are boxed, so that the common one's future (allocated per request)
         // stays small.
         if !self.plain_acquire() {
-            let v = Box::pin(self.acquire_scripted(key, token, ttl)).await?;
+            let v = Box::pin(self.acquire_scripted(key, token, ttl, prepared)).await?;
             // The script answers -3 when the key holds our token, else the holder's PTTL.
             return Ok(match int(&v)? {
                 -3 => Acquire::Acquired,
@@ -103,12 +115,41 @@ impl RedisNode {
         script_cmd("EVALSHA", RELEASE.sha1(), &[key], token, [None, None], wake)
     }
 
-    /// Whether this node acquires with the plain `SET` of [`RedisNode::set_cmd`]: not behind
-    /// tenure protection, and over a connection that never sends a request twice (a
-    /// Cluster's does, after a dropped connection: there the acquire is a script that takes
-    /// our own token for a grant, see [`ACQUIRE`]).
+    /// Whether this node acquires with the plain `SET` of [`RedisNode::set_cmd`]: a voter
+    /// that allows eviction (else the acquire is the script [`ACQUIRE`], which reads the
+    /// master's policy atomically with its `SET`), not behind tenure protection, and over a
+    /// connection that never sends a request twice (a Cluster's does, after a dropped
+    /// connection: there the script takes our own token for a grant).
     pub(crate) fn plain_acquire(&self) -> bool {
-        self.guard.is_none() && !self.conn.sends_again()
+        self.eviction.allows() && self.guard.is_none() && !self.conn.sends_again()
+    }
+
+    /// Which acquire packed once for a fan-out ([`RedisNode::set_cmd`],
+    /// [`RedisNode::acquire_cmd`]) this node sends, if any: not one behind tenure protection
+    /// (its script takes the markers' keys), nor the lenient script of a Cluster voter that
+    /// allows eviction (rare: it packs its own).
+    pub(crate) fn packed_acquire(&self) -> Option<Packed> {
+        if self.plain_acquire() {
+            Some(Packed::Set)
+        } else if self.guard.is_none() && !self.eviction.allows() {
+            Some(Packed::Script)
+        } else {
+            None
+        }
+    }
+
+    /// The `EVAL` of [`ACQUIRE`] (with its eviction check; sent whole, as every acquire:
+    /// [`Script::whole`](super::scripts::Script::whole)), packed: the same for every master
+    /// of a fan-out whose [`RedisNode::packed_acquire`] is [`Packed::Script`].
+    pub(crate) fn acquire_cmd(key: &str, token: &str, ttl: Duration) -> Cmd {
+        script_cmd(
+            "EVAL",
+            ACQUIRE.source(),
+            &[key],
+            token,
+            [Some(ttl_ms(ttl)), None],
+            None,
+        )
     }
 
     /// Compare-and-delete: whether `key` held `token` and was deleted. With `prepared`
@@ -164,12 +205,14 @@ impl RedisNode {
         ]
     }
 
-    /// The acquire as a script: behind tenure protection, or [`ACQUIRE`].
+    /// The acquire as a script: behind tenure protection, or [`ACQUIRE`] (with `prepared`,
+    /// [`RedisNode::acquire_cmd`] packed once for the fan-out).
     async fn acquire_scripted(
         &self,
         key: &str,
         token: &str,
         ttl: Duration,
+        prepared: Option<&Cmd>,
     ) -> Result<Value, CallError> {
         match &self.guard {
             Some(guard) => self.acquire_guarded(guard, key, token, ttl).await,
@@ -180,7 +223,7 @@ impl RedisNode {
                     token,
                     [Some(ttl_ms(ttl)), None],
                     None,
-                    None,
+                    prepared,
                 )
                 .await?),
         }

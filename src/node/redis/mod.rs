@@ -34,7 +34,8 @@ use self::options::DEFAULT_FAILOVER_MAX_TTL;
 pub use self::sentinel::Sentinel;
 pub use self::url::split_urls;
 
-pub(crate) use self::eviction::EvictionStatus;
+pub(crate) use self::eviction::{refusal as eviction_refusal, EvictionStatus};
+pub(crate) use self::lock::Packed;
 
 /// A Redis voter: one master, a Sentinel-managed master group
 /// ([`RedisNode::sentinel`]), or a Redis Cluster ([`RedisNode::cluster`], feature `cluster`).
@@ -362,8 +363,11 @@ impl RedisNode {
 
     /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given, `[ttl_ms,
     /// extra]` and `wake` (the wake-up's channel kind, for a script that deletes a lock) as
-    /// the next arguments: `EVALSHA`, then `EVAL` if the master lost its script cache.
-    /// With `prepared`, the `EVALSHA` packed once for every master of a fan-out.
+    /// the next arguments: `EVALSHA`, then `EVAL` if the master lost its script cache; an
+    /// acquire `EVAL` at once ([`Script::whole`]). With `prepared`, the command packed once
+    /// for every master of a fan-out (a release's `EVALSHA`, an acquire's `EVAL`). A vote
+    /// script is sent with its eviction check unless the voter allows eviction
+    /// ([`Script::for_voter`]).
     async fn run(
         &self,
         script: &Script,
@@ -373,6 +377,20 @@ impl RedisNode {
         wake: Option<&str>,
         prepared: Option<&Cmd>,
     ) -> RedisResult<Value> {
+        let script = script.for_voter(self.eviction.allows());
+        if script.whole() {
+            // An acquire: one request, whatever the master's script cache holds.
+            let mut conn = self.conn.clone();
+            let own;
+            let cmd = match prepared {
+                Some(cmd) => cmd,
+                None => {
+                    own = script_cmd("EVAL", script.source(), keys, token, [ttl_ms, extra], wake);
+                    &own
+                }
+            };
+            return self.noted(query(&mut conn, cmd, script.votes()).await);
+        }
         // Scoped so that nothing of the first request is kept across the fallback's await:
         // this future is allocated for every request, and stays about the size of redis-rs'.
         {

@@ -16,8 +16,8 @@ use crate::node::{
 };
 
 impl RedisNode {
-    /// The acquire `request` asks; with `prepared` ([`RedisNode::set_cmd`]), the plain
-    /// `SET` packed once for the fan-out.
+    /// The acquire `request` asks; with `prepared` (what [`RedisNode::packed_acquire`]
+    /// names), the acquire packed once for the fan-out.
     pub(crate) fn acquire_request<'a>(
         &'a self,
         request: AcquireRequest<'a>,

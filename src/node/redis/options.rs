@@ -35,9 +35,11 @@ const PIPELINE_BUFFER: usize = 4096;
 /// A lock voter's master must keep every key until its ttl: **`maxmemory-policy
 /// noeviction`** (or no `maxmemory`). A Redis shared with a cache (`allkeys-*`, or
 /// `volatile-*`: locks and completion records have a ttl) evicts them under memory pressure,
-/// and a second holder or a second run follows. The voter reads its master's policy
-/// (`INFO memory`) on first use, after every reconnection and every 30 s, and **abstains**
-/// while the master may evict (see [`allow_eviction`](Self::allow_eviction));
+/// and a second holder or a second run follows. Every acquire and extension reads the
+/// master's policy (`INFO memory`) inside its script, atomically with its write, and is
+/// refused on a master that may evict; the voter also checks it on first use, after every
+/// reconnection and every 30 s, and **abstains** while the master may evict (see
+/// [`allow_eviction`](Self::allow_eviction));
 /// [`NodeStatus`](crate::NodeStatus) shows the policy. Completion records that must outlive
 /// a restart also need persistence: `appendonly yes` with `appendfsync always` (or
 /// `everysec`, losing up to a second of them).
@@ -178,15 +180,21 @@ impl RedisNodeOptions {
     /// warning when it sees the policy. The right fix is on the master:
     /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.
     ///
-    /// The policy is read with `INFO memory` (usually allowed where `CONFIG` is not) on first
-    /// use — beside the first acquires, whose answers count only if it lets the voter vote —
-    /// after every reconnection, after a Sentinel failover, and in the background when a
-    /// request or a status read finds the last check older than 30 s (a second while the
-    /// voter abstains, or after a check that got no answer or an error reply: the last
-    /// verdict stands meanwhile). No command is added to a lock. `maxmemory 0` means no
+    /// Every acquire and extension reads the policy with `INFO memory` (usually allowed
+    /// where `CONFIG` is not) inside its own script, atomically with its write: on a master
+    /// made a cache a moment ago (`CONFIG SET maxmemory-policy allkeys-lru`), the very next
+    /// acquire or extension there is refused, and the voter abstains from then on. A lease
+    /// granted before the change keeps its key there, exposed, until its next extension
+    /// (refused) or its end. The voter also checks the policy for [`NodeStatus`](crate::NodeStatus)
+    /// and to refuse without sending: on first use — beside the first acquires, whose
+    /// answers count only if it lets the voter vote — after every reconnection, after a
+    /// Sentinel failover, and in the background when a request or a status read finds the
+    /// last check older than 30 s (a second while the voter abstains, or after a check that
+    /// got no answer or an error reply: the last verdict stands meanwhile). No round trip is
+    /// added to a lock; an allowed voter's scripts skip the read. `maxmemory 0` means no
     /// eviction (on 64-bit builds; a 32-bit build reports its implicit 3 GB limit with
     /// `noeviction`). A master whose `INFO` is denied (an ACL without `+info`) votes
-    /// unchecked, with a warning. On a Cluster every master's policy counts: one that evicts
+    /// unchecked, with a warning (its scripts cannot read the policy either). On a Cluster every master's policy counts: one that evicts
     /// makes the voter abstain (best effort: while a master does not answer, the policy is
     /// unknown and the voter votes; it is asked again every second).
     ///

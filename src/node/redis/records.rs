@@ -96,7 +96,8 @@ impl RedisNode {
         all
     }
 
-    /// `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`, with binary arguments.
+    /// `EVALSHA`, falling back to `EVAL` on `NOSCRIPT`, with binary arguments; an acquire
+    /// `EVAL` at once ([`Script::whole`]).
     pub(super) async fn run_binary(
         &self,
         script: &Script,
@@ -111,8 +112,13 @@ impl RedisNode {
             }
             cmd
         };
+        let script = script.for_voter(self.eviction.allows());
         let mut conn = self.conn.clone();
         let votes = script.votes();
+        if script.whole() {
+            // An acquire: one request, whatever the master's script cache holds.
+            return Ok(self.noted(query(&mut conn, &cmd("EVAL", script.source()), votes).await)?);
+        }
         match self.noted(query(&mut conn, &cmd("EVALSHA", script.sha1()), votes).await) {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 Ok(self.noted(query(&mut conn, &cmd("EVAL", script.source()), votes).await)?)

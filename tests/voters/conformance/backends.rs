@@ -49,6 +49,10 @@ impl Peek for Redis {
     fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
         Box::pin(self.masters[i].get(key))
     }
+
+    fn own_token_acquired(&self) -> bool {
+        true
+    }
 }
 
 impl Backend for Redis {
@@ -124,7 +128,7 @@ mod cluster {
             })
         }
 
-        fn sends_again(&self) -> bool {
+        fn own_token_acquired(&self) -> bool {
             true
         }
     }
@@ -175,6 +179,10 @@ impl Peek for Sentinel {
     /// The key as group `i`'s master stores it (no failover happens in these checks).
     fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
         Box::pin(self.groups[i].master().get(key))
+    }
+
+    fn own_token_acquired(&self) -> bool {
+        true
     }
 }
 

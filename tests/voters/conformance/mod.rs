@@ -36,9 +36,11 @@ type PeekFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
 trait Peek: Send + Sync {
     fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a>;
 
-    /// Whether the nodes' connection may send a request twice (a Cluster's): their acquire
-    /// then answers "acquired" for the holder's own token (see `Acquire::Held`).
-    fn sends_again(&self) -> bool {
+    /// Whether the nodes' acquire answers "acquired" for the holder's own token (see
+    /// `Acquire::Held`): a Redis voter's, whose acquire is a script that finds it (every
+    /// voter that checks eviction; a Cluster's, whose connection may send a request twice),
+    /// not the in-process node's.
+    fn own_token_acquired(&self) -> bool {
         false
     }
 }

@@ -1,6 +1,7 @@
 //! When and how a voter reads its master's policy: on first use, after a reconnection or a
 //! Sentinel failover, on every master of a Cluster, again in the background (every second
-//! while it abstains, and after a check that failed), with no command added to a lock.
+//! while it abstains, and after a check that failed), with no round trip added to a lock
+//! (each acquire and extension reads it inside its script).
 
 use std::time::Duration;
 
@@ -216,14 +217,32 @@ async fn info_calls(server: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
+/// Scripts the client ran (`EVALSHA`, and `EVAL` where a script was not cached yet), less
+/// the `EVALSHA`s answered `NOSCRIPT` (the `EVAL` after one is the same request).
+async fn script_calls(server: &RedisServer) -> u64 {
+    let stats: String = server.query(redis::cmd("INFO").arg("commandstats")).await;
+    let field = |prefix: &str, name: &str| -> u64 {
+        let Some(rest) = stats.lines().find_map(|l| l.strip_prefix(prefix)) else {
+            return 0;
+        };
+        rest.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(0)
+    };
+    field("cmdstat_evalsha:", "calls") - field("cmdstat_evalsha:", "failed_calls")
+        + field("cmdstat_eval:", "calls")
+}
+
 async fn reset_stats(server: &RedisServer) {
     let _: () = server.query(redis::cmd("CONFIG").arg("RESETSTAT")).await;
 }
 
-/// The check costs one `INFO` per connection, not a command per lock; and an evicting
+/// The check costs no round trip per lock: the background check sends one `INFO` per
+/// connection, and each acquire and extension reads `INFO memory` inside its own script, on
+/// the master (so a policy set between two acquires is seen by the second). And an evicting
 /// policy without a `maxmemory` evicts nothing (on 64-bit builds): the voter votes.
 #[tokio::test]
-async fn eviction_check_costs_no_command_per_lock() {
+async fn eviction_check_costs_no_round_trip_per_lock() {
     let server = RedisServer::start();
     let policy = redis::cmd("CONFIG")
         .arg("SET")
@@ -245,8 +264,20 @@ async fn eviction_check_costs_no_command_per_lock() {
         eviction_of(&client),
         [(Some("allkeys-lru".to_owned()), false, false)]
     );
-    // Read by the INFO that counts them: that one is not counted yet.
-    assert_eq!(info_calls(&server).await, 1, "one INFO for 20 locks");
+    // One request per acquire, extension and release: no command of its own for the check.
+    let requests = script_calls(&server).await;
+    assert_eq!(
+        requests, 60,
+        "one script per acquire, extension and release"
+    );
+    // Read by the INFO that counts them: that one is not counted yet. One background check
+    // (a second only if the loop outlived RECHECK_EVERY), one read inside each of the 40
+    // votes' scripts.
+    let infos = info_calls(&server).await;
+    assert!(
+        (41..=42).contains(&infos),
+        "{infos} INFO for 20 acquires and 20 extensions"
+    );
 }
 
 /// A user whose ACL denies `INFO`: the policy is unknown, and the voter votes (it warns

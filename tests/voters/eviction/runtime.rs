@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use tower_redlock::{Redlock, Retry};
+use tower_redlock::node::RedisNodeOptions;
+use tower_redlock::{Claim, Lease, Redlock, Retry};
 
 use super::{
     client, eviction_of, fill_until_evicted, make_cache, refused_for_eviction, support,
@@ -13,6 +14,11 @@ use super::{
 };
 use support::proxy::{Fault, FaultProxy};
 use support::{eventually, Masters};
+
+/// The ttl of [`eviction_runtime_every_acquire_script_refuses`]' locks, and the tenure its
+/// protected voter waits out first: short enough to wait, long enough that a key a refused
+/// acquire wrongly set is still there when looked at.
+const PROTECTED_TTL: Duration = Duration::from_secs(3);
 
 /// `CONFIG SET maxmemory-policy noeviction` on `server`.
 async fn policy_back(server: &RedisServer) {
@@ -170,4 +176,93 @@ async fn eviction_runtime_allowed_voter_still_votes() {
         .await
         .expect("and extends");
     lease.release().await.expect("released");
+}
+
+/// An acquire of `key`: the replay acquire (`lock_unless_completed`) when `replay`, else
+/// `try_lock`.
+async fn acquire(
+    client: &Redlock,
+    replay: bool,
+    key: &str,
+    ttl: Duration,
+) -> tower_redlock::Result<Lease> {
+    if !replay {
+        return client.try_lock(key, ttl).await;
+    }
+    match client
+        .lock_unless_completed(key, ttl, Retry::never())
+        .await?
+    {
+        Claim::Locked(lease) => Ok(lease),
+        other => panic!("nothing was completed under {key}: {other:?}"),
+    }
+}
+
+/// Every acquire script checks, not only the plain one: the replay acquire, the fenced
+/// acquire, both at once, and the acquire behind tenure protection — each refused at once,
+/// setting nothing, on a master made a cache after its voter's check; and a fenced lease's
+/// extension is refused there too.
+#[tokio::test]
+async fn eviction_runtime_every_acquire_script_refuses() {
+    for (kind, replay, fenced, protected) in [
+        ("replay", true, false, false),
+        ("fenced", false, true, false),
+        ("replay+fenced", true, true, false),
+        ("protected", false, false, true),
+    ] {
+        let server = RedisServer::start();
+        let options = if protected {
+            RedisNodeOptions::new().restart_protection(PROTECTED_TTL)
+        } else {
+            RedisNodeOptions::new()
+        };
+        let client = Redlock::builder()
+            .redis_with(&server.url(), &options)
+            .node_timeout(NODE_TIMEOUT)
+            .retry(Retry::never())
+            .fencing(fenced)
+            .build()
+            .expect("a valid client");
+        let ttl = if protected { PROTECTED_TTL } else { TTL };
+        // A protected voter abstains until its master's tenure is older than the ttl.
+        let deadline = tokio::time::Instant::now() + WITHIN;
+        let first = loop {
+            match acquire(&client, replay, "eviction:runtime:kinds:first", ttl).await {
+                Ok(lease) => break lease,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    assert!(!e.to_string().contains("maxmemory"), "{kind}: {e}");
+                    // How often to ask again, not synchronization.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("could not set up the scenario ({kind}): {e}"),
+            }
+        };
+        eventually("the first check is in", WITHIN, || async {
+            eviction_of(&client) == [(Some("noeviction".to_owned()), false, false)]
+        })
+        .await;
+
+        make_cache(&server, "allkeys-lru").await;
+        let e = acquire(&client, replay, "eviction:runtime:kinds:second", ttl)
+            .await
+            .expect_err("the next acquire on a master that now evicts is refused");
+        assert!(refused_for_eviction(&e, "allkeys-lru"), "{kind}: {e}");
+        assert_eq!(
+            server.get("eviction:runtime:kinds:second").await,
+            None,
+            "{kind}: nothing set"
+        );
+        if fenced {
+            let e = first
+                .extend(ttl * 2)
+                .await
+                .expect_err("the fenced extension there is refused");
+            assert!(
+                e.to_string().contains("maxmemory-policy allkeys-lru"),
+                "{kind}: the extension's error names the policy: {e}"
+            );
+        }
+        policy_back(&server).await;
+        drop(first);
+    }
 }

@@ -1,7 +1,13 @@
 //! What a master's `INFO memory` says of eviction: its `maxmemory` and `maxmemory_policy`
 //! (on a Cluster, every master's; the worst counts).
 
-use redis::Value;
+use redis::{RedisError, Value};
+
+use crate::node::{CallError, Refusal};
+
+/// The error code of a vote script's refusal on a master that may evict (the scripts'
+/// `eviction_lua!`): `-EVICTS <policy> <maxmemory>`.
+const SCRIPT_REFUSAL: &str = "EVICTS";
 
 /// What a master's `INFO memory` says of eviction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +60,22 @@ pub(super) fn verdict(reply: &Value) -> Verdict {
     }
 }
 
+/// The verdict a vote script's refusal carries (`-EVICTS <policy> <maxmemory>`), if `e` is
+/// one: the master evicts, as read inside the script.
+pub(super) fn of_refusal(e: &RedisError) -> Option<Verdict> {
+    if e.code() != Some(SCRIPT_REFUSAL) {
+        return None;
+    }
+    let mut words = e.detail()?.split_whitespace();
+    let policy = words.next()?.to_owned();
+    let maxmemory = words.next()?.parse().ok()?;
+    Some(Verdict::Evicts {
+        policy,
+        maxmemory,
+        master: None,
+    })
+}
+
 fn text_of(v: &Value) -> String {
     match v {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
@@ -86,6 +108,30 @@ fn of_text(info: &str) -> Verdict {
             maxmemory,
             master: None,
         }
+    }
+}
+
+/// Why a voter abstains for a master that evicts keys under `policy` past `maxmemory`
+/// bytes (`master` names it on a Cluster): unmarked, refused unsent or by the script.
+pub(super) fn abstains(policy: &str, maxmemory: u64, master: Option<&str>) -> CallError {
+    CallError::new(format!(
+        "the master{} may evict keys (maxmemory-policy {policy}, maxmemory {maxmemory} \
+         bytes): a lock or a completion record could vanish before its ttl, so this voter \
+         abstains. Set `maxmemory-policy noeviction` on it (a Redis not shared with a cache), \
+         or accept the risk with RedisNodeOptions::allow_eviction()",
+        master.map(|m| format!(" {m}")).unwrap_or_default(),
+    ))
+}
+
+/// The error of a vote script that refused on a master that may evict (`-EVICTS`), as the
+/// voter's abstention — not a local one: the master answered, it is there; `None` for any
+/// other error.
+pub(crate) fn refusal(e: &RedisError) -> Option<CallError> {
+    match of_refusal(e)? {
+        Verdict::Evicts {
+            policy, maxmemory, ..
+        } => Some(abstains(&policy, maxmemory, None).refusing(Refusal::Abstained)),
+        Verdict::Keeps { .. } | Verdict::Unknown(_) => None,
     }
 }
 
@@ -153,6 +199,25 @@ mod tests {
             Verdict::Unknown(_)
         ));
         assert!(matches!(verdict(&Value::Nil), Verdict::Unknown(_)));
+    }
+
+    #[test]
+    fn reads_a_scripts_refusal() {
+        let refusal = |detail: &str| {
+            redis::make_extension_error(SCRIPT_REFUSAL.to_owned(), Some(detail.to_owned()))
+        };
+        assert_eq!(
+            of_refusal(&refusal("allkeys-lru 1048576")),
+            Some(Verdict::Evicts {
+                policy: "allkeys-lru".to_owned(),
+                maxmemory: 1 << 20,
+                master: None
+            })
+        );
+        // Anything else is no refusal of ours.
+        assert_eq!(of_refusal(&refusal("allkeys-lru")), None);
+        let other = redis::make_extension_error("OTHER".to_owned(), Some("x 1".to_owned()));
+        assert_eq!(of_refusal(&other), None);
     }
 
     #[test]

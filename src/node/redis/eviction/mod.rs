@@ -15,12 +15,24 @@
 //!   [`RECHECK_ABSTAINING`] while the voter abstains (so that a fixed master votes again
 //!   soon) or after a check that failed; the request goes by the last verdict meanwhile.
 //!
-//! Between checks an acquire costs a clock read and one atomic load: no command is added
-//! to a lock. A check that gets no answer in time, or an error reply (`-BUSY`), leaves the
+//! The check is for reporting and for refusing early. What keeps a lock safe is in the
+//! scripts: every acquire and extension of a voter that does not allow eviction is a script
+//! that reads `INFO memory` itself, atomically with its write, and refuses (`-EVICTS`
+//! naming the policy) on a master that may evict — a `CONFIG SET` made a moment ago
+//! included. A refusal makes the voter abstain at once, and the check due in
+//! [`RECHECK_ABSTAINING`] sees the master fixed. No command or round trip is added to a
+//! lock: the read is inside the request (`eviction_check_costs_no_round_trip_per_lock`).
+//! What a script cannot see is a lease already granted: one taken before the change keeps
+//! its key on that master, exposed to eviction, until its next extension (refused there)
+//! or its end. Completions are not checked (a record stored there counts, and may be
+//! evicted: docs/safety.md says what that exposes).
+//!
+//! A check that gets no answer in time, or an error reply (`-BUSY`), leaves the
 //! last verdict standing; with none yet, it fails the requests beside it (on a Cluster,
 //! where one master down fails it, the policy is unknown until every master answers). One
 //! that loses the connection leaves the voter unchecked. A denied `INFO` (`NOPERM`: an
-//! ACL without `+info`) leaves the policy unknown: the voter votes, and says so once. A
+//! ACL without `+info`) leaves the policy unknown: the voter votes, and says so once (the
+//! scripts' read is denied too, and they write as if the policy were `noeviction`). A
 //! master that evicts abstains — its acquires and extensions fail at once, unsent, with a
 //! message naming its policy — unless its options allow eviction
 //! ([`RedisNodeOptions::allow_eviction`](super::RedisNodeOptions::allow_eviction)). A
@@ -36,7 +48,8 @@ use std::time::{Duration, Instant};
 use futures_util::future::{join, BoxFuture, Either, FutureExt, Shared};
 use redis::{Cmd, RedisError};
 
-use self::info::{verdict, Verdict};
+pub(crate) use self::info::refusal;
+use self::info::{abstains, of_refusal, verdict, Verdict};
 use super::conn::{connection_lost, query, Conn};
 use super::RedisNode;
 use crate::node::{CallError, Refusal};
@@ -188,11 +201,22 @@ impl Eviction {
     }
 
     /// A request failed: when the connection is gone (redis-rs makes a new one, maybe to
-    /// another server), the next acquires and extensions go beside a check.
+    /// another server), the next acquires and extensions go beside a check; when a vote
+    /// script found the master evicting (`-EVICTS`), the voter abstains from now on, unsent,
+    /// until a check in the background finds the master fixed.
     pub(super) fn failed(&self, e: &RedisError) {
         if connection_lost(e) {
             self.adopted();
+        } else if let Some(verdict) = of_refusal(e) {
+            self.inner.refused(verdict);
         }
+    }
+
+    /// Whether a master that evicts votes all the same
+    /// ([`RedisNodeOptions::allow_eviction`](super::RedisNodeOptions::allow_eviction)): the
+    /// voter then sends the vote scripts without their eviction check.
+    pub(super) fn allows(&self) -> bool {
+        self.inner.allow
     }
 
     /// The voter talks to another server (a Sentinel voter's discovery adopts another
@@ -280,15 +304,25 @@ impl Inner {
                 policy,
                 maxmemory,
                 master,
-            } if !self.allow => Err(CallError::new(format!(
-                "the master{} may evict keys (maxmemory-policy {policy}, maxmemory {maxmemory} \
-                 bytes): a lock or a completion record could vanish before its ttl, so this \
-                 voter abstains. Set `maxmemory-policy noeviction` on it (a Redis not shared \
-                 with a cache), or accept the risk with RedisNodeOptions::allow_eviction()",
-                master.as_ref().map(|m| format!(" {m}")).unwrap_or_default(),
-            ))
-            .abstaining()),
+            } if !self.allow => Err(abstains(policy, *maxmemory, master.as_deref()).abstaining()),
             _ => Ok(()),
+        }
+    }
+
+    /// A vote script found the master evicting (a `CONFIG SET` the last check did not see):
+    /// the voter abstains, unsent, until a check in the background — due in
+    /// [`RECHECK_ABSTAINING`] — finds the master fixed. (A check already under way, begun
+    /// before, may answer the old policy and let requests go again: the scripts refuse them
+    /// all the same.)
+    fn refused(&self, verdict: Verdict) {
+        let mut state = self.state();
+        if state.verdict.as_ref() != Some(&verdict) {
+            self.log(state.verdict.as_ref(), &verdict);
+        }
+        state.verdict = Some(verdict);
+        self.votes_until.store(0, Ordering::Release);
+        if state.due.is_some() {
+            state.due = Some(self.now() + ms(RECHECK_ABSTAINING));
         }
     }
 

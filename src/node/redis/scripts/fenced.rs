@@ -96,11 +96,12 @@ return {0, redis.call('pttl', KEYS[1])}
     };
 }
 
-/// The fenced acquire: KEYS lock, counter[, the two tenure markers]; ARGV token, ttl, the longest ttl
-/// (tenure protection, as [`ACQUIRE_GUARDED`]: `{3}` while the tenure is young, setting
-/// nothing), the counter's retention. Answers as `fenced_set_lua!`.
-pub(crate) static ACQUIRE_FENCED: Script = Script {
-    source: concat!(
+vote_script! {
+    /// The fenced acquire: KEYS lock, counter[, the two tenure markers]; ARGV token, ttl, the longest ttl
+    /// (tenure protection, as [`ACQUIRE_GUARDED`]: `{3}` while the tenure is young, setting
+    /// nothing), the counter's retention. Answers as `fenced_set_lua!`.
+    acquire ACQUIRE_FENCED / ACQUIRE_FENCED_LENIENT = ["4d9ff7654a3b258b804ffab27e0c1e4dd324d77c", "4bab749cd81df14ca0b4902e573d47b772b45218"],
+    concat!(
         "local fkey, fret = KEYS[2], ARGV[4]\n",
         "if #KEYS == 4 then\n",
         tenure_lua!(),
@@ -110,17 +111,16 @@ end
 end
 "#,
         fenced_set_lua!()
-    ),
-    sha1: "4bab749cd81df14ca0b4902e573d47b772b45218",
-    votes: true,
-};
+    )
+}
 
-/// The fenced extension, which settles a fenced lease's token right after its grant: only
-/// if `KEYS[1]` holds our token `ARGV[1]`, raise the counter `KEYS[2]` to the token `ARGV[3]`
-/// (`fence_raise_lua!`, kept for `ARGV[4]` ms) and `PEXPIRE` the lock to `ARGV[2]` ms;
-/// answers 1, else 0 (nothing done).
-pub(crate) static EXTEND_FENCED: Script = Script {
-    source: concat!(
+vote_script! {
+    /// The fenced extension, which settles a fenced lease's token right after its grant: only
+    /// if `KEYS[1]` holds our token `ARGV[1]`, raise the counter `KEYS[2]` to the token `ARGV[3]`
+    /// (`fence_raise_lua!`, kept for `ARGV[4]` ms) and `PEXPIRE` the lock to `ARGV[2]` ms;
+    /// answers 1, else 0 (nothing done).
+    extend EXTEND_FENCED / EXTEND_FENCED_LENIENT = ["363937b5d7b2f03d725d76b91f784c7077207e3a", "220c43d1ba4ccfc78d76e00d85bf7f79c112df6b"],
+    concat!(
         r#"if redis.call('get', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -130,16 +130,15 @@ local fkey = KEYS[2]
         fence_raise_lua!("ARGV[3]", "ARGV[4]"),
         r#"return redis.call('pexpire', KEYS[1], ARGV[2])
 "#
-    ),
-    sha1: "220c43d1ba4ccfc78d76e00d85bf7f79c112df6b",
-    votes: true,
-};
+    )
+}
 
-/// The fenced replay acquire: KEYS lock, record, counter[, the two tenure markers]; ARGV as
-/// [`ACQUIRE_FENCED`]. `{2, record}` when the completion record exists (as
-/// [`ACQUIRE_UNLESS_COMPLETED`]), else as [`ACQUIRE_FENCED`].
-pub(crate) static ACQUIRE_UNLESS_COMPLETED_FENCED: Script = Script {
-    source: concat!(
+vote_script! {
+    /// The fenced replay acquire: KEYS lock, record, counter[, the two tenure markers]; ARGV as
+    /// [`ACQUIRE_FENCED`]. `{2, record}` when the completion record exists (as
+    /// [`ACQUIRE_UNLESS_COMPLETED`]), else as [`ACQUIRE_FENCED`].
+    acquire ACQUIRE_UNLESS_COMPLETED_FENCED / ACQUIRE_UNLESS_COMPLETED_FENCED_LENIENT = ["19c29eb1daabc412d98921f8f070c91fbfcd5b37", "66fe72986ae6b4f26a315e466350abbf80075dc2"],
+    concat!(
         r#"local fkey, fret = KEYS[3], ARGV[4]
 local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
@@ -154,10 +153,8 @@ end
 end
 "#,
         fenced_set_lua!()
-    ),
-    sha1: "66fe72986ae6b4f26a315e466350abbf80075dc2",
-    votes: true,
-};
+    )
+}
 
 /// The fenced release: KEYS lock, counter; ARGV token, the lease's fencing token, the
 /// counter's retention. Raises the counter to the lease's token (`fence_raise_lua!`) — so
@@ -172,6 +169,8 @@ pub(crate) static RELEASE_FENCED: Script = Script {
     ),
     sha1: "1f02cf740c6641970fafebb3d7a50eea48c34d9d",
     votes: false,
+    lenient: None,
+    whole: false,
 };
 
 /// The fenced completion: KEYS lock, record, counter; ARGV as [`COMPLETE`], then the lease's
@@ -186,6 +185,8 @@ pub(crate) static COMPLETE_FENCED: Script = Script {
     ),
     sha1: "d7c33d52cde4a95a75c7e027c3cde567de6ee318",
     votes: true,
+    lenient: None,
+    whole: false,
 };
 
 /// The fenced [`COMPLETE_FREE`]: KEYS lock, record, counter; ARGV as [`COMPLETE_FENCED`].
@@ -200,4 +201,6 @@ pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
     ),
     sha1: "f9ce73f8fce1df48b9303466368fc83ce0c474ae",
     votes: true,
+    lenient: None,
+    whole: false,
 };

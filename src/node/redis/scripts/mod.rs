@@ -9,6 +9,18 @@ pub(crate) struct Script {
     /// abstain (a Sentinel voter without a recent majority) refuses to send it. Releases
     /// are not votes.
     votes: bool,
+    /// A vote script's variant without the eviction check (`eviction_lua!`), for a voter
+    /// that allows eviction.
+    lenient: Option<&'static Script>,
+    /// Whether it is sent whole (`EVAL` with its source), not by its hash: an acquire. A try
+    /// keeps the requests still out when it is decided unpolled (`Lease::_parked`): what was
+    /// handed to a connection is written, nothing more is sent. An `EVALSHA` answered
+    /// `NOSCRIPT` (a master restarted, or `SCRIPT FLUSH`) by such a master would never be
+    /// followed by its `EVAL`, and that master would miss the lock every time it is the
+    /// slowest (`lock_reaches_a_late_master_after_script_flush`). Sent whole, an acquire is
+    /// one request; a master hashes its source each time (about what `EVALSHA` costs it:
+    /// BENCHMARKS.md). Other scripts are awaited to their end, fallback included.
+    whole: bool,
 }
 
 impl Script {
@@ -23,6 +35,88 @@ impl Script {
     pub(crate) fn votes(&self) -> bool {
         self.votes
     }
+
+    /// Whether it is sent whole, with its source (an acquire: see `Script::whole`).
+    pub(crate) fn whole(&self) -> bool {
+        self.whole
+    }
+
+    /// The script a voter sends: this one, or — for a voter that allows eviction
+    /// (`RedisNodeOptions::allow_eviction`) — a vote script's variant without the eviction
+    /// check.
+    pub(crate) fn for_voter(&self, allow_eviction: bool) -> &Script {
+        match self.lenient {
+            Some(lenient) if allow_eviction => lenient,
+            _ => self,
+        }
+    }
+
+    /// The variant [`Script::for_voter`] picks for a voter that allows eviction, if any.
+    #[cfg(test)]
+    pub(crate) fn lenient(&self) -> Option<&'static Script> {
+        self.lenient
+    }
+}
+
+/// The eviction check every vote script starts with (acquires and extensions): on a master
+/// that may evict keys — a `maxmemory` and a policy other than `noeviction`, as
+/// `INFO memory` says now, read atomically with the script's write — the script refuses
+/// with `-EVICTS <policy> <maxmemory>` (the digits as `INFO` wrote them: a Lua number
+/// would print a large one as `2e+14`) and writes nothing, whatever the voter's background
+/// check last saw (a `CONFIG SET` on a live connection goes unnoticed by it for up to
+/// 30 s). `INFO` denied (an ACL without `+info`, caught by `pcall`) leaves the policy
+/// unknown: the script goes on, as the voter does. The usual answers (`noeviction`, or no
+/// `maxmemory`) are found by two plain searches, before any pattern: the check costs a
+/// master about 5 µs of CPU, the patterns would cost twice that (measured with
+/// `redis-benchmark`, see BENCHMARKS.md).
+macro_rules! eviction_lua {
+    () => {
+        r#"do
+  local mem = redis.pcall('INFO', 'memory')
+  if type(mem) == 'string'
+    and not string.find(mem, '\nmaxmemory_policy:noeviction\r', 1, true)
+    and not string.find(mem, '\nmaxmemory:0\r', 1, true) then
+    local max = string.match(mem, '\nmaxmemory:(%d+)')
+    local policy = string.match(mem, '\nmaxmemory_policy:([%w%-]+)')
+    if max and tonumber(max) > 0 and policy and policy ~= 'noeviction' then
+      return redis.error_reply('EVICTS ' .. policy .. ' ' .. max)
+    end
+  end
+end
+"#
+    };
+}
+
+/// A vote script `$name`, which starts with the eviction check (`eviction_lua!`), and
+/// `$lenient`, the same script without it, which [`Script::for_voter`] picks for a voter
+/// that allows eviction. The two SHA-1s are the scripts' (checked by the tests).
+///
+/// `acquire` scripts are sent whole ([`Script::whole`]); `extend` scripts by their hash.
+macro_rules! vote_script {
+    ($(#[$doc:meta])* acquire $($rest:tt)+) => {
+        vote_script!(@ true, $(#[$doc])* $($rest)+);
+    };
+    ($(#[$doc:meta])* extend $($rest:tt)+) => {
+        vote_script!(@ false, $(#[$doc])* $($rest)+);
+    };
+    (@ $whole:literal, $(#[$doc:meta])* $name:ident / $lenient:ident = [$sha1:literal, $lenient_sha1:literal], $($source:tt)+) => {
+        $(#[$doc])*
+        pub(crate) static $name: Script = Script {
+            source: concat!(eviction_lua!(), $($source)+),
+            sha1: $sha1,
+            votes: true,
+            lenient: Some(&$lenient),
+            whole: $whole,
+        };
+
+        static $lenient: Script = Script {
+            source: $($source)+,
+            sha1: $lenient_sha1,
+            votes: true,
+            lenient: None,
+            whole: $whole,
+        };
+    };
 }
 
 /// The tenure check shared by the guarded scripts: sets `young` when the master serving the
@@ -99,29 +193,30 @@ end
     };
 }
 
-/// `SET key token NX PX ttl` as a script, for a voter whose connection may send a request
-/// twice (a Cluster's): answers -3 when the key holds our token — set now, or by the first
-/// send of this very request — and the holder's `PTTL` when another value holds it. (Over
-/// one master's connection, which never sends a request twice, the acquire is a plain
-/// `SET`: see `RedisNode::acquire_key`.)
-pub(crate) static ACQUIRE: Script = Script {
-    source: concat!(
+vote_script! {
+    /// `SET key token NX PX ttl` as a script, the acquire of every voter that does not allow
+    /// eviction (its check refuses on a master that may evict) and of one whose connection
+    /// may send a request twice (a Cluster's): answers -3 when the key holds our token — set
+    /// now, or by the first send of this very request — and the holder's `PTTL` when another
+    /// value holds it. (A voter that allows eviction, over one master's connection, which
+    /// never sends a request twice, sends a plain `SET`: see `RedisNode::acquire_key`.)
+    acquire ACQUIRE / ACQUIRE_LENIENT = ["a5e3cde915dcd47925a996f3bd72db3401b38970", "6ea14a0a47a726d848cf0be414d912cdc7537eea"],
+    concat!(
         set_lua!(),
         r#"if mine then
   return -3
 end
 return redis.call('pttl', KEYS[1])
 "#
-    ),
-    sha1: "6ea14a0a47a726d848cf0be414d912cdc7537eea",
-    votes: true,
-};
+    )
+}
 
-/// [`ACQUIRE`] behind tenure protection (restarts, failovers). `KEYS[2]` and `KEYS[3]` are
-/// the tenure markers (see `tenure_lua!`); returns -4 without setting anything while the tenure is
-/// younger than `ARGV[3]` ms (the longest ttl in use).
-pub(crate) static ACQUIRE_GUARDED: Script = Script {
-    source: concat!(
+vote_script! {
+    /// [`ACQUIRE`] behind tenure protection (restarts, failovers). `KEYS[2]` and `KEYS[3]` are
+    /// the tenure markers (see `tenure_lua!`); returns -4 without setting anything while the tenure is
+    /// younger than `ARGV[3]` ms (the longest ttl in use).
+    acquire ACQUIRE_GUARDED / ACQUIRE_GUARDED_LENIENT = ["405be4a690c80bec5bafbd1024482c44a501cec8", "b2413ddfb9aae99135b0a5c22210b29597afd745"],
+    concat!(
         tenure_lua!(),
         r#"if young then
   return -4
@@ -133,10 +228,8 @@ end
 end
 return redis.call('pttl', KEYS[1])
 "#
-    ),
-    sha1: "b2413ddfb9aae99135b0a5c22210b29597afd745",
-    votes: true,
-};
+    )
+}
 
 /// The wake-up of a lock's waiters after a delete of the lock `KEYS[1]` (and only then), when
 /// the script's caller asked for it (`local wake`, the script's last argument: absent, `P` or
@@ -235,30 +328,32 @@ pub(crate) static RELEASE: Script = Script {
     source: concat!("local wake = ARGV[2]\n", release_lua!()),
     sha1: "a3e720b44627c424876e445a508213e8904ae484",
     votes: false,
+    lenient: None,
+    whole: false,
 };
 
-/// Compare-and-`PEXPIRE`: set a new ttl only if the key holds our token. `PEXPIRE` on an
-/// absent key does nothing, so an expired lock is never re-created.
-pub(crate) static EXTEND: Script = Script {
-    source: r#"if redis.call('get', KEYS[1]) == ARGV[1] then
+vote_script! {
+    /// Compare-and-`PEXPIRE`: set a new ttl only if the key holds our token. `PEXPIRE` on an
+    /// absent key does nothing, so an expired lock is never re-created.
+    extend EXTEND / EXTEND_LENIENT = ["662438d820074533b212926e5e1fa3b3de60843b", "7a2d59e59d451095bd1eeb526d6f765e0fd9b022"],
+    r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('pexpire', KEYS[1], ARGV[2])
 end
 return 0
-"#,
-    sha1: "7a2d59e59d451095bd1eeb526d6f765e0fd9b022",
-    votes: true,
-};
+"#
+}
 
-/// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
-/// (nothing is locked: the work is done). A record is stored behind the format tag
-/// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
-/// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
-/// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With the two tenure markers as third and fourth keys, behind tenure protection
-/// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
-/// after it has shown any record it has (a record is only ever written by a holder, so one
-/// that survived is an answer; only "no record" needs a dataset old enough to trust).
-pub(crate) static ACQUIRE_UNLESS_COMPLETED: Script = Script {
-    source: concat!(
+vote_script! {
+    /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
+    /// (nothing is locked: the work is done). A record is stored behind the format tag
+    /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
+    /// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
+    /// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With the two tenure markers as third and fourth keys, behind tenure protection
+    /// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
+    /// after it has shown any record it has (a record is only ever written by a holder, so one
+    /// that survived is an answer; only "no record" needs a dataset old enough to trust).
+    acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["f2da913c2963289ab1671cdc0cf5b7ee176a2987", "4792de0c75bea12673e2aa6f25d68b07529120ba"],
+    concat!(
         r#"local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
   return {2, string.sub(record, 6)}
@@ -277,10 +372,8 @@ end
 end
 return {0, redis.call('pttl', KEYS[1])}
 "#
-    ),
-    sha1: "4792de0c75bea12673e2aa6f25d68b07529120ba",
-    votes: true,
-};
+    )
+}
 
 /// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
 /// nothing is at `KEYS[2]` yet (a first record is never overwritten; nor is another
@@ -291,6 +384,8 @@ pub(crate) static COMPLETE: Script = Script {
     source: concat!("local wake = ARGV[4]\n", complete_lua!()),
     sha1: "f09fa98754cedcfcc88e604c51f4808c7ebc6851",
     votes: true,
+    lenient: None,
+    whole: false,
 };
 
 /// Completes the work of a lease that may have been lost (its lock expired while the work
@@ -300,6 +395,8 @@ pub(crate) static COMPLETE_FREE: Script = Script {
     source: concat!("local wake = ARGV[4]\n", complete_free_lua!()),
     sha1: "3d705634bc40dabe80b6b2dfce9529362ad2eadd",
     votes: true,
+    lenient: None,
+    whole: false,
 };
 
 /// An operator's forced release (`Redlock::force_release`): deletes the lock of the holder
@@ -341,6 +438,8 @@ return {lock, record}
     ),
     sha1: "1f35694f1edf8a3ed6fb1271884d2e5f5d5d611e",
     votes: false,
+    lenient: None,
+    whole: false,
 };
 
 mod fenced;

@@ -58,6 +58,8 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
                      the master that had the record paused while duplicates claim
       operator       lock workload: a forced release naming a holder, re-run after the
                      key changed hands (must delete nothing)
+      evict          lock workload: a master made a cache at run time (CONFIG SET
+                     maxmemory-policy, junk until it evicts), then set back
   --workload W       CHECKER_WORKLOAD       lock (critical sections) or replay
                                             (lock_unless_completed + complete) (lock)
   --handler-ms N     CHECKER_HANDLER_MS     replay: the handler waits up to N ms (60)

@@ -263,6 +263,13 @@ impl Settings {
                 "the operator nemesis needs the lock workload (--workload lock)"
             );
         }
+        if has(Kind::Evict) {
+            assert!(
+                self.workload == Workload::Lock,
+                "the evict nemesis needs the lock workload (--workload lock): completion \
+                 records are not checked for eviction (docs/safety.md)"
+            );
+        }
         if has(Kind::Records) {
             assert!(
                 self.workload == Workload::Replay,

@@ -11,6 +11,7 @@
 mod budget;
 mod classic;
 mod cluster;
+mod evict;
 mod operator;
 mod records;
 mod reply;
@@ -38,11 +39,12 @@ pub enum Kind {
     Cluster,
     Records,
     Operator,
+    Evict,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Classic,
         Kind::ReplyReset,
         Kind::Skew,
@@ -50,6 +52,7 @@ impl Kind {
         Kind::Cluster,
         Kind::Records,
         Kind::Operator,
+        Kind::Evict,
     ];
 
     /// The name `--nemesis` takes.
@@ -62,6 +65,7 @@ impl Kind {
             Kind::Cluster => "cluster",
             Kind::Records => "records",
             Kind::Operator => "operator",
+            Kind::Evict => "evict",
         }
     }
 
@@ -108,6 +112,7 @@ impl Kind {
             Kind::Cluster => &[&["cluster-reply-reset"], &["cluster-partition"]],
             Kind::Records => &[&["records"]],
             Kind::Operator => &[&["operator-rerun"]],
+            Kind::Evict => &[&["evict"]],
         }
     }
 }
@@ -192,6 +197,7 @@ pub(super) fn unleash(ctx: &Ctx<'_>) {
                         Kind::Cluster => cluster::lane(ctx),
                         Kind::Records => records::lane(ctx),
                         Kind::Operator => operator::lane(ctx),
+                        Kind::Evict => evict::lane(ctx),
                     });
                     let done = std::panic::catch_unwind(lane);
                     if done.is_err() {

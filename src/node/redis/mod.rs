@@ -378,19 +378,12 @@ impl RedisNode {
         prepared: Option<&Cmd>,
     ) -> RedisResult<Value> {
         let script = script.for_voter(self.eviction.allows());
-        if script.whole() {
-            // An acquire: one request, whatever the master's script cache holds.
-            let mut conn = self.conn.clone();
-            let own;
-            let cmd = match prepared {
-                Some(cmd) => cmd,
-                None => {
-                    own = script_cmd("EVAL", script.source(), keys, token, [ttl_ms, extra], wake);
-                    &own
-                }
-            };
-            return self.noted(query(&mut conn, cmd, script.votes()).await);
-        }
+        // An acquire is sent whole: one request, whatever the master's script cache holds.
+        let (verb, body) = if script.whole() {
+            ("EVAL", script.source())
+        } else {
+            ("EVALSHA", script.sha1())
+        };
         // Scoped so that nothing of the first request is kept across the fallback's await:
         // this future is allocated for every request, and stays about the size of redis-rs'.
         {
@@ -399,13 +392,15 @@ impl RedisNode {
             let cmd = match prepared {
                 Some(cmd) => cmd,
                 None => {
-                    own = script_cmd("EVALSHA", script.sha1(), keys, token, [ttl_ms, extra], wake);
+                    own = script_cmd(verb, body, keys, token, [ttl_ms, extra], wake);
                     &own
                 }
             };
             match self.noted(query(&mut conn, cmd, script.votes()).await) {
                 Err(e)
-                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
+                    if !script.whole()
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
                 r => return r,
             }
         }

@@ -25,6 +25,34 @@ pub(super) enum Verdict {
     Unknown(String),
 }
 
+impl Verdict {
+    /// Whether `other` says what this one says: the same, or the same eviction where one of
+    /// the two names no master (a script's refusal cannot name the Cluster master that
+    /// refused; the background check can). A voter logs only a verdict that says something
+    /// new, once per change.
+    pub(super) fn says(&self, other: &Verdict) -> bool {
+        match (self, other) {
+            (
+                Verdict::Evicts {
+                    policy,
+                    maxmemory,
+                    master,
+                },
+                Verdict::Evicts {
+                    policy: other_policy,
+                    maxmemory: other_maxmemory,
+                    master: other_master,
+                },
+            ) => {
+                policy == other_policy
+                    && maxmemory == other_maxmemory
+                    && (master.is_none() || other_master.is_none() || master == other_master)
+            }
+            _ => self == other,
+        }
+    }
+}
+
 /// The verdict of an `INFO memory` reply: one master's text, or a Cluster's map of master
 /// addresses to their texts (the worst of them counts).
 pub(super) fn verdict(reply: &Value) -> Verdict {
@@ -248,5 +276,25 @@ mod tests {
             ("10.0.0.3:7000", bulk("no fields")),
         ]);
         assert!(matches!(verdict(&one_unknown), Verdict::Unknown(_)));
+    }
+
+    /// A Cluster voter's refusal (no master named) says what its check (naming the master)
+    /// said, and the other way round: one warning per change, not two.
+    #[test]
+    fn a_refusal_says_what_the_check_said() {
+        let evicts = |policy: &str, master: Option<&str>| Verdict::Evicts {
+            policy: policy.to_owned(),
+            maxmemory: 1 << 20,
+            master: master.map(str::to_owned),
+        };
+        let checked = evicts("allkeys-lru", Some("127.0.0.1:7001"));
+        let refused = evicts("allkeys-lru", None);
+        assert!(checked.says(&refused) && refused.says(&checked));
+        assert!(!checked.says(&evicts("allkeys-lru", Some("127.0.0.1:7002"))));
+        assert!(!refused.says(&evicts("volatile-lru", None)));
+        let keeps = Verdict::Keeps {
+            policy: "noeviction".to_owned(),
+        };
+        assert!(!refused.says(&keeps) && keeps.says(&keeps.clone()));
     }
 }

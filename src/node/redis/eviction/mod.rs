@@ -16,16 +16,16 @@
 //!   soon) or after a check that failed; the request goes by the last verdict meanwhile.
 //!
 //! The check is for reporting and for refusing early. What keeps a lock safe is in the
-//! scripts: every acquire and extension of a voter that does not allow eviction is a script
-//! that reads `INFO memory` itself, atomically with its write, and refuses (`-EVICTS`
-//! naming the policy) on a master that may evict — a `CONFIG SET` made a moment ago
+//! scripts: every acquire, extension and completion of a voter that does not allow eviction
+//! is a script that reads `INFO memory` itself, atomically with its write, and refuses
+//! (`-EVICTS` naming the policy) on a master that may evict — a `CONFIG SET` made a moment ago
 //! included. A refusal makes the voter abstain at once, and the check due in
 //! [`RECHECK_ABSTAINING`] sees the master fixed. No command or round trip is added to a
 //! lock: the read is inside the request (`eviction_check_costs_no_round_trip_per_lock`).
 //! What a script cannot see is a lease already granted: one taken before the change keeps
 //! its key on that master, exposed to eviction, until its next extension (refused there)
-//! or its end. Completions are not checked (a record stored there counts, and may be
-//! evicted: docs/safety.md says what that exposes).
+//! or its end; a completion record stored before the change, for its retention
+//! (docs/safety.md says what that exposes).
 //!
 //! A check that gets no answer in time, or an error reply (`-BUSY`), leaves the
 //! last verdict standing; with none yet, it fails the requests beside it (on a Cluster,
@@ -316,10 +316,11 @@ impl Inner {
     /// all the same.)
     fn refused(&self, verdict: Verdict) {
         let mut state = self.state();
-        if state.verdict.as_ref() != Some(&verdict) {
+        // What the last check said, when it says the same: it may name the master.
+        if !state.verdict.as_ref().is_some_and(|v| v.says(&verdict)) {
             self.log(state.verdict.as_ref(), &verdict);
+            state.verdict = Some(verdict);
         }
-        state.verdict = Some(verdict);
         self.votes_until.store(0, Ordering::Release);
         if state.due.is_some() {
             state.due = Some(self.now() + ms(RECHECK_ABSTAINING));
@@ -365,7 +366,7 @@ impl Inner {
                 _ => return Err(failed),
             },
         };
-        if state.verdict.as_ref() != Some(&verdict) {
+        if !state.verdict.as_ref().is_some_and(|v| v.says(&verdict)) {
             self.log(state.verdict.as_ref(), &verdict);
         }
         state.verdict = Some(verdict.clone());

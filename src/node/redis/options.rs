@@ -35,7 +35,7 @@ const PIPELINE_BUFFER: usize = 4096;
 /// A lock voter's master must keep every key until its ttl: **`maxmemory-policy
 /// noeviction`** (or no `maxmemory`). A Redis shared with a cache (`allkeys-*`, or
 /// `volatile-*`: locks and completion records have a ttl) evicts them under memory pressure,
-/// and a second holder or a second run follows. Every acquire and extension reads the
+/// and a second holder or a second run follows. Every acquire, extension and completion reads the
 /// master's policy (`INFO memory`) inside its script, atomically with its write, and is
 /// refused on a master that may evict; the voter also checks it on first use, after every
 /// reconnection and every 30 s, and **abstains** while the master may evict (see
@@ -180,7 +180,7 @@ impl RedisNodeOptions {
     /// warning when it sees the policy. The right fix is on the master:
     /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.
     ///
-    /// Every acquire and extension reads the policy with `INFO memory` (usually allowed
+    /// Every acquire, extension and completion reads the policy with `INFO memory` (usually allowed
     /// where `CONFIG` is not) inside its own script, atomically with its write: on a master
     /// made a cache a moment ago (`CONFIG SET maxmemory-policy allkeys-lru`), the very next
     /// acquire or extension there is refused, and the voter abstains from then on. A lease

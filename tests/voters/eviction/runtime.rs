@@ -10,7 +10,7 @@ use tower_redlock::{Claim, Lease, Redlock, Retry};
 
 use super::{
     client, eviction_of, fill_until_evicted, make_cache, refused_for_eviction, support,
-    RedisServer, NODE_TIMEOUT, TTL, WITHIN,
+    RedisServer, DAY, NODE_TIMEOUT, TTL, WITHIN,
 };
 use support::proxy::{Fault, FaultProxy};
 use support::{eventually, Masters};
@@ -264,5 +264,43 @@ async fn eviction_runtime_every_acquire_script_refuses() {
         }
         policy_back(&server).await;
         drop(first);
+    }
+}
+
+/// A completion is a vote too: on a master that became a cache after the lease was granted
+/// there, the record is refused with the policy (a record there could be evicted while a
+/// duplicate counts that master's "no record"), and nothing is written there. The
+/// completion stands on the other two, and a duplicate gets the record.
+#[tokio::test]
+async fn eviction_runtime_a_completion_is_not_stored_on_a_cache() {
+    const KEY: &str = "eviction:runtime:order";
+    const RECORD: &str = "shipped: parcel 9";
+    let m = Masters::start(3);
+    let client = client(&[&m[0], &m[1], &m[2]], &[]);
+    let Claim::Locked(lease) = client
+        .lock_unless_completed(KEY, TTL, Retry::never())
+        .await
+        .expect("three healthy masters")
+    else {
+        panic!("nothing ran before");
+    };
+
+    make_cache(&m[0], "allkeys-lru").await;
+    lease
+        .complete(RECORD, DAY)
+        .await
+        .expect("stored on the quorum of the other two");
+    let record_key = format!("{KEY}:record");
+    assert_eq!(m[0].get(&record_key).await, None, "no record on the cache");
+    for i in 1..3 {
+        assert_eq!(
+            m[i].get(&record_key).await.as_deref(),
+            Some(format!("TRR1\n{RECORD}").as_str()),
+            "the record on master {i}"
+        );
+    }
+    match client.lock_unless_completed(KEY, TTL, Retry::never()).await {
+        Ok(Claim::Completed(record)) => assert_eq!(&record[..], RECORD.as_bytes()),
+        other => panic!("a duplicate gets the record, not {other:?}"),
     }
 }

@@ -173,34 +173,28 @@ pub(crate) static RELEASE_FENCED: Script = Script {
     whole: false,
 };
 
-/// The fenced completion: KEYS lock, record, counter; ARGV as [`COMPLETE`], then the lease's
-/// fencing token and the counter's retention. Raises the counter as [`RELEASE_FENCED`],
-/// then as [`COMPLETE`].
-pub(crate) static COMPLETE_FENCED: Script = Script {
-    source: concat!(
+vote_script! {
+    /// The fenced completion: KEYS lock, record, counter; ARGV as [`COMPLETE`], then the lease's
+    /// fencing token and the counter's retention. Raises the counter as [`RELEASE_FENCED`],
+    /// then as [`COMPLETE`] (refused, nothing raised, on a master that may evict).
+    complete COMPLETE_FENCED / COMPLETE_FENCED_LENIENT = ["05f8d32dde788dea16ce301ef22e5fdeadb63bd9", "d7c33d52cde4a95a75c7e027c3cde567de6ee318"],
+    concat!(
         "local fkey, wake = KEYS[3], ARGV[6]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_lua!()
-    ),
-    sha1: "d7c33d52cde4a95a75c7e027c3cde567de6ee318",
-    votes: true,
-    lenient: None,
-    whole: false,
-};
+    )
+}
 
-/// The fenced [`COMPLETE_FREE`]: KEYS lock, record, counter; ARGV as [`COMPLETE_FENCED`].
-/// Raises the counter as [`COMPLETE_FENCED`] does (also where nothing is stored), then as
-/// [`COMPLETE_FREE`].
-pub(crate) static COMPLETE_FREE_FENCED: Script = Script {
-    source: concat!(
+vote_script! {
+    /// The fenced [`COMPLETE_FREE`]: KEYS lock, record, counter; ARGV as [`COMPLETE_FENCED`].
+    /// Raises the counter as [`COMPLETE_FENCED`] does (also where nothing is stored), then as
+    /// [`COMPLETE_FREE`].
+    complete COMPLETE_FREE_FENCED / COMPLETE_FREE_FENCED_LENIENT = ["03d25ccd65f66b9ab3caad7dd447a700acedd6c3", "f9ce73f8fce1df48b9303466368fc83ce0c474ae"],
+    concat!(
         "local fkey, wake = KEYS[3], ARGV[6]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_free_lua!()
-    ),
-    sha1: "f9ce73f8fce1df48b9303466368fc83ce0c474ae",
-    votes: true,
-    lenient: None,
-    whole: false,
-};
+    )
+}

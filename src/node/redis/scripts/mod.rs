@@ -58,7 +58,7 @@ impl Script {
     }
 }
 
-/// The eviction check every vote script starts with (acquires and extensions): on a master
+/// The eviction check every vote script starts with (acquires, extensions, completions): on a master
 /// that may evict keys — a `maxmemory` and a policy other than `noeviction`, as
 /// `INFO memory` says now, read atomically with the script's write — the script refuses
 /// with `-EVICTS <policy> <maxmemory>` (the digits as `INFO` wrote them: a Lua number
@@ -91,12 +91,16 @@ end
 /// `$lenient`, the same script without it, which [`Script::for_voter`] picks for a voter
 /// that allows eviction. The two SHA-1s are the scripts' (checked by the tests).
 ///
-/// `acquire` scripts are sent whole ([`Script::whole`]); `extend` scripts by their hash.
+/// `acquire` scripts are sent whole ([`Script::whole`]); `extend` and `complete` scripts by
+/// their hash.
 macro_rules! vote_script {
     ($(#[$doc:meta])* acquire $($rest:tt)+) => {
         vote_script!(@ true, $(#[$doc])* $($rest)+);
     };
     ($(#[$doc:meta])* extend $($rest:tt)+) => {
+        vote_script!(@ false, $(#[$doc])* $($rest)+);
+    };
+    ($(#[$doc:meta])* complete $($rest:tt)+) => {
         vote_script!(@ false, $(#[$doc])* $($rest)+);
     };
     (@ $whole:literal, $(#[$doc:meta])* $name:ident / $lenient:ident = [$sha1:literal, $lenient_sha1:literal], $($source:tt)+) => {
@@ -375,29 +379,24 @@ return {0, redis.call('pttl', KEYS[1])}
     )
 }
 
-/// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
-/// nothing is at `KEYS[2]` yet (a first record is never overwritten; nor is another
-/// client's key), stores the tagged record `ARGV[3]` at `KEYS[2]` for `ARGV[2]` ms and
-/// deletes the lock, atomically; answers 1, else 0 (an expired or lost lease never stores
-/// a stale answer).
-pub(crate) static COMPLETE: Script = Script {
-    source: concat!("local wake = ARGV[4]\n", complete_lua!()),
-    sha1: "f09fa98754cedcfcc88e604c51f4808c7ebc6851",
-    votes: true,
-    lenient: None,
-    whole: false,
-};
+vote_script! {
+    /// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
+    /// nothing is at `KEYS[2]` yet (a first record is never overwritten; nor is another
+    /// client's key), stores the tagged record `ARGV[3]` at `KEYS[2]` for `ARGV[2]` ms and
+    /// deletes the lock, atomically; answers 1, else 0 (an expired or lost lease never stores
+    /// a stale answer). On a master that may evict, refused (`eviction_lua!`): a record there
+    /// could vanish while a duplicate counts that master's "no record".
+    complete COMPLETE / COMPLETE_LENIENT = ["4c728416ddbc30db794c943f11bed8b8cb555dcf", "f09fa98754cedcfcc88e604c51f4808c7ebc6851"],
+    concat!("local wake = ARGV[4]\n", complete_lua!())
+}
 
-/// Completes the work of a lease that may have been lost (its lock expired while the work
-/// ran): as [`COMPLETE`], and also where `KEYS[1]` is absent — never where another value
-/// holds it (that holder keeps its lock). KEYS lock, record; ARGV token, retention, record.
-pub(crate) static COMPLETE_FREE: Script = Script {
-    source: concat!("local wake = ARGV[4]\n", complete_free_lua!()),
-    sha1: "3d705634bc40dabe80b6b2dfce9529362ad2eadd",
-    votes: true,
-    lenient: None,
-    whole: false,
-};
+vote_script! {
+    /// Completes the work of a lease that may have been lost (its lock expired while the work
+    /// ran): as [`COMPLETE`], and also where `KEYS[1]` is absent — never where another value
+    /// holds it (that holder keeps its lock). KEYS lock, record; ARGV token, retention, record.
+    complete COMPLETE_FREE / COMPLETE_FREE_LENIENT = ["b83d866f97799132d791c1d905c4ff0094e4929e", "3d705634bc40dabe80b6b2dfce9529362ad2eadd"],
+    concat!("local wake = ARGV[4]\n", complete_free_lua!())
+}
 
 /// An operator's forced release (`Redlock::force_release`): deletes the lock of the holder
 /// named by its token's prefix (or, with an empty prefix, whatever holds it), and the

@@ -27,7 +27,7 @@
 //! | `--resources N` (lock workload) | `CHECKER_RESOURCES` | 3 | 3 |
 //! | `--ttl-ms N` | `CHECKER_TTL_MS` | 400 (replay: 3000) | 400 (replay: 3000) |
 //! | `--work-us N` (busy work per section) | `CHECKER_WORK_US` | 200 | 200 |
-//! | `--time-limit-s N` | `CHECKER_TIME_LIMIT_S` | 1800 | 240 |
+//! | `--time-limit-s N` | `CHECKER_TIME_LIMIT_S` | 1800 | 600 |
 //! | `--fencing 0\|1` (fencing tokens) | `CHECKER_FENCING` | 1 | 1 |
 //! | `--nemesis K1,K2` (see below) | `CHECKER_NEMESIS` | `classic` | `classic` |
 //! | `--workload lock\|replay` | `CHECKER_WORKLOAD` | `lock` | `lock` |

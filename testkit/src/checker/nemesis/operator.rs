@@ -1,11 +1,16 @@
 //! The `operator` lane: an operator's forced release run again after the key changed hands
 //! (`operator-rerun`). The parent, through its own client of the bare masters, inspects a
-//! held resource and notes its holder's token prefix; once another holder has the key, it
-//! runs `force_release` naming the first holder — what an operator does who re-runs
-//! `redlock unlock --force KEY --holder PREFIX` after a voter did not answer, or what a
-//! connection that re-sends the script does. The re-run must delete nothing: a lock it
-//! deleted would let a third worker in beside the second (an overlap the checker reports),
-//! and the lane stops the run at once, loudly, when the release reports a deletion.
+//! held resource and notes its holder's token prefix; once another holder has the key (on a
+//! quorum), it runs `force_release` naming the first holder — what an operator does who
+//! re-runs `redlock unlock --force KEY --holder PREFIX` after a voter did not answer, or what
+//! a connection that re-sends the script does.
+//!
+//! The re-run must spare the key's new holder: a lock of its that it deleted would let a
+//! third worker in beside the second (an overlap the checker reports). It may delete what
+//! the named holder left behind: a lock its release did not reach (a frozen or partitioned
+//! master) or an acquire that landed late, on a minority — at most the faulty masters, never
+//! a quorum while the new holder had one. The lane stops the run at once, loudly, when the
+//! re-run deletes locks on a quorum; the leftovers it deleted are in the fault's detail.
 
 use std::time::{Duration, Instant};
 
@@ -51,16 +56,21 @@ pub(super) fn lane(ctx: &Ctx<'_>) {
                 let how = ForceRelease::by("checker-operator").holder(first.clone());
                 let done = ctx.rt.block_on(client.force_release(key, how));
                 let deleted = done.as_ref().map_or(0, |d| d.locks_deleted());
-                assert_eq!(
-                    deleted, 0,
+                let quorum = ctx.topology.proxies.len() / 2 + 1;
+                assert!(
+                    deleted < quorum,
                     "a forced release naming {first}, re-run after the key {key} changed \
-                     hands, deleted a lock: {done:?}"
+                     hands, deleted locks on a quorum ({deleted} of {}): {done:?}",
+                    ctx.topology.proxies.len()
                 );
                 ctx.add(
                     "operator-rerun",
                     &[],
                     from_ns,
-                    format!("{key}: holder {first} named after it changed hands"),
+                    format!(
+                        "{key}: holder {first} named after it changed hands; {deleted} of \
+                         its leftover locks deleted"
+                    ),
                 );
             }
         }

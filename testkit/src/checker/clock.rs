@@ -56,8 +56,8 @@ pub(super) const MAX_SKEW_NS: i64 = 20_000;
 /// run-queue wait, beside a CPU hog; a plain thread's 500 ms sleep as 504 ms). So a section
 /// whose own code blocked its thread — a voluntary context switch between the validity check
 /// and the section's first `.await` ([`Starvation::own_code_done`]) — shows no evidence at
-/// all. Taken when a section checks its validity ([`Starvation::begin`]) and read at its
-/// exit ([`Starvation::end`]).
+/// all. Taken just before a section is entered ([`Starvation::begin`]: its `/proc` reads
+/// are not part of the section) and read at its exit ([`Starvation::end`]).
 #[derive(Debug)]
 pub struct Starvation {
     /// The thread that ran the check, and every thread's wait then.

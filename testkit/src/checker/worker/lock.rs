@@ -44,6 +44,11 @@ pub(super) async fn lock_loop(
             .await
         {
             Ok(lease) => {
+                // The evidence of starvation is read before the section is entered: its own
+                // reads of /proc (a directory, every thread's schedstat) can block or be
+                // preempted, and inside the section they once made one that entered 3 µs
+                // before its deadline leave 21 ms after it, with no wait seen.
+                let mut starvation = Starvation::begin();
                 let enter_ns = clock::now_ns();
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();
@@ -55,7 +60,6 @@ pub(super) async fn lock_loop(
                 // with the validity to cover it, as an application checks before it works
                 // (a lease may come back with milliseconds left after a slow quorum; its
                 // section is then entered and left at once, and still checked).
-                let mut starvation = Starvation::begin();
                 let checked = Instant::now();
                 if lease.deadline().saturating_duration_since(checked) >= WORK_MARGIN {
                     plan_ns = shared_ns(checked + WORK_MARGIN);

@@ -103,7 +103,7 @@ fn mutual_exclusion_and_fencing_hold_across_processes_under_faults() {
 /// skewed masters are restarted empty now and then, and an operator re-runs forced
 /// releases naming a holder after the key changed hands: exclusion holds, the fencing
 /// tokens still increase (a restarted master's counters start again from its skewed
-/// clock), and no re-run deletes a lock.
+/// clock), and no re-run deletes locks on a quorum (only the named holder's leftovers).
 #[test]
 fn nemesis_reply_resets_and_skewed_clocks_hold() {
     let report = run_checker(&[

@@ -180,12 +180,13 @@ impl RedisNodeOptions {
     /// warning when it sees the policy. The right fix is on the master:
     /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.
     ///
-    /// Every acquire, extension and completion reads the policy with `INFO memory` (usually allowed
-    /// where `CONFIG` is not) inside its own script, atomically with its write: on a master
+    /// Every acquire, extension and completion reads the policy with `INFO memory` (usually
+    /// allowed where `CONFIG` is not) inside its own script, atomically with its write: on a master
     /// made a cache a moment ago (`CONFIG SET maxmemory-policy allkeys-lru`), the very next
-    /// acquire or extension there is refused, and the voter abstains from then on. A lease
-    /// granted before the change keeps its key there, exposed, until its next extension
-    /// (refused) or its end. The voter also checks the policy for [`NodeStatus`](crate::NodeStatus)
+    /// acquire, extension or completion there is refused, and the voter abstains from then
+    /// on. A lease granted before the change keeps its key there, exposed, until its next
+    /// extension (refused) or its end; a completion record stored before it, for its
+    /// retention. The voter also checks the policy for [`NodeStatus`](crate::NodeStatus)
     /// and to refuse without sending: on first use — beside the first acquires, whose
     /// answers count only if it lets the voter vote — after every reconnection, after a
     /// Sentinel failover, and in the background when a request or a status read finds the

@@ -270,8 +270,8 @@ impl Settings {
         if has(Kind::Evict) {
             assert!(
                 self.workload == Workload::Lock,
-                "the evict nemesis needs the lock workload (--workload lock): completion \
-                 records are not checked for eviction (docs/safety.md)"
+                "the evict nemesis needs the lock workload (--workload lock): a completion \
+                 record stored before the change stays exposed to eviction (docs/safety.md)"
             );
         }
         if has(Kind::Records) {

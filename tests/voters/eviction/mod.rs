@@ -8,8 +8,8 @@
 //! it vote, and then junk written until the lock key is really evicted lets a second client
 //! in (`eviction_allowed_breaks_exclusion`: what every voter did before the check). The
 //! policy is read on first use and after a reconnection (also of a Sentinel voter's new
-//! master, and on every master of a Cluster), and inside every acquire and extension
-//! script, with no round trip added to a lock.
+//! master, and on every master of a Cluster), and inside every acquire, extension and
+//! completion script, with no round trip added to a lock.
 //!
 //! Test names start with `eviction_`: `cargo test --all-features eviction` runs them. This
 //! file holds what abstaining prevents; `checks.rs`, when and how the policy is read;

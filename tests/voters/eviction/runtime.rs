@@ -1,7 +1,7 @@
 //! Eviction switched on at run time (`CONFIG SET maxmemory-policy`) on a master whose voter
 //! already checked it and found `noeviction`: no reconnection, no failover, the background
-//! check not due for seconds. The acquire and extension scripts read the policy themselves,
-//! atomically with their write, so the very next acquire or extension there is refused.
+//! check not due for seconds. The acquire, extension and completion scripts read the policy
+//! themselves, atomically with their write, so the very next one there is refused.
 
 use std::time::Duration;
 
@@ -290,8 +290,17 @@ async fn eviction_runtime_a_completion_is_not_stored_on_a_cache() {
         .complete(RECORD, DAY)
         .await
         .expect("stored on the quorum of the other two");
+    // `complete` answers once two stored it: wait until the cache's script ran and refused.
+    eventually("the cache refused the completion", WITHIN, || async {
+        eviction_of(&client)[0].2
+    })
+    .await;
     let record_key = format!("{KEY}:record");
     assert_eq!(m[0].get(&record_key).await, None, "no record on the cache");
+    assert!(
+        m[0].get(KEY).await.is_some(),
+        "the lock stays on the cache until its ttl: the refused script deleted nothing"
+    );
     for i in 1..3 {
         assert_eq!(
             m[i].get(&record_key).await.as_deref(),

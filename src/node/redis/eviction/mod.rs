@@ -37,7 +37,8 @@
 //! message naming its policy — unless its options allow eviction
 //! ([`RedisNodeOptions::allow_eviction`](super::RedisNodeOptions::allow_eviction)). A
 //! request sent beside a check that then refuses is a failed vote, released as any is.
-//! Releases and completions are never held back, so nothing is stranded.
+//! Releases and completions are never held back, so nothing is stranded by the voter; a
+//! completion the master's script refuses leaves the lock there until its ttl.
 
 use std::future::Future;
 use std::pin::Pin;

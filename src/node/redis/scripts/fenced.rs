@@ -189,7 +189,7 @@ vote_script! {
 vote_script! {
     /// The fenced [`COMPLETE_FREE`]: KEYS lock, record, counter; ARGV as [`COMPLETE_FENCED`].
     /// Raises the counter as [`COMPLETE_FENCED`] does (also where nothing is stored), then as
-    /// [`COMPLETE_FREE`].
+    /// [`COMPLETE_FREE`] (refused, nothing raised, on a master that may evict).
     complete COMPLETE_FREE_FENCED / COMPLETE_FREE_FENCED_LENIENT = ["03d25ccd65f66b9ab3caad7dd447a700acedd6c3", "f9ce73f8fce1df48b9303466368fc83ce0c474ae"],
     concat!(
         "local fkey, wake = KEYS[3], ARGV[6]\n",

@@ -62,6 +62,16 @@ use super::StaleToken;
 /// `tests/fenced_store/redis.rs` (sequential holders, the paused holder refused for each
 /// kind of write, contended writers checked from the stream's history).
 ///
+/// # Read-modify-write
+///
+/// Fencing the writes is not enough for a write computed from a read (a balance, a stock
+/// count): a holder paused after its read and the next holder read the same value, and the
+/// paused one's write still lands if it comes first, is acknowledged, then replaced. Start
+/// such a write with [`read_for_write`](Self::read_for_write) (a string) or
+/// [`raise_for_write`](Self::raise_for_write) (then read a hash or a stream yourself): they
+/// raise the stored token before the read, so every later write of an older holder is
+/// refused. Tests: `fenced_claim_redis_*` in `tests/fenced_store/claim_redis.rs`.
+///
 /// # What it needs
 ///
 /// - Tokens of **one resource**: [`RedlockBuilder::fencing(true)`](crate::RedlockBuilder::fencing),
@@ -214,6 +224,65 @@ impl<C: ConnectionLike> FencedRedis<C> {
         }
     }
 
+    /// The read of a read-modify-write (a balance, a stock count): raises the token stored
+    /// beside the string at `key` to `token`, then `GET key` — one script. Refused
+    /// ([`StaleToken`], nothing raised, nothing read) when a newer token is stored. `None`
+    /// when the key holds nothing; `WRONGTYPE` when it holds another type than a string.
+    ///
+    /// **Start every read-modify-write with it**, not with a plain `GET`: the raise refuses
+    /// every later write of an older holder, so what was read stays what holds until this
+    /// holder writes — or a newer one raises in turn, and this holder's write is refused.
+    /// With a plain read, a holder paused after its read and the next holder both read the
+    /// same value; the paused one's write lands first (the stored token is still older than
+    /// both), is acknowledged, and the next one's write replaces it: a lost update that
+    /// fencing of the writes alone does not see (`fenced_claim_redis_a_plain_read_loses_an_acknowledged_write`;
+    /// with this read, `fenced_claim_redis_a_paused_reader_loses_no_acknowledged_write`).
+    ///
+    /// ```no_run
+    /// # async fn run(mut accounts: tower_redlock::fenced::FencedRedis<redis::aio::ConnectionManager>, token: u64)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// let balance: u64 = match accounts.read_for_write("{account:7}", token).await?? {
+    ///     Some(raw) => std::str::from_utf8(&raw)?.parse()?,
+    ///     None => 0,
+    /// };
+    /// accounts.set("{account:7}", (balance + 50).to_string(), token).await??;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_for_write(
+        &mut self,
+        key: &str,
+        token: u64,
+    ) -> RedisResult<Result<Option<Vec<u8>>, StaleToken>> {
+        let token_arg = token.to_string();
+        let reply = self
+            .run(&READ_FOR_WRITE, key, &[token_arg.as_bytes()])
+            .await?;
+        match outcome(token, reply)? {
+            Ok(Some(Value::Nil)) => Ok(Ok(None)),
+            Ok(Some(Value::BulkString(value))) => Ok(Ok(Some(value))),
+            Ok(other) => Err(unexpected(&other.unwrap_or(Value::Nil))),
+            Err(stale) => Ok(Err(stale)),
+        }
+    }
+
+    /// Raises the token stored beside the data at `key` to `token`, whatever the data's type
+    /// — the start of a read-modify-write of a hash or a stream, read next with your own
+    /// commands (`HGETALL`, `XRANGE`) on [`get_mut`](Self::get_mut)'s connection. Refused
+    /// ([`StaleToken`], nothing raised) when a newer token is stored. Every later write of
+    /// an older holder is refused from then on, so the read that follows sees what holds
+    /// until this holder writes (as [`read_for_write`](Self::read_for_write) explains).
+    pub async fn raise_for_write(
+        &mut self,
+        key: &str,
+        token: u64,
+    ) -> RedisResult<Result<(), StaleToken>> {
+        let token_arg = token.to_string();
+        let reply = self
+            .run(&RAISE_FOR_WRITE, key, &[token_arg.as_bytes()])
+            .await?;
+        Ok(outcome(token, reply)?.map(|_| ()))
+    }
+
     /// The token the data at `key` was last written with; `None` when no fenced write stored
     /// one. A foreign value at the token key is a `WRONGTYPE` error, as for the writes.
     pub async fn fence(&mut self, key: &str) -> RedisResult<Option<u64>> {
@@ -283,14 +352,12 @@ end
     };
 }
 
-/// After `read_token_lua!`, for the writes: answers `{0, stored}` (nothing written) when the
-/// token `ARGV[1]` is smaller than the stored one — compared as decimal strings (length,
-/// then digit by digit), exact for any `u64`; when the data key `KEYS[1]` holds a type other
-/// than `$type`, a `WRONGTYPE` error (nothing written).
-macro_rules! check_lua {
-    ($type:literal) => {
-        concat!(
-            r#"local token = ARGV[1]
+/// After `read_token_lua!`: answers `{0, stored}` (nothing written) when the token
+/// `ARGV[1]` is smaller than the stored one — compared as decimal strings (length, then
+/// digit by digit), exact for any `u64`.
+macro_rules! older_lua {
+    () => {
+        r#"local token = ARGV[1]
 if stored then
   local older = #token < #stored
   if #token == #stored then
@@ -306,7 +373,16 @@ if stored then
     return {0, stored}
   end
 end
-local t = redis.call('type', KEYS[1]).ok
+"#
+    };
+}
+
+/// When the data key `KEYS[1]` holds a type other than `$type`, a `WRONGTYPE` error
+/// (nothing written).
+macro_rules! type_lua {
+    ($type:literal) => {
+        concat!(
+            r#"local t = redis.call('type', KEYS[1]).ok
 if t ~= 'none' and t ~= '"#,
             $type,
             r#"' then
@@ -317,6 +393,13 @@ if t ~= 'none' and t ~= '"#,
 end
 "#
         )
+    };
+}
+
+/// After `read_token_lua!`, for the writes: `older_lua!`, then `type_lua!($type)`.
+macro_rules! check_lua {
+    ($type:literal) => {
+        concat!(older_lua!(), type_lua!($type))
     };
 }
 
@@ -368,6 +451,31 @@ static XADD: Script = Script {
 static FENCE: Script = Script {
     source: concat!(read_token_lua!(), "return stored\n"),
     sha1: "631434353b21e81bb81d331db0b8ab23fc700b6f",
+};
+
+/// KEYS data, token key; ARGV token. The read of a read-modify-write: raises the stored
+/// token to `ARGV[1]`, then reads the string. `{1, value}` (`value` nil when there is
+/// none), `{0, stored}` refused (nothing raised, nothing read).
+static READ_FOR_WRITE: Script = Script {
+    source: concat!(
+        read_token_lua!(),
+        check_lua!("string"),
+        store_token_lua!(),
+        "return {1, redis.call('get', KEYS[1])}\n"
+    ),
+    sha1: "fc6cfd1f9539740df0b9c211bebaa893dcd50758",
+};
+
+/// KEYS data, token key; ARGV token. Raises the stored token to `ARGV[1]`, whatever the
+/// data's type. `{1}` raised, `{0, stored}` refused.
+static RAISE_FOR_WRITE: Script = Script {
+    source: concat!(
+        read_token_lua!(),
+        older_lua!(),
+        store_token_lua!(),
+        "return {1}\n"
+    ),
+    sha1: "0c0ad283807d6e712e9071cfca170fc737138093",
 };
 
 /// A write script's reply: `Ok(what it answered beside the 1)`, or the refusal of `token`.
@@ -427,7 +535,14 @@ mod tests {
 
     #[test]
     fn hashes_match_sources() {
-        for s in [&SET, &HSET, &XADD, &FENCE] {
+        for s in [
+            &SET,
+            &HSET,
+            &XADD,
+            &FENCE,
+            &READ_FOR_WRITE,
+            &RAISE_FOR_WRITE,
+        ] {
             assert_eq!(
                 redis::Script::new(s.source).get_hash(),
                 s.sha1,
@@ -488,6 +603,8 @@ mod tests {
         send(&s.hset("k", "f", b"v".to_vec(), 1));
         send(&s.xadd("k", &[("f", "v")], 1));
         send(&s.fence("k"));
+        send(&s.read_for_write("k", 1));
+        send(&s.raise_for_write("k", 1));
     }
 
     #[test]

@@ -22,14 +22,14 @@ use tower_redlock::{Lease, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 
-async fn fencing_client(m: &Masters) -> Redlock {
+pub(super) async fn fencing_client(m: &Masters) -> Redlock {
     let redlock = m.builder().fencing(true).build().expect("a valid client");
     warm_up(&redlock, m).await;
     redlock
 }
 
 /// The lock on `resource`, retried until the last holder's lock expired.
-async fn lock_when_free(redlock: &Redlock, resource: &str, ttl: Duration) -> Lease {
+pub(super) async fn lock_when_free(redlock: &Redlock, resource: &str, ttl: Duration) -> Lease {
     redlock
         .lock_with(
             resource,
@@ -40,7 +40,7 @@ async fn lock_when_free(redlock: &Redlock, resource: &str, ttl: Duration) -> Lea
         .expect("the lock, once the last holder's expired")
 }
 
-async fn store(server: &RedisServer) -> FencedRedis<MultiplexedConnection> {
+pub(super) async fn store(server: &RedisServer) -> FencedRedis<MultiplexedConnection> {
     FencedRedis::new(server.conn().await)
 }
 

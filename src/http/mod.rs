@@ -28,6 +28,7 @@ pub(crate) mod replay;
 pub(crate) mod view;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) mod watch;
+mod wire;
 
 pub(crate) use grpc::is_grpc;
 pub(crate) use grpc::Wire;

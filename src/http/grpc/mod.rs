@@ -6,9 +6,7 @@ use bytes::Bytes;
 
 use super::rejection::{Rejection, RejectionKind, RejectionResponse, Responder};
 use super::view::RequestView;
-
-/// The media type of a trailers-only gRPC answer.
-const GRPC: &str = "application/grpc";
+pub(crate) use super::wire::Wire;
 
 /// A gRPC status code (the `grpc-status` value), as the gRPC specification lists them.
 ///
@@ -215,65 +213,6 @@ pub(crate) fn timeout(wire: Wire, req: &dyn RequestView) -> Option<std::time::Du
 /// hint) racing that cancellation on a loaded machine.
 pub(crate) fn answer_by(d: std::time::Duration) -> std::time::Duration {
     d.saturating_sub((d / 10).min(std::time::Duration::from_secs(1)))
-}
-
-/// How the client of a request expects the middleware's own answers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Wire {
-    /// Plain HTTP: problem+json.
-    #[default]
-    Http,
-    /// gRPC over HTTP/2 (`application/grpc[+codec]`).
-    Grpc,
-    /// gRPC-Web, binary (`application/grpc-web[+codec]`).
-    GrpcWeb,
-    /// gRPC-Web, base64 (`application/grpc-web-text[+codec]`).
-    GrpcWebText,
-}
-
-impl Wire {
-    /// The wire of `req`, from its `content-type`.
-    pub(crate) fn of(req: &dyn RequestView) -> Self {
-        req.header("content-type")
-            .map_or(Self::Http, Self::of_content_type)
-    }
-
-    fn of_content_type(content_type: &[u8]) -> Self {
-        // `rest` continues a media type when it ends it or starts a suffix or parameters.
-        let ends = |rest: &[u8]| matches!(rest.first(), None | Some(b'+' | b';' | b' ' | b'\t'));
-        let Some(rest) =
-            strip_prefix_ignore_case(content_type.trim_ascii_start(), b"application/grpc")
-        else {
-            return Self::Http;
-        };
-        if ends(rest) {
-            return Self::Grpc;
-        }
-        let Some(rest) = strip_prefix_ignore_case(rest, b"-web") else {
-            return Self::Http;
-        };
-        if ends(rest) {
-            return Self::GrpcWeb;
-        }
-        match strip_prefix_ignore_case(rest, b"-text") {
-            Some(rest) if ends(rest) => Self::GrpcWebText,
-            _ => Self::Http,
-        }
-    }
-
-    /// The `content-type` of a trailers-only answer on this wire.
-    fn content_type(self) -> &'static str {
-        match self {
-            Self::Http | Self::Grpc => GRPC,
-            Self::GrpcWeb => "application/grpc-web",
-            Self::GrpcWebText => "application/grpc-web-text",
-        }
-    }
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
-    (s.len() >= prefix.len() && s[..prefix.len()].eq_ignore_ascii_case(prefix))
-        .then(|| &s[prefix.len()..])
 }
 
 /// Percent-encodes a `grpc-message` as the gRPC specification says: every byte outside

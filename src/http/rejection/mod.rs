@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::grpc::Wire;
 use super::key::{KeyRejection, KeyRejectionKind};
+use super::wire::Wire;
 
 mod response;
 

@@ -10,11 +10,24 @@
 //!
 //! For data kept in Redis: [`FencedRedis`], a value, a hash field or a stream entry written
 //! only with a token at least the one stored beside it, one script per write.
+//!
+//! For rows in PostgreSQL (feature `postgres`): [`postgres::FencedTable`], a row *claimed*
+//! with the token as the first statement of the transaction that reads and writes it.
+//!
+//! A write computed from a read (a balance, a stock count) needs the token checked at the
+//! read, not only at the write: a holder that read before a newer holder and writes after
+//! it would overwrite what the newer one computed from the same old value, and a check at
+//! the write alone lets it through while the newer one has not written yet. Both stores
+//! have a read that raises the stored token first: [`FencedRedis::read_for_write`] and
+//! [`postgres::FencedTable::claim`]. `docs/fencing.md` says what each pattern guarantees.
 
 use std::fmt;
 
 use crate::rejection::RejectionResponse;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 mod redis;
 
 pub use self::redis::FencedRedis;

@@ -1,37 +1,43 @@
-//! Fencing where the data lives: a PostgreSQL row guarded by a `fence` column.
-//!
-//! A fencing token protects nothing until the storage compares it. Here the database does,
-//! in the write's own `WHERE`, inside the caller's transaction:
+//! Fencing where the data lives: a PostgreSQL row guarded by a `fence` column, claimed with
+//! the lease's fencing token before it is read ([`FencedTable`], feature `postgres`).
 //!
 //! ```sql
-//! CREATE TABLE ledger (id text PRIMARY KEY, balance bigint, fence bigint NOT NULL);
-//! -- 1 row: written; 0 rows: a newer holder has written, the write is stale
-//! UPDATE ledger SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3;
-//! -- the insert-or-update form
-//! INSERT INTO ledger (id, balance, fence) VALUES ($1, $2, $3) ON CONFLICT (id)
-//!     DO UPDATE SET balance = EXCLUDED.balance, fence = EXCLUDED.fence
-//!     WHERE ledger.fence <= EXCLUDED.fence;
+//! CREATE TABLE ledger (id text PRIMARY KEY, balance bigint NOT NULL DEFAULT 0,
+//!                      fence bigint NOT NULL DEFAULT 0);
+//! -- the first statement of every transaction that reads or writes the row: the claim
+//! UPDATE ledger SET fence = $2 WHERE id = $1 AND fence <= $2 RETURNING *
 //! ```
 //!
-//! `$3` is the lease's [`fencing_token`](tower_redlock::Lease::fencing_token): with `<=` the
-//! same holder may write again, an older one never. On zero rows the helpers read the stored
-//! fence and return a [`StaleToken`] — a handler answers it as `409`
-//! `/problems/fencing-token-stale`. A `SELECT` of the fence before the write would not do:
-//! the pause can fall between the two. Under `READ COMMITTED` (PostgreSQL's default) the
-//! `WHERE` is re-checked on the row the update would overwrite, even when it waited for a
-//! newer writer's row lock; under `REPEATABLE READ` or `SERIALIZABLE` that late writer gets a
-//! serialization failure (`40001`) instead — refused too: answer it as a stale token. A row
-//! that does not exist has no fence to compare: keep rows (a tombstone) rather than delete them.
+//! `$2` is the lease's [`fencing_token`](tower_redlock::Lease::fencing_token). One row: the
+//! row is this holder's until its transaction ends — read it from what the claim returned,
+//! write it with plain statements, commit. Zero rows: a newer holder has claimed it, the
+//! token is stale ([`Refused::Stale`], answered `409` `/problems/fencing-token-stale`).
+//! Claiming *before the read* is what makes a read-modify-write safe: a check only in the
+//! write's `WHERE` lets a holder that read before a newer holder, and writes before it,
+//! land a deposit the newer holder then overwrites with what it computed from the same old
+//! balance (`tests/fenced_store/claim_postgres.rs` shows that loss).
 //!
-//! The run is Kleppmann's scenario: client 1 takes the lock and pauses past its ttl, client 2
-//! takes the lock and writes, client 1 wakes up and writes with its older token — refused.
-//! The table is `TEMPORARY`: nothing stays in the database. The tests of this pattern against
-//! a real server are `tests/fenced_store/postgres.rs`.
+//! Two scenes, Kleppmann's pause in each:
+//! 1. client 1 takes the lock and pauses before its transaction; client 2 takes the lock
+//!    once client 1's lease ran out, claims the row, withdraws 30 and commits; client 1
+//!    wakes and claims with its older token — refused, it read and wrote nothing;
+//! 2. client 1 takes the lock again, claims the row and pauses *after* its claim, holding
+//!    the row; client 2 takes the lock and its claim waits — until the server ends client
+//!    1's idle session (`idle_in_transaction_session_timeout`), which rolls client 1's
+//!    transaction back. Client 2 claims, deposits 10 and commits; client 1 wakes and its
+//!    write fails: nothing of it landed. (Had client 1 woken first, its write would have
+//!    landed and client 2 would have read it: no write is lost either way.)
+//!
+//! The table is this run's own and dropped at the end. The example is a test too (at the
+//! bottom: the same code against a throwaway server); the tests of [`FencedTable`] against a
+//! real server are `tests/fenced_store/claim_postgres.rs`.
 //!
 //! ```text
-//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run --example fenced_postgres
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
+//!     cargo run --features postgres --example fenced_postgres
 //! REDLOCK_URLS=redis://127.0.0.1:7777,redis://127.0.0.1:7778,redis://127.0.0.1:7779 \
-//!     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run --example fenced_postgres
+//!     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
+//!     cargo run --features postgres --example fenced_postgres
 //! ```
 //!
 //! Without `REDLOCK_URLS` the lock is the in-memory node; without `DATABASE_URL` it says how
@@ -39,98 +45,46 @@
 
 use std::time::Duration;
 
-use tokio_postgres::{Client, Error, NoTls, Transaction};
-use tower_redlock::fenced::StaleToken;
+use tokio_postgres::{Client, NoTls};
+use tower_redlock::fenced::postgres::{FencedTable, Refused};
 use tower_redlock::node::MemoryNode;
-use tower_redlock::{Redlock, Retry};
-
-/// A fencing token as a `bigint`. Tokens look like microsecond timestamps (about 1.7·10^15
-/// today), and the crate keeps its counters below 2^53: far inside a `bigint`.
-fn fence(token: u64) -> i64 {
-    i64::try_from(token).expect("a fencing token beyond bigint")
-}
-
-/// The fenced update: the row's fence must be at most the token.
-const UPDATE: &str = "UPDATE ledger SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3";
-
-/// The fenced insert-or-update: a new row, or the update of [`UPDATE`].
-const UPSERT: &str = "INSERT INTO ledger (id, balance, fence) VALUES ($1, $2, $3) \
-     ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, fence = EXCLUDED.fence \
-     WHERE ledger.fence <= EXCLUDED.fence";
-
-/// Writes `balance` to row `id` in the caller's transaction, unless a newer holder wrote it:
-/// `Ok(Ok(()))` written, `Ok(Err(stale))` refused (the row is unchanged), `Err(_)` the
-/// database failed (also when the row does not exist: create it with [`fenced_upsert`]).
-async fn fenced_update(
-    tx: &Transaction<'_>,
-    id: &str,
-    balance: i64,
-    token: u64,
-) -> Result<Result<(), StaleToken>, Error> {
-    fenced_write(tx, UPDATE, id, balance, token).await
-}
-
-/// Inserts row `id` or updates it as [`fenced_update`] does.
-async fn fenced_upsert(
-    tx: &Transaction<'_>,
-    id: &str,
-    balance: i64,
-    token: u64,
-) -> Result<Result<(), StaleToken>, Error> {
-    fenced_write(tx, UPSERT, id, balance, token).await
-}
-
-/// Runs the fenced statement `sql` (`$1` id, `$2` balance, `$3` token): one row written, or
-/// the refusal.
-async fn fenced_write(
-    tx: &Transaction<'_>,
-    sql: &str,
-    id: &str,
-    balance: i64,
-    token: u64,
-) -> Result<Result<(), StaleToken>, Error> {
-    let written = tx.execute(sql, &[&id, &balance, &fence(token)]).await?;
-    if written == 1 {
-        return Ok(Ok(()));
-    }
-    stale(tx, id, token).await
-}
-
-/// The refusal of a write with `token` that touched no row: the fence stored now (fences
-/// only grow, so it is larger than `token`).
-async fn stale(
-    tx: &Transaction<'_>,
-    id: &str,
-    token: u64,
-) -> Result<Result<(), StaleToken>, Error> {
-    let row = tx
-        .query_one("SELECT fence FROM ledger WHERE id = $1", &[&id])
-        .await?;
-    let stored: i64 = row.get(0);
-    // A fence below zero was not written by these helpers: read as 0.
-    Ok(Err(StaleToken::new(
-        token,
-        u64::try_from(stored).unwrap_or(0),
-    )))
-}
-
-/// The row's `(balance, fence)`.
-async fn row(db: &Client, id: &str) -> Result<(i64, i64), Error> {
-    let row = db
-        .query_one("SELECT balance, fence FROM ledger WHERE id = $1", &[&id])
-        .await?;
-    Ok((row.get(0), row.get(1)))
-}
+use tower_redlock::{Lease, Redlock, Retry};
 
 const HOW_TO: &str = "\
 DATABASE_URL is not set: this example needs a PostgreSQL server, e.g.
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run --example fenced_postgres
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \\
+        cargo run --features postgres --example fenced_postgres
 A throwaway one (Debian: apt-get install postgresql; the binaries are in
 /usr/lib/postgresql/<version>/bin; as root, run them as the postgres user):
     initdb -D /tmp/fenced-pg -A trust -U postgres
     pg_ctl -D /tmp/fenced-pg -o '-p 5433 -k /tmp' -l /tmp/fenced-pg.log start
-    DATABASE_URL=postgres://postgres@127.0.0.1:5433/postgres cargo run --example fenced_postgres
+    DATABASE_URL=postgres://postgres@127.0.0.1:5433/postgres \\
+        cargo run --features postgres --example fenced_postgres
     pg_ctl -D /tmp/fenced-pg stop && rm -r /tmp/fenced-pg";
+
+/// A client whose connection runs on a task; `quiet`: the connection's end is expected
+/// (the server ends a paused holder's session).
+async fn connect(url: &str, quiet: bool) -> Result<Client, tokio_postgres::Error> {
+    let (db, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            if !quiet {
+                eprintln!("postgres connection: {e}");
+            }
+        }
+    });
+    Ok(db)
+}
+
+/// A lease of the ledger's lock, its token, waiting for the lock until it is free.
+async fn lock(redlock: &Redlock) -> Result<(Lease, u64), Box<dyn std::error::Error>> {
+    let retry = Retry::until(Duration::from_secs(5)).delay(Duration::from_millis(20));
+    let lease = redlock.lock_with("ledger:acct", TTL, retry).await?;
+    let token = lease.fencing_token().ok_or("no fencing token")?;
+    Ok((lease, token))
+}
+
+const TTL: Duration = Duration::from_millis(300);
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -141,21 +95,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("{HOW_TO}");
         std::process::exit(2);
     };
-    let (mut db, connection) = tokio_postgres::connect(&url, NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            eprintln!("postgres connection: {e}");
-        }
-    });
-    db.batch_execute(
-        "CREATE TEMPORARY TABLE ledger (id text PRIMARY KEY, balance bigint, fence bigint NOT NULL);
-         INSERT INTO ledger VALUES ('acct', 0, 0);",
-    )
-    .await?;
-
-    // Two clients, as two processes: the same Redis masters, or clones of one `MemoryNode`.
     let var = std::env::var("REDLOCK_URLS").unwrap_or_default();
-    let urls = Some(tower_redlock::node::split_urls(&var)).filter(|_| !var.trim().is_empty());
+    let urls = Some(tower_redlock::node::split_urls(&var))
+        .filter(|_| !var.trim().is_empty())
+        .map(|urls| urls.into_iter().map(String::from).collect());
+    run(&url, urls).await
+}
+
+/// Both scenes against the server at `url`, the lock over the Redis masters `urls` or the
+/// in-memory node.
+async fn run(url: &str, urls: Option<Vec<String>>) -> Result<(), Box<dyn std::error::Error>> {
+    // Two clients, as two processes: the same Redis masters, or clones of one `MemoryNode`.
     match &urls {
         Some(urls) => println!("using {} Redis voters", urls.len()),
         None => println!("REDLOCK_URLS is not set: using the in-memory node (one process only)"),
@@ -169,53 +119,139 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let (client1, client2) = (client()?, client()?);
-    let ttl = Duration::from_millis(300);
 
-    // 1. Client 1 takes the lock, then pauses (a GC, a SIGSTOP) before it writes.
-    let lease1 = client1.lock("ledger:acct", ttl).await?;
-    let token1 = lease1.fencing_token().ok_or("client 1: no token")?;
+    // A table of this run's own (two sessions see it), dropped at the end.
+    let name = format!("fenced_example_{}", std::process::id());
+    let ledger = FencedTable::new(&name)?;
+    let admin = connect(url, false).await?;
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {name} (id text PRIMARY KEY, balance bigint NOT NULL DEFAULT 0, \
+             fence bigint NOT NULL DEFAULT 0);
+             INSERT INTO {name} (id, balance) VALUES ('acct', 100);"
+        ))
+        .await?;
+    let outcome = scenes(url, &name, &ledger, &client1, &client2).await;
+    admin.batch_execute(&format!("DROP TABLE {name}")).await?;
+    let (balance, fence) = outcome?;
+    println!("ledger: balance {balance}, fence {fence}");
+    assert_eq!(
+        balance, 80,
+        "100 - 30 + 10: every acknowledged write, no other"
+    );
+    Ok(())
+}
+
+/// Both scenes; the row's final `(balance, fence)`.
+async fn scenes(
+    url: &str,
+    name: &str,
+    ledger: &FencedTable,
+    client1: &Redlock,
+    client2: &Redlock,
+) -> Result<(i64, i64), Box<dyn std::error::Error>> {
+    let update = format!("UPDATE {name} SET balance = $2 WHERE id = $1");
+
+    println!("-- scene 1: a holder paused before its claim");
+    let (lease1, token1) = lock(client1).await?;
     println!("client 1: locked, token {token1}; pauses");
-
-    // 2. Meanwhile client 2 waits for the lock: it gets it once client 1's lease ran out.
-    let retry = Retry::until(Duration::from_secs(5)).delay(Duration::from_millis(20));
-    let lease2 = client2.lock_with("ledger:acct", ttl, retry).await?;
-    let token2 = lease2.fencing_token().ok_or("client 2: no token")?;
+    let (lease2, token2) = lock(client2).await?;
     println!(
         "client 2: locked, token {token2} (client 1's lease valid: {})",
         lease1.is_valid()
     );
-
-    // 3. Client 2 writes with its token, twice (the same holder): accepted.
-    let tx = db.transaction().await?;
-    fenced_update(&tx, "acct", 200, token2).await??;
-    fenced_upsert(&tx, "acct", 250, token2).await??;
+    let mut db2 = connect(url, false).await?;
+    let tx = db2.transaction().await?;
+    let row = ledger.claim(&tx, &"acct", token2).await??;
+    let balance: i64 = row.get("balance");
+    tx.execute(&update, &[&"acct", &(balance - 30)]).await?;
     tx.commit().await?;
-    println!("client 2: wrote 250 with token {token2}: accepted");
+    println!(
+        "client 2: claimed, read {balance}, wrote {}: committed",
+        balance - 30
+    );
+    lease2.release().await?;
 
-    // 4. Client 1 wakes up and writes with its old token: refused, and it rolls back.
-    let tx = db.transaction().await?;
-    let late = fenced_update(&tx, "acct", 100, token1).await?;
-    tx.rollback().await?;
-    match &late {
-        Ok(()) => println!("client 1: wrote 100 with token {token1}: ACCEPTED (fencing failed!)"),
-        Err(stale) => {
-            let answer = stale.to_problem_json();
-            println!("client 1: {stale}: refused; its client is answered");
+    let mut db1 = connect(url, false).await?;
+    let tx = db1.transaction().await?;
+    match ledger.claim(&tx, &"acct", token1).await? {
+        Ok(_) => return Err("client 1 claimed with an older token: fencing failed".into()),
+        Err(refused) => {
+            let answer = refused.to_problem_json();
+            println!("client 1: {refused}: it read and wrote nothing; its client is answered");
             println!(
                 "    {} {}",
                 answer.status(),
                 String::from_utf8_lossy(answer.body())
             );
+            assert!(matches!(refused, Refused::Stale(s) if s.stored() == token2));
         }
     }
-
-    let (balance, stored) = row(&db, "acct").await?;
-    println!("ledger: balance {balance}, fence {stored}");
-    lease2.release().await?;
+    drop(tx); // rolls back
     drop(lease1); // long expired: its release finds nothing of it
 
-    assert!(token2 > token1, "the next holder's token must be larger");
-    assert_eq!(late, Err(StaleToken::new(token1, token2)));
-    assert_eq!((balance, stored), (250, fence(token2)));
-    Ok(())
+    println!("-- scene 2: a holder paused after its claim");
+    let (lease3, token3) = lock(client1).await?;
+    let mut db1 = connect(url, true).await?;
+    db1.batch_execute("SET idle_in_transaction_session_timeout = '1s'")
+        .await?;
+    let tx1 = db1.transaction().await?;
+    let row = ledger.claim(&tx1, &"acct", token3).await??;
+    let read_by_1: i64 = row.get("balance");
+    println!("client 1: locked, token {token3}, claimed, read {read_by_1}; pauses");
+
+    // Client 2, meanwhile: the lock once client 1's lease ran out, then the claim, which
+    // waits for the row until client 1's session is ended.
+    let mut db2 = connect(url, false).await?;
+    let (lease4, token4) = lock(client2).await?;
+    let tx2 = db2.transaction().await?;
+    tx2.batch_execute("SET LOCAL lock_timeout = '10s'").await?;
+    let row = ledger.claim(&tx2, &"acct", token4).await??;
+    let balance: i64 = row.get("balance");
+    tx2.execute(&update, &[&"acct", &(balance + 10)]).await?;
+    tx2.commit().await?;
+    println!(
+        "client 2: locked, token {token4}; its claim waited for client 1's session to end; \
+         read {balance}, wrote {}: committed",
+        balance + 10
+    );
+    lease4.release().await?;
+
+    // Client 1 wakes up and writes what it computed: its session is gone.
+    let late = match tx1.execute(&update, &[&"acct", &(read_by_1 + 50)]).await {
+        Ok(_) => tx1.commit().await,
+        Err(e) => Err(e),
+    };
+    match &late {
+        Ok(()) => return Err("client 1's late write committed after client 2's claim".into()),
+        Err(e) => println!("client 1: its late write failed ({e}): nothing of it landed"),
+    }
+    drop(lease3);
+
+    let row = db2
+        .query_one(
+            &format!("SELECT balance, fence FROM {name} WHERE id = 'acct'"),
+            &[],
+        )
+        .await?;
+    assert!(token1 < token2 && token2 < token3 && token3 < token4);
+    Ok((row.get(0), row.get(1)))
+}
+
+/// The example as a test (`cargo test --features postgres --example fenced_postgres`, and
+/// the README's test command): a throwaway PostgreSQL and three redis-servers from the test
+/// kit, then [`run`] — the code above, not a copy of it.
+#[cfg(test)]
+mod tests {
+    use tower_redlock_testkit::{Masters, PostgresServer};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fenced_claim_postgres_the_example_runs_both_scenes() {
+        let pg = std::thread::spawn(PostgresServer::start);
+        let masters = Masters::start(3);
+        let pg = pg.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        super::run(&pg.url(), Some(masters.urls()))
+            .await
+            .unwrap_or_else(|e| panic!("the example failed: {e}; server log:\n{}", pg.log()));
+    }
 }

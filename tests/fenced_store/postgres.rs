@@ -1,17 +1,19 @@
-//! PostgreSQL: a row guarded by a `fence` column, written only with a fencing token at least
+//! PostgreSQL: a row guarded by a `fence` column, claimed only with a fencing token at least
 //! the stored one — against a real PostgreSQL server (a throwaway cluster from the test kit,
 //! [`support::PostgresServer`]) with leases from a real Redlock over three `redis-server`
-//! masters (`fencing(true)`). The pattern is the one of `examples/fenced_postgres.rs`:
+//! masters (`fencing(true)`). Each write is the library's claim
+//! ([`FencedTable::claim`], or [`FencedTable::claim_or_insert`] for the first write), then a
+//! plain update, in the caller's transaction — the pattern of `examples/fenced_postgres.rs`:
 //!
 //! ```sql
-//! UPDATE ledger SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3
-//! INSERT INTO ledger (id, balance, fence) VALUES ($1, $2, $3) ON CONFLICT (id)
-//!     DO UPDATE SET balance = EXCLUDED.balance, fence = EXCLUDED.fence
-//!     WHERE ledger.fence <= EXCLUDED.fence
+//! UPDATE ledger SET fence = $2 WHERE id = $1 AND fence <= $2 RETURNING *
+//! UPDATE ledger SET balance = $2 WHERE id = $1
 //! ```
 //!
-//! in the caller's transaction; zero rows written means a newer holder has written: the
-//! stored fence is read and the write is a [`StaleToken`] (409 `/problems/fencing-token-stale`).
+//! Zero rows claimed means a newer holder has claimed the row: the stored fence is read and
+//! the write is a [`StaleToken`] (409 `/problems/fencing-token-stale`). The read-modify-write
+//! interleavings under each isolation level, and the claim's timeouts, are in
+//! [`claim_postgres`](super::claim_postgres).
 //!
 //! What the tests show:
 //! - holders one after another write in token order, and a holder writes twice with its one
@@ -20,7 +22,7 @@
 //!   is refused, the row keeps the newer write, and the caller's transaction rolled back or
 //!   committed after the refusal leaves nothing of it —
 //!   `fenced_store_postgres_refuses_a_stale_writer_after_a_newer_write`;
-//! - the check is the write's own, not a read before it: a stale update that waits on the
+//! - the check is the claim's own, not a read before it: a stale claim that waits on the
 //!   row lock of a newer, not yet committed write is refused once that commits —
 //!   `fenced_store_postgres_refuses_a_stale_writer_blocked_behind_a_newer_write`;
 //! - the insert-or-update form, and its limit (a row that does not exist has no fence to
@@ -31,10 +33,9 @@
 //!   committed one, larger whenever the writer changed; no update is lost; stale writes were
 //!   refused — `fenced_store_postgres_concurrent_writers_commit_in_token_order`.
 //!
-//! The client is `tokio-postgres` (a dev-dependency only; the library has no PostgreSQL
-//! dependency): async on tokio like the crate, kept by the rust-postgres project, no
-//! compile-time database checks or macros, and small. sqlx would bring its macro and offline
-//! query machinery for two statements.
+//! The client is `tokio-postgres` (the library's `postgres` feature): async on tokio like the
+//! crate, kept by the rust-postgres project, no compile-time database checks or macros, and
+//! small. sqlx would bring its macro and offline query machinery for two statements.
 
 use tower_redlock_testkit as support;
 
@@ -42,90 +43,83 @@ use std::time::{Duration, Instant};
 
 use support::{eventually, warm_up, Masters, PostgresServer};
 use tokio_postgres::{Client, Error, NoTls, Transaction};
+use tower_redlock::fenced::postgres::{FencedTable, Refused};
 use tower_redlock::fenced::StaleToken;
 use tower_redlock::{Lease, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 /// The ttl of the leases that run out while their holder is paused.
-const SHORT_TTL: Duration = Duration::from_millis(300);
+pub(super) const SHORT_TTL: Duration = Duration::from_millis(300);
 const RESOURCE: &str = "ledger:acct";
 
-const SCHEMA: &str = "
+pub(super) const SCHEMA: &str = "
     CREATE TABLE ledger (id text PRIMARY KEY, balance bigint, fence bigint NOT NULL);
     CREATE TABLE ledger_history (seq bigserial PRIMARY KEY, fence bigint NOT NULL, writer int NOT NULL);
 ";
 
 /// A fencing token as a `bigint`. Tokens look like microsecond timestamps (about 1.7·10^15
 /// today), and the crate keeps its counters below 2^53: far inside a `bigint`.
-fn fence(token: u64) -> i64 {
+pub(super) fn fence(token: u64) -> i64 {
     i64::try_from(token).expect("a fencing token beyond bigint")
 }
 
-/// The fenced update: the row's fence must be at most the token.
-const UPDATE: &str = "UPDATE ledger SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3";
+/// The ledger's rows: key column `id`, fence column `fence`.
+pub(super) fn ledger() -> FencedTable {
+    FencedTable::new("ledger").expect("a plain table name")
+}
 
-/// The fenced insert-or-update: a new row, or the update of [`UPDATE`].
-const UPSERT: &str = "INSERT INTO ledger (id, balance, fence) VALUES ($1, $2, $3) \
-     ON CONFLICT (id) DO UPDATE SET balance = EXCLUDED.balance, fence = EXCLUDED.fence \
-     WHERE ledger.fence <= EXCLUDED.fence";
-
-/// Writes `balance` to row `id` in the caller's transaction, unless a newer holder wrote it:
-/// `Ok(Ok(()))` written, `Ok(Err(stale))` refused (the row is unchanged), `Err(_)` the
-/// database failed (also when the row does not exist: create it with [`fenced_upsert`]).
+/// Writes `balance` to row `id` in the caller's transaction, unless a newer holder claimed
+/// it: the claim, then a plain update. `Ok(Ok(()))` written, `Ok(Err(stale))` refused (the
+/// row is unchanged), `Err(_)` the database failed; any other refusal fails the test.
 async fn fenced_update(
     tx: &Transaction<'_>,
     id: &str,
     balance: i64,
     token: u64,
 ) -> Result<Result<(), StaleToken>, Error> {
-    fenced_write(tx, UPDATE, id, balance, token).await
+    match ledger().claim(tx, &id, token).await? {
+        Ok(_) => write_balance(tx, id, balance).await,
+        Err(refused) => Ok(Err(stale_only(refused))),
+    }
 }
 
-/// Inserts row `id` or updates it as [`fenced_update`] does.
+/// Inserts row `id` or updates it as [`fenced_update`] does: the claim that inserts.
 async fn fenced_upsert(
     tx: &Transaction<'_>,
     id: &str,
     balance: i64,
     token: u64,
 ) -> Result<Result<(), StaleToken>, Error> {
-    fenced_write(tx, UPSERT, id, balance, token).await
+    match ledger().claim_or_insert(tx, &id, token).await? {
+        Ok(_) => write_balance(tx, id, balance).await,
+        Err(refused) => Ok(Err(stale_only(refused))),
+    }
 }
 
-/// Runs the fenced statement `sql` (`$1` id, `$2` balance, `$3` token): one row written, or
-/// the refusal.
-async fn fenced_write(
+/// The write after a claim: plain (the claim holds the row).
+pub(super) async fn write_balance(
     tx: &Transaction<'_>,
-    sql: &str,
     id: &str,
     balance: i64,
-    token: u64,
 ) -> Result<Result<(), StaleToken>, Error> {
-    let written = tx.execute(sql, &[&id, &balance, &fence(token)]).await?;
-    if written == 1 {
-        return Ok(Ok(()));
-    }
-    stale(tx, id, token).await
-}
-
-/// The refusal of a write with `token` that touched no row: the fence stored now (fences
-/// only grow, so it is larger than `token`).
-async fn stale(
-    tx: &Transaction<'_>,
-    id: &str,
-    token: u64,
-) -> Result<Result<(), StaleToken>, Error> {
-    let row = tx
-        .query_one("SELECT fence FROM ledger WHERE id = $1", &[&id])
+    let written = tx
+        .execute(
+            "UPDATE ledger SET balance = $2 WHERE id = $1",
+            &[&id, &balance],
+        )
         .await?;
-    let stored: i64 = row.get(0);
-    // A fence below zero was not written by these helpers: read as 0.
-    Ok(Err(StaleToken::new(
-        token,
-        u64::try_from(stored).unwrap_or(0),
-    )))
+    assert_eq!(written, 1, "the claimed row {id} is there");
+    Ok(Ok(()))
 }
 
-async fn connect(url: &str) -> Client {
+fn stale_only(refused: Refused) -> StaleToken {
+    match refused {
+        Refused::Stale(stale) => stale,
+        other => panic!("a refusal other than a stale token: {other}"),
+    }
+}
+
+pub(super) async fn connect(url: &str) -> Client {
     let (client, connection) = tokio_postgres::connect(url, NoTls)
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
@@ -139,15 +133,15 @@ async fn connect(url: &str) -> Client {
 
 /// Three masters, a fencing client warmed up over them, and a PostgreSQL server with the
 /// tables and a connection.
-struct Setup {
+pub(super) struct Setup {
     masters: Masters,
-    redlock: Redlock,
-    pg: PostgresServer,
-    db: Client,
+    pub(super) redlock: Redlock,
+    pub(super) pg: PostgresServer,
+    pub(super) db: Client,
 }
 
 impl Setup {
-    async fn new() -> Self {
+    pub(super) async fn new() -> Self {
         // initdb takes a second or two: meanwhile the masters start.
         let pg = std::thread::spawn(PostgresServer::start);
         let masters = Masters::start(3);
@@ -164,12 +158,12 @@ impl Setup {
     }
 
     /// Another client over the same masters (another process, as far as the lock goes).
-    async fn other_client(&self) -> Redlock {
+    pub(super) async fn other_client(&self) -> Redlock {
         fencing_client(&self.masters).await
     }
 
     /// The row's `(balance, fence)`.
-    async fn row(&self, id: &str) -> (i64, u64) {
+    pub(super) async fn row(&self, id: &str) -> (i64, u64) {
         let row = self
             .db
             .query_one("SELECT balance, fence FROM ledger WHERE id = $1", &[&id])
@@ -190,7 +184,7 @@ impl Setup {
     /// Kleppmann's scenario up to the late write: `first` takes the lock with a short ttl
     /// and pauses (does nothing) while `second` waits for the lock, which it gets only once
     /// the first lease's keys expired. Returns both leases (the first one lost).
-    async fn overtaken(&self, second: &Redlock) -> (Lease, Lease) {
+    pub(super) async fn overtaken(&self, second: &Redlock) -> (Lease, Lease) {
         // (Retried: on a loaded machine one try may leave no validity of a short ttl.)
         let first = self
             .redlock
@@ -219,7 +213,7 @@ async fn fencing_client(masters: &Masters) -> Redlock {
     redlock
 }
 
-fn token(lease: &Lease) -> u64 {
+pub(super) fn token(lease: &Lease) -> u64 {
     lease.fencing_token().expect("fencing is on")
 }
 
@@ -408,26 +402,21 @@ struct Tally {
     no_lock: usize,
 }
 
-/// One write of `writer`: the balance read under the row lock and written back plus one,
-/// with a history row, in one transaction; rolled back when refused.
+/// One write of `writer`: the row claimed, its balance read from the claim and written back
+/// plus one, with a history row, in one transaction; rolled back when refused.
 async fn write_once(db: &mut Client, writer: i32, token: u64) -> Result<(), StaleToken> {
     let tx = db.transaction().await.unwrap();
-    // `FOR UPDATE`: the balance read is the one the update overwrites (no lost update when
-    // an older holder's write commits between this read and the write).
-    let row = tx
-        .query_one(
-            "SELECT balance FROM ledger WHERE id = 'acct' FOR UPDATE",
-            &[],
-        )
-        .await
-        .unwrap();
-    let balance: i64 = row.get(0);
-    match fenced_update(&tx, "acct", balance + 1, token)
-        .await
-        .unwrap()
-    {
-        Ok(()) => {
-            // After the update, under its row lock: the history's `seq` follows commit order.
+    // The claim returns the row it holds: the balance read is the one the update
+    // overwrites (no lost update when an older holder's write commits between a read and
+    // the write).
+    match ledger().claim(&tx, &"acct", token).await.unwrap() {
+        Ok(row) => {
+            let balance: i64 = row.get("balance");
+            write_balance(&tx, "acct", balance + 1)
+                .await
+                .unwrap()
+                .unwrap();
+            // After the claim, under its row lock: the history's `seq` follows commit order.
             tx.execute(
                 "INSERT INTO ledger_history (fence, writer) VALUES ($1, $2)",
                 &[&fence(token), &writer],
@@ -437,9 +426,9 @@ async fn write_once(db: &mut Client, writer: i32, token: u64) -> Result<(), Stal
             tx.commit().await.unwrap();
             Ok(())
         }
-        Err(stale) => {
+        Err(refused) => {
             tx.rollback().await.unwrap();
-            Err(stale)
+            Err(stale_only(refused))
         }
     }
 }
@@ -555,4 +544,13 @@ async fn fenced_store_postgres_concurrent_writers_commit_in_token_order() {
         total.refused >= 1,
         "could not set up the scenario: no paused writer was overtaken: {total:?}"
     );
+}
+
+/// The checker's store (`--store postgres`) claims with the library's statement: the test
+/// kit spells it out (it does not turn on the library's `postgres` feature, which would turn
+/// it on in every test build), and this keeps the two equal.
+#[test]
+fn fenced_store_postgres_the_checker_claims_with_the_library_s_statement() {
+    let table = FencedTable::with_columns("fenced", "resource", "fence").expect("plain names");
+    assert_eq!(support::checker::CLAIM_SQL, table.claim_sql());
 }

@@ -517,13 +517,15 @@ fn the_checker_catches_fencing_tokens_out_of_order() {
     );
 }
 
-/// Writers go through a fenced PostgreSQL store (one real server) while the classic nemesis
-/// hits the masters, and now and then a writer pauses past its lease's ttl before writing
-/// with its old token: in the table's history every committed write carries a fence at
-/// least the previous one's, and a larger one whenever the writer changed — 0 out of token
-/// order — and the paused writers whose key was taken meanwhile were refused. The write sits
-/// inside the critical section, and a PostgreSQL round trip on a loaded 2-core machine may
-/// take tens of milliseconds: a ttl of 1 s leaves it room within the lease.
+/// Writers make read-modify-writes through a fenced PostgreSQL store (one real server),
+/// each claiming its row with its token before it reads, while the classic nemesis hits the
+/// masters, and now and then a writer pauses past its lease's ttl — before its read, or
+/// between its read and its write: in the table's history every committed write carries a
+/// fence at least the previous one's, and a larger one whenever the writer changed — 0 out
+/// of token order — every committed write is in the final value's lineage — 0 lost — and
+/// the paused writers whose key was claimed meanwhile were refused. The read and the write
+/// sit inside the critical section, and a PostgreSQL round trip on a loaded 2-core machine
+/// may take tens of milliseconds: a ttl of 1 s leaves it room within the lease.
 #[test]
 fn fenced_store_checker_postgres_writes_in_token_order_under_faults() {
     let report = run_checker(&[
@@ -543,12 +545,20 @@ fn fenced_store_checker_postgres_writes_in_token_order_under_faults() {
     let c = store.counts;
     assert_eq!(store.out_of_order.len(), 0, "{:?}", store.out_of_order);
     assert_eq!(store.not_increased.len(), 0, "{:?}", store.not_increased);
+    assert_eq!(store.lost.len(), 0, "{:?}", store.lost);
     assert!(c.committed > 0, "{c:?}");
     assert_eq!(store.history as u64, c.committed);
     assert_eq!(store.row_writes, store.history as i64);
     assert!(c.paused >= 3, "a few writers paused past their ttl: {c:?}");
     assert!(c.paused_refused > 0, "{c:?}");
-    // A writer inside its lease is never refused: only the paused ones were.
+    // A writer paused after its read held its row while the next holders came: some claim
+    // found it busy (else the pause after the read was never contended).
+    assert!(
+        c.busy > 0,
+        "could not set up the scenario: no claim met a paused holder's row: {c:?}"
+    );
+    // A writer inside its lease is never refused as stale: only the paused ones were (one
+    // may find the row busy: a paused writer's claim holds it).
     assert_eq!(c.refused, c.paused_refused, "{c:?}");
     assert!(report.faults.total() > 0);
     assert!(report.summary().contains("paused writes"));

@@ -66,12 +66,16 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
   --skew-percent N   CHECKER_SKEW_PERCENT   skew: max clock offset in % of the ttl, < 50 (45)
   --min-faults N     CHECKER_MIN_FAULTS     go on past the acquisitions until every kind
                                             injected N of each of its faults (0)
-  --broken quorum1   CHECKER_BROKEN         negative control: each worker locks on ONE
-                                            master; the run MUST fail (none)
-  --store postgres   CHECKER_STORE          lock workload: sections also write through a
-                                            fenced PostgreSQL store (one throwaway server),
-                                            every 200th write after a pause past the ttl;
-                                            its history checked for token order (none)
+  --broken B         CHECKER_BROKEN         negative control, the run MUST fail (none):
+      quorum1        each worker locks on ONE master
+      block          each section blocks its runtime's thread past the deadline
+      unclaimed-read with --store: a plain read, the token checked in the write only
+  --store postgres   CHECKER_STORE          lock workload: sections also make a
+                                            read-modify-write in a PostgreSQL store (one
+                                            throwaway server), the row claimed with the
+                                            token first; every 100th write pauses past the
+                                            ttl, before or after its read; its history
+                                            checked for token order and lost writes (none)
 ";
 
 fn main() {

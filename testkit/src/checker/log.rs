@@ -135,11 +135,15 @@ pub struct Counts {
 /// What one worker's writes through the fenced store (`--store`) came to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreCounts {
-    /// Accepted by the fenced update (and a history row inserted, committed).
+    /// Committed (the row written and a history row inserted).
     pub committed: u64,
-    /// Refused: the row's fence was above the writer's token (0 rows updated).
+    /// Refused: the row's fence was above the writer's token (the claim, or the negative
+    /// control's write, matched no row).
     pub refused: u64,
-    /// Writes made after the writer paused past its lease's ttl (committed or refused).
+    /// Busy: the claim waited past `lock_timeout` for a row a paused holder had claimed.
+    pub busy: u64,
+    /// Writes whose writer paused past its lease's ttl, before or after its read
+    /// (committed, refused or busy).
     pub paused: u64,
     /// Of those, the refused ones.
     pub paused_refused: u64,
@@ -149,6 +153,7 @@ impl StoreCounts {
     pub fn add(&mut self, o: &StoreCounts) {
         self.committed += o.committed;
         self.refused += o.refused;
+        self.busy += o.busy;
         self.paused += o.paused;
         self.paused_refused += o.paused_refused;
     }
@@ -206,8 +211,8 @@ impl WorkerLog {
         let st = &self.store;
         writeln!(
             out,
-            "store {} {} {} {}",
-            st.committed, st.refused, st.paused, st.paused_refused
+            "store {} {} {} {} {}",
+            st.committed, st.refused, st.busy, st.paused, st.paused_refused
         )?;
         writeln!(out, "end")?;
         out.flush()
@@ -243,12 +248,13 @@ impl WorkerLog {
                     let v: Vec<u64> = f
                         .map(|x| x.parse().map_err(|_| bad()))
                         .collect::<Result<_, _>>()?;
-                    let [committed, refused, paused, paused_refused] = v[..] else {
+                    let [committed, refused, busy, paused, paused_refused] = v[..] else {
                         return Err(bad());
                     };
                     log.store = StoreCounts {
                         committed,
                         refused,
+                        busy,
                         paused,
                         paused_refused,
                     };
@@ -392,6 +398,7 @@ mod tests {
             store: StoreCounts {
                 committed: 9,
                 refused: 2,
+                busy: 3,
                 paused: 1,
                 paused_refused: 1,
             },

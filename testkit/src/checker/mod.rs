@@ -34,8 +34,8 @@
 //! | `--handler-ms N` (replay: the handler waits up to N ms) | `CHECKER_HANDLER_MS` | 60 | 60 |
 //! | `--skew-percent N` (`skew`: clock offsets within ±N % of the ttl, N < 50) | `CHECKER_SKEW_PERCENT` | 45 | 45 |
 //! | `--min-faults N` (go on until each kind injected N of each of its faults) | `CHECKER_MIN_FAULTS` | 0 | 0 |
-//! | `--broken quorum1` (the negative control: must fail) | `CHECKER_BROKEN` | none | none |
-//! | `--store postgres` (lock workload, fencing on: sections also write through a fenced PostgreSQL store, a few writers paused past their ttl; see below) | `CHECKER_STORE` | none | none |
+//! | `--broken quorum1` (the negative control: must fail; also `block`, and `unclaimed-read` with `--store postgres`) | `CHECKER_BROKEN` | none | none |
+//! | `--store postgres` (lock workload, fencing on: sections also make a claimed read-modify-write in a PostgreSQL store, a few writers paused past their ttl; see below) | `CHECKER_STORE` | none | none |
 //!
 //! The nemesis kinds, mixed freely: each is a lane (a thread, `nemesis/`), and the lanes
 //! share one budget, so never more than two of the five voters are affected at once (but
@@ -86,18 +86,26 @@
 //!
 //! With `--store postgres` the parent also starts one PostgreSQL server (the testkit's
 //! [`PostgresServer`](crate::PostgresServer)) with a row per resource, and every section
-//! writes its row through the fenced update (`UPDATE … WHERE fence <= $token`, and a
-//! `fenced_history` row when accepted, one transaction; `store.rs`) before it leaves. Every
-//! 200th write of a process comes instead after its writer paused for 1.5 ttls, past its
-//! lease's expiry, with the old token: the section, as the lock covered it, is recorded as
-//! left when the pause began (the lock promises nothing after its deadline; the late write
-//! is fencing's to stop — `worker/lock.rs`). After the run, per resource in commit order:
+//! makes a read-modify-write of its row before it leaves: the row claimed with the lease's
+//! token (the library's `FencedTable` claim, which returns the row), its write count read
+//! from there and written back plus one, a `fenced_history` row with the value read, in
+//! one transaction (`store/`). Every 100th write of a process pauses past its lease's
+//! expiry, alternately before its read (1.5 ttls, then reads and writes with the old token)
+//! and between its read and its write (until the lease's deadline plus up to a
+//! thirty-second of a ttl, then writes): the section, as the lock covered it, is recorded as left when the
+//! pause began (the lock promises nothing after its deadline; the late write is fencing's
+//! to handle — `worker/lock.rs`). After the run, per resource in commit order:
 //!
 //! - no committed fence is below an earlier one, and a fence grows strictly whenever the
 //!   writer (process, task) changed;
-//! - the history, the rows' write counts and the workers' own counts agree; and
+//! - no write is lost: each committed write read what the one before it wrote, and the
+//!   history, the rows' write counts and the workers' own counts agree; and
 //! - some writes committed and some paused writer's write was refused (else the run could
 //!   not have failed).
+//!
+//! `--broken unclaimed-read` (with `--store postgres`) is that store's negative control: a
+//! plain read, the token checked only in the write (`UPDATE … WHERE fence <= $token`) —
+//! the checker must report lost writes.
 //!
 //! The replay workload records runs of the handler instead (a claim that locked, with how
 //! its completion ended) and replays (a claim answered with a record, which names its run);
@@ -145,7 +153,7 @@ pub use nemesis::Kind;
 pub use report::Report;
 pub use run::run;
 pub use settings::{Broken, Settings, Store, Workload};
-pub use store::{check_history, HistoryRow, StoreVerdict};
+pub use store::{check_history, HistoryRow, StoreVerdict, CLAIM_SQL};
 pub use verdict::{check, check_runs, Verdict};
 pub use worker::worker_main;
 

@@ -212,6 +212,24 @@ impl Report {
                     b.fence
                 ));
             }
+            for (a, b) in st.lost.iter().take(10) {
+                p.push(format!(
+                    "STORE WRITE LOST on {}: history row {} (worker {} task {}, fence {}) wrote \
+                     {}, then row {} (worker {} task {}, fence {}) read {} — the first write is \
+                     not in the final value's lineage",
+                    b.resource,
+                    a.seq,
+                    a.process,
+                    a.task,
+                    a.fence,
+                    a.before + 1,
+                    b.seq,
+                    b.process,
+                    b.task,
+                    b.fence,
+                    b.before
+                ));
+            }
             let c = &st.counts;
             if st.history as u64 != c.committed || st.row_writes != st.history as i64 {
                 p.push(format!(
@@ -426,27 +444,27 @@ impl Report {
                 &mut out,
                 "store writes",
                 format!(
-                    "{} committed, {} refused ({} history rows)",
-                    c.committed, c.refused, st.history
+                    "{} committed, {} refused, {} busy ({} history rows, {} in the final values)",
+                    c.committed, c.refused, c.busy, st.history, st.row_writes
                 ),
             );
             row(
                 &mut out,
                 "paused writes",
                 format!(
-                    "{} (past the ttl), {} refused, {} accepted",
-                    c.paused,
-                    c.paused_refused,
-                    c.paused - c.paused_refused
+                    "{} (past the ttl, before or after the read), {} refused",
+                    c.paused, c.paused_refused
                 ),
             );
             row(
                 &mut out,
                 "store violations",
                 format!(
-                    "{} out of token order, {} writer changes without a larger fence",
+                    "{} out of token order, {} writer changes without a larger fence, {} lost \
+                     writes",
                     st.out_of_order.len(),
-                    st.not_increased.len()
+                    st.not_increased.len(),
+                    st.lost.len()
                 ),
             );
         }

@@ -45,6 +45,10 @@ pub enum Broken {
     /// a blocking call in async code) until half a ttl past its lease's deadline: late exits
     /// whose process was not starved, which the checker must not take for paused ones.
     Blocking,
+    /// With `--store postgres`: each write reads its row with a plain `SELECT` and checks the
+    /// token only in the write (`UPDATE … WHERE fence <= $token`) — the pattern that loses a
+    /// paused reader's acknowledged write once the next holder has read.
+    UnclaimedRead,
 }
 
 impl Broken {
@@ -53,7 +57,10 @@ impl Broken {
             "" | "none" | "0" => None,
             "quorum1" => Some(Self::Quorum1),
             "block" => Some(Self::Blocking),
-            other => panic!("unknown broken client {other:?}: quorum1, block (or none)"),
+            "unclaimed-read" => Some(Self::UnclaimedRead),
+            other => {
+                panic!("unknown broken client {other:?}: quorum1, block, unclaimed-read (or none)")
+            }
         }
     }
 
@@ -62,6 +69,7 @@ impl Broken {
         match self {
             Self::Quorum1 => "quorum1",
             Self::Blocking => "block",
+            Self::UnclaimedRead => "unclaimed-read",
         }
     }
 }
@@ -69,10 +77,11 @@ impl Broken {
 /// Where the workers' critical sections also write, with their fencing tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Store {
-    /// One throwaway PostgreSQL server (the testkit's `PostgresServer`): each section
-    /// writes its resource's row through the fenced update (`… WHERE fence <= $token`) and,
-    /// when it was accepted, a history row, in one transaction; now and then a writer pauses
-    /// past its lease's ttl before its write (see `worker/lock.rs`).
+    /// One throwaway PostgreSQL server (the testkit's `PostgresServer`): each section makes
+    /// a read-modify-write of its resource's row — the row claimed with the token
+    /// (`FencedTable::claim`), its count read and written back plus one, a history row —
+    /// in one transaction; now and then a writer pauses past its lease's ttl before its
+    /// read or between its read and its write (see `worker/lock.rs`, `store/`).
     Postgres,
 }
 
@@ -259,6 +268,12 @@ impl Settings {
             assert!(
                 self.workload == Workload::Lock && self.fencing,
                 "--store needs the lock workload with fencing on (--workload lock --fencing 1)"
+            );
+        }
+        if self.broken == Some(Broken::UnclaimedRead) {
+            assert!(
+                self.store.is_some(),
+                "--broken unclaimed-read is a store's negative control: add --store postgres"
             );
         }
         if has(Kind::Operator) {

@@ -1,18 +1,20 @@
 //! The lock workload's task: lock a random resource, record the section, release.
 //!
-//! With a fenced store (`--store`), the section also writes its resource's row through the
-//! fenced update, with the lease's token, before it leaves. Every [`PAUSE_EVERY`]th write of
-//! a process comes after a pause past the lease's ttl instead: the section — what the lock
-//! covered — is recorded as left when the pause begins (its exit and `is_valid` read then,
-//! still inside the validity, and checked like any other), then the task sleeps one and a
-//! half ttls (its lease expires a ttl after the pause at the latest; the other tasks then
-//! have half a ttl to take the resource and write) and writes with its old token. The lock promises nothing after
-//! its deadline, so the late write is not a section: it is what fencing must stop, counted
-//! as paused and checked from the store's history (refused when a newer holder wrote).
-//! Leaving the paused write out of the exclusion check rather than the whole section keeps
-//! the part the lock did cover checked.
-//!
-//! [`PAUSE_EVERY`]: super::super::store::PAUSE_EVERY
+//! With a fenced store (`--store`), the section also makes a read-modify-write of its
+//! resource's row with the lease's token before it leaves: the read (the claim) first, then
+//! the work, then the write and its commit. Every `PAUSE_EVERY`th write (`store/writer.rs`) of a process
+//! pauses past the lease's ttl instead — alternately before its read and after it. The
+//! section — what the lock covered — is recorded as left when the pause begins (its exit
+//! and `is_valid` read then, still inside the validity, and checked like any other). A
+//! pause before the read sleeps one and a half ttls (its lease expires a ttl after the pause
+//! at the latest; the other tasks then have half a ttl to take the resource and write),
+//! then reads and writes with its old token; a pause after the read holds its read until
+//! the lease's deadline plus up to a thirty-second of a ttl — about when the next holder
+//! reads — then writes. The lock promises nothing after its deadline, so the late write is not a
+//! section: it is what fencing must handle, counted as paused and checked from the store's
+//! history (refused when a newer holder claimed, and never a lost write). Leaving the
+//! paused write out of the exclusion check rather than the whole section keeps the part the
+//! lock did cover checked.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -22,7 +24,7 @@ use tower_redlock::Redlock;
 use super::super::clock::{self, shared_ns, Starvation};
 use super::super::log::Section;
 use super::super::settings::Broken;
-use super::super::store::Writer;
+use super::super::store::{Open, Pause, Writer};
 use super::{Shared, WorkerConfig};
 
 /// One task: lock a random resource, record the section, release; until the process's share
@@ -53,13 +55,16 @@ pub(super) async fn lock_loop(
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();
                 let name = &config.resources[resource];
-                let mut paused = false;
+                let mut pause = Pause::No;
+                // A read whose write comes after the pause.
+                let mut open: Option<Open<'_>> = None;
                 // The plan: leave at once, or — with the validity for it — after the work.
                 let mut plan_ns = enter_ns;
                 // The "work": give the other tasks a turn, spin a little, once more — only
                 // with the validity to cover it, as an application checks before it works
                 // (a lease may come back with milliseconds left after a slow quorum; its
-                // section is then entered and left at once, and still checked).
+                // section is then entered and left at once, and still checked). With a
+                // store, the read comes before the work and the write after it.
                 let checked = Instant::now();
                 if lease.deadline().saturating_duration_since(checked) >= WORK_MARGIN {
                     plan_ns = shared_ns(checked + WORK_MARGIN);
@@ -69,15 +74,18 @@ pub(super) async fn lock_loop(
                         std::thread::sleep(lease.deadline() - checked + config.ttl / 2);
                     }
                     Starvation::own_code_done(&mut starvation);
+                    if let Some(store) = store {
+                        pause = store.pause_next();
+                        if pause != Pause::BeforeRead {
+                            let token = token.expect("the fenced store needs fencing on");
+                            open = Some(store.read(name, token, task).await);
+                        }
+                    }
                     tokio::task::yield_now().await;
                     spin(config.work);
                     tokio::task::yield_now().await;
-                    if let Some(store) = store {
-                        let token = token.expect("the fenced store needs fencing on");
-                        paused = store.pause_next();
-                        if !paused {
-                            store.write(name, token, config.id, task, false).await;
-                        }
+                    if let (Pause::No, Some(store), Some(read)) = (pause, store, open.take()) {
+                        store.finish(read, name, config.id, task, false).await;
                     }
                 }
                 // Validity first: a lease not valid at the exit then left at or after its
@@ -97,10 +105,21 @@ pub(super) async fn lock_loop(
                     task,
                     token,
                 });
+                let paused = pause != Pause::No;
                 if let (true, Some(store), Some(token)) = (paused, store, token) {
-                    // The pause: the lease expires meanwhile, and another holder may write.
-                    tokio::time::sleep(config.ttl * 3 / 2).await;
-                    store.write(name, token, config.id, task, true).await;
+                    // The pause: the lease expires meanwhile, and another holder may claim.
+                    let read = match open.take() {
+                        Some(read) => {
+                            let jitter = config.ttl.mul_f64(rng.f64() / 32.0);
+                            tokio::time::sleep_until((lease.deadline() + jitter).into()).await;
+                            read
+                        }
+                        None => {
+                            tokio::time::sleep(config.ttl * 3 / 2).await;
+                            store.read(name, token, task).await
+                        }
+                    };
+                    store.finish(read, name, config.id, task, true).await;
                 }
                 shared.acquisitions.fetch_add(1, Ordering::Relaxed);
                 shared.done.fetch_add(1, Ordering::Relaxed);

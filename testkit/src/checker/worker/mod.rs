@@ -58,6 +58,7 @@ pub fn worker_main() {
         broken: match env("CHECKER_BROKEN").as_str() {
             "quorum1" => Some(Broken::Quorum1),
             "block" => Some(Broken::Blocking),
+            "unclaimed-read" => Some(Broken::UnclaimedRead),
             _ => None,
         },
         seed: num("CHECKER_SEED"),
@@ -186,7 +187,12 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
     let warm_up = started.elapsed();
     // The fenced store: a connection per task.
     let store = match &config.store_url {
-        Some(url) => Some(Arc::new(Writer::connect(url, config.tasks).await)),
+        Some(url) => {
+            let unclaimed = config.broken == Some(Broken::UnclaimedRead);
+            Some(Arc::new(
+                Writer::connect(url, config.tasks, unclaimed).await,
+            ))
+        }
         None => None,
     };
 

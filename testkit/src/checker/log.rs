@@ -9,7 +9,7 @@
 //! s <resource> <enter ns> <leave ns> <deadline ns> <valid 0|1> <task> <token, or - for none>
 //! r <key> <enter ns> <leave ns> <deadline ns> <valid 0|1> <task> <token, or -> <completion>
 //! p <key> <worker> <task> <enter ns>
-//! store <committed> <refused> <paused> <paused refused>
+//! store <committed> <refused> <busy> <paused> <paused after read> <paused refused>
 //! end
 //! ```
 //!
@@ -19,7 +19,8 @@
 //! completion record, which names the run that stored it (its worker, task and entry).
 //! `store` (with `--store` only) counts the worker's writes through the fenced store: those
 //! committed and those refused (a newer token had written), and of them the writes made
-//! after a deliberate pause past the lease's ttl, and how many of those were refused.
+//! after a deliberate pause past the lease's ttl (before the read or after it), and how
+//! many of those were refused.
 //!
 //! A log without its `end` line (the worker died writing it) is refused.
 
@@ -41,9 +42,10 @@ pub struct Section {
     /// timer (a section without work: its entry). A section that left after its deadline
     /// though it planned to leave before is a paused process (see `verdict.rs`).
     pub plan_ns: i64,
-    /// How long the section's thread waited for a CPU (runnable, not run) between its check
-    /// of its validity and its exit (`clock::Starvation`), in ns; -1 where the system does
-    /// not say. A paused section must show at least its overrun here.
+    /// How long the section's thread waited for a CPU (runnable, not run) between its entry
+    /// and its exit — for a section that left at once, from the lock call's return —
+    /// (`clock::Starvation`), in ns; -1 where the system does not say. A paused section must
+    /// show at least its overrun here.
     pub starved_ns: i64,
     /// `Lease::is_valid()` when leaving.
     pub valid: bool,
@@ -145,7 +147,10 @@ pub struct StoreCounts {
     /// Writes whose writer paused past its lease's ttl, before or after its read
     /// (committed, refused or busy).
     pub paused: u64,
-    /// Of those, the refused ones.
+    /// Of those, the writes paused between their read and their write (the rest paused
+    /// before their read).
+    pub paused_after_read: u64,
+    /// Of the paused writes (before or after their read), the refused ones.
     pub paused_refused: u64,
 }
 
@@ -155,6 +160,7 @@ impl StoreCounts {
         self.refused += o.refused;
         self.busy += o.busy;
         self.paused += o.paused;
+        self.paused_after_read += o.paused_after_read;
         self.paused_refused += o.paused_refused;
     }
 }
@@ -211,8 +217,8 @@ impl WorkerLog {
         let st = &self.store;
         writeln!(
             out,
-            "store {} {} {} {} {}",
-            st.committed, st.refused, st.busy, st.paused, st.paused_refused
+            "store {} {} {} {} {} {}",
+            st.committed, st.refused, st.busy, st.paused, st.paused_after_read, st.paused_refused
         )?;
         writeln!(out, "end")?;
         out.flush()
@@ -248,7 +254,9 @@ impl WorkerLog {
                     let v: Vec<u64> = f
                         .map(|x| x.parse().map_err(|_| bad()))
                         .collect::<Result<_, _>>()?;
-                    let [committed, refused, busy, paused, paused_refused] = v[..] else {
+                    let [committed, refused, busy, paused, paused_after_read, paused_refused] =
+                        v[..]
+                    else {
                         return Err(bad());
                     };
                     log.store = StoreCounts {
@@ -256,6 +264,7 @@ impl WorkerLog {
                         refused,
                         busy,
                         paused,
+                        paused_after_read,
                         paused_refused,
                     };
                 }
@@ -399,7 +408,8 @@ mod tests {
                 committed: 9,
                 refused: 2,
                 busy: 3,
-                paused: 1,
+                paused: 4,
+                paused_after_read: 2,
                 paused_refused: 1,
             },
         };

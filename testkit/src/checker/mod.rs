@@ -91,8 +91,9 @@
 //! from there and written back plus one, a `fenced_history` row with the value read, in
 //! one transaction (`store/`). Every 100th write of a process pauses past its lease's
 //! expiry, alternately before its read (1.5 ttls, then reads and writes with the old token)
-//! and between its read and its write (until the lease's deadline plus up to a
-//! thirty-second of a ttl, then writes): the section, as the lock covered it, is recorded as left when the
+//! and between its read and its write (its transaction open past the lease's deadline,
+//! alternately 1.5 ttls and up to a thirty-second of a ttl, then writes): the section, as
+//! the lock covered it, is recorded as left when the
 //! pause began (the lock promises nothing after its deadline; the late write is fencing's
 //! to handle — `worker/lock.rs`). After the run, per resource in commit order:
 //!
@@ -146,7 +147,7 @@ mod topology;
 mod verdict;
 mod worker;
 
-pub use clock::Starvation;
+pub use clock::{noting_return, Returned, Starvation};
 pub use faults::{FaultCounts, FaultSpan};
 pub use log::{Completion, Counts, Replay, Run, Section, StoreCounts, WorkerLog};
 pub use nemesis::Kind;

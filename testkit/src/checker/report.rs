@@ -241,6 +241,13 @@ impl Report {
             if c.committed == 0 {
                 p.push("no write committed to the fenced store: nothing was checked".into());
             }
+            if c.paused_after_read == 0 || c.paused_after_read == c.paused {
+                p.push(format!(
+                    "could not set up the scenario: {} writes paused, {} of them after their \
+                     read: both pauses (before the read, after it) must happen",
+                    c.paused, c.paused_after_read
+                ));
+            }
             if c.paused_refused == 0 {
                 p.push(format!(
                     "no paused writer was refused by the fenced store ({} paused writes): the \
@@ -452,8 +459,11 @@ impl Report {
                 &mut out,
                 "paused writes",
                 format!(
-                    "{} (past the ttl, before or after the read), {} refused",
-                    c.paused, c.paused_refused
+                    "{} (past the ttl: {} before the read, {} after it), {} refused",
+                    c.paused,
+                    c.paused.saturating_sub(c.paused_after_read),
+                    c.paused_after_read,
+                    c.paused_refused
                 ),
             );
             row(

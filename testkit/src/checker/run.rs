@@ -160,6 +160,10 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             counts.add(&l.store);
         }
         verdict.store = Some(rt.block_on(store::verdict(&server.url(), counts)));
+        // The server's log beside the workers' (kept with them on failure): what an error a
+        // worker saw looked like from the server's side.
+        let log = dir.join("postgres.log");
+        std::fs::write(&log, server.log()).unwrap_or_else(|e| panic!("write {log:?}: {e}"));
     }
     drop(postgres);
     let voters = topology.describe();

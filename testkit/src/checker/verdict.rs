@@ -14,13 +14,16 @@ pub struct Verdict {
     pub overlaps: Vec<(Section, Section)>,
     /// Sections that left at or after their lease deadline, or whose lease was not valid
     /// when they left, and were not [`paused`](Self::paused): they entered without
-    /// validity, began work their validity did not cover, or overran it with their own
-    /// code (a blocking call holding the thread). A violation.
+    /// validity (with no evidence that their thread waited for a CPU that long after the
+    /// lock call returned), began work their validity did not cover, or overran it with
+    /// their own code (a blocking call holding the thread). A violation.
     pub late: Vec<Section>,
     /// Sections that left at or after their deadline though they had planned to leave
-    /// before it (they checked the validity had room for their work), and whose thread
+    /// before it (they checked the validity had room for their work) — or, reaching their
+    /// entry with no validity left, to leave at once and do nothing — and whose thread
     /// waited for a CPU — runnable, not run by the machine — at least as long as they
-    /// overran: a starved, that is paused, process. Redlock cannot stop a paused process —
+    /// overran (for one that left at once, counting its wait from the lock call's return to
+    /// the entry): a starved, that is paused, process. Redlock cannot stop a paused process —
     /// the lock promises nothing after its deadline, fencing tokens do — so this is counted,
     /// not a violation: the part before the deadline is checked for overlaps, and the token
     /// order holds in full. Without that evidence (or where the system gives none) an
@@ -109,7 +112,8 @@ pub fn check_runs(mut runs: Vec<Run>, replays: &[Replay]) -> Verdict {
 }
 
 /// Checks the merged sections: no overlap on any resource, every exit before its deadline
-/// (a section that planned to leave in time and was starved past it is counted as paused,
+/// (a section that planned to leave in time — or at once — and was starved past it is
+/// counted as paused,
 /// its part before the deadline checked for overlaps), and the fencing tokens of each resource strictly increasing in the order the sections
 /// were entered (sections without a token are skipped there, and listed).
 pub fn check(mut sections: Vec<Section>) -> Verdict {
@@ -119,10 +123,14 @@ pub fn check(mut sections: Vec<Section>) -> Verdict {
     };
     for s in &mut sections {
         let overrun = s.leave_ns - s.deadline_ns;
-        if overrun >= 0 && s.plan_ns < s.deadline_ns && s.starved_ns >= overrun {
+        // Planned in time, or planned nothing: left at once, having found no validity left.
+        let planned = s.plan_ns < s.deadline_ns || s.plan_ns == s.enter_ns;
+        if overrun >= 0 && planned && s.starved_ns >= overrun {
             v.paused.push(*s);
-            // What the lock covered: the section until its deadline.
+            // What the lock covered: the section until its deadline — nothing, for one
+            // reached after it (then ordered by its deadline among the others' entries).
             s.leave_ns = s.deadline_ns;
+            s.enter_ns = s.enter_ns.min(s.deadline_ns);
         } else if overrun >= 0 || !s.valid {
             v.late.push(*s);
         }

@@ -46,7 +46,11 @@ pub(in super::super) enum Pause {
     /// Before its read: the write comes after the lease ran out, with the old token.
     BeforeRead,
     /// Between its read and its write: the read was inside the lease, the write is not.
-    AfterRead,
+    /// `long`: the transaction stays open one and a half ttls past the lease's deadline —
+    /// the next holders try the row meanwhile (with the claim: busy); else up to a
+    /// thirty-second of a ttl past it — about when the next holder reads and writes (with
+    /// the negative control's plain read, the interleaving that loses a write).
+    AfterRead { long: bool },
 }
 
 /// A worker's connections to the store (one per task), and its counts.
@@ -61,6 +65,7 @@ pub(in super::super) struct Writer {
     refused: AtomicU64,
     busy: AtomicU64,
     paused: AtomicU64,
+    paused_after_read: AtomicU64,
     paused_refused: AtomicU64,
 }
 
@@ -119,11 +124,24 @@ impl Conn {
 }
 
 /// A write between its read and its write: the transaction open on the task's connection.
+/// It must end in [`Writer::finish`] (`COMMIT` or `ROLLBACK`): dropped before, it would leave
+/// its transaction open — and its row claimed — on the connection the task's next write
+/// uses, so its `Drop` panics.
 pub(in super::super) struct Open<'a> {
     conn: MutexGuard<'a, Conn>,
     fence: i64,
     /// What was read (`writes`), or why nothing was: refused or busy.
     read: Result<i64, Refusal>,
+    /// Set by [`Writer::finish`] once the transaction has ended.
+    ended: bool,
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        if !self.ended && !std::thread::panicking() {
+            panic!("a fenced store write dropped between its read and its write: its transaction would stay open");
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +167,7 @@ impl Writer {
             refused: AtomicU64::new(0),
             busy: AtomicU64::new(0),
             paused: AtomicU64::new(0),
+            paused_after_read: AtomicU64::new(0),
             paused_refused: AtomicU64::new(0),
         }
     }
@@ -161,7 +180,10 @@ impl Writer {
         } else if (n / PAUSE_EVERY).is_multiple_of(2) {
             Pause::BeforeRead
         } else {
-            Pause::AfterRead
+            // The first after-read pause is long: every run has one.
+            Pause::AfterRead {
+                long: (n / PAUSE_EVERY) % 4 == 1,
+            }
         }
     }
 
@@ -177,27 +199,33 @@ impl Writer {
             &claim[..]
         };
         let (begun, read) = tokio::join!(c.batch_execute("BEGIN"), c.query_opt(&conn.read, params));
-        begun.unwrap_or_else(|e| panic!("BEGIN: {e}"));
+        begun.unwrap_or_else(|e| panic!("BEGIN: {}", why(&e)));
         let read = match read {
             Ok(Some(row)) => Ok(row.get::<_, i64>("writes")),
             Ok(None) => Err(Refusal::Stale),
             Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Err(Refusal::Busy),
-            Err(e) => panic!("the fenced store's read: {e}"),
+            Err(e) => panic!("the fenced store's read: {}", why(&e)),
         };
-        Open { conn, fence, read }
+        Open {
+            conn,
+            fence,
+            read,
+            ended: false,
+        }
     }
 
     /// The write of what was read plus one, the history row and `COMMIT` (or `ROLLBACK`
     /// after a refusal); whether it was committed.
     pub(in super::super) async fn finish(
         &self,
-        open: Open<'_>,
+        mut open: Open<'_>,
         resource: &str,
         process: usize,
         task: usize,
-        paused: bool,
+        pause: Pause,
     ) -> bool {
-        let Open { conn, fence, read } = open;
+        let (fence, read) = (open.fence, open.read);
+        let conn = &*open.conn;
         let c = &conn.client;
         let (process, task) = (process as i32, task as i32);
         let outcome = match read {
@@ -217,14 +245,14 @@ impl Writer {
                                 c.execute(&conn.insert, &insert),
                                 c.batch_execute("COMMIT")
                             )
-                            .unwrap_or_else(|e| panic!("the history row and COMMIT: {e}"));
+                            .unwrap_or_else(|e| panic!("the history row and COMMIT: {}", why(&e)));
                             Ok(())
                         }
                         Ok(_) => Err(Refusal::Stale),
                         Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
                             Err(Refusal::Busy)
                         }
-                        Err(e) => panic!("the fenced write: {e}"),
+                        Err(e) => panic!("the fenced write: {}", why(&e)),
                     }
                 } else {
                     // Claimed: the row is this transaction's; the write cannot miss it.
@@ -233,7 +261,9 @@ impl Writer {
                         c.execute(&conn.insert, &insert),
                         c.batch_execute("COMMIT")
                     )
-                    .unwrap_or_else(|e| panic!("the write, the history row and COMMIT: {e}"));
+                    .unwrap_or_else(|e| {
+                        panic!("the write, the history row and COMMIT: {}", why(&e))
+                    });
                     assert_eq!(written, 1, "a claimed row is written");
                     Ok(())
                 }
@@ -242,16 +272,20 @@ impl Writer {
         if outcome.is_err() {
             c.batch_execute("ROLLBACK")
                 .await
-                .unwrap_or_else(|e| panic!("ROLLBACK a refused write: {e}"));
+                .unwrap_or_else(|e| panic!("ROLLBACK a refused write: {}", why(&e)));
         }
+        open.ended = true;
         let count = |c: &AtomicU64| c.fetch_add(1, Ordering::Relaxed);
         match outcome {
             Ok(()) => count(&self.committed),
             Err(Refusal::Stale) => count(&self.refused),
             Err(Refusal::Busy) => count(&self.busy),
         };
-        if paused {
+        if pause != Pause::No {
             count(&self.paused);
+            if matches!(pause, Pause::AfterRead { .. }) {
+                count(&self.paused_after_read);
+            }
             if outcome == Err(Refusal::Stale) {
                 count(&self.paused_refused);
             }
@@ -266,7 +300,23 @@ impl Writer {
             refused: n(&self.refused),
             busy: n(&self.busy),
             paused: n(&self.paused),
+            paused_after_read: n(&self.paused_after_read),
             paused_refused: n(&self.paused_refused),
         }
+    }
+}
+
+/// An error as a failing run should show it: the server's severity, code and message
+/// (`Display` says only "db error"), or the client's own error.
+fn why(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "{} {}: {} (detail: {:?})",
+            db.severity(),
+            db.code().code(),
+            db.message(),
+            db.detail()
+        ),
+        None => format!("{e:?}"),
     }
 }

@@ -8,11 +8,14 @@
 //! and `is_valid` read then, still inside the validity, and checked like any other). A
 //! pause before the read sleeps one and a half ttls (its lease expires a ttl after the pause
 //! at the latest; the other tasks then have half a ttl to take the resource and write),
-//! then reads and writes with its old token; a pause after the read holds its read until
-//! the lease's deadline plus up to a thirty-second of a ttl — about when the next holder
-//! reads — then writes. The lock promises nothing after its deadline, so the late write is not a
-//! section: it is what fencing must handle, counted as paused and checked from the store's
-//! history (refused when a newer holder claimed, and never a lost write). Leaving the
+//! then reads and writes with its old token; a pause after the read keeps its transaction
+//! open past the lease's deadline, alternately one and a half ttls — while the next holders
+//! try the row: with the claim they find it busy — and up to a thirty-second of a ttl —
+//! about when the next holder reads and writes: with the negative control's plain read,
+//! the interleaving that loses a write — then writes.
+//! The lock promises nothing after its deadline, so the late write is not a section: it is
+//! what fencing must handle, counted as paused and checked from the store's history (refused
+//! when a newer holder claimed first, and never a lost write). Leaving the
 //! paused write out of the exclusion check rather than the whole section keeps the part the
 //! lock did cover checked.
 
@@ -41,16 +44,21 @@ pub(super) async fn lock_loop(
     let mut rng = fastrand::Rng::new();
     while shared.go_on(config.target, stop_at) {
         let resource = rng.usize(..config.resources.len());
-        match redlock
-            .lock_with(&config.resources[resource], config.ttl, config.retry)
-            .await
-        {
+        // The thread's wait is noted as the call returns: a thread descheduled between the
+        // return and the section's entry shows it (`Starvation`).
+        let (locked, returned) = clock::noting_return(redlock.lock_with(
+            &config.resources[resource],
+            config.ttl,
+            config.retry,
+        ))
+        .await;
+        match locked {
             Ok(lease) => {
                 // The evidence of starvation is read before the section is entered: its own
                 // reads of /proc (a directory, every thread's schedstat) can block or be
                 // preempted, and inside the section they once made one that entered 3 µs
                 // before its deadline leave 21 ms after it, with no wait seen.
-                let mut starvation = Starvation::begin();
+                let mut starvation = Starvation::begin(returned);
                 let enter_ns = clock::now_ns();
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();
@@ -84,8 +92,13 @@ pub(super) async fn lock_loop(
                     tokio::task::yield_now().await;
                     spin(config.work);
                     tokio::task::yield_now().await;
-                    if let (Pause::No, Some(store), Some(read)) = (pause, store, open.take()) {
-                        store.finish(read, name, config.id, task, false).await;
+                    // Only an unpaused write finishes here: a read paused after is kept
+                    // open until after its pause (`open.take()` in the match of a tuple
+                    // would take it out whatever the pause, and drop its transaction).
+                    if pause == Pause::No {
+                        if let (Some(store), Some(read)) = (store, open.take()) {
+                            store.finish(read, name, config.id, task, pause).await;
+                        }
                     }
                 }
                 // Validity first: a lease not valid at the exit then left at or after its
@@ -110,8 +123,11 @@ pub(super) async fn lock_loop(
                     // The pause: the lease expires meanwhile, and another holder may claim.
                     let read = match open.take() {
                         Some(read) => {
-                            let jitter = config.ttl.mul_f64(rng.f64() / 32.0);
-                            tokio::time::sleep_until((lease.deadline() + jitter).into()).await;
+                            let hold = match pause {
+                                Pause::AfterRead { long: true } => config.ttl.mul_f64(1.5),
+                                _ => config.ttl.mul_f64(rng.f64() / 32.0),
+                            };
+                            tokio::time::sleep_until((lease.deadline() + hold).into()).await;
                             read
                         }
                         None => {
@@ -119,7 +135,7 @@ pub(super) async fn lock_loop(
                             store.read(name, token, task).await
                         }
                     };
-                    store.finish(read, name, config.id, task, true).await;
+                    store.finish(read, name, config.id, task, pause).await;
                 }
                 shared.acquisitions.fetch_add(1, Ordering::Relaxed);
                 shared.done.fetch_add(1, Ordering::Relaxed);

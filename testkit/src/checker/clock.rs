@@ -58,23 +58,11 @@ pub(super) const MAX_SKEW_NS: i64 = 20_000;
 /// and the section's first `.await` ([`Starvation::own_code_done`]) — shows no evidence at
 /// all. Taken just before a section is entered ([`Starvation::begin`]: its `/proc` reads
 /// are not part of the section) and read at its exit ([`Starvation::end`]).
-///
-/// For a section that reached its entry with no validity left and left at once, the
-/// stretch before the entry counts too: from the moment the lock call returned (its future
-/// ready: the library had checked the grant's validity) to the entry, one thread runs with
-/// no `.await` between ([`noting_return`]). A thread descheduled there reaches its section
-/// late, its validity spent by the machine: that wait is evidence of starvation as well
-/// (seen: a section entered 45 ms after its deadline, beside a CPU hog, that waited for
-/// nothing inside the section). The library's own check lies before the note, outside the
-/// evidence: a lease returned already expired is still late.
 #[derive(Debug)]
 pub struct Starvation {
     /// The thread that ran the check, and every thread's wait then.
     tid: u32,
     waits: Vec<(u32, i64)>,
-    /// The checking thread's wait from the lock call's return to the entry (0 without
-    /// evidence, and 0 once the section checked its validity itself: `own_code_done`).
-    before: i64,
     /// The checking thread's voluntary context switches then.
     voluntary: Option<u64>,
     /// Whether the section's own code blocked its thread (see `own_code_done`).
@@ -84,35 +72,20 @@ pub struct Starvation {
 impl Starvation {
     /// Every thread's wait so far, and the current thread; `None` where the system does not
     /// say.
-    pub fn begin(returned: Option<Returned>) -> Option<Self> {
+    pub fn begin() -> Option<Self> {
         let mut waits = Vec::new();
-        let tid = current_tid()?;
         for task in std::fs::read_dir("/proc/self/task").ok()? {
-            let t: u32 = task.ok()?.file_name().to_str()?.parse().ok()?;
-            // A thread that ended meanwhile is skipped; this one is read last, below.
-            if let (false, Some(w)) = (t == tid, wait_of(t)) {
-                waits.push((t, w));
+            let tid: u32 = task.ok()?.file_name().to_str()?.parse().ok()?;
+            // A thread that ended meanwhile is skipped.
+            if let Some(w) = wait_of(tid) {
+                waits.push((tid, w));
             }
         }
-        // The checking thread last, its wait before its switches: nothing of the reads
-        // above is left between its baseline and the entry, and a sleep after the return's
-        // note shows in the switches.
-        let wait = wait_of(tid);
-        let voluntary = voluntary_of(tid);
-        if let Some(w) = wait {
-            waits.push((tid, w));
-        }
-        // Only on the thread the call returned on, and only if it did not block meanwhile
-        // (a sleep may be counted as a wait: see above).
-        let before = returned
-            .filter(|r| r.tid == tid && r.voluntary.is_some() && r.voluntary == voluntary)
-            .zip(wait)
-            .map_or(0, |(r, w)| (w - r.wait).max(0));
+        let tid = current_tid()?;
         Some(Self {
             tid,
             waits,
-            before,
-            voluntary,
+            voluntary: voluntary_of(tid),
             blocked: false,
         })
     }
@@ -121,12 +94,8 @@ impl Starvation {
     /// whether that code blocked its thread — a voluntary context switch of the thread since
     /// [`Starvation::begin`] (a sleep, a blocking call). If it did, [`Starvation::end`] gives
     /// no evidence of starvation: the section is judged on its exit time alone.
-    ///
-    /// Only a section that checked its validity calls it: that check came after the entry,
-    /// so the wait before the entry no longer counts.
     pub fn own_code_done(this: &mut Option<Self>) {
         if let Some(s) = this {
-            s.before = 0;
             s.blocked = match (s.voluntary, voluntary_of(s.tid)) {
                 (Some(then), Some(now)) => now > then,
                 // Unknown: no evidence either way; the wait alone is taken.
@@ -136,8 +105,7 @@ impl Starvation {
     }
 
     /// How long the thread that ran the section waited for a CPU since
-    /// [`Starvation::begin`] — plus, for a section that left at once, its wait between the
-    /// lock call's return and the entry — in ns; -1 when unknown. When the task moved to another thread,
+    /// [`Starvation::begin`], in ns; -1 when unknown. When the task moved to another thread,
     /// the smaller of the two threads' waits: the thread it left may have been blocked (a
     /// blocking call, not runnable: no wait), and the one it came to may have waited for a
     /// CPU before the task came (seen: a blocking section counted 207 ms of the other
@@ -153,43 +121,12 @@ impl Starvation {
         };
         let Some(here) = current_tid() else { return -1 };
         let checked = grown(this.tid).unwrap_or(0);
-        let inside = if here == this.tid {
+        if here == this.tid {
             checked
         } else {
             checked.min(grown(here).unwrap_or(0))
-        };
-        this.before + inside
+        }
     }
-}
-
-/// The thread a lock call returned on, and its voluntary context switches and run-queue
-/// wait then (see [`Starvation`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Returned {
-    tid: u32,
-    wait: i64,
-    voluntary: Option<u64>,
-}
-
-/// Runs `f`, noting the thread, its switches and its wait (in that order) as `f` returns
-/// (`None` where the system does not say). A few `/proc` reads a call: for the checker's
-/// lock calls, not for the library's.
-pub async fn noting_return<F: std::future::Future>(f: F) -> (F::Output, Option<Returned>) {
-    let mut f = std::pin::pin!(f);
-    std::future::poll_fn(|cx| {
-        f.as_mut().poll(cx).map(|out| {
-            let note = current_tid().and_then(|tid| {
-                let voluntary = voluntary_of(tid);
-                Some(Returned {
-                    tid,
-                    wait: wait_of(tid)?,
-                    voluntary,
-                })
-            });
-            (out, note)
-        })
-    })
-    .await
 }
 
 /// The run-queue wait of thread `tid` of this process so far, in ns.

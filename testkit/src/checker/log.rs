@@ -42,10 +42,9 @@ pub struct Section {
     /// timer (a section without work: its entry). A section that left after its deadline
     /// though it planned to leave before is a paused process (see `verdict.rs`).
     pub plan_ns: i64,
-    /// How long the section's thread waited for a CPU (runnable, not run) between its entry
-    /// and its exit — for a section that left at once, from the lock call's return —
-    /// (`clock::Starvation`), in ns; -1 where the system does not say. A paused section must
-    /// show at least its overrun here.
+    /// How long the section's thread waited for a CPU (runnable, not run) between its check
+    /// of its validity and its exit (`clock::Starvation`), in ns; -1 where the system does
+    /// not say. A paused section must show at least its overrun here.
     pub starved_ns: i64,
     /// `Lease::is_valid()` when leaving.
     pub valid: bool,

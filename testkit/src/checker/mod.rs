@@ -147,7 +147,7 @@ mod topology;
 mod verdict;
 mod worker;
 
-pub use clock::{noting_return, Returned, Starvation};
+pub use clock::Starvation;
 pub use faults::{FaultCounts, FaultSpan};
 pub use log::{Completion, Counts, Replay, Run, Section, StoreCounts, WorkerLog};
 pub use nemesis::Kind;

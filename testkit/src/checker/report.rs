@@ -154,6 +154,15 @@ impl Report {
                 self.verdict.sections
             ));
         }
+        let expired = self.verdict.expired_on_arrival.len();
+        if expired > MAX_PAUSED.max(self.verdict.sections / 100) {
+            p.push(format!(
+                "could not set up the scenario: {expired} of {} sections reached their entry \
+                 after their deadline (expired on arrival): the machine did not run the \
+                 workers enough — or the library returned leases without validity",
+                self.verdict.sections
+            ));
+        }
         for (a, b) in self.verdict.double_runs.iter().take(10) {
             let (x, y) = (&a.section, &b.section);
             p.push(format!(
@@ -413,6 +422,21 @@ impl Report {
         );
         row(&mut out, "overlaps", v.overlaps.len().to_string());
         row(&mut out, "late exits", v.late.len().to_string());
+        let late_by = v
+            .expired_on_arrival
+            .iter()
+            .map(|s| s.enter_ns - s.deadline_ns)
+            .max();
+        row(
+            &mut out,
+            "expired on arrival",
+            format!(
+                "{} (reached their section after its deadline, left at once; latest {} past \
+                 it: not a violation, they did nothing)",
+                v.expired_on_arrival.len(),
+                late_by.map_or("-".into(), |n| format!("{:.3} ms", n as f64 / 1e6))
+            ),
+        );
         let overrun = v.paused.iter().map(|s| s.leave_ns - s.deadline_ns).max();
         row(
             &mut out,

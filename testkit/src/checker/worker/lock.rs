@@ -44,21 +44,16 @@ pub(super) async fn lock_loop(
     let mut rng = fastrand::Rng::new();
     while shared.go_on(config.target, stop_at) {
         let resource = rng.usize(..config.resources.len());
-        // The thread's wait is noted as the call returns: a thread descheduled between the
-        // return and the section's entry shows it (`Starvation`).
-        let (locked, returned) = clock::noting_return(redlock.lock_with(
-            &config.resources[resource],
-            config.ttl,
-            config.retry,
-        ))
-        .await;
-        match locked {
+        match redlock
+            .lock_with(&config.resources[resource], config.ttl, config.retry)
+            .await
+        {
             Ok(lease) => {
                 // The evidence of starvation is read before the section is entered: its own
                 // reads of /proc (a directory, every thread's schedstat) can block or be
                 // preempted, and inside the section they once made one that entered 3 µs
                 // before its deadline leave 21 ms after it, with no wait seen.
-                let mut starvation = Starvation::begin(returned);
+                let mut starvation = Starvation::begin();
                 let enter_ns = clock::now_ns();
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();

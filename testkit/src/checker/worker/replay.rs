@@ -41,17 +41,16 @@ pub(super) async fn claim_loop(
     while shared.go_on(config.target, stop_at) {
         let key = pick_key(&mut rng, config.epoch_ns);
         let name = format!("{}{key}", config.key_prefix);
-        // As in the lock workload: the wait from the call's return to the entry counts.
-        let (claimed, returned) =
-            clock::noting_return(redlock.lock_unless_completed(&name, config.ttl, config.retry))
-                .await;
-        match claimed {
+        match redlock
+            .lock_unless_completed(&name, config.ttl, config.retry)
+            .await
+        {
             Ok(Claim::Locked(lease)) => {
                 // The evidence of starvation is read before the section is entered: its own
                 // reads of /proc (a directory, every thread's schedstat) can block or be
                 // preempted, and inside the section they once made one that entered 3 µs
                 // before its deadline leave 21 ms after it, with no wait seen.
-                let mut starvation = Starvation::begin(returned);
+                let mut starvation = Starvation::begin();
                 let enter_ns = clock::now_ns();
                 let deadline_ns = shared_ns(lease.deadline());
                 let token = lease.fencing_token();

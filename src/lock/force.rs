@@ -164,7 +164,9 @@ impl Redlock {
     /// **It breaks mutual exclusion if the holder is alive**: the next request takes the lock
     /// while the old holder still works (fencing tokens, checked where the data lives, are
     /// what then refuses the old holder's writes). Every voter is asked in parallel, each
-    /// bounded by the node timeout; a voter that did not answer is in
+    /// bounded by five node timeouts, as [`Redlock::inspect`] (an operator's call, no vote:
+    /// a busy machine must not make it fail, and a master whose script cache is empty
+    /// answers it in two round trips); a voter that did not answer is in
     /// [`ForceReleased::errors`]: run it again when the voter is back — with the holder
     /// named, the re-run deletes nothing of a holder that took the key meanwhile
     /// (`force_rerun_spares_a_new_holders_lock_and_record`).
@@ -211,7 +213,7 @@ impl Redlock {
             "forced release of a lock (an operator's act)"
         );
         let answers = self
-            .ask_every_voter(self.inner.config.node_timeout, |voter| {
+            .ask_every_voter(self.inner.config.node_timeout.saturating_mul(5), |voter| {
                 let (key, record, holder) = (key.clone(), record.clone(), holder.clone());
                 async move {
                     let mut ask = ForceReleaseRequest::new(&key);

@@ -590,3 +590,107 @@ async fn hmac_key_keys_the_stored_fingerprint_too() {
         "every instance with the secret judges requests alike"
     );
 }
+
+/// The replay acquire of 0.1 as a client of that release sends it to a voter without
+/// tenure protection (two keys: the lock, the record), less the eviction check and the
+/// tenure block, which do not run then: the record's format as that release reads it.
+const REPLAY_ACQUIRE_0_1: &str = r#"local record = redis.call('get', KEYS[2])
+if record and string.sub(record, 1, 5) == 'TRR1\n' then
+  return {2, string.sub(record, 6)}
+end
+local held = redis.pcall('get', KEYS[1])
+local mine, set = held == ARGV[1], false
+if not held then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  mine, set = true, true
+end
+if mine then
+  return {1}
+end
+return {0, redis.call('pttl', KEYS[1])}
+"#;
+
+/// A record stored "if free" (by a lease that may have been lost) sits at `<resource>:record`
+/// in the very format of one stored under a lease, `TRR1\n` and its bytes, with a mark beside
+/// it at `<resource>:record:if-free` holding `TRR1\nif-free`, for as long as the record. A
+/// client of the previous release (0.1) — its replay acquire, then its decoding — reads the
+/// record as it reads any record: the answer, never a second run (a rolling deploy). A record
+/// stored under a lease has no mark.
+#[tokio::test]
+async fn golden_if_free_record_and_its_mark() {
+    use tower_redlock::node::{CompleteRequest, Node};
+
+    let server = RedisServer::start();
+    let node = RedisNode::open(&server.url()).unwrap();
+    let token = "00000000000000000000000000000001";
+    let record = &b"late \x00\xff"[..];
+    let stored = node
+        .complete(
+            CompleteRequest::new(
+                "golden:lost",
+                "golden:lost:record",
+                token,
+                record,
+                Duration::from_secs(60),
+            )
+            .or_if_free(),
+        )
+        .await
+        .unwrap();
+    assert!(stored, "stored where the key is free");
+    assert_eq!(
+        raw(&server, "golden:lost:record").await,
+        b"TRR1\nlate \x00\xff"
+    );
+    assert_eq!(
+        raw(&server, "golden:lost:record:if-free").await,
+        b"TRR1\nif-free"
+    );
+    let record_ttl: i64 = server
+        .query(redis::cmd("PTTL").arg("golden:lost:record"))
+        .await;
+    let mark_ttl: i64 = server
+        .query(redis::cmd("PTTL").arg("golden:lost:record:if-free"))
+        .await;
+    assert!(
+        record_ttl > 0 && (record_ttl - mark_ttl).abs() < 1000,
+        "{record_ttl} {mark_ttl}"
+    );
+
+    // The previous release's replay acquire answers the record, and locks nothing.
+    let answer: redis::Value = server
+        .query(
+            redis::cmd("EVAL")
+                .arg(REPLAY_ACQUIRE_0_1)
+                .arg(2)
+                .arg("golden:lost")
+                .arg("golden:lost:record")
+                .arg("00000000000000000000000000000002")
+                .arg(10_000),
+        )
+        .await;
+    let redis::Value::Array(items) = answer else {
+        panic!("{answer:?}");
+    };
+    assert_eq!(items[0], redis::Value::Int(2));
+    assert_eq!(items[1], redis::Value::BulkString(record.to_vec()));
+    assert!(server.get("golden:lost").await.is_none(), "locked");
+
+    // Under a lease: no mark.
+    let client = client(&server, false);
+    let Claim::Locked(lease) = client
+        .lock_unless_completed("golden:valid", TTL, Retry::never())
+        .await
+        .unwrap()
+    else {
+        panic!("nothing completed yet");
+    };
+    lease
+        .complete("done", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let marks: i64 = server
+        .query(redis::cmd("EXISTS").arg("golden:valid:record:if-free"))
+        .await;
+    assert_eq!(marks, 0);
+}

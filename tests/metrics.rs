@@ -284,7 +284,7 @@ async fn metrics_count_replays_over_http() {
     let done = || redlock.lock_unless_completed("metrics-work", TTL, Retry::never());
     match done().await.unwrap() {
         Claim::Locked(lease) => lease.complete("ok", TTL).await.unwrap(),
-        Claim::Completed(_) => panic!("first run"),
+        other => panic!("first run: {other:?}"),
     }
     assert!(matches!(done().await.unwrap(), Claim::Completed(_)));
     let last = Snapshot::take();

@@ -154,7 +154,7 @@ pub async fn run(s: &Params, masters: &Masters, n: usize) -> ReplayRow {
             .complete(record.clone(), RETENTION)
             .await
             .expect("the replay resource completed"),
-        Claim::Completed(_) => panic!("{done} was completed before the run"),
+        other => panic!("{done} was completed before the run: {other:?}"),
     }
 
     // Warm-up: connections, script caches.

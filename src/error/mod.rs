@@ -231,6 +231,9 @@ struct Inner {
     nodes: Vec<NodeError>,
     /// Every voter's answer, for a lock's error (see [`Error::votes`]).
     ballots: Option<Ballots>,
+    /// A replay acquire's nodes answered with completion records, but too few to make an
+    /// answer: the work ran, so the middleware never fails open on it.
+    found_records: bool,
 }
 
 impl Error {
@@ -247,6 +250,7 @@ impl Error {
                 attempts: 0,
                 nodes: Vec::new(),
                 ballots: None,
+                found_records: false,
             }),
         }
     }
@@ -314,6 +318,18 @@ impl Error {
         let mut e = Self::new(ErrorKind::Unavailable, message);
         e.inner.nodes = errors;
         e
+    }
+
+    /// An unavailable error of a replay acquire that found completion records (see
+    /// `Inner::found_records`).
+    pub(crate) fn with_records(mut self) -> Self {
+        self.inner.found_records = true;
+        self
+    }
+
+    /// Whether nodes answered with completion records (see [`Error::with_records`]).
+    pub(crate) fn found_records(&self) -> bool {
+        self.inner.found_records
     }
 
     pub(crate) fn with_attempts(mut self, attempts: u32) -> Self {

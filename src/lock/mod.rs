@@ -28,6 +28,8 @@ mod wake;
 mod owed;
 // A voter, and one call to it (timeout, stall excuses, probes, paying what it is owed).
 mod call;
+// The completion records a replay acquire found, and the one answer they make.
+mod records;
 // Fan-out to every voter, and the vote count with its early decision.
 mod tally;
 // What a lease and its handles share.
@@ -229,7 +231,9 @@ impl Redlock {
         match self.lock_inner(resource, ttl, retry, false).await? {
             Claim::Locked(lease) => Ok(lease),
             // A plain acquire counts a record as "held" (see `try_once`, `acquire/`): never here.
-            Claim::Completed(_) => Err(Error::invalid("a plain lock answered with a record")),
+            Claim::Completed(_) | Claim::OutcomeUnknown => {
+                Err(Error::invalid("a plain lock answered with a record"))
+            }
         }
     }
 

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::call::{Answer, Call, Voter};
+use super::records::Records;
 use super::telemetry::{self, Background, NodeVote, Votes};
 use crate::error::NodeError;
 use crate::node::{Acquire, AnyNode, CallError};
@@ -38,9 +39,9 @@ pub(crate) enum Vote {
     /// The node refused: the key is held by another value (with the holder's remaining ttl
     /// when the node reported a live one), or no longer holds ours.
     Against(Option<Duration>),
-    /// The node has the completion record of the work (replay acquire): nothing was locked,
-    /// and counting stops — any stored record is the answer.
-    Completed(bytes::Bytes),
+    /// The node has the completion record of the work (replay acquire), stored "if free"
+    /// when `true`: nothing was locked there (see `records.rs` for the answer they make).
+    Completed(bytes::Bytes, bool),
 }
 
 impl Vote {
@@ -50,7 +51,7 @@ impl Vote {
             Vote::For => NodeVote::For,
             Vote::Fenced(_) => NodeVote::Fenced,
             Vote::Against(_) => NodeVote::Against,
-            Vote::Completed(_) => NodeVote::Completed,
+            Vote::Completed(..) => NodeVote::Completed,
         }
     }
 }
@@ -72,8 +73,8 @@ pub(crate) struct Tally {
     /// Each `Against` vote's reported ttl, by node (for the error's votes).
     pub(crate) held_ttls: Vec<(usize, Duration)>,
     pub(crate) errors: Vec<NodeError>,
-    /// A completion record a node answered with (replay acquire).
-    pub(crate) record: Option<bytes::Bytes>,
+    /// The completion records nodes answered with (replay acquire).
+    pub(crate) records: Records,
     /// The largest fencing counter among the votes for (fenced acquire).
     pub(crate) fence: Option<u64>,
     /// Each vote's fencing counter, by node (fenced acquire).
@@ -102,7 +103,7 @@ impl Tally {
     /// errors alone while an asked node may still say "held": a live holder is not reported
     /// as an outage because the failures came faster.
     fn done(&self, nodes: usize, quorum: usize) -> bool {
-        self.record.is_some()
+        self.records.settled(quorum).is_some()
             || self.for_ >= quorum
             || (self.decided(nodes, quorum) && self.against > 0)
     }
@@ -126,8 +127,9 @@ impl Tally {
                 }
             }
             Ok(Acquire::Held { remaining }) => self.held(i, remaining),
-            Ok(Acquire::Completed { record }) if replay => self.completed(i, record),
-            Ok(Acquire::Completed { .. }) => self.held(i, None),
+            Ok(Acquire::Completed { record }) if replay => self.completed(i, record, false),
+            Ok(Acquire::CompletedIfFree { record }) if replay => self.completed(i, record, true),
+            Ok(Acquire::Completed { .. } | Acquire::CompletedIfFree { .. }) => self.held(i, None),
             Err(e) => {
                 if e.is_suspended() {
                     self.not_ours |= 1 << i;
@@ -143,10 +145,16 @@ impl Tally {
         self.fences.push((i, fence));
     }
 
-    /// Counts node `i`'s completion record: it locked nothing.
-    pub(crate) fn completed(&mut self, i: usize, record: bytes::Bytes) {
+    /// Counts node `i`'s completion record (stored "if free" when `if_free`): it locked
+    /// nothing.
+    pub(crate) fn completed(&mut self, i: usize, record: bytes::Bytes, if_free: bool) {
         self.not_ours |= 1 << i;
-        self.record.get_or_insert(record);
+        self.records.add(record, if_free);
+    }
+
+    /// How many nodes answered without an error: a vote for, "held", or a record.
+    pub(crate) fn answers(&self) -> usize {
+        self.for_ + self.against + self.records.nodes()
     }
 }
 
@@ -324,7 +332,7 @@ where
                         tally.fenced(i, fence);
                     }
                     Vote::Against(remaining) => tally.held(i, remaining),
-                    Vote::Completed(record) => tally.completed(i, record),
+                    Vote::Completed(record, if_free) => tally.completed(i, record, if_free),
                 }
             }
             Err(e) => {

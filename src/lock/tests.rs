@@ -71,7 +71,7 @@ fn spans_record_outcomes_and_never_the_key() {
         let work = || redlock.lock_unless_completed("secret-work", ttl, Retry::never());
         match work().await.unwrap() {
             Claim::Locked(lease) => lease.complete("done", ttl).await.unwrap(),
-            Claim::Completed(_) => panic!("first run"),
+            other => panic!("first run: {other:?}"),
         }
         assert!(matches!(work().await.unwrap(), Claim::Completed(_)));
     });

@@ -42,8 +42,10 @@ pub struct MemoryNode {
 #[derive(Debug, Default)]
 struct Map {
     entries: HashMap<String, Entry>,
-    /// Completion records (see [`Node::complete`]): the record and its expiry.
-    records: HashMap<String, (Bytes, Instant)>,
+    /// Completion records (see [`Node::complete`]): the record, its expiry, and whether it
+    /// was stored "if free" ([`CompleteRequest::if_free`]: answered as
+    /// [`Acquire::CompletedIfFree`]).
+    records: HashMap<String, (Bytes, Instant, bool)>,
     /// Fencing counters (see [`AcquireRequest::fence`]): the value and its expiry.
     fences: HashMap<String, (u64, Instant)>,
     writes_since_sweep: usize,
@@ -145,13 +147,13 @@ impl MemoryNode {
         // completion asked again: stored.
         let ours = |e: &Entry| e.token == token && e.expires > now;
         match map.records.get(record_key) {
-            Some((r, e)) if *e > now && r[..] == *record => {
+            Some((r, e, _)) if *e > now && r[..] == *record => {
                 if map.entries.get(key).is_some_and(ours) {
                     map.entries.remove(key);
                 }
                 return true;
             }
-            Some((_, e)) if *e > now => return false,
+            Some((_, e, _)) if *e > now => return false,
             _ => {}
         }
         let taken = map.entries.get(record_key).is_some_and(|e| e.expires > now);
@@ -160,6 +162,7 @@ impl MemoryNode {
             Some(e) => e.token == token,
             None => if_free,
         };
+        // Marked "if free" whenever the "if free" form stored it (as on Redis).
         if taken || !store {
             return false;
         }
@@ -167,7 +170,11 @@ impl MemoryNode {
         // The client bounds the retention (`Lease::MAX_RECORD_RETENTION`).
         map.records.insert(
             record_key.to_owned(),
-            (Bytes::copy_from_slice(record), expiry(now, retention)),
+            (
+                Bytes::copy_from_slice(record),
+                expiry(now, retention),
+                if_free,
+            ),
         );
         true
     }
@@ -177,7 +184,7 @@ impl MemoryNode {
         if map.writes_since_sweep >= 1024 {
             map.writes_since_sweep = 0;
             map.entries.retain(|_, e| e.expires > now);
-            map.records.retain(|_, (_, expires)| *expires > now);
+            map.records.retain(|_, (_, expires, _)| *expires > now);
             map.fences.retain(|_, (_, expires)| *expires > now);
         }
         match map.entries.get_mut(key) {
@@ -206,7 +213,10 @@ impl MemoryNode {
     /// The live completion record at `record_key`, as the replay acquire answers it.
     fn completed_in(map: &Map, now: Instant, record_key: &str) -> Option<Acquire> {
         match map.records.get(record_key) {
-            Some((record, expires)) if *expires > now => Some(Acquire::Completed {
+            Some((record, expires, false)) if *expires > now => Some(Acquire::Completed {
+                record: record.clone(),
+            }),
+            Some((record, expires, true)) if *expires > now => Some(Acquire::CompletedIfFree {
                 record: record.clone(),
             }),
             _ => None,
@@ -337,8 +347,8 @@ impl Node for MemoryNode {
             record: map
                 .records
                 .get(request.record_key)
-                .filter(|(_, expires)| *expires > now)
-                .map(|(record, expires)| RecordState::new(record.len(), left(*expires))),
+                .filter(|(_, expires, _)| *expires > now)
+                .map(|(record, expires, _)| RecordState::new(record.len(), left(*expires))),
         };
         Box::pin(ready(Ok(state)))
     }
@@ -374,7 +384,7 @@ impl Node for MemoryNode {
             && request.record_key.is_some_and(|key| {
                 map.records
                     .remove(key)
-                    .is_some_and(|(_, expires)| expires > now)
+                    .is_some_and(|(_, expires, _)| expires > now)
             });
         Box::pin(ready(Ok(Forced::new(lock, record))))
     }

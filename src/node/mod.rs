@@ -70,6 +70,15 @@ pub enum Acquire {
         /// The stored completion record.
         record: Bytes,
     },
+    /// As [`Acquire::Completed`], for a record stored by the "if free" completion
+    /// ([`CompleteRequest::if_free`]: by a lease that may have been lost). The client ranks
+    /// it below a record stored under a valid lease (see
+    /// [`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed)). A node
+    /// that cannot tell the two apart answers [`Acquire::Completed`] for both.
+    CompletedIfFree {
+        /// The stored completion record.
+        record: Bytes,
+    },
     /// Only to a request with a [`fence`](AcquireRequest::fence): as [`Acquire::Acquired`],
     /// and the resource's fencing counter on this node is now `fence`. (A fenced request
     /// answered [`Acquire::Acquired`] is not a vote: the client releases that key.)

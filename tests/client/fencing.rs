@@ -392,7 +392,7 @@ async fn fencing_tokens_on_leases_of_idempotent_work() {
                 *next.lock().unwrap() = Some(lease);
                 true
             }
-            Claim::Completed(_) => false,
+            Claim::Completed(_) | Claim::OutcomeUnknown => false,
         }
     })
     .await;

@@ -96,7 +96,7 @@ async fn inspect_while_held_on_a_minority_completed_and_after_expiry() {
         .unwrap()
     {
         Claim::Locked(lease) => lease,
-        Claim::Completed(_) => panic!("nothing completed yet"),
+        other => panic!("nothing completed yet: {other:?}"),
     };
     lease
         .complete(b"the answer".to_vec(), Duration::from_secs(600))

@@ -15,6 +15,7 @@
 //! - [`fenced_store`]: the token checked where the data lives (a fenced Redis write): a
 //!   paused handler's late write refused, its client answered `409`;
 //! - replay (idempotent endpoints): [`replay`], [`replay_faults`], [`replay_limits`];
+//! - [`one_answer`]: after a lost lease, every duplicate gets the same answer;
 //! - [`mixed`], [`replay_mixed`]: axum and actix-web side by side, on the same masters;
 //! - [`axum_only`], [`actix_only`]: what only one framework has (the tower service in
 //!   process; actix-web's half-closed connections);
@@ -39,6 +40,7 @@ mod keys;
 mod methods;
 mod mixed;
 mod on_lost;
+mod one_answer;
 mod release;
 mod replay;
 mod replay_faults;
@@ -117,6 +119,9 @@ on_both! {
     replay_faults::replay_survives_a_master_down_during_the_write,
     replay_faults::replay_survives_masters_losing_the_record,
     replay_faults::replay_a_cancelled_request_marks_the_key_completed,
+    one_answer::lost_lease_one_answer_finish_a_later_holders_record_wins,
+    one_answer::lost_lease_one_answer_abort_a_later_holders_record_wins,
+    one_answer::lost_lease_one_answer_two_lost_leases_that_differ_are_unknown,
     replay_limits::replay_a_response_too_large_or_streamed_is_not_stored,
     replay_limits::replay_a_body_over_the_limit_is_413,
     replay_limits::replay_the_handler_gets_the_body_unchanged,

@@ -582,7 +582,7 @@ async fn cluster_retry_after_a_reset_finds_its_own_token_acquired() {
                 .await
             {
                 Ok(Claim::Locked(lease)) => Ok(lease),
-                Ok(Claim::Completed(r)) => panic!("{mode}: nothing was completed: {r:?}"),
+                Ok(other) => panic!("{mode}: nothing was completed: {other:?}"),
                 Err(e) => Err(e),
             }
         } else {

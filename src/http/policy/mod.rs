@@ -455,6 +455,10 @@ impl LockPolicy {
                 let recorder = replay.map(|(r, fp)| Recorder::new(Arc::clone(r), fp));
                 Decision::Locked(lease, recorder)
             }
+            Ok(Claim::OutcomeUnknown) => {
+                tracing::debug!(key = %p.redlock.key_hash(key.as_str()), "records of lost leases differ: outcome unknown");
+                Decision::Reject(self.reject(RejectionKind::OutcomeUnknown, wire))
+            }
             Ok(Claim::Completed(record)) => {
                 let fingerprint = replay
                     .map(|(_, fp)| fp)
@@ -471,10 +475,12 @@ impl LockPolicy {
                     }
                 }
             }
-            // Fail open only when no node said "held": a live holder is never run over.
+            // Fail open only when no node said "held" nor had a record: a live holder is
+            // never run over, nor is work that ran.
             Err(e)
                 if e.is_unavailable()
                     && e.held_by() == 0
+                    && !e.found_records()
                     && p.unavailable == OnUnavailable::FailOpen =>
             {
                 tracing::warn!(key = %p.redlock.key_hash(key.as_str()), error = %e, "lock quorum unreachable; running unlocked (fail-open)");

@@ -21,6 +21,7 @@ use crate::error::{Ballots, Error};
 use crate::lock::fencing::{self, Fence};
 use crate::lock::lease::{Lease, Parked};
 use crate::lock::options::{self, Retry};
+use crate::lock::records::Verdict;
 use crate::lock::release::{CancelGuard, Release};
 use crate::lock::state::{Grant, LeaseState};
 use crate::lock::tally::{self, Skip, Vote};
@@ -123,6 +124,10 @@ impl Redlock {
                 Ok(Try::Completed(record)) => {
                     obs.done(LockOutcome::Completed);
                     return Ok(Claim::Completed(record));
+                }
+                Ok(Try::Unknown) => {
+                    obs.done(LockOutcome::Completed);
+                    return Ok(Claim::OutcomeUnknown);
                 }
                 Err(e) => {
                     let split = !e.is_contended() || e.votes_won() > 0;
@@ -235,17 +240,24 @@ impl Redlock {
             Acquire::Acquired => Vote::For,
             Acquire::Fenced { fence } => Vote::Fenced(fence),
             Acquire::Held { remaining } => Vote::Against(remaining),
-            Acquire::Completed { record } if replay => Vote::Completed(record),
+            Acquire::Completed { record } if replay => Vote::Completed(record, false),
+            Acquire::CompletedIfFree { record } if replay => Vote::Completed(record, true),
             // From a plain acquire (a node must not answer it): it locked nothing.
-            Acquire::Completed { .. } => Vote::Against(None),
+            Acquire::Completed { .. } | Acquire::CompletedIfFree { .. } => Vote::Against(None),
         })
         .await;
         // The answers that came meanwhile need no release if they hold nothing of ours.
         tally::drain_ready(&mut sent, |answer| tally.late_acquire(answer, replay));
+        let mut verdict = None;
         if replay {
             let until = deadline.min(start + timeout);
-            replay::await_every_answer(&mut sent, &mut tally, until).await;
-            if tally.record.is_some() && !sent.is_empty() {
+            replay::await_every_answer(&mut sent, &mut tally, inner.quorum, until).await;
+            let held = tally.against > 0;
+            verdict = tally
+                .records
+                .verdict(inner.quorum, n, tally.answers(), held);
+            let answer = matches!(verdict, Some(Verdict::Record(_) | Verdict::Unknown));
+            if answer && !sent.is_empty() {
                 // A record is the answer: the requests still in flight are settled in the
                 // background, releasing only where they locked — not on every node asked.
                 replay::settle_in_background(
@@ -258,10 +270,10 @@ impl Redlock {
                 );
             }
         }
-        obs.tried(|| (tally.votes(), tally.record.is_some()));
+        obs.tried(|| (tally.votes(), tally.records.any()));
         let holders = (tally.answered & !tally.not_ours) | sent.started();
         let granted =
-            tally.record.is_none() && tally.for_ >= inner.quorum && Instant::now() < deadline;
+            !tally.records.any() && tally.for_ >= inner.quorum && Instant::now() < deadline;
         let fence = fence_key
             .zip(tally.fence)
             .filter(|_| granted)
@@ -318,18 +330,24 @@ impl Redlock {
             let _ = self.release_token(release).await;
         }
         guard.disarm();
-        if let Some(record) = tally.record {
-            return Ok(Try::Completed(record));
-        }
+        let unsettled = match verdict {
+            Some(Verdict::Record(record)) => return Ok(Try::Completed(record)),
+            Some(Verdict::Unknown) => return Ok(Try::Unknown),
+            Some(Verdict::Unavailable(why)) => {
+                Err(Error::unavailable(why, std::mem::take(&mut tally.errors)).with_records())
+            }
+            // A live holder beside records: contended, as any "held" answer makes it.
+            Some(Verdict::Contended) | None => settled,
+        };
         let ballots = Ballots {
             names: inner.names.clone(),
             granted: tally.for_mask,
             held: tally.not_ours & !tally.error_mask(),
             ttls: std::mem::take(&mut tally.held_ttls),
         };
-        let err = if let Err(unsettled) = settled {
+        let err = if let Err(unsettled) = unsettled {
             unsettled
-        } else if tally.for_ >= inner.quorum {
+        } else if tally.for_ >= inner.quorum && !tally.records.any() {
             Error::unavailable(
                 format!(
                     "a quorum answered, but too slowly to leave any validity of the {ttl:?} ttl"
@@ -385,6 +403,8 @@ enum Try {
     Granted(Granted),
     /// A node had the completion record (replay acquire).
     Completed(bytes::Bytes),
+    /// Nodes had records of lost leases that differ (replay acquire).
+    Unknown,
 }
 
 struct Granted {

@@ -25,17 +25,20 @@ pub(crate) fn record_key(key: &str) -> Arc<str> {
 }
 
 /// The replay acquire draws no conclusion before every asked node has answered (each
-/// request is bounded by the node timeout; suspended nodes were not asked), unless with a
-/// record: a record that survives on a single master is the answer, over locks and "held"
-/// alike.
+/// request is bounded by the node timeout; suspended nodes were not asked), unless a record
+/// stored under a valid lease is on a quorum of them (see `records.rs` for the rest).
 ///
 /// Bounded by `until` too (the try's first node timeout, and the lock's validity): a node
 /// whose request is given time back for this process' stalls is not waited for beyond it.
-pub(super) async fn await_every_answer<S>(sent: &mut S, tally: &mut Tally, until: Instant)
-where
+pub(super) async fn await_every_answer<S>(
+    sent: &mut S,
+    tally: &mut Tally,
+    quorum: usize,
+    until: Instant,
+) where
     S: Stream<Item = Answer<Acquire>> + Unpin,
 {
-    while tally.record.is_none() {
+    while tally.records.settled(quorum).is_none() {
         let Ok(Some(answer)) = tokio::time::timeout_at(until.into(), sent.next()).await else {
             break;
         };
@@ -81,6 +84,14 @@ pub(super) fn settle_in_background<F>(
 }
 
 /// The answer of [`Redlock::lock_unless_completed`].
+///
+/// Which record answers when nodes hold different ones (a lease lost while its work ran
+/// stored its record "if free", beside another holder's): a record stored under a valid
+/// lease on a quorum of nodes, wherever a caller finds it first; records of lost leases
+/// that differ, and none stored under a valid lease, answer [`Claim::OutcomeUnknown`] —
+/// never one or the other by chance. Too few nodes answering to know is an unavailable
+/// error; a live holder beside a minority's record, a contended one (its record may still
+/// come). Tests: `lost_lease_one_answer_*` (tests/middleware), `records.rs`'s unit tests.
 #[derive(Debug)]
 #[must_use = "a Claim may hold the lock: dropping it releases the lock at once"]
 pub enum Claim {
@@ -90,4 +101,9 @@ pub enum Claim {
     /// The work is done: the record its holder stored with [`Lease::complete`]. Nothing was
     /// locked.
     Completed(Bytes),
+    /// The work ran, under leases that were lost, and their records differ (each stored
+    /// "if free" where the key was free, none under a valid lease on a quorum): which
+    /// outcome counts is unknown. Every caller gets this answer until the records expire.
+    /// Nothing was locked.
+    OutcomeUnknown,
 }

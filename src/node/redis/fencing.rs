@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use redis::Value;
 
+use super::records::{completed, if_free_mark};
 use super::scripts::{
     Script, ACQUIRE_FENCED, ACQUIRE_UNLESS_COMPLETED_FENCED, COMPLETE_FENCED, COMPLETE_FREE_FENCED,
     EXTEND_FENCED, RELEASE_FENCED,
@@ -80,11 +80,13 @@ impl RedisNode {
     ) -> Result<Acquire, CallError> {
         let ttl_arg = ttl_ms(ttl).to_string();
         let retention_arg = ttl_ms(retention).to_string();
+        let mark = record_key.map(|r| self.conn.aux_key(key, &if_free_mark(r)).into_owned());
         let record_key = record_key.map(|r| self.conn.aux_key(key, r));
         let fence_key = self.conn.aux_key(key, fence_key);
         let markers = self.guard.as_ref().map(|g| self.markers(g, key));
         let mut keys = vec![key];
         keys.extend(record_key.as_deref());
+        keys.extend(mark.as_deref());
         keys.push(fence_key.as_ref());
         let max_arg = match &self.guard {
             Some(guard) => {
@@ -104,6 +106,9 @@ impl RedisNode {
         let Value::Array(items) = reply else {
             return Err(unexpected(&reply));
         };
+        if let Some(done) = completed(&items).filter(|_| record_key.is_some()) {
+            return Ok(done);
+        }
         match (items.first().map(int).transpose()?, items.get(1)) {
             (Some(1), Some(fence)) => match u64::try_from(int(fence)?) {
                 // Lua numbers are doubles: above 2^53 a counter no longer grows by one.
@@ -114,11 +119,6 @@ impl RedisNode {
                 )),
             },
             (Some(0), Some(pttl)) => Ok(held(int(pttl)?)),
-            (Some(2), Some(Value::BulkString(record))) if record_key.is_some() => {
-                Ok(Acquire::Completed {
-                    record: Bytes::copy_from_slice(record),
-                })
-            }
             (Some(3), None) => Err(CallError::new(
                 "the master's tenure is younger than the longest ttl: abstains \
                  (delayed-restart protection)",
@@ -193,6 +193,10 @@ impl RedisNode {
         let retention = ttl_ms(retention).to_string();
         let floor = fence.floor.to_string();
         let fence_retention = ttl_ms(fence.retention).to_string();
+        let mark = self
+            .conn
+            .aux_key(key, &if_free_mark(record_key))
+            .into_owned();
         let record_key = self.conn.aux_key(key, record_key);
         let fence_key = self.conn.aux_key(key, fence.key);
         let args = [
@@ -203,7 +207,7 @@ impl RedisNode {
             fence_retention.as_bytes(),
         ];
         let args = self.with_wake(&args);
-        let keys = [key, record_key.as_ref(), fence_key.as_ref()];
+        let keys = [key, record_key.as_ref(), &mark, fence_key.as_ref()];
         let script = if if_free {
             &COMPLETE_FREE_FENCED
         } else {

@@ -93,7 +93,10 @@ impl RedisNode {
         cmd.arg("PTTL").arg(key);
         match held(int(&self.noted(query(&mut conn, &cmd, false).await)?)?) {
             Acquire::Held { remaining } => Ok(remaining),
-            Acquire::Acquired | Acquire::Completed { .. } | Acquire::Fenced { .. } => Ok(None),
+            Acquire::Acquired
+            | Acquire::Completed { .. }
+            | Acquire::CompletedIfFree { .. }
+            | Acquire::Fenced { .. } => Ok(None),
         }
     }
 

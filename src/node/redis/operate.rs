@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use super::conn::query;
+use super::records::if_free_mark;
 use super::scripts::FORCE_RELEASE;
 use super::RedisNode;
 use crate::node::{
@@ -88,8 +89,14 @@ impl RedisNode {
         let record_key = request
             .record_key
             .map(|r| self.conn.aux_key(request.key, r));
+        let mark = request.record_key.map(|r| {
+            self.conn
+                .aux_key(request.key, &if_free_mark(r))
+                .into_owned()
+        });
         let mut keys = vec![request.key];
         keys.extend(record_key.as_deref());
+        keys.extend(mark.as_deref());
         let holder = request.holder.unwrap_or("");
         let reply = self
             .run_binary(&FORCE_RELEASE, &keys, &self.with_wake(&[holder.as_bytes()]))

@@ -33,9 +33,13 @@ impl RedisNode {
         ttl: Duration,
     ) -> Result<Acquire, CallError> {
         let ttl_arg = ttl_ms(ttl).to_string();
+        let mark = self
+            .conn
+            .aux_key(key, &if_free_mark(record_key))
+            .into_owned();
         let record_key = self.conn.aux_key(key, record_key);
         let markers = self.guard.as_ref().map(|g| self.markers(g, key));
-        let mut keys = vec![key, record_key.as_ref()];
+        let mut keys = vec![key, record_key.as_ref(), mark.as_str()];
         let mut args = vec![token.as_bytes(), ttl_arg.as_bytes()];
         let max_arg;
         if let Some(guard) = &self.guard {
@@ -50,12 +54,12 @@ impl RedisNode {
         let Value::Array(items) = reply else {
             return Err(unexpected(&reply));
         };
+        if let Some(done) = completed(&items) {
+            return Ok(done);
+        }
         match (items.first().map(int).transpose()?, items.get(1)) {
             (Some(1), None) => Ok(Acquire::Acquired),
             (Some(0), Some(pttl)) => Ok(held(int(pttl)?)),
-            (Some(2), Some(Value::BulkString(record))) => Ok(Acquire::Completed {
-                record: Bytes::copy_from_slice(record),
-            }),
             (Some(3), None) => Err(CallError::new(
                 "the master's tenure is too young to say there is no record: abstains (delayed-restart \
                  protection)",
@@ -79,10 +83,14 @@ impl RedisNode {
         let retention = ttl_ms(retention).to_string();
         let args = [token.as_bytes(), retention.as_bytes(), record];
         let args = self.with_wake(&args);
+        let mark = self
+            .conn
+            .aux_key(key, &if_free_mark(record_key))
+            .into_owned();
         let record_key = self.conn.aux_key(key, record_key);
         let script = if if_free { &COMPLETE_FREE } else { &COMPLETE };
         let reply = self
-            .run_binary(script, &[key, record_key.as_ref()], &args)
+            .run_binary(script, &[key, record_key.as_ref(), &mark], &args)
             .await?;
         Ok(int(&reply)? == 1)
     }
@@ -126,6 +134,28 @@ impl RedisNode {
             r => Ok(r?),
         }
     }
+}
+
+/// The key of the mark beside a record stored "if free" (by a lease that may have been
+/// lost: [`CompleteRequest::if_free`](crate::node::CompleteRequest::if_free)):
+/// `<record key>:if-free`. It lives and expires with its record; a record stored under a
+/// valid lease has none.
+pub(super) fn if_free_mark(record_key: &str) -> String {
+    format!("{record_key}:if-free")
+}
+
+/// A replay acquire's record answer: `{2, record}`, or `{2, record, 1}` for one stored "if
+/// free"; `None` for any other answer.
+pub(super) fn completed(items: &[Value]) -> Option<Acquire> {
+    let (Some(Value::Int(2)), Some(Value::BulkString(record))) = (items.first(), items.get(1))
+    else {
+        return None;
+    };
+    let record = Bytes::copy_from_slice(record);
+    Some(match items.get(2) {
+        Some(Value::Int(1)) => Acquire::CompletedIfFree { record },
+        _ => Acquire::Completed { record },
+    })
 }
 
 fn unexpected(v: &Value) -> CallError {

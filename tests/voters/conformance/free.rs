@@ -1,7 +1,9 @@
 //! The checks of the "if free" completion ([`CompleteRequest::or_if_free`]) on one node
 //! (index 0 of the backend): the record of a lease that may have been lost is stored where
 //! the lock is absent or holds the lease's token — never where another value holds it, nor
-//! over another record — and the plain completion still refuses an absent lock.
+//! over another record — and the plain completion still refuses an absent lock. The replay
+//! acquire tells such a record apart ([`Acquire::CompletedIfFree`]) from one stored under
+//! the lease: the client ranks it lower.
 
 use std::time::Duration;
 
@@ -24,8 +26,9 @@ async fn replay(node: &dyn Node, key: &str, token: &str) -> Acquire {
         .unwrap()
 }
 
-fn completed(record: &[u8]) -> Acquire {
-    Acquire::Completed {
+/// A record stored by the "if free" completion, as the replay acquire answers it.
+fn if_free(record: &[u8]) -> Acquire {
+    Acquire::CompletedIfFree {
         record: record.to_vec().into(),
     }
 }
@@ -59,7 +62,7 @@ pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, pe
         "the \"if free\" completion refused where the lock is absent"
     );
     assert_eq!(peek.peek(0, key).await, None, "a lock was set");
-    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
     assert!(
         complete(node, key, T1, BLOB, true).await,
         "the same record again (its answer lost) must answer stored"
@@ -68,11 +71,11 @@ pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, pe
         !complete(node, key, T1, b"another", true).await,
         "a first record was overwritten"
     );
-    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
     assert_eq!(peek.peek(0, key).await, None);
     // Never locked: free as well.
     assert!(complete(node, "fb", T1, BLOB, true).await);
-    assert_eq!(replay(node, "fb", T2).await, completed(BLOB));
+    assert_eq!(replay(node, "fb", T2).await, if_free(BLOB));
 }
 
 /// Where the lock holds the token, the "if free" completion stores the record and ends the
@@ -84,7 +87,7 @@ pub async fn completion_if_free_ends_our_lock(node: &dyn Node, peek: &dyn Peek) 
         .unwrap();
     assert!(complete(node, key, T1, BLOB, true).await);
     assert_eq!(peek.peek(0, key).await, None, "the lock was not ended");
-    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
 }
 
 /// Where another client holds the lock, the "if free" completion stores nothing and that
@@ -150,10 +153,57 @@ pub async fn completion_if_free_fenced_raises_the_counter(node: &dyn Node, peek:
         fenced(key, T1, BIG).await,
         "refused where the lock is absent"
     );
-    assert_eq!(replay(node, key, T2).await, completed(BLOB));
+    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
     assert_eq!(
         token_of(node, key, T3).await,
         BIG + 1,
         "the counter not raised"
     );
+}
+
+/// A record stored under the lease answers [`Acquire::Completed`], one stored "if free"
+/// [`Acquire::CompletedIfFree`]; once the "if free" record has expired, a record stored
+/// under a lease at the same key answers as stored under a lease (the mark went with its
+/// record).
+pub async fn completion_if_free_is_told_apart_from_a_valid_one(node: &dyn Node, _peek: &dyn Peek) {
+    let key = "fv";
+    node.acquire(AcquireRequest::new(key, T1, LONG))
+        .await
+        .unwrap();
+    assert!(complete(node, key, T1, BLOB, false).await);
+    assert_eq!(
+        replay(node, key, T2).await,
+        Acquire::Completed {
+            record: BLOB.to_vec().into()
+        }
+    );
+    let key = "fw";
+    let record_key = format!("{key}:record");
+    let short = Duration::from_millis(300);
+    let request = CompleteRequest::new(key, &record_key, T1, BLOB, short).or_if_free();
+    assert!(node.complete(request).await.unwrap());
+    assert_eq!(replay_short(node, key, T2).await, Some(if_free(BLOB)));
+    eventually("the \"if free\" record expires", LONG, || async {
+        replay_short(node, key, T3).await.is_none()
+    })
+    .await;
+    // `replay_short` locked the free key for `T3`: its completion stores under the lease.
+    assert!(complete(node, key, T3, b"valid", false).await);
+    assert_eq!(
+        replay(node, key, T2).await,
+        Acquire::Completed {
+            record: b"valid"[..].into()
+        }
+    );
+}
+
+/// The replay acquire of `key` by `token`: the record, or `None` when it locked (for
+/// `token`, which completes it).
+async fn replay_short(node: &dyn Node, key: &str, token: &str) -> Option<Acquire> {
+    let record_key = format!("{key}:record");
+    let request = AcquireRequest::new(key, token, LONG).unless_completed(&record_key);
+    match node.acquire(request).await.unwrap() {
+        Acquire::Acquired => None,
+        other => Some(other),
+    }
 }

@@ -174,6 +174,7 @@ macro_rules! every_check {
             completion_if_free_never_takes_another_holders_lock,
             completion_if_free_never_takes_a_lock_for_a_record,
             completion_if_free_fenced_raises_the_counter,
+            completion_if_free_is_told_apart_from_a_valid_one,
         );
     };
 }
@@ -217,6 +218,7 @@ conformance_in_turn!(cluster => Cluster:
     completion_if_free_ends_our_lock,
     completion_if_free_never_takes_another_holders_lock,
     completion_if_free_fenced_raises_the_counter,
+    completion_if_free_is_told_apart_from_a_valid_one,
 );
 
 every_check!(conformance_in_turn!(sentinel => Sentinel:));

@@ -134,17 +134,21 @@ local fkey = KEYS[2]
 }
 
 vote_script! {
-    /// The fenced replay acquire: KEYS lock, record, counter[, the two tenure markers]; ARGV as
-    /// [`ACQUIRE_FENCED`]. `{2, record}` when the completion record exists (as
-    /// [`ACQUIRE_UNLESS_COMPLETED`]), else as [`ACQUIRE_FENCED`].
-    acquire ACQUIRE_UNLESS_COMPLETED_FENCED / ACQUIRE_UNLESS_COMPLETED_FENCED_LENIENT = ["19c29eb1daabc412d98921f8f070c91fbfcd5b37", "66fe72986ae6b4f26a315e466350abbf80075dc2"],
+    /// The fenced replay acquire: KEYS lock, record, its "if free" mark, counter[, the two
+    /// tenure markers]; ARGV as [`ACQUIRE_FENCED`]. `{2, record}` (or `{2, record, 1}`) when
+    /// the completion record exists (as [`ACQUIRE_UNLESS_COMPLETED`]), else as
+    /// [`ACQUIRE_FENCED`].
+    acquire ACQUIRE_UNLESS_COMPLETED_FENCED / ACQUIRE_UNLESS_COMPLETED_FENCED_LENIENT = ["df35d7ae5035f30f6d7feea5de81225a2379bd25", "556420e3ad8fd89782ed856915fdc4882c7c4b66"],
     concat!(
-        r#"local fkey, fret = KEYS[3], ARGV[4]
+        r#"local fkey, fret = KEYS[4], ARGV[4]
 local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
+  if redis.call('exists', KEYS[3]) == 1 then
+    return {2, string.sub(record, 6), 1}
+  end
   return {2, string.sub(record, 6)}
 end
-if #KEYS == 5 then
+if #KEYS == 6 then
 "#,
         tenure_lua!(),
         r#"if young then
@@ -174,12 +178,12 @@ pub(crate) static RELEASE_FENCED: Script = Script {
 };
 
 vote_script! {
-    /// The fenced completion: KEYS lock, record, counter; ARGV as [`COMPLETE`], then the lease's
+    /// The fenced completion: KEYS lock, record, its "if free" mark, counter; ARGV as [`COMPLETE`], then the lease's
     /// fencing token and the counter's retention. Raises the counter as [`RELEASE_FENCED`],
     /// then as [`COMPLETE`] (refused, nothing raised, on a master that may evict).
-    complete COMPLETE_FENCED / COMPLETE_FENCED_LENIENT = ["05f8d32dde788dea16ce301ef22e5fdeadb63bd9", "d7c33d52cde4a95a75c7e027c3cde567de6ee318"],
+    complete COMPLETE_FENCED / COMPLETE_FENCED_LENIENT = ["57cd59221a15899d2ccc165adf1c480471c456c7", "23a22e6407508f4f23bd8ef72961ec00b66cd55a"],
     concat!(
-        "local fkey, wake = KEYS[3], ARGV[6]\n",
+        "local fkey, wake = KEYS[4], ARGV[6]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_lua!()
@@ -187,12 +191,13 @@ vote_script! {
 }
 
 vote_script! {
-    /// The fenced [`COMPLETE_FREE`]: KEYS lock, record, counter; ARGV as [`COMPLETE_FENCED`].
+    /// The fenced [`COMPLETE_FREE`]: KEYS lock, record, its "if free" mark, counter; ARGV as
+    /// [`COMPLETE_FENCED`].
     /// Raises the counter as [`COMPLETE_FENCED`] does (also where nothing is stored), then as
     /// [`COMPLETE_FREE`] (refused, nothing raised, on a master that may evict).
-    complete COMPLETE_FREE_FENCED / COMPLETE_FREE_FENCED_LENIENT = ["03d25ccd65f66b9ab3caad7dd447a700acedd6c3", "f9ce73f8fce1df48b9303466368fc83ce0c474ae"],
+    complete COMPLETE_FREE_FENCED / COMPLETE_FREE_FENCED_LENIENT = ["d3aeace19ce0d874d9f235a605a08f956b606a13", "8727b248a7b02b1890fe9c12126506c2deacb44b"],
     concat!(
-        "local fkey, wake = KEYS[3], ARGV[6]\n",
+        "local fkey, wake = KEYS[4], ARGV[6]\n",
         fence_read_lua!(),
         fence_raise_lua!("ARGV[4]", "ARGV[5]"),
         complete_free_lua!()

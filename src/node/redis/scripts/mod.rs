@@ -285,13 +285,16 @@ end
 
 /// The completion of [`COMPLETE`] (also the end of [`COMPLETE_FENCED`]). Idempotent: a
 /// completion asked again after its answer was lost finds its own record (the same bytes)
-/// and answers stored, ending the lock if it is still there.
+/// and answers stored, ending the lock if it is still there. A record stored here was
+/// stored under the lease: the "if free" mark `KEYS[3]` is deleted with it (none should be
+/// there: a mark lives and expires with its record).
 macro_rules! complete_lua {
     () => {
         concat!(
             record_there_lua!(),
             r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
+  redis.call('del', KEYS[3])
   redis.call('del', KEYS[1])
   "#,
             wake_lua!(),
@@ -306,7 +309,11 @@ return 0
 /// The completion of [`COMPLETE_FREE`] (also the end of [`COMPLETE_FREE_FENCED`]): as
 /// `complete_lua!`, but the record is stored also where the lock `KEYS[1]` is absent; never
 /// where it holds another value (read with `pcall`: a key of another type, `WRONGTYPE`, is
-/// another value too).
+/// another value too). The record is marked as stored "if free": the mark `KEYS[3]`
+/// (`TRR1\nif-free`, tagged as ours) lives as long as the record, and the replay acquire
+/// answers such a record apart (`{2, record, 1}`), so that one stored under a valid lease
+/// takes precedence over it. The record's own bytes are those of `COMPLETE`: a client of an
+/// earlier release reads it as it always did (a record: never a second run).
 macro_rules! complete_free_lua {
     () => {
         concat!(
@@ -314,6 +321,7 @@ macro_rules! complete_free_lua {
             r#"local held = redis.pcall('get', KEYS[1])
 if held == ARGV[1] or held == false then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
+  redis.call('set', KEYS[3], 'TRR1\nif-free', 'PX', ARGV[2])
   if held then
     redis.call('del', KEYS[1])
     "#,
@@ -349,20 +357,24 @@ return 0
 
 vote_script! {
     /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
-    /// (nothing is locked: the work is done). A record is stored behind the format tag
+    /// (nothing is locked: the work is done), `{2, record, 1}` when it was stored "if free"
+    /// (its mark `KEYS[3]` is there: see `complete_free_lua!`). A record is stored behind the format tag
     /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
     /// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
-    /// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With the two tenure markers as third and fourth keys, behind tenure protection
+    /// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With the two tenure markers as fourth and fifth keys, behind tenure protection
     /// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
     /// after it has shown any record it has (a record is only ever written by a holder, so one
     /// that survived is an answer; only "no record" needs a dataset old enough to trust).
-    acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["f2da913c2963289ab1671cdc0cf5b7ee176a2987", "4792de0c75bea12673e2aa6f25d68b07529120ba"],
+    acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["bec956e1ceb53bec8fdd6930152ae794020dd02b", "b401ce0522a611fc54249a0323dd58bde6c26802"],
     concat!(
         r#"local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
+  if redis.call('exists', KEYS[3]) == 1 then
+    return {2, string.sub(record, 6), 1}
+  end
   return {2, string.sub(record, 6)}
 end
-if #KEYS == 4 then
+if #KEYS == 5 then
 "#,
         tenure_lua!(),
         r#"if young then
@@ -381,20 +393,21 @@ return {0, redis.call('pttl', KEYS[1])}
 
 vote_script! {
     /// Completes the work a lock guarded: only if `KEYS[1]` holds our token `ARGV[1]`, and
-    /// nothing is at `KEYS[2]` yet (a first record is never overwritten; nor is another
+    /// nothing is at `KEYS[2]` yet (`KEYS[3]`: the "if free" mark, deleted) (a first record is never overwritten; nor is another
     /// client's key), stores the tagged record `ARGV[3]` at `KEYS[2]` for `ARGV[2]` ms and
     /// deletes the lock, atomically; answers 1, else 0 (an expired or lost lease never stores
     /// a stale answer). On a master that may evict, refused (`eviction_lua!`): a record there
     /// could vanish while a duplicate counts that master's "no record".
-    complete COMPLETE / COMPLETE_LENIENT = ["4c728416ddbc30db794c943f11bed8b8cb555dcf", "f09fa98754cedcfcc88e604c51f4808c7ebc6851"],
+    complete COMPLETE / COMPLETE_LENIENT = ["2b82ea4025cf27e2bd24fa3a9daa70627ebd3b28", "81fe9a511286f97fbc26e331a05436b09b49652a"],
     concat!("local wake = ARGV[4]\n", complete_lua!())
 }
 
 vote_script! {
     /// Completes the work of a lease that may have been lost (its lock expired while the work
     /// ran): as [`COMPLETE`], and also where `KEYS[1]` is absent — never where another value
-    /// holds it (that holder keeps its lock). KEYS lock, record; ARGV token, retention, record.
-    complete COMPLETE_FREE / COMPLETE_FREE_LENIENT = ["b83d866f97799132d791c1d905c4ff0094e4929e", "3d705634bc40dabe80b6b2dfce9529362ad2eadd"],
+    /// holds it (that holder keeps its lock), and marked as stored "if free". KEYS lock,
+    /// record, its "if free" mark; ARGV token, retention, record.
+    complete COMPLETE_FREE / COMPLETE_FREE_LENIENT = ["195f190fe58d6d5f9c14c21cb1b3938c00570721", "71be215f85ba78d0b0550c01beaad4ff9dd932bf"],
     concat!("local wake = ARGV[4]\n", complete_free_lua!())
 }
 
@@ -408,7 +421,8 @@ vote_script! {
 /// vote.
 pub(crate) static FORCE_RELEASE: Script = Script {
     source: concat!(
-        r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record. ARGV[1] the holder's
+        r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record (KEYS[3], its "if free"
+-- mark, deleted with it). ARGV[1] the holder's
 -- token prefix ('' for whatever holds it); ARGV[2] the wake-up's publish, when on. A value
 -- tagged as one of ours (a fencing counter, a record, a tenure marker, a fenced write's
 -- token, the first tenure marker's run_id:ms) is no lock: never deleted as one. The record
@@ -430,12 +444,15 @@ if #KEYS > 1 and (holder == '' or lock == 1) then
   local r = redis.pcall('get', KEYS[2])
   if type(r) == 'string' and string.sub(r, 1, 5) == 'TRR1\n' then
     record = redis.call('del', KEYS[2])
+    if #KEYS > 2 then
+      redis.call('del', KEYS[3])
+    end
   end
 end
 return {lock, record}
 "#
     ),
-    sha1: "1f35694f1edf8a3ed6fb1271884d2e5f5d5d611e",
+    sha1: "5b0e7690307c87a392f03e5c53c460e909e991dc",
     votes: false,
     lenient: None,
     whole: false,

@@ -126,6 +126,15 @@ pub(super) async fn claim_loop(
                 }
                 shared.done.fetch_add(1, Ordering::Relaxed);
             }
+            // Only records stored "if free" can differ that way, and this workload stores
+            // none: reported as unexpected.
+            Ok(Claim::OutcomeUnknown) => {
+                shared.other.fetch_add(1, Ordering::Relaxed);
+                shared.sample(&format!(
+                    "{name}: outcome unknown, with no lost lease's record"
+                ));
+                shared.done.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e) => shared.count(&e),
         }
     }

@@ -1,0 +1,253 @@
+//! The completion records a replay acquire's nodes answered with, and the one answer they
+//! make ([`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed)).
+//!
+//! A record is stored either under a valid lease (the plain completion, [`Lease::complete`])
+//! or "if free", by a lease that may have been lost (the middleware's `OnLost` paths): on
+//! every node where the lock still holds the lease's token or is absent. Such a record can
+//! land beside another holder's lock, and that holder later stores its own record under a
+//! valid lease on a quorum. So records of one key may differ from node to node, and the
+//! answer must not depend on which node answers first:
+//!
+//! 1. A record stored under a valid lease found on a quorum of nodes is the answer, at once
+//!    (the fast path: every node agrees).
+//! 2. Otherwise the answer waits for every asked node (each bounded by the node timeout),
+//!    and needs a quorum of them to have answered: a record on a quorum of nodes is then
+//!    among the answers. Fewer answers: unavailable (too few nodes to know).
+//! 3. A node that says "held" (a live lock of another caller, with no record there): that
+//!    holder may still store the key's record: contended, try again later.
+//! 4. Records stored under a valid lease take precedence over records stored "if free":
+//!    one such value is the answer. Two such values (neither on a quorum: two lost leases
+//!    each stored on some nodes while it was valid there), and every node answered: the
+//!    outcome is unknown; with a node missing, unavailable (the missing one could tip a
+//!    value to a quorum).
+//! 5. Only records stored "if free": two values differ → the outcome is unknown (whatever
+//!    the missing nodes hold). One value is the answer only when every node answered — a
+//!    missing one could hold another value — else unavailable.
+//!
+//! [`Lease::complete`]: crate::Lease::complete
+
+use bytes::Bytes;
+
+/// One distinct record: its bytes, how it was stored, on how many nodes.
+struct Seen {
+    record: Bytes,
+    if_free: bool,
+    nodes: usize,
+}
+
+/// The records answered so far, by value. Usually one value on every node.
+#[derive(Default)]
+pub(crate) struct Records {
+    seen: Vec<Seen>,
+}
+
+/// What a replay acquire's records answer.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The key's record.
+    Record(Bytes),
+    /// Records of lost leases that differ: the work ran, its outcome is unknown.
+    Unknown,
+    /// Another caller holds the lock on some node: its record may still come.
+    Contended,
+    /// Too few nodes answered to know which record is the key's.
+    Unavailable(&'static str),
+}
+
+impl Records {
+    /// Counts one node's record; `if_free` when it was stored "if free".
+    pub(crate) fn add(&mut self, record: Bytes, if_free: bool) {
+        match self
+            .seen
+            .iter_mut()
+            .find(|s| s.if_free == if_free && s.record == record)
+        {
+            Some(s) => s.nodes += 1,
+            None => self.seen.push(Seen {
+                record,
+                if_free,
+                nodes: 1,
+            }),
+        }
+    }
+
+    /// Whether any node answered with a record.
+    pub(crate) fn any(&self) -> bool {
+        !self.seen.is_empty()
+    }
+
+    /// How many nodes answered with a record.
+    pub(crate) fn nodes(&self) -> usize {
+        self.seen.iter().map(|s| s.nodes).sum()
+    }
+
+    /// A record stored under a valid lease on `quorum` nodes: the answer, whatever the
+    /// other nodes say (rule 1).
+    pub(crate) fn settled(&self, quorum: usize) -> Option<&Bytes> {
+        self.seen
+            .iter()
+            .find(|s| !s.if_free && s.nodes >= quorum)
+            .map(|s| &s.record)
+    }
+
+    /// The answer, once every asked node has answered or run out of time: `None` without
+    /// any record. `answers` is how many of the `n` nodes answered (with a record, a vote
+    /// for or "held"); `held`, whether one said "held".
+    pub(crate) fn verdict(
+        &self,
+        quorum: usize,
+        n: usize,
+        answers: usize,
+        held: bool,
+    ) -> Option<Verdict> {
+        if self.seen.is_empty() {
+            return None;
+        }
+        if let Some(record) = self.settled(quorum) {
+            return Some(Verdict::Record(record.clone()));
+        }
+        if answers < quorum {
+            return Some(Verdict::Unavailable(
+                "nodes answered with completion records, but too few nodes answered to know \
+                 which record is the key's",
+            ));
+        }
+        if held {
+            return Some(Verdict::Contended);
+        }
+        let every = answers >= n;
+        let mut valid = self.seen.iter().filter(|s| !s.if_free);
+        let mut free = self.seen.iter().filter(|s| s.if_free);
+        Some(match (valid.next(), valid.next()) {
+            (Some(one), None) => Verdict::Record(one.record.clone()),
+            (Some(_), Some(_)) if every => Verdict::Unknown,
+            (Some(_), Some(_)) => Verdict::Unavailable(
+                "nodes answered with different completion records, none on a quorum, and a \
+                 node did not answer",
+            ),
+            (None, _) => match (free.next(), free.next()) {
+                (Some(_), Some(_)) => Verdict::Unknown,
+                (Some(one), None) if every => Verdict::Record(one.record.clone()),
+                _ => Verdict::Unavailable(
+                    "only records of a lost lease were found, and a node did not answer: it \
+                     could hold another",
+                ),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(records: &[(&'static str, bool)]) -> Records {
+        let mut r = Records::default();
+        for &(bytes, if_free) in records {
+            r.add(Bytes::from_static(bytes.as_bytes()), if_free);
+        }
+        r
+    }
+
+    fn record(bytes: &'static str) -> Option<Verdict> {
+        Some(Verdict::Record(Bytes::from_static(bytes.as_bytes())))
+    }
+
+    /// The fast path: a valid record on a quorum answers before the others are heard, and
+    /// over an "if free" record beside it.
+    #[test]
+    fn a_valid_record_on_a_quorum_is_the_answer() {
+        let r = of(&[("r1", true), ("r2", false), ("r2", false)]);
+        assert_eq!(r.settled(2).map(|b| &b[..]), Some(&b"r2"[..]));
+        assert_eq!(r.verdict(2, 3, 2, true), record("r2"));
+        assert!(of(&[("r2", false)]).settled(2).is_none());
+        assert!(of(&[("r2", true), ("r2", true)]).settled(2).is_none());
+    }
+
+    /// The interleaving of `lost_lease_one_answer_*`: R1's "if free" record on C, R2's valid
+    /// one on A and B. Whichever two nodes answer, the answer is R2's — or, with only C's
+    /// and one of R2's (B down), R2's still (it outranks).
+    #[test]
+    fn a_valid_record_outranks_an_if_free_one() {
+        assert_eq!(
+            of(&[("r1", true), ("r2", false)]).verdict(2, 3, 2, false),
+            record("r2")
+        );
+        assert_eq!(
+            of(&[("r2", false), ("r1", true)]).verdict(2, 3, 3, false),
+            record("r2")
+        );
+    }
+
+    #[test]
+    fn too_few_answers_are_unavailable_never_a_guess() {
+        assert!(matches!(
+            of(&[("r1", false)]).verdict(2, 3, 1, false),
+            Some(Verdict::Unavailable(_))
+        ));
+    }
+
+    #[test]
+    fn a_live_holder_beside_a_minority_record_is_contended() {
+        assert_eq!(
+            of(&[("r1", false)]).verdict(2, 3, 3, true),
+            Some(Verdict::Contended)
+        );
+        assert_eq!(
+            of(&[("r1", true)]).verdict(2, 3, 3, true),
+            Some(Verdict::Contended)
+        );
+    }
+
+    /// A record that survived on one node (the others lost it, or never got it) and no
+    /// holder: the answer, as before.
+    #[test]
+    fn a_lone_record_without_a_holder_is_the_answer() {
+        assert_eq!(of(&[("r1", false)]).verdict(2, 3, 3, false), record("r1"));
+        assert_eq!(of(&[("r1", false)]).verdict(2, 3, 2, false), record("r1"));
+        assert_eq!(of(&[("r1", true)]).verdict(2, 3, 3, false), record("r1"));
+    }
+
+    #[test]
+    fn if_free_records_that_differ_are_unknown() {
+        let r = of(&[("r1", true), ("r3", true)]);
+        assert_eq!(r.verdict(2, 3, 2, false), Some(Verdict::Unknown));
+        assert_eq!(r.verdict(2, 3, 3, false), Some(Verdict::Unknown));
+        // Even when one of them is on a quorum.
+        let r = of(&[("r1", true), ("r1", true), ("r3", true)]);
+        assert_eq!(r.verdict(2, 3, 3, false), Some(Verdict::Unknown));
+    }
+
+    /// One "if free" value is the answer only when no node is missing: the missing one could
+    /// hold another value.
+    #[test]
+    fn a_lone_if_free_value_needs_every_node() {
+        let r = of(&[("r1", true), ("r1", true)]);
+        assert!(matches!(
+            r.verdict(2, 3, 2, false),
+            Some(Verdict::Unavailable(_))
+        ));
+        assert_eq!(r.verdict(2, 3, 3, false), record("r1"));
+    }
+
+    /// Two valid values, neither on a quorum (two lost leases each stored some while
+    /// valid): unknown once every node answered; unavailable while one is missing.
+    #[test]
+    fn valid_records_that_differ_without_a_quorum() {
+        let r = of(&[("r1", false), ("r2", false)]);
+        assert_eq!(r.verdict(2, 3, 3, false), Some(Verdict::Unknown));
+        assert!(matches!(
+            r.verdict(2, 3, 2, false),
+            Some(Verdict::Unavailable(_))
+        ));
+        let r = of(&[("r1", false), ("r2", false), ("r2", true)]);
+        assert_eq!(r.verdict(2, 3, 3, false), Some(Verdict::Unknown));
+    }
+
+    #[test]
+    fn no_record_is_no_verdict() {
+        assert_eq!(Records::default().verdict(2, 3, 3, true), None);
+        assert!(!Records::default().any());
+        assert_eq!(of(&[("a", true), ("a", true), ("b", false)]).nodes(), 3);
+    }
+}

@@ -612,7 +612,8 @@ return {0, redis.call('pttl', KEYS[1])}
 
 /// A record stored "if free" (by a lease that may have been lost) sits at `<resource>:record`
 /// in the very format of one stored under a lease, `TRR1\n` and its bytes, with a mark beside
-/// it at `<resource>:record:if-free` holding `TRR1\nif-free`, for as long as the record. A
+/// it at `<resource>:record:if-free` holding `TRR1\nif-free:` and the lowercase hex SHA-1 of
+/// the record's bytes (the mark names its record), for as long as the record. A
 /// client of the previous release (0.1) — its replay acquire, then its decoding — reads the
 /// record as it reads any record: the answer, never a second run (a rolling deploy). A record
 /// stored under a lease has no mark.
@@ -644,7 +645,11 @@ async fn golden_if_free_record_and_its_mark() {
     );
     assert_eq!(
         raw(&server, "golden:lost:record:if-free").await,
-        b"TRR1\nif-free"
+        format!(
+            "TRR1\nif-free:{}",
+            "85adaeeeb0a634e1af5232772b8ef65717cd0285"
+        )
+        .as_bytes()
     );
     let record_ttl: i64 = server
         .query(redis::cmd("PTTL").arg("golden:lost:record"))

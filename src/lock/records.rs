@@ -20,9 +20,9 @@
 //!    each stored on some nodes while it was valid there), and every node answered: the
 //!    outcome is unknown; with a node missing, unavailable (the missing one could tip a
 //!    value to a quorum).
-//! 5. Only records stored "if free": two values differ → the outcome is unknown (whatever
-//!    the missing nodes hold). One value is the answer only when every node answered — a
-//!    missing one could hold another value — else unavailable.
+//! 5. Only records stored "if free": with every node's answer, one value is the answer and
+//!    two that differ make the outcome unknown; with a node missing, unavailable (it could
+//!    hold another value, or a valid-lease record that outranks them).
 //!
 //! [`Lease::complete`]: crate::Lease::complete
 
@@ -125,13 +125,15 @@ impl Records {
                 "nodes answered with different completion records, none on a quorum, and a \
                  node did not answer",
             ),
+            // A missing node could hold another "if free" value, or a valid-lease record,
+            // which would outrank what was found: only every node's answer decides.
+            (None, _) if !every => Verdict::Unavailable(
+                "only records of lost leases were found, and a node did not answer: it could \
+                 hold another record",
+            ),
             (None, _) => match (free.next(), free.next()) {
-                (Some(_), Some(_)) => Verdict::Unknown,
-                (Some(one), None) if every => Verdict::Record(one.record.clone()),
-                _ => Verdict::Unavailable(
-                    "only records of a lost lease were found, and a node did not answer: it \
-                     could hold another",
-                ),
+                (Some(one), None) => Verdict::Record(one.record.clone()),
+                _ => Verdict::Unknown,
             },
         })
     }
@@ -208,10 +210,16 @@ mod tests {
         assert_eq!(of(&[("r1", true)]).verdict(2, 3, 3, false), record("r1"));
     }
 
+    /// Differing "if free" records: unknown with every node's answer; unavailable while one
+    /// is missing (it could hold a valid-lease record, which would outrank them both).
     #[test]
     fn if_free_records_that_differ_are_unknown() {
         let r = of(&[("r1", true), ("r3", true)]);
-        assert_eq!(r.verdict(2, 3, 2, false), Some(Verdict::Unknown));
+        assert!(matches!(
+            r.verdict(2, 3, 2, false),
+            Some(Verdict::Unavailable(_))
+        ));
+        let r = of(&[("r1", true), ("r3", true), ("r3", true)]);
         assert_eq!(r.verdict(2, 3, 3, false), Some(Verdict::Unknown));
         // Even when one of them is on a quorum.
         let r = of(&[("r1", true), ("r1", true), ("r3", true)]);
@@ -242,6 +250,20 @@ mod tests {
         ));
         let r = of(&[("r1", false), ("r2", false), ("r2", true)]);
         assert_eq!(r.verdict(2, 3, 3, false), Some(Verdict::Unknown));
+    }
+
+    /// A valid-lease record on one node (its write missed the quorum) beside two differing
+    /// "if free" ones: whoever hears only the "if free" ones must not answer unknown while
+    /// the third node, which would make the answer the valid record, is missing.
+    #[test]
+    fn a_missing_node_could_hold_the_record_that_outranks() {
+        let two = of(&[("f1", true), ("f2", true)]);
+        assert!(matches!(
+            two.verdict(2, 3, 2, false),
+            Some(Verdict::Unavailable(_))
+        ));
+        let all = of(&[("f1", true), ("f2", true), ("v", false)]);
+        assert_eq!(all.verdict(2, 3, 3, false), record("v"));
     }
 
     #[test]

@@ -97,18 +97,35 @@ async fn if_free_on(masters: &Masters, lock: &str, i: usize) -> bool {
 }
 
 /// [`DUPLICATES`] duplicates, spread over `replicas`: half while every master answers
-/// (whichever answers first), half while master A is frozen (only B's record, stored
-/// under a valid lease, and C's, stored "if free", are heard). Each is checked by `check`.
-async fn duplicates(masters: &Masters, replicas: &[&Replica], check: impl Fn(&Reply)) {
+/// (whichever answers first), checked by `check`, half while master A is frozen (only B's
+/// and C's records are heard), checked by `frozen`.
+async fn duplicates(
+    masters: &Masters,
+    replicas: &[&Replica],
+    check: impl Fn(&Reply),
+    frozen: impl Fn(&Reply),
+) {
     let http = http_client();
     for i in 0..DUPLICATES {
         if i == DUPLICATES / 2 {
             masters[0].freeze();
         }
         let url = &replicas[i % replicas.len()].url;
-        check(&reply(pay(&http, url, KEY, BODY)).await);
+        let answer = reply(pay(&http, url, KEY, BODY)).await;
+        if i < DUPLICATES / 2 {
+            check(&answer);
+        } else {
+            frozen(&answer);
+        }
     }
     masters[0].thaw();
+}
+
+/// `503`: too few masters answered to know which record is the key's — no replay, no run.
+#[track_caller]
+fn assert_unavailable(reply: &Reply) {
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(reply.header(Replay::REPLAYED_HEADER), None);
 }
 
 const KEY: &str = "\"order-one-answer\"";
@@ -131,7 +148,9 @@ async fn r2_runs_while_c_is_down(m: &Masters, second: &Replica, lock: &str) -> R
 /// The duplicates of the interleaving all get R2's response; the handler ran twice in all
 /// (R1, R2). Stops both replicas.
 async fn every_duplicate_gets_r2s(m: &Masters, first: Replica, second: Replica, r2: &Reply) {
-    duplicates(m, &[&first, &second], |d| assert_replay_of(r2, d)).await;
+    // With A frozen, B's record (stored under a valid lease) outranks C's ("if free").
+    let replayed = |d: &Reply| assert_replay_of(r2, d);
+    duplicates(m, &[&first, &second], replayed, replayed).await;
     let runs = first.probe.started() + second.probe.started();
     assert_eq!(runs, 2, "a duplicate ran");
     first.probe.open();
@@ -221,7 +240,8 @@ pub async fn lost_lease_one_answer_abort_a_later_holders_record_wins<F: Framewor
 /// late response on A and B (C held back by its proxy), R3 — which ran after R1's lock
 /// expired, and lost its own lease — stores its different response on C (A and B held back
 /// by its proxies). Every duplicate, whichever replica and master, gets `409`
-/// outcome-unknown; no handler runs a third time.
+/// outcome-unknown while every master answers, and `503` while one is frozen; no handler
+/// runs a third time.
 pub async fn lost_lease_one_answer_two_lost_leases_that_differ_are_unknown<F: Framework>() {
     let m = Masters::start(3);
     let (p1, c1) = proxied(&m).await;
@@ -266,7 +286,10 @@ pub async fn lost_lease_one_answer_two_lost_leases_that_differ_are_unknown<F: Fr
     }
     assert!(if_free_on(&m, &lock, 0).await && if_free_on(&m, &lock, 1).await);
 
-    duplicates(&m, &[&first, &third, &other], assert_outcome_unknown).await;
+    // With A frozen, B's and C's records differ, but A could hold a record stored under a
+    // valid lease, which would outrank both: unavailable, never a guess.
+    let replicas = [&first, &third, &other];
+    duplicates(&m, &replicas, assert_outcome_unknown, assert_unavailable).await;
     let runs = first.probe.started() + third.probe.started() + other.probe.started();
     assert_eq!(runs, 2, "a duplicate ran");
     drop(http);

@@ -51,8 +51,10 @@ pub enum RejectionKind {
     /// with a `Retry-After` of at least the ttl (gRPC `UNAVAILABLE`).
     LockLost,
     /// Replay: the request with this key was stopped because its lease was lost
-    /// ([`OnLost::Abort`](crate::policy::OnLost::Abort)); it may or may not have had its
-    /// effects, and it is not run again: `409` without `Retry-After` (gRPC `UNKNOWN`).
+    /// ([`OnLost::Abort`](crate::policy::OnLost::Abort)), or lost leases stored records that
+    /// differ ([`Claim::OutcomeUnknown`](crate::Claim::OutcomeUnknown)); it may or may not
+    /// have had its effects, and it is not run again: `409` without `Retry-After` (gRPC
+    /// `UNKNOWN`).
     OutcomeUnknown,
 }
 
@@ -261,8 +263,9 @@ impl Rejection {
                  its effects are unknown; retry after {} s",
                 self.retry_after_secs().unwrap_or(1)
             ),
-            RejectionKind::OutcomeUnknown => "a request with this key was stopped because its \
-                 lock was lost; it may or may not have taken effect, and it is not run again"
+            RejectionKind::OutcomeUnknown => "a request with this key ran, but its lock was \
+                 lost before its outcome was recorded for good; it may or may not have taken \
+                 effect, and it is not run again"
                 .to_owned(),
         }
     }

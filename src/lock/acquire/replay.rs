@@ -103,7 +103,8 @@ pub enum Claim {
     Completed(Bytes),
     /// The work ran, under leases that were lost, and their records differ (each stored
     /// "if free" where the key was free, none under a valid lease on a quorum): which
-    /// outcome counts is unknown. Every caller gets this answer until the records expire.
+    /// outcome counts is unknown. Answered only once every node answered (one missing could
+    /// hold a record that outranks them: unavailable then).
     /// Nothing was locked.
     OutcomeUnknown,
 }

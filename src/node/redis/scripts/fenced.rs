@@ -138,15 +138,16 @@ vote_script! {
     /// tenure markers]; ARGV as [`ACQUIRE_FENCED`]. `{2, record}` (or `{2, record, 1}`) when
     /// the completion record exists (as [`ACQUIRE_UNLESS_COMPLETED`]), else as
     /// [`ACQUIRE_FENCED`].
-    acquire ACQUIRE_UNLESS_COMPLETED_FENCED / ACQUIRE_UNLESS_COMPLETED_FENCED_LENIENT = ["df35d7ae5035f30f6d7feea5de81225a2379bd25", "556420e3ad8fd89782ed856915fdc4882c7c4b66"],
+    acquire ACQUIRE_UNLESS_COMPLETED_FENCED / ACQUIRE_UNLESS_COMPLETED_FENCED_LENIENT = ["549d826a055e890e68e9368ab4443783daed5731", "66cc899d92410ca1fcd1c2c910d91b30c3e81e85"],
     concat!(
         r#"local fkey, fret = KEYS[4], ARGV[4]
 local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
-  if redis.call('exists', KEYS[3]) == 1 then
-    return {2, string.sub(record, 6), 1}
+  local body, mark = string.sub(record, 6), redis.pcall('get', KEYS[3])
+  if type(mark) == 'string' and mark == 'TRR1\nif-free:' .. redis.sha1hex(body) then
+    return {2, body, 1}
   end
-  return {2, string.sub(record, 6)}
+  return {2, body}
 end
 if #KEYS == 6 then
 "#,
@@ -181,7 +182,7 @@ vote_script! {
     /// The fenced completion: KEYS lock, record, its "if free" mark, counter; ARGV as [`COMPLETE`], then the lease's
     /// fencing token and the counter's retention. Raises the counter as [`RELEASE_FENCED`],
     /// then as [`COMPLETE`] (refused, nothing raised, on a master that may evict).
-    complete COMPLETE_FENCED / COMPLETE_FENCED_LENIENT = ["57cd59221a15899d2ccc165adf1c480471c456c7", "23a22e6407508f4f23bd8ef72961ec00b66cd55a"],
+    complete COMPLETE_FENCED / COMPLETE_FENCED_LENIENT = ["0227955c570fd56efb043bacbae4585ca302464b", "51d10a68f6119e5d6c1b793988c3def72166f61c"],
     concat!(
         "local fkey, wake = KEYS[4], ARGV[6]\n",
         fence_read_lua!(),
@@ -195,7 +196,7 @@ vote_script! {
     /// [`COMPLETE_FENCED`].
     /// Raises the counter as [`COMPLETE_FENCED`] does (also where nothing is stored), then as
     /// [`COMPLETE_FREE`] (refused, nothing raised, on a master that may evict).
-    complete COMPLETE_FREE_FENCED / COMPLETE_FREE_FENCED_LENIENT = ["d3aeace19ce0d874d9f235a605a08f956b606a13", "8727b248a7b02b1890fe9c12126506c2deacb44b"],
+    complete COMPLETE_FREE_FENCED / COMPLETE_FREE_FENCED_LENIENT = ["6ca23c0966c4d937cea279b942c43e26e1ce5804", "ee7010d1dd0cf3fcdfdad10a1d080829290fa60d"],
     concat!(
         "local fkey, wake = KEYS[4], ARGV[6]\n",
         fence_read_lua!(),

@@ -286,15 +286,18 @@ end
 /// The completion of [`COMPLETE`] (also the end of [`COMPLETE_FENCED`]). Idempotent: a
 /// completion asked again after its answer was lost finds its own record (the same bytes)
 /// and answers stored, ending the lock if it is still there. A record stored here was
-/// stored under the lease: the "if free" mark `KEYS[3]` is deleted with it (none should be
-/// there: a mark lives and expires with its record).
+/// stored under the lease: an "if free" mark at `KEYS[3]` is deleted (none should be there:
+/// a mark lives and expires with its record), never another value there.
 macro_rules! complete_lua {
     () => {
         concat!(
             record_there_lua!(),
             r#"if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
-  redis.call('del', KEYS[3])
+  local mark = redis.pcall('get', KEYS[3])
+  if type(mark) == 'string' and string.sub(mark, 1, 13) == 'TRR1\nif-free:' then
+    redis.call('del', KEYS[3])
+  end
   redis.call('del', KEYS[1])
   "#,
             wake_lua!(),
@@ -310,18 +313,25 @@ return 0
 /// `complete_lua!`, but the record is stored also where the lock `KEYS[1]` is absent; never
 /// where it holds another value (read with `pcall`: a key of another type, `WRONGTYPE`, is
 /// another value too). The record is marked as stored "if free": the mark `KEYS[3]`
-/// (`TRR1\nif-free`, tagged as ours) lives as long as the record, and the replay acquire
-/// answers such a record apart (`{2, record, 1}`), so that one stored under a valid lease
-/// takes precedence over it. The record's own bytes are those of `COMPLETE`: a client of an
+/// (`TRR1\nif-free:` and the SHA-1 of the record's bytes, tagged as ours) lives as long as
+/// the record, and the replay acquire answers such a record apart (`{2, record, 1}`) when
+/// the mark names it, so that one stored under a valid lease takes precedence over it. The
+/// digest binds the mark to its record: a mark left beside another record (deleted by a
+/// release that did not know marks) marks nothing. Nothing is stored where the mark's key
+/// holds a value that is not a mark (a lock of a resource named like it). The record's own bytes are those of `COMPLETE`: a client of an
 /// earlier release reads it as it always did (a record: never a second run).
 macro_rules! complete_free_lua {
     () => {
         concat!(
             record_there_lua!(),
             r#"local held = redis.pcall('get', KEYS[1])
+local mark = redis.pcall('get', KEYS[3])
+if mark and not (type(mark) == 'string' and string.sub(mark, 1, 13) == 'TRR1\nif-free:') then
+  return 0
+end
 if held == ARGV[1] or held == false then
   redis.call('set', KEYS[2], 'TRR1\n' .. ARGV[3], 'PX', ARGV[2])
-  redis.call('set', KEYS[3], 'TRR1\nif-free', 'PX', ARGV[2])
+  redis.call('set', KEYS[3], 'TRR1\nif-free:' .. redis.sha1hex(ARGV[3]), 'PX', ARGV[2])
   if held then
     redis.call('del', KEYS[1])
     "#,
@@ -358,21 +368,22 @@ return 0
 vote_script! {
     /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
     /// (nothing is locked: the work is done), `{2, record, 1}` when it was stored "if free"
-    /// (its mark `KEYS[3]` is there: see `complete_free_lua!`). A record is stored behind the format tag
+    /// (its mark `KEYS[3]` names it: see `complete_free_lua!`). A record is stored behind the format tag
     /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
     /// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
     /// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With the two tenure markers as fourth and fifth keys, behind tenure protection
     /// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
     /// after it has shown any record it has (a record is only ever written by a holder, so one
     /// that survived is an answer; only "no record" needs a dataset old enough to trust).
-    acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["bec956e1ceb53bec8fdd6930152ae794020dd02b", "b401ce0522a611fc54249a0323dd58bde6c26802"],
+    acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["b908a9ef879016d5add66b78b159ab16775be3c6", "a8f1c0a19821a9834a31eb517da927969f84044e"],
     concat!(
         r#"local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
-  if redis.call('exists', KEYS[3]) == 1 then
-    return {2, string.sub(record, 6), 1}
+  local body, mark = string.sub(record, 6), redis.pcall('get', KEYS[3])
+  if type(mark) == 'string' and mark == 'TRR1\nif-free:' .. redis.sha1hex(body) then
+    return {2, body, 1}
   end
-  return {2, string.sub(record, 6)}
+  return {2, body}
 end
 if #KEYS == 5 then
 "#,
@@ -398,7 +409,7 @@ vote_script! {
     /// deletes the lock, atomically; answers 1, else 0 (an expired or lost lease never stores
     /// a stale answer). On a master that may evict, refused (`eviction_lua!`): a record there
     /// could vanish while a duplicate counts that master's "no record".
-    complete COMPLETE / COMPLETE_LENIENT = ["2b82ea4025cf27e2bd24fa3a9daa70627ebd3b28", "81fe9a511286f97fbc26e331a05436b09b49652a"],
+    complete COMPLETE / COMPLETE_LENIENT = ["3e546eb6ffb48a6a2071a284c7f186e2206b60af", "12bd88aa0af413d31f2fcf452e091adee97a2f2b"],
     concat!("local wake = ARGV[4]\n", complete_lua!())
 }
 
@@ -407,7 +418,7 @@ vote_script! {
     /// ran): as [`COMPLETE`], and also where `KEYS[1]` is absent — never where another value
     /// holds it (that holder keeps its lock), and marked as stored "if free". KEYS lock,
     /// record, its "if free" mark; ARGV token, retention, record.
-    complete COMPLETE_FREE / COMPLETE_FREE_LENIENT = ["195f190fe58d6d5f9c14c21cb1b3938c00570721", "71be215f85ba78d0b0550c01beaad4ff9dd932bf"],
+    complete COMPLETE_FREE / COMPLETE_FREE_LENIENT = ["87954d3d1adb21e5d01eec64261fce86c54df951", "ff79058c67e96c099e4f46db6f88c513f2d264d4"],
     concat!("local wake = ARGV[4]\n", complete_free_lua!())
 }
 
@@ -444,7 +455,8 @@ if #KEYS > 1 and (holder == '' or lock == 1) then
   local r = redis.pcall('get', KEYS[2])
   if type(r) == 'string' and string.sub(r, 1, 5) == 'TRR1\n' then
     record = redis.call('del', KEYS[2])
-    if #KEYS > 2 then
+    local mark = #KEYS > 2 and redis.pcall('get', KEYS[3])
+    if type(mark) == 'string' and string.sub(mark, 1, 13) == 'TRR1\nif-free:' then
       redis.call('del', KEYS[3])
     end
   end
@@ -452,7 +464,7 @@ end
 return {lock, record}
 "#
     ),
-    sha1: "5b0e7690307c87a392f03e5c53c460e909e991dc",
+    sha1: "66bfdbc62a75cd0948a1c8d1956dc72195d1052f",
     votes: false,
     lenient: None,
     whole: false,

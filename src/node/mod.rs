@@ -71,12 +71,9 @@ pub enum Acquire {
         record: Bytes,
     },
     /// As [`Acquire::Completed`], for a record stored by the "if free" completion
-    /// ([`CompleteRequest::if_free`]: by a lease that may have been lost). The client ranks
-    /// it below a record stored under a valid lease (see
-    /// [`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed)). Required of
-    /// a node that declares records (the conformance checks `completion_if_free_*` ask for
-    /// it); one that answered [`Acquire::Completed`] for both would let a lost lease's record
-    /// count as stored under a valid lease.
+    /// ([`CompleteRequest::if_free`]), which the client ranks below one stored under a valid
+    /// lease ([`Claim`](crate::Claim)). Required of a node that declares records (checked by
+    /// `completion_if_free_*`).
     CompletedIfFree {
         /// The stored completion record.
         record: Bytes,

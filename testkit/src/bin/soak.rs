@@ -10,6 +10,8 @@
 //!     --nemesis classic,reply-reset,skew,sentinel,cluster
 //! cargo run --release -p tower-redlock-testkit --bin soak -- --workload replay \
 //!     --nemesis records,reply-reset,skew,classic --min-faults 40
+//! cargo run --release -p tower-redlock-testkit --features middleware --bin soak -- \
+//!     --workload replay --nemesis lost
 //! cargo run -p tower-redlock-testkit --bin soak -- --help
 //! ```
 
@@ -60,6 +62,9 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
                      key changed hands (must delete nothing)
       evict          lock workload: a master made a cache at run time (CONFIG SET
                      maxmemory-policy, junk until it evicts), then set back
+      lost           replay workload through RedlockLayer (needs --features middleware):
+                     handlers overrun their lease, two masters cut off now and then;
+                     every duplicate must get its key's first answer (ttl 1000 ms)
   --workload W       CHECKER_WORKLOAD       lock (critical sections) or replay
                                             (lock_unless_completed + complete) (lock)
   --handler-ms N     CHECKER_HANDLER_MS     replay: the handler waits up to N ms (60)
@@ -70,6 +75,7 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
       quorum1        each worker locks on ONE master
       block          each section blocks its runtime's thread past the deadline
       unclaimed-read with --store: a plain read, the token checked in the write only
+      first-record   with --nemesis lost: duplicates answered with the first record found
   --store postgres   CHECKER_STORE          lock workload: sections also make a
                                             read-modify-write in a PostgreSQL store (one
                                             throwaway server), the row claimed with the

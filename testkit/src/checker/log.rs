@@ -116,6 +116,21 @@ pub struct Replay {
     pub run_enter_ns: i64,
 }
 
+/// A duplicate's answer in the lost-lease mode of the replay workload (`--nemesis lost`):
+/// a replayed record naming a run, or `409` outcome-unknown. Every duplicate of a key must
+/// get the key's first answer (see `verdict.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    /// The key's number.
+    pub key: usize,
+    /// The worker that claimed.
+    pub worker: usize,
+    /// When the answer came, on the shared clock.
+    pub at_ns: i64,
+    /// The run the record names (its worker, task and entry); `None`: outcome unknown.
+    pub run: Option<(usize, usize, i64)>,
+}
+
 /// What one worker counted.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
@@ -172,6 +187,8 @@ pub struct WorkerLog {
     pub sections: Vec<Section>,
     pub runs: Vec<Run>,
     pub replays: Vec<Replay>,
+    /// The lost-lease mode's answers to duplicates (replays and outcome-unknown).
+    pub answers: Vec<Answer>,
     pub errors: Vec<String>,
     /// Its writes through the fenced store (all 0 without one).
     pub store: StoreCounts,
@@ -212,6 +229,12 @@ impl WorkerLog {
                 "p {} {} {} {}",
                 p.key, p.run_worker, p.run_task, p.run_enter_ns
             )?;
+        }
+        for a in &self.answers {
+            let run = a
+                .run
+                .map_or_else(|| "unknown".to_owned(), |(w, t, e)| format!("{w} {t} {e}"));
+            writeln!(out, "a {} {} {run}", a.key, a.at_ns)?;
         }
         let st = &self.store;
         writeln!(
@@ -295,6 +318,25 @@ impl WorkerLog {
                         run_worker: index(run_worker)?,
                         run_task: index(run_task)?,
                         run_enter_ns: enter.parse().map_err(|_| bad())?,
+                    });
+                }
+                Some("a") => {
+                    let v: Vec<&str> = f.collect();
+                    let index = |x: &str| x.parse::<usize>().map_err(|_| bad());
+                    let (key, at, run) = match v[..] {
+                        [key, at, "unknown"] => (key, at, None),
+                        [key, at, w, t, e] => (
+                            key,
+                            at,
+                            Some((index(w)?, index(t)?, e.parse().map_err(|_| bad())?)),
+                        ),
+                        _ => return Err(bad()),
+                    };
+                    log.answers.push(Answer {
+                        key: index(key)?,
+                        worker,
+                        at_ns: at.parse().map_err(|_| bad())?,
+                        run,
                     });
                 }
                 Some("end") => complete = true,
@@ -402,6 +444,20 @@ mod tests {
                 run_task: 3,
                 run_enter_ns: -4,
             }],
+            answers: vec![
+                Answer {
+                    key: 2,
+                    worker: 7,
+                    at_ns: 9,
+                    run: Some((1, 3, -4)),
+                },
+                Answer {
+                    key: 3,
+                    worker: 7,
+                    at_ns: 10,
+                    run: None,
+                },
+            ],
             errors: vec!["two\nlines".into()],
             store: StoreCounts {
                 committed: 9,
@@ -417,6 +473,7 @@ mod tests {
         assert_eq!(back.sections, log.sections);
         assert_eq!(back.runs, log.runs);
         assert_eq!(back.replays, log.replays);
+        assert_eq!(back.answers, log.answers);
         assert_eq!(back.counts.acquisitions, 3);
         assert_eq!(back.counts.warm_up_ms, 5);
         assert_eq!(back.errors, ["two lines"]);

@@ -15,6 +15,8 @@
 //!     --nemesis classic,reply-reset,skew,sentinel,cluster --acquisitions 100000
 //! cargo run --release -p tower-redlock-testkit --bin soak -- \
 //!     --workload replay --nemesis records,reply-reset,skew,classic --min-faults 40
+//! cargo run --release -p tower-redlock-testkit --features middleware --bin soak -- \
+//!     --workload replay --nemesis lost                                      # lost leases
 //! ```
 //!
 //! Settings, as flags or `CHECKER_*` environment variables (flags win):
@@ -34,7 +36,7 @@
 //! | `--handler-ms N` (replay: the handler waits up to N ms) | `CHECKER_HANDLER_MS` | 60 | 60 |
 //! | `--skew-percent N` (`skew`: clock offsets within ±N % of the ttl, N < 50) | `CHECKER_SKEW_PERCENT` | 45 | 45 |
 //! | `--min-faults N` (go on until each kind injected N of each of its faults) | `CHECKER_MIN_FAULTS` | 0 | 0 |
-//! | `--broken quorum1` (the negative control: must fail; also `block`, and `unclaimed-read` with `--store postgres`) | `CHECKER_BROKEN` | none | none |
+//! | `--broken quorum1` (the negative control: must fail; also `block`, `unclaimed-read` with `--store postgres`, `first-record` with `--nemesis lost`) | `CHECKER_BROKEN` | none | none |
 //! | `--store postgres` (lock workload, fencing on: sections also make a claimed read-modify-write in a PostgreSQL store, a few writers paused past their ttl; see below) | `CHECKER_STORE` | none | none |
 //!
 //! The nemesis kinds, mixed freely: each is a lane (a thread, `nemesis/`), and the lanes
@@ -51,12 +53,17 @@
 //! | `cluster` | one voter is a 3-node Cluster, each node behind a proxy it announces: a node's next reply reset after its command ran, or the node partitioned for 100–400 ms | `cluster-reply-reset`, `cluster-partition` |
 //! | `records` | (replay workload) records on a minority, then expiry: after a quiet ttl, two masters reset while claims lock on the other three, then two of those frozen too, past a completion's patience (records land on the fifth alone), and thawed at least 1 s inside the ttl, then the fifth paused past the ttl while duplicates claim | `records` |
 //! | `operator` | (lock workload) an operator's forced release re-run after the key changed hands: the parent inspects a held resource through its own client of the bare masters, waits until another holder has it, then force-releases naming the first holder — which may delete that holder's leftovers on a minority, never locks on a quorum (the lane stops the run if it did; an overlap is the checker's verdict) | `operator-rerun` |
+//! | `lost` | (replay workload, testkit feature `middleware`) the lost-lease mode: claims go through `RedlockLayer` (replay, keep-alive off, `OnLost::Finish` on even keys, `OnLost::Abort` on odd ones; ttl 1 s unless set) and one run in six sleeps 0.2–1.5 s past its lease's deadline, its key claimed again just after the deadline and 8 times more; two bare masters cut off (proxies reset) for 0.3–1.2 s, 0.2–0.8 s apart — so a lost lease's "if free" record often lands beside a later holder's. Every duplicate's answer is logged: each must be the key's first (`worker/lost.rs`) | `lost-cut` |
 //! | `evict` | (lock workload) a bare master made a cache at run time: `CONFIG SET maxmemory-policy` (an `allkeys-*` or `volatile-*` policy) and a `maxmemory` just above its use on a live master its voters found `noeviction`, junk written until it evicts, for 150–450 ms, then set back; its voters' scripts must refuse every vote there meanwhile. A lease granted before the change may lose its key there (the residual docs/safety.md states): `evicted-keys` counts what it dropped | `evict` |
 //!
 //! The replay workload never restarts a master nor fails one over (`classic` leaves out
 //! `restart`, `skew` its restarts, `sentinel` its failovers): the masters here keep their
 //! completion records in memory only, and a master that forgets one may let its key run
 //! again — which the library documents (keep record masters persistent), not prevents.
+//!
+//! `--broken first-record` (with `--nemesis lost`) answers each duplicate with the first
+//! completion record found, asking the masters in a random order — the replay rule before
+//! issue 41 — and must show differing answers.
 //!
 //! `--broken quorum1` gives each worker a client over ONE bare master (a different one per
 //! worker): the checker must then report violations (`tests/checker.rs` asserts it does).
@@ -149,7 +156,7 @@ mod worker;
 
 pub use clock::Starvation;
 pub use faults::{FaultCounts, FaultSpan};
-pub use log::{Completion, Counts, Replay, Run, Section, StoreCounts, WorkerLog};
+pub use log::{Answer, Completion, Counts, Replay, Run, Section, StoreCounts, WorkerLog};
 pub use nemesis::Kind;
 pub use report::Report;
 pub use run::run;

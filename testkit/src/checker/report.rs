@@ -57,7 +57,7 @@ impl Report {
             p.push(format!("worker failed: {w}"));
         }
         let t = self.total();
-        let done = t.acquisitions + self.verdict.replays as u64;
+        let done = t.acquisitions + self.verdict.replays.max(self.verdict.answers) as u64;
         if done < self.settings.acquisitions {
             // The machine ran the workload too slowly (every section still checked): a
             // scenario it could not set up, not a broken promise.
@@ -182,6 +182,25 @@ impl Report {
                 b.completion.name()
             ));
             p.push(format!("  faults around it: {}", self.faults_around(x, y)));
+        }
+        for (a, b) in self.verdict.differing_answers.iter().take(10) {
+            let say = |x: &super::log::Answer| {
+                x.run.map_or("outcome unknown".to_owned(), |(w, t, e)| {
+                    format!("the run of worker {w} task {t} at {e} ns")
+                })
+            };
+            p.push(format!(
+                "DIFFERING ANSWERS for key {}: worker {} was answered at {} ns with {}, then \
+                 worker {} at {} ns ({} ms later) with {}",
+                a.key,
+                a.worker,
+                a.at_ns,
+                say(a),
+                b.worker,
+                b.at_ns,
+                (b.at_ns - a.at_ns) / 1_000_000,
+                say(b)
+            ));
         }
         for r in self.verdict.phantom_replays.iter().take(10) {
             p.push(format!(
@@ -378,7 +397,7 @@ impl Report {
         let row = |out: &mut String, name: &str, value: String| {
             let _ = writeln!(out, "  {name:<18} {value}");
         };
-        let done = t.acquisitions + v.replays as u64;
+        let done = t.acquisitions + v.replays.max(v.answers) as u64;
         row(
             &mut out,
             self.what(),
@@ -467,6 +486,42 @@ impl Report {
                 &mut out,
                 "phantom replays",
                 v.phantom_replays.len().to_string(),
+            );
+        }
+        if s.lost_leases() {
+            row(
+                &mut out,
+                "lost runs",
+                format!(
+                    "{} (their lease lost while they ran: checked until their deadline, and \
+                     their key may run again)",
+                    v.lost_runs
+                ),
+            );
+            row(
+                &mut out,
+                "answers",
+                format!(
+                    "{} (duplicates answered: replays, outcome-unknown)",
+                    v.answers
+                ),
+            );
+            row(
+                &mut out,
+                "changed answers",
+                format!(
+                    "{} (a first answer from a lost lease's record, outcome-unknown after a \
+                     later lost lease's record: the residual docs/replay.md states)",
+                    v.changed_by_a_later_lost_lease.len()
+                ),
+            );
+            row(
+                &mut out,
+                "differing answers",
+                format!(
+                    "{} (a duplicate answered unlike its key's first answer)",
+                    v.differing_answers.len()
+                ),
             );
         }
         if let Some(st) = &v.store {

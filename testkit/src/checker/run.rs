@@ -14,7 +14,7 @@ use super::report::Report;
 use super::settings::{Settings, Store, Workload};
 use super::store;
 use super::topology::Topology;
-use super::verdict::{check, check_runs};
+use super::verdict::{check, check_lost_runs, check_runs};
 use super::{MAX_AFFECTED, WORKER_ENV};
 use crate::PostgresServer;
 
@@ -82,6 +82,7 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             .env("CHECKER_TIME_LIMIT_MS", ms(settings.time_limit))
             .env("CHECKER_FENCING", u8::from(settings.fencing).to_string())
             .env("CHECKER_BROKEN", settings.broken.map_or("", |b| b.name()))
+            .env("CHECKER_LOST", u8::from(settings.lost_leases()).to_string())
             .env("CHECKER_SEED", seed.to_string())
             .env("CHECKER_STORE_URL", &store_url)
             .env("CHECKER_LOG", &log)
@@ -143,6 +144,21 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
                 .flat_map(|l| l.sections.iter().copied())
                 .collect(),
         ),
+        Workload::Replay if settings.lost_leases() => {
+            let replays: Vec<_> = logs
+                .iter()
+                .flat_map(|l| l.replays.iter().copied())
+                .collect();
+            let answers: Vec<_> = logs
+                .iter()
+                .flat_map(|l| l.answers.iter().copied())
+                .collect();
+            check_lost_runs(
+                logs.iter().flat_map(|l| l.runs.iter().copied()).collect(),
+                &replays,
+                &answers,
+            )
+        }
         Workload::Replay => {
             let replays: Vec<_> = logs
                 .iter()

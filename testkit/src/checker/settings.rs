@@ -49,6 +49,11 @@ pub enum Broken {
     /// token only in the write (`UPDATE … WHERE fence <= $token`) — the pattern that loses a
     /// paused reader's acknowledged write once the next holder has read.
     UnclaimedRead,
+    /// With `--nemesis lost`: each duplicate first reads the key's completion record from
+    /// the masters in a random order and takes the first it finds — the replay rule before
+    /// issue 41 — and only claims through the middleware where none has one: where records
+    /// differ from master to master, duplicates get different answers.
+    FirstRecord,
 }
 
 impl Broken {
@@ -58,8 +63,12 @@ impl Broken {
             "quorum1" => Some(Self::Quorum1),
             "block" => Some(Self::Blocking),
             "unclaimed-read" => Some(Self::UnclaimedRead),
+            "first-record" => Some(Self::FirstRecord),
             other => {
-                panic!("unknown broken client {other:?}: quorum1, block, unclaimed-read (or none)")
+                panic!(
+                    "unknown broken client {other:?}: quorum1, block, unclaimed-read, \
+                     first-record (or none)"
+                )
             }
         }
     }
@@ -70,6 +79,7 @@ impl Broken {
             Self::Quorum1 => "quorum1",
             Self::Blocking => "block",
             Self::UnclaimedRead => "unclaimed-read",
+            Self::FirstRecord => "first-record",
         }
     }
 }
@@ -198,6 +208,10 @@ impl Settings {
     /// to thaw masters after a completion's patience (10 node timeouts) but inside the ttl.
     pub const REPLAY_TTL: Duration = Duration::from_millis(3000);
 
+    /// The lost-lease mode's ttl unless one is set: short, so that the handlers that overrun
+    /// it (see `worker/lost.rs`) do not hold their task long.
+    pub const LOST_TTL: Duration = Duration::from_millis(1000);
+
     /// Overrides from `CHECKER_*` environment variables, then from `--flag value` pairs.
     /// Panics with what to fix on an unknown setting, a bad value or a combination that
     /// cannot run.
@@ -222,7 +236,11 @@ impl Settings {
             ttl_set |= name == "ttl-ms";
         }
         if self.workload == Workload::Replay && !ttl_set {
-            self.ttl = Self::REPLAY_TTL;
+            self.ttl = if self.lost_leases() {
+                Self::LOST_TTL
+            } else {
+                Self::REPLAY_TTL
+            };
         }
         self.validate();
         self
@@ -276,6 +294,29 @@ impl Settings {
                 "--broken unclaimed-read is a store's negative control: add --store postgres"
             );
         }
+        if has(Kind::Lost) {
+            if !cfg!(feature = "middleware") {
+                panic!(
+                    "the lost nemesis drives the middleware: build the testkit with \
+                     --features middleware"
+                );
+            }
+            assert!(
+                self.workload == Workload::Replay,
+                "the lost nemesis needs the replay workload (--workload replay)"
+            );
+            assert!(
+                !has(Kind::Records) && !has(Kind::Sentinel) && !has(Kind::Cluster),
+                "the lost nemesis needs five bare masters and the middleware's claims: not \
+                 with records, sentinel or cluster"
+            );
+        }
+        if self.broken == Some(Broken::FirstRecord) {
+            assert!(
+                has(Kind::Lost),
+                "--broken first-record is the lost nemesis's negative control: add --nemesis lost"
+            );
+        }
         if has(Kind::Operator) {
             assert!(
                 self.workload == Workload::Lock,
@@ -320,6 +361,12 @@ impl Settings {
     /// documents (keep record masters persistent) rather than prevents.
     pub(super) fn restarts(&self) -> bool {
         self.workload == Workload::Lock
+    }
+
+    /// Whether the replay workload runs in its lost-lease mode (`--nemesis lost`): claims
+    /// through the middleware, handlers that overrun their lease now and then.
+    pub fn lost_leases(&self) -> bool {
+        self.nemesis.contains(&Kind::Lost)
     }
 
     /// The largest clock offset the `skew` nemesis gives a master.

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::log::{Completion, Replay, Run, Section};
+use super::log::{Answer, Completion, Replay, Run, Section};
 use super::store::StoreVerdict;
 
 /// What the merged logs show.
@@ -65,6 +65,22 @@ pub struct Verdict {
     pub replays_of_minority: usize,
     /// How the runs' completions ended.
     pub completions: BTreeMap<Completion, usize>,
+    /// The lost-lease mode (`--nemesis lost`): duplicates' answers (replays and
+    /// outcome-unknown).
+    pub answers: usize,
+    /// Answers that differ from their key's first answer, but for the residual below: (the
+    /// first, a later one). A violation.
+    pub differing_answers: Vec<(Answer, Answer)>,
+    /// The residual `docs/replay.md` states ("What it does not cover"): a first answer from a
+    /// lost lease's record, then outcome-unknown once another lost lease of the key — one
+    /// that left before the later answer, and whose record could still be on its way when
+    /// the first was given (the middleware tries for 30 s after the handler's exit) — stored a record that
+    /// differs. Counted, not a violation.
+    pub changed_by_a_later_lost_lease: Vec<(Answer, Answer)>,
+    /// Runs whose lease was lost (not valid when the handler left, or its completion came
+    /// after the deadline): their part before the deadline is checked; a later run of the
+    /// key is not a double run.
+    pub lost_runs: usize,
     /// The fenced store's history (`--store`), checked after the run.
     pub store: Option<StoreVerdict>,
 }
@@ -78,6 +94,7 @@ impl Verdict {
             + self.fencing.len()
             + self.double_runs.len()
             + self.phantom_replays.len()
+            + self.differing_answers.len()
             + self.store.as_ref().map_or(0, StoreVerdict::violations)
     }
 }
@@ -101,6 +118,12 @@ pub fn check_runs(mut runs: Vec<Run>, replays: &[Replay]) -> Verdict {
             _ => first = Some(*r),
         }
     }
+    check_replays(&runs, replays, &mut v);
+    v
+}
+
+/// Every replay's record must name a run of its key.
+fn check_replays(runs: &[Run], replays: &[Replay], v: &mut Verdict) {
     let by_run: HashMap<(usize, usize, usize, i64), Completion> = runs
         .iter()
         .map(|r| {
@@ -115,8 +138,92 @@ pub fn check_runs(mut runs: Vec<Run>, replays: &[Replay]) -> Verdict {
             Some(_) => {}
         }
     }
+}
+
+/// Checks the lost-lease mode's logs (`--nemesis lost`): a run whose lease was lost
+/// ([`Completion::Lost`]) is checked for the part before its deadline only (overlaps,
+/// tokens) and lets its key run again — the lock promised nothing past its deadline —
+/// but a run after one completed under a valid lease is a double run; every replay names
+/// a run of its key; and every duplicate's answer is the key's first answer (in the order
+/// they came, on the shared clock).
+pub fn check_lost_runs(mut runs: Vec<Run>, replays: &[Replay], answers: &[Answer]) -> Verdict {
+    let covered = runs
+        .iter()
+        .map(|r| {
+            let mut s = r.section;
+            if r.completion == Completion::Lost {
+                // What the lock covered: the run until its deadline.
+                s.leave_ns = s.leave_ns.min(s.deadline_ns - 1).max(s.enter_ns);
+                s.plan_ns = s.plan_ns.min(s.leave_ns);
+                s.valid = true;
+            }
+            s
+        })
+        .collect();
+    let mut v = check(covered);
+    v.runs = runs.len();
+    v.replays = replays.len();
+    v.answers = answers.len();
+    for r in &runs {
+        *v.completions.entry(r.completion).or_default() += 1;
+        v.lost_runs += usize::from(r.completion == Completion::Lost);
+    }
+    runs.sort_by_key(|r| (r.section.resource, r.section.enter_ns));
+    // Per key, the first run that completed under a valid lease: any later run is a
+    // double run.
+    let mut done: Option<Run> = None;
+    for r in &runs {
+        match done {
+            Some(f) if f.section.resource == r.section.resource => v.double_runs.push((f, *r)),
+            _ if r.completion != Completion::Lost => done = Some(*r),
+            _ => done = None,
+        }
+    }
+    check_replays(&runs, replays, &mut v);
+    let lost: HashMap<(usize, usize, usize, i64), i64> = runs
+        .iter()
+        .filter(|r| r.completion == Completion::Lost)
+        .map(|r| {
+            let s = &r.section;
+            ((s.resource, s.worker, s.task, s.enter_ns), s.leave_ns)
+        })
+        .collect();
+    let mut answers = answers.to_vec();
+    answers.sort_by_key(|a| (a.key, a.at_ns));
+    let mut first: Option<Answer> = None;
+    for a in answers {
+        match first {
+            Some(f) if f.key == a.key => {
+                if f.run == a.run {
+                    continue;
+                }
+                let residual = match (f.run, a.run) {
+                    (Some((w, t, e)), None) => {
+                        lost.contains_key(&(f.key, w, t, e))
+                            && lost.iter().any(|(&(k, lw, lt, le), &leave)| {
+                                k == f.key
+                                    && (lw, lt, le) != (w, t, e)
+                                    && leave <= a.at_ns
+                                    && leave + LOST_RECORD_PATIENCE_NS >= f.at_ns
+                            })
+                    }
+                    _ => false,
+                };
+                if residual {
+                    v.changed_by_a_later_lost_lease.push((f, a));
+                } else {
+                    v.differing_answers.push((f, a));
+                }
+            }
+            _ => first = Some(a),
+        }
+    }
     v
 }
+
+/// How long the middleware goes on storing a lost lease's record after the handler's exit
+/// (its `LOST_RECORD_PATIENCE`, 30 s — three ttls if longer; the checker's ttls are short).
+const LOST_RECORD_PATIENCE_NS: i64 = 30_000_000_000;
 
 /// Checks the merged sections: no overlap on any resource, every exit before its deadline
 /// (a section that planned to leave in time and was starved past it is counted as paused,
@@ -186,4 +293,83 @@ pub fn check(mut sections: Vec<Section>) -> Verdict {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+
+    /// A run of key 7 by `task`, entered at `enter` ms, for 10 ms, its deadline at 100 ms.
+    fn run(task: usize, enter: i64, completion: Completion) -> Run {
+        Run {
+            section: Section {
+                resource: 7,
+                enter_ns: enter * MS,
+                leave_ns: (enter + 10) * MS,
+                deadline_ns: (enter + 100) * MS,
+                plan_ns: enter * MS,
+                starved_ns: -1,
+                valid: completion != Completion::Lost,
+                worker: 0,
+                task,
+                token: Some(enter as u64),
+            },
+            completion,
+        }
+    }
+
+    fn answer(at: i64, run: Option<&Run>) -> Answer {
+        Answer {
+            key: 7,
+            worker: 1,
+            at_ns: at * MS,
+            run: run.map(|r| (r.section.worker, r.section.task, r.section.enter_ns)),
+        }
+    }
+
+    /// A lost run lets its key run again; a run completed under a valid lease does not.
+    #[test]
+    fn a_run_after_a_lost_one_is_no_double_run_after_a_stored_one_it_is() {
+        let (a, b, c) = (
+            run(0, 0, Completion::Lost),
+            run(1, 200, Completion::Stored),
+            run(2, 400, Completion::Stored),
+        );
+        let v = check_lost_runs(vec![a, b, c], &[], &[]);
+        assert_eq!(v.double_runs, [(b, c)]);
+        assert_eq!(v.lost_runs, 1);
+        assert_eq!(v.overlaps.len() + v.late.len(), 0);
+    }
+
+    /// Every answer must be the key's first; the one residual docs/replay.md states (a lost
+    /// lease's record answered, then outcome-unknown once another lost lease's record
+    /// landed) is counted apart.
+    #[test]
+    fn answers_that_differ_from_the_first_are_violations_but_the_stated_residual() {
+        let (a, b) = (run(0, 0, Completion::Stored), run(1, 200, Completion::Lost));
+        let replay_a = answer(300, Some(&a));
+        let v = check_lost_runs(
+            vec![a, b],
+            &[],
+            &[replay_a, answer(400, Some(&a)), answer(500, None)],
+        );
+        assert_eq!(v.differing_answers, [(replay_a, answer(500, None))]);
+        assert_eq!(v.violations(), 2, "a double run (b after a) and the answer");
+
+        let (a, b) = (run(0, 0, Completion::Lost), run(1, 200, Completion::Lost));
+        let first = answer(250, Some(&a));
+        let v = check_lost_runs(vec![a, b], &[], &[first, answer(500, None)]);
+        assert!(v.differing_answers.is_empty());
+        assert_eq!(
+            v.changed_by_a_later_lost_lease,
+            [(first, answer(500, None))]
+        );
+        assert_eq!(v.violations(), 0);
+
+        // The other way round — unknown first, a record later — is never the residual.
+        let v = check_lost_runs(vec![a, b], &[], &[answer(250, None), answer(500, Some(&b))]);
+        assert_eq!(v.differing_answers.len(), 1);
+    }
 }

@@ -12,6 +12,7 @@ mod budget;
 mod classic;
 mod cluster;
 mod evict;
+mod lost;
 mod operator;
 mod records;
 mod reply;
@@ -40,11 +41,12 @@ pub enum Kind {
     Records,
     Operator,
     Evict,
+    Lost,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Classic,
         Kind::ReplyReset,
         Kind::Skew,
@@ -53,6 +55,7 @@ impl Kind {
         Kind::Records,
         Kind::Operator,
         Kind::Evict,
+        Kind::Lost,
     ];
 
     /// The name `--nemesis` takes.
@@ -66,6 +69,7 @@ impl Kind {
             Kind::Records => "records",
             Kind::Operator => "operator",
             Kind::Evict => "evict",
+            Kind::Lost => "lost",
         }
     }
 
@@ -113,6 +117,7 @@ impl Kind {
             Kind::Records => &[&["records"]],
             Kind::Operator => &[&["operator-rerun"]],
             Kind::Evict => &[&["evict"]],
+            Kind::Lost => &[&["lost-cut"]],
         }
     }
 }
@@ -198,6 +203,7 @@ pub(super) fn unleash(ctx: &Ctx<'_>) {
                         Kind::Records => records::lane(ctx),
                         Kind::Operator => operator::lane(ctx),
                         Kind::Evict => evict::lane(ctx),
+                        Kind::Lost => lost::lane(ctx),
                     });
                     let done = std::panic::catch_unwind(lane);
                     if done.is_err() {

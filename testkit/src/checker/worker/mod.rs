@@ -3,6 +3,8 @@
 
 mod client;
 mod lock;
+#[cfg(feature = "middleware")]
+mod lost;
 mod replay;
 
 use super::store::Writer;
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tower_redlock::Retry;
 
-use super::log::{Counts, WorkerLog};
+use super::log::{Answer, Counts, WorkerLog};
 use super::settings::{Broken, Workload};
 
 /// Runs one worker process from its environment (see [`run`](super::run())), writes its
@@ -59,8 +61,10 @@ pub fn worker_main() {
             "quorum1" => Some(Broken::Quorum1),
             "block" => Some(Broken::Blocking),
             "unclaimed-read" => Some(Broken::UnclaimedRead),
+            "first-record" => Some(Broken::FirstRecord),
             _ => None,
         },
+        lost: num("CHECKER_LOST") != 0,
         seed: num("CHECKER_SEED"),
         hold: std::env::var_os("CHECKER_HOLD").map(PathBuf::from),
         store_url: std::env::var("CHECKER_STORE_URL")
@@ -117,6 +121,8 @@ struct WorkerConfig {
     hold: Option<PathBuf>,
     /// The fenced store's URL (`--store`): each section also writes there.
     store_url: Option<String>,
+    /// The replay workload's lost-lease mode (`--nemesis lost`, `lost.rs`).
+    lost: bool,
 }
 
 /// What the tasks of one worker share.
@@ -196,6 +202,21 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
         None => None,
     };
 
+    #[cfg(feature = "middleware")]
+    let lost = match config.lost {
+        true => {
+            let first_record = config.broken == Some(Broken::FirstRecord);
+            Some(Arc::new(
+                lost::Lost::start(&redlock, &config, first_record).await,
+            ))
+        }
+        false => None,
+    };
+    #[cfg(not(feature = "middleware"))]
+    assert!(
+        !config.lost,
+        "the lost nemesis needs the testkit's `middleware` feature"
+    );
     let shared = Arc::new(Shared::default());
     if let Some(hold) = config.hold.clone() {
         // The parent removes the file once the nemesis has done enough; looked at every
@@ -215,7 +236,14 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
         .map(|task| {
             let (redlock, shared, config) = (redlock.clone(), shared.clone(), config.clone());
             let store = store.clone();
+            #[cfg(feature = "middleware")]
+            let lost = lost.clone();
             tokio::spawn(async move {
+                #[cfg(feature = "middleware")]
+                if let Some(lost) = lost {
+                    let logged = lost::claim_loop(task, &lost, &shared, &config, stop_at).await;
+                    return (Vec::new(), logged.runs, logged.replays, logged.answers);
+                }
                 match config.workload {
                     Workload::Lock => {
                         let sections = lock::lock_loop(
@@ -227,12 +255,12 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
                             stop_at,
                         )
                         .await;
-                        (sections, Vec::new(), Vec::new())
+                        (sections, Vec::new(), Vec::new(), Vec::<Answer>::new())
                     }
                     Workload::Replay => {
                         let (runs, replays) =
                             replay::claim_loop(task, &redlock, &shared, &config, stop_at).await;
-                        (Vec::new(), runs, replays)
+                        (Vec::new(), runs, replays, Vec::new())
                     }
                 }
             })
@@ -240,10 +268,11 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
         .collect();
     let mut log = WorkerLog::default();
     for t in tasks {
-        let (sections, runs, replays) = t.await.expect("a lock task panicked");
+        let (sections, runs, replays, answers) = t.await.expect("a lock task panicked");
         log.sections.extend(sections);
         log.runs.extend(runs);
         log.replays.extend(replays);
+        log.answers.extend(answers);
     }
     if let Some(store) = &store {
         log.store = store.counts();

@@ -142,7 +142,7 @@ pub(super) async fn claim_loop(
 }
 
 /// A key's number: from the current window, a recent one or any (see the module docs).
-fn pick_key(rng: &mut fastrand::Rng, epoch_ns: i64) -> u64 {
+pub(super) fn pick_key(rng: &mut fastrand::Rng, epoch_ns: i64) -> u64 {
     let now = u64::try_from((clock::now_ns() - epoch_ns).max(0)).unwrap_or(0);
     let current = now / nanos(SLOT) as u64;
     let slot = match rng.u8(0..100) {

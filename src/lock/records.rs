@@ -24,15 +24,28 @@
 //!    two that differ make the outcome unknown; with a node missing, unavailable (it could
 //!    hold another value, or a valid-lease record that outranks them).
 //!
+//! Rule 5's answer could still change: another lost lease of the key, whose lock had
+//! expired everywhere, may store its own "if free" record later on the nodes that were free
+//! — and duplicates after it would get outcome-unknown where this one got the record. So a
+//! try answered by rule 5 first copies the record, "if free" and for as long as it has left,
+//! to the nodes where it locked (every node that had no record: rule 5 needs every node's
+//! answer, and none said "held"), and only then releases the rest: the key is then taken on
+//! every node, and no later "if free" record lands anywhere (`Records::copy_for`; test
+//! `lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer`).
+//!
 //! [`Lease::complete`]: crate::Lease::complete
+
+use std::time::Duration;
 
 use bytes::Bytes;
 
-/// One distinct record: its bytes, how it was stored, on how many nodes.
+/// One distinct record: its bytes, how it was stored, on how many nodes, and the longest
+/// any of them has left (where the nodes said).
 struct Seen {
     record: Bytes,
     if_free: bool,
     nodes: usize,
+    remaining: Option<Duration>,
 }
 
 /// The records answered so far, by value. Usually one value on every node.
@@ -55,19 +68,37 @@ pub(crate) enum Verdict {
 }
 
 impl Records {
-    /// Counts one node's record; `if_free` when it was stored "if free".
-    pub(crate) fn add(&mut self, record: Bytes, if_free: bool) {
+    /// Counts one node's record; `if_free` when it was stored "if free", with what it has
+    /// left when the node said.
+    pub(crate) fn add(&mut self, record: Bytes, if_free: bool, remaining: Option<Duration>) {
         match self
             .seen
             .iter_mut()
             .find(|s| s.if_free == if_free && s.record == record)
         {
-            Some(s) => s.nodes += 1,
+            Some(s) => {
+                s.nodes += 1;
+                s.remaining = s.remaining.max(remaining);
+            }
             None => self.seen.push(Seen {
                 record,
                 if_free,
                 nodes: 1,
+                remaining,
             }),
+        }
+    }
+
+    /// When the answer `record` rests on records stored "if free" alone (rule 5), how long
+    /// to keep the copies the answering try makes of it where it locked (the longest time
+    /// any node said it has left): so that no later "if free" record — of another lost
+    /// lease still storing its own — can land there and change the answer. `None` when a
+    /// record stored under a valid lease answered (no later "if free" record outranks it),
+    /// or no node said how long.
+    pub(crate) fn copy_for(&self, record: &Bytes) -> Option<Duration> {
+        match &self.seen[..] {
+            [one] if one.if_free && one.record == *record => one.remaining,
+            _ => None,
         }
     }
 
@@ -146,7 +177,7 @@ mod tests {
     fn of(records: &[(&'static str, bool)]) -> Records {
         let mut r = Records::default();
         for &(bytes, if_free) in records {
-            r.add(Bytes::from_static(bytes.as_bytes()), if_free);
+            r.add(Bytes::from_static(bytes.as_bytes()), if_free, None);
         }
         r
     }
@@ -179,6 +210,29 @@ mod tests {
             of(&[("r2", false), ("r1", true)]).verdict(2, 3, 3, false),
             record("r2")
         );
+    }
+
+    /// Rule 5's answer is copied where the try locked, for the longest time left that a
+    /// node said; an answer a valid-lease record made, or a mix, is not.
+    #[test]
+    fn only_an_answer_from_if_free_records_alone_is_copied() {
+        let day = Duration::from_secs(86_400);
+        let mut r = Records::default();
+        r.add(Bytes::from_static(b"r1"), true, Some(day / 2));
+        r.add(Bytes::from_static(b"r1"), true, Some(day));
+        r.add(Bytes::from_static(b"r1"), true, None);
+        assert_eq!(r.verdict(2, 3, 3, false), record("r1"));
+        assert_eq!(r.copy_for(&Bytes::from_static(b"r1")), Some(day));
+        assert_eq!(r.copy_for(&Bytes::from_static(b"r2")), None);
+        // Nobody said how long: no copy.
+        assert_eq!(
+            of(&[("r1", true)]).copy_for(&Bytes::from_static(b"r1")),
+            None
+        );
+        let mut valid = Records::default();
+        valid.add(Bytes::from_static(b"r2"), false, None);
+        valid.add(Bytes::from_static(b"r1"), true, Some(day));
+        assert_eq!(valid.copy_for(&Bytes::from_static(b"r2")), None);
     }
 
     #[test]

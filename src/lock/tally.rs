@@ -40,8 +40,9 @@ pub(crate) enum Vote {
     /// when the node reported a live one), or no longer holds ours.
     Against(Option<Duration>),
     /// The node has the completion record of the work (replay acquire), stored "if free"
-    /// when `true`: nothing was locked there (see `records.rs` for the answer they make).
-    Completed(bytes::Bytes, bool),
+    /// when `true` (with what it has left, when known): nothing was locked there (see
+    /// `records.rs` for the answer they make).
+    Completed(bytes::Bytes, bool, Option<Duration>),
 }
 
 impl Vote {
@@ -127,8 +128,10 @@ impl Tally {
                 }
             }
             Ok(Acquire::Held { remaining }) => self.held(i, remaining),
-            Ok(Acquire::Completed { record }) if replay => self.completed(i, record, false),
-            Ok(Acquire::CompletedIfFree { record }) if replay => self.completed(i, record, true),
+            Ok(Acquire::Completed { record }) if replay => self.completed(i, record, false, None),
+            Ok(Acquire::CompletedIfFree { record, remaining }) if replay => {
+                self.completed(i, record, true, remaining)
+            }
             Ok(Acquire::Completed { .. } | Acquire::CompletedIfFree { .. }) => self.held(i, None),
             Err(e) => {
                 if e.is_suspended() {
@@ -145,11 +148,17 @@ impl Tally {
         self.fences.push((i, fence));
     }
 
-    /// Counts node `i`'s completion record (stored "if free" when `if_free`): it locked
-    /// nothing.
-    pub(crate) fn completed(&mut self, i: usize, record: bytes::Bytes, if_free: bool) {
+    /// Counts node `i`'s completion record (stored "if free" when `if_free`, with what it
+    /// has left when known): it locked nothing.
+    pub(crate) fn completed(
+        &mut self,
+        i: usize,
+        record: bytes::Bytes,
+        if_free: bool,
+        remaining: Option<Duration>,
+    ) {
         self.not_ours |= 1 << i;
-        self.records.add(record, if_free);
+        self.records.add(record, if_free, remaining);
     }
 
     /// How many nodes answered without an error: a vote for, "held", or a record.
@@ -332,7 +341,9 @@ where
                         tally.fenced(i, fence);
                     }
                     Vote::Against(remaining) => tally.held(i, remaining),
-                    Vote::Completed(record, if_free) => tally.completed(i, record, if_free),
+                    Vote::Completed(record, if_free, remaining) => {
+                        tally.completed(i, record, if_free, remaining)
+                    }
                 }
             }
             Err(e) => {

@@ -218,6 +218,7 @@ impl MemoryNode {
             }),
             Some((record, expires, true)) if *expires > now => Some(Acquire::CompletedIfFree {
                 record: record.clone(),
+                remaining: Some(*expires - now),
             }),
             _ => None,
         }

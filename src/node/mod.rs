@@ -77,6 +77,10 @@ pub enum Acquire {
     CompletedIfFree {
         /// The stored completion record.
         record: Bytes,
+        /// How long the record has left, when the node knows: a duplicate answered with it
+        /// copies it for that long to the nodes it locked meanwhile (see
+        /// [`Claim`](crate::Claim)). `None`: no copy is made.
+        remaining: Option<Duration>,
     },
     /// Only to a request with a [`fence`](AcquireRequest::fence): as [`Acquire::Acquired`],
     /// and the resource's fencing counter on this node is now `fence`. (A fenced request

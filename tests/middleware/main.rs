@@ -122,6 +122,7 @@ on_both! {
     one_answer::lost_lease_one_answer_finish_a_later_holders_record_wins,
     one_answer::lost_lease_one_answer_abort_a_later_holders_record_wins,
     one_answer::lost_lease_one_answer_two_lost_leases_that_differ_are_unknown,
+    one_answer::lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer,
     replay_limits::replay_a_response_too_large_or_streamed_is_not_stored,
     replay_limits::replay_a_body_over_the_limit_is_413,
     replay_limits::replay_the_handler_gets_the_body_unchanged,

@@ -297,3 +297,95 @@ pub async fn lost_lease_one_answer_two_lost_leases_that_differ_are_unknown<F: Fr
         r.app.stop().await;
     }
 }
+
+/// The bytes of `lock`'s completion record on master `i`, if it has one.
+async fn record_on(masters: &Masters, lock: &str, i: usize) -> Option<Vec<u8>> {
+    masters[i]
+        .query(redis::cmd("GET").arg(record_key(lock)))
+        .await
+}
+
+/// An answer made from a lost lease's record alone (rule 5) lasts: R1 (`OnLost::Finish`)
+/// stores its late response on C alone (its writes to A and B held back by its proxies);
+/// R3, which ran after R1's lock expired, has lost its own lease and still runs. A
+/// duplicate D is answered with R1's response — and copies it, "if free", to A and B, where
+/// it locked — so R3's late response, stored "if free" after D's answer, lands nowhere.
+/// Every later duplicate gets R1's response (`503` while A is frozen: C's and B's records
+/// alone cannot rule out another on A), never `409` outcome-unknown. Without the copy, R3's
+/// response landed on A and B, where D had only released its lock, and every duplicate
+/// after it got outcome-unknown (found by the checker's `--nemesis lost`).
+pub async fn lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer<F: Framework>() {
+    let m = Masters::start(3);
+    let (p1, c1) = proxied(&m).await;
+    let first = Replica::start::<F>(&c1, |p| p.keep_alive(false), true).await;
+    let third = Replica::start::<F>(&client_of(&m).await, |p| p.keep_alive(false), true).await;
+    let other = Replica::start::<F>(&client_of(&m).await, |p| p, false).await;
+    let (http, lock) = (http_client(), redis_key(PATH, PATH, KEY));
+
+    let r1 = tokio::spawn(reply(pay(&http, &first.url, KEY, BODY)));
+    first.probe.until_started(1).await;
+    eventually("R1's lock expires on every master", TTL + SLACK * 4, || {
+        m.absent_everywhere(&lock)
+    })
+    .await;
+    let r3 = tokio::spawn(reply(pay(&http, &third.url, KEY, BODY)));
+    third.probe.until_started(1).await;
+    eventually("R3's lock expires on every master", TTL + SLACK * 4, || {
+        m.absent_everywhere(&lock)
+    })
+    .await;
+
+    p1[0].set(Fault::BlackHole);
+    p1[1].set(Fault::BlackHole);
+    first.probe.open();
+    let r1 = within("R1's late answer", r1).await.expect("no panic");
+    let r1_id = assert_ran(&r1);
+    eventually("R1's record lands on C, \"if free\"", SLACK * 8, || {
+        if_free_on(&m, &lock, 2)
+    })
+    .await;
+    assert_eq!(
+        records_on(&m, &lock, [0, 1]).await,
+        0,
+        "R1's writes got through"
+    );
+
+    let d = reply(pay(&http, &other.url, KEY, BODY)).await;
+    assert_replay_of(&r1, &d);
+    let r1_record = record_on(&m, &lock, 2).await.expect("R1's record on C");
+    eventually(
+        "D's copies of R1's record on A and B",
+        SLACK * 4,
+        || async {
+            record_on(&m, &lock, 0).await.as_ref() == Some(&r1_record)
+                && record_on(&m, &lock, 1).await.as_ref() == Some(&r1_record)
+        },
+    )
+    .await;
+
+    third.probe.open();
+    let r3 = within("R3's late answer", r3).await.expect("no panic");
+    assert_ne!(assert_ran(&r3), r1_id, "R1 and R3 are two runs");
+    for i in 0..3 {
+        let record = record_on(&m, &lock, i).await;
+        assert_eq!(
+            record.as_ref(),
+            Some(&r1_record),
+            "R3's record landed on master {i}"
+        );
+    }
+
+    // R1's held-back writes may land now: the same bytes as D's copies.
+    for p in &p1 {
+        p.set(Fault::Pass);
+    }
+    let replicas = [&first, &third, &other];
+    let replayed = |d: &Reply| assert_replay_of(&r1, d);
+    duplicates(&m, &replicas, replayed, assert_unavailable).await;
+    let runs = first.probe.started() + third.probe.started() + other.probe.started();
+    assert_eq!(runs, 2, "a duplicate ran");
+    drop(http);
+    for r in [first, third, other] {
+        r.app.stop().await;
+    }
+}

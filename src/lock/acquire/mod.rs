@@ -240,8 +240,10 @@ impl Redlock {
             Acquire::Acquired => Vote::For,
             Acquire::Fenced { fence } => Vote::Fenced(fence),
             Acquire::Held { remaining } => Vote::Against(remaining),
-            Acquire::Completed { record } if replay => Vote::Completed(record, false),
-            Acquire::CompletedIfFree { record } if replay => Vote::Completed(record, true),
+            Acquire::Completed { record } if replay => Vote::Completed(record, false, None),
+            Acquire::CompletedIfFree { record, remaining } if replay => {
+                Vote::Completed(record, true, remaining)
+            }
             // From a plain acquire (a node must not answer it): it locked nothing.
             Acquire::Completed { .. } | Acquire::CompletedIfFree { .. } => Vote::Against(None),
         })
@@ -309,6 +311,19 @@ impl Redlock {
             }));
         }
         drop(sent);
+
+        // An answer from records stored "if free" alone (rule 5) is made to last: the record
+        // is copied where this try locked (`records.rs`), before the rest is released.
+        if let Some(Verdict::Record(record)) = &verdict {
+            let copy = tally
+                .records
+                .copy_for(record)
+                .filter(|_| tally.for_mask != 0);
+            if let Some(retention) = copy {
+                let record = record.clone();
+                Box::pin(self.copy_free(key, token, record, retention, tally.for_mask)).await;
+            }
+        }
 
         // Failed: release on every node that may hold our token. Wait one round for the
         // nodes that voted for (they answered quickly), so that nothing of ours outlives this

@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::{invalid_record, Completion, Progress};
+use super::{invalid_record, record_key, Completion, Progress};
 use crate::error::{Error, NodeError};
 use crate::lock::lease::Lease;
 use crate::lock::release::{self, FIRST_PAUSE, MAX_PAUSE};
 use crate::lock::state::LeaseState;
 use crate::lock::tally;
 use crate::lock::telemetry::{self, Background};
+use crate::lock::token::Token;
 use crate::lock::{Inner, Redlock};
 
 impl Lease {
@@ -202,5 +203,40 @@ impl Redlock {
             ),
             errors,
         ))
+    }
+}
+
+impl Redlock {
+    /// Copies `record`, "if free", for `retention`, to the nodes in `mask` — where a
+    /// replay acquire's try (`key`, `token`) locked, and answers with a record that only
+    /// "if free" records made (rule 5 of `records.rs`): stored where the try's lock holds or
+    /// the key is free, never over another holder's lock or another record. One round, each
+    /// node within the node timeout; what is still in flight then finishes in the
+    /// background. Whatever it reached, the try answers with the record: the copies only
+    /// keep a later lost lease's "if free" record from landing beside it.
+    pub(crate) async fn copy_free(
+        &self,
+        key: &Arc<str>,
+        token: Token,
+        record: Bytes,
+        retention: Duration,
+        mask: u64,
+    ) {
+        let inner = &*self.inner;
+        let completion = Completion {
+            key: key.clone(),
+            record_key: record_key(key),
+            token,
+            record,
+            retention,
+            fence: None,
+            if_free: true,
+        };
+        let mut sent = completion.send(inner, mask);
+        let round = Instant::now() + inner.config.node_timeout;
+        Progress::default()
+            .count_while(&mut sent, round, |_| true, drop)
+            .await;
+        tally::finish_in_background(sent);
     }
 }

@@ -144,8 +144,9 @@ pub(super) fn if_free_mark(record_key: &str) -> String {
     format!("{record_key}:if-free")
 }
 
-/// A replay acquire's record answer: `{2, record}`, or `{2, record, 1}` for one stored "if
-/// free"; `None` for any other answer.
+/// A replay acquire's record answer: `{2, record}`, or `{2, record, 1, PTTL}` for one stored
+/// "if free" (the PTTL in ms; an older script's `{2, record, 1}` has none); `None` for any
+/// other answer.
 pub(super) fn completed(items: &[Value]) -> Option<Acquire> {
     let (Some(Value::Int(2)), Some(Value::BulkString(record))) = (items.first(), items.get(1))
     else {
@@ -153,7 +154,13 @@ pub(super) fn completed(items: &[Value]) -> Option<Acquire> {
     };
     let record = Bytes::copy_from_slice(record);
     Some(match items.get(2) {
-        Some(Value::Int(1)) => Acquire::CompletedIfFree { record },
+        Some(Value::Int(1)) => Acquire::CompletedIfFree {
+            record,
+            remaining: match items.get(3) {
+                Some(&Value::Int(ms)) if ms > 0 => Some(Duration::from_millis(ms as u64)),
+                _ => None,
+            },
+        },
         _ => Acquire::Completed { record },
     })
 }

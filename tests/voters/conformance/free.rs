@@ -26,10 +26,30 @@ async fn replay(node: &dyn Node, key: &str, token: &str) -> Acquire {
         .unwrap()
 }
 
-/// A record stored by the "if free" completion, as the replay acquire answers it.
+/// A record stored by the "if free" completion, as the replay acquire answers it (what it
+/// has left taken out by [`told`]).
 fn if_free(record: &[u8]) -> Acquire {
     Acquire::CompletedIfFree {
         record: record.to_vec().into(),
+        remaining: None,
+    }
+}
+
+/// `answer`, with what an "if free" record has left checked — when the node says, at most
+/// its retention and more than none — and taken out, to compare with [`if_free`].
+fn told(answer: Acquire) -> Acquire {
+    match answer {
+        Acquire::CompletedIfFree { record, remaining } => {
+            assert!(
+                remaining.is_none_or(|r| !r.is_zero() && r <= LONG),
+                "an \"if free\" record's time left {remaining:?} is not within its retention {LONG:?}"
+            );
+            Acquire::CompletedIfFree {
+                record,
+                remaining: None,
+            }
+        }
+        other => other,
     }
 }
 
@@ -62,7 +82,7 @@ pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, pe
         "the \"if free\" completion refused where the lock is absent"
     );
     assert_eq!(peek.peek(0, key).await, None, "a lock was set");
-    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
+    assert_eq!(told(replay(node, key, T2).await), if_free(BLOB));
     assert!(
         complete(node, key, T1, BLOB, true).await,
         "the same record again (its answer lost) must answer stored"
@@ -71,11 +91,11 @@ pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, pe
         !complete(node, key, T1, b"another", true).await,
         "a first record was overwritten"
     );
-    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
+    assert_eq!(told(replay(node, key, T2).await), if_free(BLOB));
     assert_eq!(peek.peek(0, key).await, None);
     // Never locked: free as well.
     assert!(complete(node, "fb", T1, BLOB, true).await);
-    assert_eq!(replay(node, "fb", T2).await, if_free(BLOB));
+    assert_eq!(told(replay(node, "fb", T2).await), if_free(BLOB));
 }
 
 /// Where the lock holds the token, the "if free" completion stores the record and ends the
@@ -87,7 +107,7 @@ pub async fn completion_if_free_ends_our_lock(node: &dyn Node, peek: &dyn Peek) 
         .unwrap();
     assert!(complete(node, key, T1, BLOB, true).await);
     assert_eq!(peek.peek(0, key).await, None, "the lock was not ended");
-    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
+    assert_eq!(told(replay(node, key, T2).await), if_free(BLOB));
 }
 
 /// Where another client holds the lock, the "if free" completion stores nothing and that
@@ -153,7 +173,7 @@ pub async fn completion_if_free_fenced_raises_the_counter(node: &dyn Node, peek:
         fenced(key, T1, BIG).await,
         "refused where the lock is absent"
     );
-    assert_eq!(replay(node, key, T2).await, if_free(BLOB));
+    assert_eq!(told(replay(node, key, T2).await), if_free(BLOB));
     assert_eq!(
         token_of(node, key, T3).await,
         BIG + 1,
@@ -182,7 +202,10 @@ pub async fn completion_if_free_is_told_apart_from_a_valid_one(node: &dyn Node, 
     let short = Duration::from_millis(300);
     let request = CompleteRequest::new(key, &record_key, T1, BLOB, short).or_if_free();
     assert!(node.complete(request).await.unwrap());
-    assert_eq!(replay_short(node, key, T2).await, Some(if_free(BLOB)));
+    assert_eq!(
+        replay_short(node, key, T2).await.map(told),
+        Some(if_free(BLOB))
+    );
     eventually("the \"if free\" record expires", LONG, || async {
         replay_short(node, key, T3).await.is_none()
     })

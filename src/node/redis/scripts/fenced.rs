@@ -138,14 +138,14 @@ vote_script! {
     /// tenure markers]; ARGV as [`ACQUIRE_FENCED`]. `{2, record}` (or `{2, record, 1}`) when
     /// the completion record exists (as [`ACQUIRE_UNLESS_COMPLETED`]), else as
     /// [`ACQUIRE_FENCED`].
-    acquire ACQUIRE_UNLESS_COMPLETED_FENCED / ACQUIRE_UNLESS_COMPLETED_FENCED_LENIENT = ["549d826a055e890e68e9368ab4443783daed5731", "66cc899d92410ca1fcd1c2c910d91b30c3e81e85"],
+    acquire ACQUIRE_UNLESS_COMPLETED_FENCED / ACQUIRE_UNLESS_COMPLETED_FENCED_LENIENT = ["7f8ed85cb2cca5cf8a5360106ec34f81974b163c", "49c9147456ec2917fceb8cf85624e754a8946da7"],
     concat!(
         r#"local fkey, fret = KEYS[4], ARGV[4]
 local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
   local body, mark = string.sub(record, 6), redis.pcall('get', KEYS[3])
   if type(mark) == 'string' and mark == 'TRR1\nif-free:' .. redis.sha1hex(body) then
-    return {2, body, 1}
+    return {2, body, 1, redis.call('pttl', KEYS[2])}
   end
   return {2, body}
 end

@@ -314,7 +314,7 @@ return 0
 /// where it holds another value (read with `pcall`: a key of another type, `WRONGTYPE`, is
 /// another value too). The record is marked as stored "if free": the mark `KEYS[3]`
 /// (`TRR1\nif-free:` and the SHA-1 of the record's bytes, tagged as ours) lives as long as
-/// the record, and the replay acquire answers such a record apart (`{2, record, 1}`) when
+/// the record, and the replay acquire answers such a record apart (`{2, record, 1, PTTL}`) when
 /// the mark names it, so that one stored under a valid lease takes precedence over it. The
 /// digest binds the mark to its record: a mark left beside another record (deleted by a
 /// release that did not know marks) marks nothing. Nothing is stored where the mark's key
@@ -367,7 +367,7 @@ return 0
 
 vote_script! {
     /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
-    /// (nothing is locked: the work is done), `{2, record, 1}` when it was stored "if free"
+    /// (nothing is locked: the work is done), `{2, record, 1, PTTL}` when it was stored "if free"
     /// (its mark `KEYS[3]` names it: see `complete_free_lua!`). A record is stored behind the format tag
     /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
     /// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
@@ -375,13 +375,13 @@ vote_script! {
     /// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
     /// after it has shown any record it has (a record is only ever written by a holder, so one
     /// that survived is an answer; only "no record" needs a dataset old enough to trust).
-    acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["b908a9ef879016d5add66b78b159ab16775be3c6", "a8f1c0a19821a9834a31eb517da927969f84044e"],
+    acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["58d36bf78055fd6a69ecc1e1506a7e48ac0ec23a", "7eb33a6672015e35f2b020e2060129f47d94e778"],
     concat!(
         r#"local record = redis.call('get', KEYS[2])
 if record and string.sub(record, 1, 5) == 'TRR1\n' then
   local body, mark = string.sub(record, 6), redis.pcall('get', KEYS[3])
   if type(mark) == 'string' and mark == 'TRR1\nif-free:' .. redis.sha1hex(body) then
-    return {2, body, 1}
+    return {2, body, 1, redis.call('pttl', KEYS[2])}
   end
   return {2, body}
 end

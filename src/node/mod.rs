@@ -77,9 +77,9 @@ pub enum Acquire {
     CompletedIfFree {
         /// The stored completion record.
         record: Bytes,
-        /// How long the record has left, when the node knows: a duplicate answered with it
-        /// copies it for that long to the nodes it locked meanwhile (see
-        /// [`Claim`](crate::Claim)). `None`: no copy is made.
+        /// How long the record has left, when the node knows: a duplicate answered with "if
+        /// free" records alone copies the record for that long to the nodes it locked, so
+        /// that the answer lasts (docs/replay.md, rule 5). `None`: no copy is made.
         remaining: Option<Duration>,
     },
     /// Only to a request with a [`fence`](AcquireRequest::fence): as [`Acquire::Acquired`],

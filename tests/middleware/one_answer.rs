@@ -362,6 +362,8 @@ pub async fn lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer<F:
         },
     )
     .await;
+    // Copies stored "if free" (a copy stored as under a valid lease would outrank others).
+    assert!(if_free_on(&m, &lock, 0).await && if_free_on(&m, &lock, 1).await);
 
     third.probe.open();
     let r3 = within("R3's late answer", r3).await.expect("no panic");

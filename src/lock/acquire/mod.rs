@@ -273,7 +273,7 @@ impl Redlock {
             }
         }
         obs.tried(|| (tally.votes(), tally.records.any()));
-        let holders = (tally.answered & !tally.not_ours) | sent.started();
+        let mut holders = (tally.answered & !tally.not_ours) | sent.started();
         let granted =
             !tally.records.any() && tally.for_ >= inner.quorum && Instant::now() < deadline;
         let fence = fence_key
@@ -313,7 +313,11 @@ impl Redlock {
         drop(sent);
 
         // An answer from records stored "if free" alone (rule 5) is made to last: the record
-        // is copied where this try locked (`records.rs`), before the rest is released.
+        // is copied where this try locked (`records.rs`), which ends our lock there. A copy
+        // that did not reach every such node makes the answer unavailable (try again), never
+        // one that a later lost lease's record could change; the release of the rest then
+        // goes on in the background, so that the try still takes two rounds at most.
+        let mut copied = true;
         if let Some(Verdict::Record(record)) = &verdict {
             let copy = tally
                 .records
@@ -321,7 +325,16 @@ impl Redlock {
                 .filter(|_| tally.for_mask != 0);
             if let Some(retention) = copy {
                 let record = record.clone();
-                Box::pin(self.copy_free(key, token, record, retention, tally.for_mask)).await;
+                let mask = tally.for_mask;
+                let stored = Box::pin(self.copy_free(key, token, record, retention, mask)).await;
+                holders &= !stored;
+                copied = stored == mask;
+                if !copied {
+                    verdict = Some(Verdict::Unavailable(
+                        "a lost lease's completion record answered, but its copy did not reach \
+                         every node this try locked within the node timeout: try again",
+                    ));
+                }
             }
         }
 
@@ -330,11 +343,15 @@ impl Redlock {
         // try; the others, and any retry, go on in the background while the lock could be
         // valid — a try never waits longer than its node timeouts.
         if holders != 0 {
+            let needed = match copied {
+                true => (tally.for_mask & holders).count_ones() as usize,
+                false => 0,
+            };
             let release = Release {
                 key: key.clone(),
                 token,
                 mask: holders,
-                needed: (tally.for_mask & holders).count_ones() as usize,
+                needed,
                 patience: Instant::now(),
                 until: deadline,
                 gone: deadline + ttl,

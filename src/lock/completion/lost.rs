@@ -212,8 +212,10 @@ impl Redlock {
     /// "if free" records made (rule 5 of `records.rs`): stored where the try's lock holds or
     /// the key is free, never over another holder's lock or another record. One round, each
     /// node within the node timeout; what is still in flight then finishes in the
-    /// background. Whatever it reached, the try answers with the record: the copies only
-    /// keep a later lost lease's "if free" record from landing beside it.
+    /// background. Returns the nodes that stored it (or had it already): the try answers
+    /// with the record only when that is every node of `mask` — the copies keep a later
+    /// lost lease's "if free" record from landing beside it. `retention` is bounded by
+    /// [`Lease::MAX_RECORD_RETENTION`] (a custom node may report more).
     pub(crate) async fn copy_free(
         &self,
         key: &Arc<str>,
@@ -221,22 +223,30 @@ impl Redlock {
         record: Bytes,
         retention: Duration,
         mask: u64,
-    ) {
+    ) -> u64 {
         let inner = &*self.inner;
         let completion = Completion {
             key: key.clone(),
             record_key: record_key(key),
             token,
             record,
-            retention,
+            retention: retention.min(Lease::MAX_RECORD_RETENTION),
             fence: None,
             if_free: true,
         };
         let mut sent = completion.send(inner, mask);
         let round = Instant::now() + inner.config.node_timeout;
-        Progress::default()
-            .count_while(&mut sent, round, |_| true, drop)
-            .await;
+        let mut progress = Progress::default();
+        progress.count_while(&mut sent, round, |_| true, drop).await;
         tally::finish_in_background(sent);
+        if progress.stored != mask {
+            tracing::warn!(
+                stored = progress.stored.count_ones(),
+                locked = mask.count_ones(),
+                "a lost lease's completion record was not copied to every node the replay \
+                 acquire locked: answered unavailable, to be tried again"
+            );
+        }
+        progress.stored
     }
 }

@@ -313,6 +313,51 @@ async fn grpc_on_lost_abort_is_unavailable() {
     server.stop().await;
 }
 
+/// With replay, a call stopped on a lost lease (`OnLost::Abort`) leaves its key marked
+/// "outcome unknown": the call itself gets `UNAVAILABLE`; every later call with the key gets
+/// `UNKNOWN` (the middleware's `409` outcome-unknown) once the mark is on a quorum, without a
+/// retry hint, and the handler never runs again.
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_replay_after_a_lost_lease_is_unknown() {
+    const KEY: &str = "order-grpc-lost-replay";
+    let ttl = Duration::from_millis(900);
+    let (_m, redlock) = masters_and_client().await;
+    let replay = Replay::new()
+        .drop_header("grpc-status")
+        .drop_header("grpc-message")
+        .drop_header("content-type");
+    let policy = policy_of(&redlock)
+        .ttl(ttl)
+        .keep_alive(false)
+        .on_lost(tower_redlock::policy::OnLost::Abort)
+        .replay(replay)
+        .build()
+        .unwrap();
+    let server = Server::serve(policy).await;
+
+    let status = refused(server.pay(Some(KEY), true).await);
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    // The same request again (a held one: it would wait for the gate, were it run). Until
+    // the mark is on a quorum (the stopped call's lock may still hold on a master for the
+    // clock drift allowance), `ABORTED` in flight; never a run.
+    support::eventually("the key is marked outcome-unknown", ttl * 10, || async {
+        let status = refused(server.pay(Some(KEY), true).await);
+        assert!(
+            matches!(status.code(), Code::Unknown | Code::Aborted),
+            "{status:?}"
+        );
+        status.code() == Code::Unknown
+    })
+    .await;
+    for _ in 0..3 {
+        let status = refused(server.pay(Some(KEY), true).await);
+        assert_eq!(status.code(), Code::Unknown, "{status:?}");
+        assert_eq!(meta(&status, "retry-after"), None);
+    }
+    assert_eq!(server.gate.started(), 1, "the stopped call's key ran again");
+    server.stop().await;
+}
+
 /// A waiting policy (`.wait(30 s)`) bounds a gRPC caller's wait by its own deadline
 /// (`grpc-timeout`, here 3 s): two duplicates of a held call — one waiting for releases, one
 /// queued behind it (the client wakes waiters) — are both answered `ABORTED` with a retry hint

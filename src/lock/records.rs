@@ -31,7 +31,8 @@
 //! to the nodes where it locked (every node that had no record: rule 5 needs every node's
 //! answer, and none said "held"), and only then releases the rest: the key is then taken on
 //! every node, and no later "if free" record lands anywhere (`Records::copy_for`; test
-//! `lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer`).
+//! `lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer`). A copy that misses
+//! one of those nodes within the node timeout makes the answer unavailable (try again).
 //!
 //! [`Lease::complete`]: crate::Lease::complete
 

@@ -71,15 +71,13 @@ pub enum Acquire {
         record: Bytes,
     },
     /// As [`Acquire::Completed`], for a record stored by the "if free" completion
-    /// ([`CompleteRequest::if_free`]), which the client ranks below one stored under a valid
-    /// lease ([`Claim`](crate::Claim)). Required of a node that declares records (checked by
-    /// `completion_if_free_*`).
+    /// ([`CompleteRequest::if_free`]), ranked below one stored under a valid lease. Required
+    /// of a node that declares records (checked by `completion_if_free_*`).
     CompletedIfFree {
         /// The stored completion record.
         record: Bytes,
-        /// How long the record has left, when the node knows: a duplicate answered with "if
-        /// free" records alone copies the record for that long to the nodes it locked, so
-        /// that the answer lasts (docs/replay.md, rule 5). `None`: no copy is made.
+        /// How long the record has left (`None`: unknown, no copy made): the time an answer
+        /// from such records alone copies it for (docs/replay.md, rule 5).
         remaining: Option<Duration>,
     },
     /// Only to a request with a [`fence`](AcquireRequest::fence): as [`Acquire::Acquired`],

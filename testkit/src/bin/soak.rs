@@ -75,7 +75,6 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
       quorum1        each worker locks on ONE master
       block          each section blocks its runtime's thread past the deadline
       unclaimed-read with --store: a plain read, the token checked in the write only
-      first-record   with --nemesis lost: duplicates answered with the first record found
   --store postgres   CHECKER_STORE          lock workload: sections also make a
                                             read-modify-write in a PostgreSQL store (one
                                             throwaway server), the row claimed with the

@@ -36,7 +36,7 @@
 //! | `--handler-ms N` (replay: the handler waits up to N ms) | `CHECKER_HANDLER_MS` | 60 | 60 |
 //! | `--skew-percent N` (`skew`: clock offsets within ±N % of the ttl, N < 50) | `CHECKER_SKEW_PERCENT` | 45 | 45 |
 //! | `--min-faults N` (go on until each kind injected N of each of its faults) | `CHECKER_MIN_FAULTS` | 0 | 0 |
-//! | `--broken quorum1` (the negative control: must fail; also `block`, `unclaimed-read` with `--store postgres`, `first-record` with `--nemesis lost`) | `CHECKER_BROKEN` | none | none |
+//! | `--broken quorum1` (the negative control: must fail; also `block`, `unclaimed-read` with `--store postgres`) | `CHECKER_BROKEN` | none | none |
 //! | `--store postgres` (lock workload, fencing on: sections also make a claimed read-modify-write in a PostgreSQL store, a few writers paused past their ttl; see below) | `CHECKER_STORE` | none | none |
 //!
 //! The nemesis kinds, mixed freely: each is a lane (a thread, `nemesis/`), and the lanes
@@ -60,10 +60,6 @@
 //! `restart`, `skew` its restarts, `sentinel` its failovers): the masters here keep their
 //! completion records in memory only, and a master that forgets one may let its key run
 //! again — which the library documents (keep record masters persistent), not prevents.
-//!
-//! `--broken first-record` (with `--nemesis lost`) answers each duplicate with the first
-//! completion record found, asking the masters in a random order — the replay rule before
-//! issue 41 — and must show differing answers.
 //!
 //! `--broken quorum1` gives each worker a client over ONE bare master (a different one per
 //! worker): the checker must then report violations (`tests/checker.rs` asserts it does).

@@ -183,7 +183,9 @@ impl Report {
             ));
             p.push(format!("  faults around it: {}", self.faults_around(x, y)));
         }
-        for (a, b) in self.verdict.differing_answers.iter().take(10) {
+        let v = &self.verdict;
+        let differing = v.differing_answers.iter();
+        for (a, b) in differing.chain(&v.changed_by_a_later_lost_lease).take(10) {
             let say = |x: &super::log::Answer| {
                 x.run.map_or("outcome unknown".to_owned(), |(w, t, e)| {
                     format!("the run of worker {w} task {t} at {e} ns")
@@ -511,7 +513,7 @@ impl Report {
                 "changed answers",
                 format!(
                     "{} (a first answer from a lost lease's record, outcome-unknown after a \
-                     later lost lease's record: the residual docs/replay.md states)",
+                     later lost lease's record: what the copy of a rule-5 answer prevents)",
                     v.changed_by_a_later_lost_lease.len()
                 ),
             );

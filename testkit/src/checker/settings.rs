@@ -49,11 +49,6 @@ pub enum Broken {
     /// token only in the write (`UPDATE … WHERE fence <= $token`) — the pattern that loses a
     /// paused reader's acknowledged write once the next holder has read.
     UnclaimedRead,
-    /// With `--nemesis lost`: each duplicate first reads the key's completion record from
-    /// the masters in a random order and takes the first it finds — the replay rule before
-    /// issue 41 — and only claims through the middleware where none has one: where records
-    /// differ from master to master, duplicates get different answers.
-    FirstRecord,
 }
 
 impl Broken {
@@ -63,12 +58,8 @@ impl Broken {
             "quorum1" => Some(Self::Quorum1),
             "block" => Some(Self::Blocking),
             "unclaimed-read" => Some(Self::UnclaimedRead),
-            "first-record" => Some(Self::FirstRecord),
             other => {
-                panic!(
-                    "unknown broken client {other:?}: quorum1, block, unclaimed-read, \
-                     first-record (or none)"
-                )
+                panic!("unknown broken client {other:?}: quorum1, block, unclaimed-read (or none)")
             }
         }
     }
@@ -79,7 +70,6 @@ impl Broken {
             Self::Quorum1 => "quorum1",
             Self::Blocking => "block",
             Self::UnclaimedRead => "unclaimed-read",
-            Self::FirstRecord => "first-record",
         }
     }
 }
@@ -309,12 +299,6 @@ impl Settings {
                 !has(Kind::Records) && !has(Kind::Sentinel) && !has(Kind::Cluster),
                 "the lost nemesis needs five bare masters and the middleware's claims: not \
                  with records, sentinel or cluster"
-            );
-        }
-        if self.broken == Some(Broken::FirstRecord) {
-            assert!(
-                has(Kind::Lost),
-                "--broken first-record is the lost nemesis's negative control: add --nemesis lost"
             );
         }
         if has(Kind::Operator) {

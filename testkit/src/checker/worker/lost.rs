@@ -8,9 +8,9 @@
 //! that differ from master to master.
 //!
 //! Every duplicate's answer is logged (a replayed record, or `409` outcome-unknown) with its
-//! time; the verdict checks that every duplicate of a key got the key's first answer. The
-//! negative control (`--broken first-record`) answers duplicates the way the library did
-//! before issue 41: the first record found, asking the masters in a random order.
+//! time; the verdict checks that every duplicate of a key got the key's first answer. (The
+//! library before the copy of rule-5 answers, `890a05b`, fails it: 52 differing answers in
+//! 20,000 claims.)
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -22,14 +22,13 @@ use axum::http::Request;
 use axum::routing::post;
 use axum::Router;
 use tower::ServiceExt as _;
-use tower_redlock::key::{IdempotencyKey, KeyExtractor, SimpleRequest};
+use tower_redlock::key::IdempotencyKey;
 use tower_redlock::policy::{LockPolicy, OnLost};
 use tower_redlock::replay::Replay as ReplayPolicy;
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
 use super::super::clock::{self, shared_ns};
 use super::super::log::{Answer, Completion, Replay, Run, Section};
-use super::client::Voter;
 use super::lock::{spin, WORK_MARGIN};
 use super::replay::pick_key;
 use super::{Shared, WorkerConfig};
@@ -67,28 +66,17 @@ type Hot = Arc<Mutex<Vec<(u64, Instant, u32)>>>;
 /// How many duplicates claim an overrun key after the first one.
 const DUPLICATES: u32 = 8;
 
-/// The lost-lease mode of one worker process: its app, its overrun keys, and the
-/// negative control's reader.
+/// The lost-lease mode of one worker process: its app and its overrun keys.
 pub(super) struct Lost {
     app: Router,
     hot: Hot,
-    first_record: Option<FirstRecord>,
 }
 
 impl Lost {
-    pub(super) async fn start(
-        redlock: &Redlock,
-        config: &WorkerConfig,
-        first_record: bool,
-    ) -> Self {
-        let first_record = match first_record {
-            true => Some(FirstRecord::connect(config).await),
-            false => None,
-        };
+    pub(super) fn start(redlock: &Redlock, config: &WorkerConfig) -> Self {
         Self {
             app: app(redlock, config),
             hot: Hot::default(),
-            first_record,
         }
     }
 
@@ -220,78 +208,6 @@ fn parse_run(bytes: &[u8]) -> Option<(u64, (usize, usize, i64))> {
     f.next().is_none().then_some((key, run))
 }
 
-/// The negative control's reader: a connection to every bare master.
-struct FirstRecord {
-    masters: Vec<redis::aio::MultiplexedConnection>,
-    timeout: Duration,
-}
-
-impl FirstRecord {
-    async fn connect(config: &WorkerConfig) -> Self {
-        let timeout = config.node_timeout * 2;
-        let mut masters = Vec::new();
-        for voter in &config.voters {
-            let Voter::Master(url) = voter else { continue };
-            let client = redis::Client::open(url.as_str()).expect("a master's URL");
-            let config = redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout));
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let conn = loop {
-                match client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                {
-                    Ok(c) => break c,
-                    Err(e) => {
-                        assert!(Instant::now() < deadline, "connect {url}: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            };
-            masters.push(conn);
-        }
-        Self { masters, timeout }
-    }
-
-    /// The first record of `lock` found, asking the masters in a random order: its answer
-    /// (`None` in it: outcome unknown), or `None` where no master that answered has one.
-    /// `Some(Err(what))`: a record that names no run and is no "unknown" mark.
-    async fn read(
-        &self,
-        rng: &mut fastrand::Rng,
-        lock: &str,
-    ) -> Option<Result<Option<(u64, (usize, usize, i64))>, String>> {
-        let mut order: Vec<usize> = (0..self.masters.len()).collect();
-        rng.shuffle(&mut order);
-        let key = format!("{lock}:record");
-        for i in order {
-            let mut conn = self.masters[i].clone();
-            let mut cmd = redis::cmd("GET");
-            cmd.arg(&key);
-            let get = cmd.query_async::<Option<Vec<u8>>>(&mut conn);
-            let Ok(Ok(Some(record))) = tokio::time::timeout(self.timeout, get).await else {
-                continue;
-            };
-            // The node's tag `TRR1\n`, then the middleware's record: `TRH1`, a 32-byte
-            // fingerprint, then the kind — 3 is "aborted" (outcome unknown).
-            let record = record.strip_prefix(b"TRR1\n").unwrap_or(&record);
-            if record.get(36) == Some(&3) {
-                return Some(Ok(None));
-            }
-            return Some(parse_run(record).map(Some).ok_or_else(|| {
-                format!(
-                    "an unreadable record: kind {:?}, {} bytes, ends {:?}",
-                    record.get(36),
-                    record.len(),
-                    String::from_utf8_lossy(&record[record.len().saturating_sub(40)..])
-                )
-            }));
-        }
-        None
-    }
-}
-
 /// What one task logged.
 #[derive(Default)]
 pub(super) struct Logged {
@@ -344,37 +260,6 @@ pub(super) async fn claim_loop(
             "/abort"
         };
         let idempotency_key = format!("{}{key}", config.key_prefix);
-        if let Some(reader) = &lost.first_record {
-            let request = SimpleRequest::new("POST", route).header(KEY_HEADER, &idempotency_key);
-            let lock = IdempotencyKey::required()
-                .extract(&request)
-                .expect("a valid key")
-                .expect("a key")
-                .into_string();
-            match reader.read(&mut rng, &lock).await {
-                Some(Ok(Some((named, run)))) if named == key => {
-                    logged.answer(key, worker, Some(run));
-                    shared.done.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                Some(Ok(None)) => {
-                    logged.answer(key, worker, None);
-                    shared.done.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                Some(Ok(Some((named, _)))) => {
-                    shared.other.fetch_add(1, Ordering::Relaxed);
-                    shared.sample(&format!("{lock}: the record of key {named}"));
-                    continue;
-                }
-                Some(Err(what)) => {
-                    shared.other.fetch_add(1, Ordering::Relaxed);
-                    shared.sample(&format!("{lock}: {what}"));
-                    continue;
-                }
-                None => {}
-            }
-        }
         let slot = Arc::new(Mutex::new(None));
         let overrun = rng.u64(0..OVERRUN_ONE_IN) == 0;
         let wait = if overrun {

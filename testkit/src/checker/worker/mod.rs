@@ -61,7 +61,6 @@ pub fn worker_main() {
             "quorum1" => Some(Broken::Quorum1),
             "block" => Some(Broken::Blocking),
             "unclaimed-read" => Some(Broken::UnclaimedRead),
-            "first-record" => Some(Broken::FirstRecord),
             _ => None,
         },
         lost: num("CHECKER_LOST") != 0,
@@ -203,15 +202,9 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
     };
 
     #[cfg(feature = "middleware")]
-    let lost = match config.lost {
-        true => {
-            let first_record = config.broken == Some(Broken::FirstRecord);
-            Some(Arc::new(
-                lost::Lost::start(&redlock, &config, first_record).await,
-            ))
-        }
-        false => None,
-    };
+    let lost = config
+        .lost
+        .then(|| Arc::new(lost::Lost::start(&redlock, &config)));
     #[cfg(not(feature = "middleware"))]
     assert!(
         !config.lost,

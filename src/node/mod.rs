@@ -63,9 +63,8 @@ pub enum Acquire {
         /// The holder's remaining time to live, when it has one.
         remaining: Option<Duration>,
     },
-    /// Only to a request with a [`record_key`](AcquireRequest::record_key): the work this key
-    /// guards is done, and `record` is what [`Node::complete`] stored for it. Nothing was
-    /// locked.
+    /// Only to a request with a [`record_key`](AcquireRequest::record_key): the work is done,
+    /// `record` is what [`Node::complete`] stored for it; nothing was locked.
     Completed {
         /// The stored completion record.
         record: Bytes,
@@ -76,8 +75,7 @@ pub enum Acquire {
     CompletedIfFree {
         /// The stored completion record.
         record: Bytes,
-        /// How long the record has left (`None`: unknown, no copy made): the time an answer
-        /// from such records alone copies it for (docs/replay.md, rule 5).
+        /// Its time left (`None`: unknown): how long a copy lasts (docs/replay.md, rule 5).
         remaining: Option<Duration>,
     },
     /// Only to a request with a [`fence`](AcquireRequest::fence): as [`Acquire::Acquired`],

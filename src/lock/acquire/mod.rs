@@ -326,10 +326,12 @@ impl Redlock {
             if let Some(retention) = copy {
                 let record = record.clone();
                 let mask = tally.for_mask;
-                let stored = Box::pin(self.copy_free(key, token, record, retention, mask)).await;
+                let copy = self.copy_free(key, token, record, retention, mask);
+                let (stored, errors) = Box::pin(copy).await;
                 holders &= !stored;
                 copied = stored == mask;
                 if !copied {
+                    tally.errors.extend(errors);
                     verdict = Some(Verdict::Unavailable(
                         "a lost lease's completion record answered, but its copy did not reach \
                          every node this try locked within the node timeout: try again",

@@ -212,10 +212,13 @@ impl Redlock {
     /// "if free" records made (rule 5 of `records.rs`): stored where the try's lock holds or
     /// the key is free, never over another holder's lock or another record. One round, each
     /// node within the node timeout; what is still in flight then finishes in the
-    /// background. Returns the nodes that stored it (or had it already): the try answers
-    /// with the record only when that is every node of `mask` — the copies keep a later
-    /// lost lease's "if free" record from landing beside it. `retention` is bounded by
-    /// [`Lease::MAX_RECORD_RETENTION`] (a custom node may report more).
+    /// background. Returns the nodes that stored it (or had it already), and an error for
+    /// each node of `mask` that failed or gave no answer within the round (a refusal is
+    /// none: asked again, it would refuse again): the try answers with the record only when
+    /// the copy reached every node of `mask` — the copies keep a later lost lease's "if
+    /// free" record from landing beside it — and otherwise is unavailable with these errors
+    /// (a timeout among them makes it transient: worth another try). `retention` is bounded
+    /// by [`Lease::MAX_RECORD_RETENTION`] (a custom node may report more).
     pub(crate) async fn copy_free(
         &self,
         key: &Arc<str>,
@@ -223,7 +226,7 @@ impl Redlock {
         record: Bytes,
         retention: Duration,
         mask: u64,
-    ) -> u64 {
+    ) -> (u64, Vec<NodeError>) {
         let inner = &*self.inner;
         let completion = Completion {
             key: key.clone(),
@@ -235,10 +238,20 @@ impl Redlock {
             if_free: true,
         };
         let mut sent = completion.send(inner, mask);
-        let round = Instant::now() + inner.config.node_timeout;
+        let timeout = inner.config.node_timeout;
+        let round = Instant::now() + timeout;
         let mut progress = Progress::default();
-        progress.count_while(&mut sent, round, |_| true, drop).await;
+        let mut errors = Vec::new();
+        let failed = |e: NodeError| errors.push(e);
+        progress
+            .count_while(&mut sent, round, |_| true, failed)
+            .await;
         tally::finish_in_background(sent);
+        let answered = progress.stored | progress.refused | progress.retry | progress.kept;
+        let silent = mask & !answered;
+        for i in (0..inner.nodes.len()).filter(|i| silent & (1u64 << i) != 0) {
+            errors.push(NodeError::timeout(i, inner.names[i].clone(), timeout));
+        }
         if progress.stored != mask {
             tracing::warn!(
                 stored = progress.stored.count_ones(),
@@ -247,6 +260,6 @@ impl Redlock {
                  acquire locked: answered unavailable, to be tried again"
             );
         }
-        progress.stored
+        (progress.stored, errors)
     }
 }

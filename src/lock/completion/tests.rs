@@ -330,3 +330,57 @@ async fn replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write(
         redlock.lock_unless_completed("lost-before", Duration::from_secs(1), Retry::never());
     assert!(matches!(again.await.unwrap(), Claim::Completed(_)));
 }
+
+/// A replay acquire that answers with a lost lease's record (rule 5 of `records.rs`) copies
+/// it where it locked; a copy that misses one of those nodes (an error, or no answer within
+/// the node timeout) answers unavailable — with that node's error, transient, so worth
+/// another try — never the record, and its lock there is released. The next try answers
+/// with the record.
+#[tokio::test]
+async fn replay_a_copy_that_misses_a_locked_node_is_unavailable_and_released() {
+    let late = Step::StoreAfter(Duration::from_secs(2));
+    for (case, miss) in [("unreachable", Step::Unreachable), ("silent", late)] {
+        let nodes = [
+            Scripted::new(&[]),
+            Scripted::new(&[Step::Store]),
+            Scripted::new(&[miss]),
+        ];
+        let redlock = scripted_client(&nodes);
+        let (key, record) = (
+            "copy-misses",
+            Bytes::from_static(b"the lost lease's response"),
+        );
+        let record_key = super::record_key(key);
+        // The lost lease's "if free" record, on the first node alone.
+        let lost = CompleteRequest::new(key, &record_key, "lost", &record, DAY).or_if_free();
+        assert!(nodes[0].inner.complete(lost).await.unwrap());
+
+        let claim = redlock.lock_unless_completed(key, Duration::from_secs(30), Retry::never());
+        let e = claim.await.expect_err("the copy missed the third node");
+        assert!(e.is_unavailable() && e.found_records(), "{case}: {e}");
+        let named: Vec<usize> = e.node_errors().iter().map(|e| e.node()).collect();
+        assert_eq!(named, [2], "{case}: the node the copy missed is named: {e}");
+        assert!(Retry::is_transient_failure(&e), "{case}: {e}");
+        // The lock the try took on the third node goes (released in the background, or
+        // ended by the late copy).
+        let start = std::time::Instant::now();
+        while nodes[2].inner.get(key).is_some() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{case}: the lock was left"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            nodes[1].inner.get(key).is_none(),
+            "{case}: the copy ended the lock"
+        );
+
+        let again = redlock.lock_unless_completed(key, Duration::from_secs(30), Retry::never());
+        match again.await.unwrap() {
+            Claim::Completed(got) => assert_eq!(got, record, "{case}"),
+            other => panic!("{case}: the work would run again: {other:?}"),
+        }
+        assert!(nodes.iter().all(|n| n.inner.get(key).is_none()), "{case}");
+    }
+}

@@ -16,9 +16,10 @@
 //! *turn*, a FIFO queue: tokio's semaphore is fair, and a queued waiter keeps its place
 //! across its polls); the others queue in arrival order, a new caller that may wait behind
 //! them. A queued waiter tries at the turn (the one before it left: the key's state is news)
-//! and, with a deadline policy, stays queued until its deadline; without one, it tries at
-//! each of its polls as before. Across clients a release wakes one waiter in each, and they
-//! race for the quorum.
+//! and at each of its own polls, as without the wake-up — never on another waiter's
+//! schedule: a key freed without a message (a holder that does not publish, an expiry
+//! without keyspace events) is found by whichever waiter polls first. Across clients a
+//! release wakes one waiter in each, and they race for the quorum.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -165,9 +166,9 @@ impl Interest {
     }
 
     /// Waits for this waiter's turn among the client's waiters of the key: at once when it
-    /// is free or already held, else queued until `queue_until` with a deadline policy, until
-    /// `poll` without one (then it tries as a poll, keeping its place). `Early`: the turn.
-    pub(crate) async fn queue(&mut self, poll: Instant, queue_until: Option<Instant>) -> Woken {
+    /// is free or already held, else queued until its own `poll` (then it tries as a poll,
+    /// keeping its place). `Early`: the turn.
+    pub(crate) async fn queue(&mut self, poll: Instant) -> Woken {
         if self.take_free_turn() {
             return Woken::Early;
         }
@@ -175,7 +176,7 @@ impl Interest {
         let queued = self
             .queued
             .get_or_insert_with(|| Box::pin(turn.clone().acquire_owned()));
-        match tokio::time::timeout_at(queue_until.unwrap_or(poll), queued).await {
+        match tokio::time::timeout_at(poll, queued).await {
             Ok(Ok(permit)) => {
                 self.queued = None;
                 self.turn = Some(permit);
@@ -203,9 +204,9 @@ impl Interest {
     /// Waits to try again, at the latest at `poll`: for this waiter's turn ([`Interest::queue`];
     /// a free turn is taken at once), then, with the turn, for a quorum of the voters to
     /// report the key released.
-    pub(crate) async fn wait(&mut self, poll: Instant, queue_until: Option<Instant>) -> Woken {
+    pub(crate) async fn wait(&mut self, poll: Instant) -> Woken {
         if !self.take_free_turn() {
-            return self.queue(poll, queue_until).await;
+            return self.queue(poll).await;
         }
         loop {
             let notified = self.key.notify.notified();
@@ -335,7 +336,7 @@ mod tests {
         let (a, b) = (voter(&w, 0), voter(&w, 1));
         let waiting = async {
             let started = Instant::now();
-            (i.wait(poll, None).await, started.elapsed())
+            (i.wait(poll).await, started.elapsed())
         };
         let releases = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -355,7 +356,7 @@ mod tests {
         i.before_try();
         a.released("other-key");
         assert_eq!(
-            i.wait(Instant::now() + Duration::from_secs(3), None).await,
+            i.wait(Instant::now() + Duration::from_secs(3)).await,
             Woken::Poll
         );
     }
@@ -380,7 +381,8 @@ mod tests {
     }
 
     /// Within a client, the turn goes in arrival order; a queued waiter keeps its place
-    /// across its polls, and the next one is told when its turn comes.
+    /// across its polls, tries at each of its own polls (never on the turn holder's
+    /// schedule), and is told when its turn comes.
     #[tokio::test(start_paused = true)]
     async fn the_turn_goes_in_arrival_order_and_a_place_survives_a_poll() {
         let w = wakes(1);
@@ -388,36 +390,36 @@ mod tests {
         let (mut a, mut b, mut c) = (w.interest(&k), w.interest(&k), w.interest(&k));
         let poll = || Instant::now() + Duration::from_secs(1);
         // `a` takes the turn and waits for a release; `b`, then `c`, queue.
-        let a_waits = tokio::time::timeout(Duration::from_millis(10), a.wait(poll(), None));
+        let a_waits = tokio::time::timeout(Duration::from_millis(10), a.wait(poll()));
         assert!(
             a_waits.await.is_err(),
             "a has the turn: it waits for a release"
         );
+        let asked = Instant::now();
+        assert_eq!(b.wait(poll()).await, Woken::Poll, "b queued until its poll");
+        assert_eq!(asked.elapsed(), Duration::from_secs(1), "b's own poll");
+        let short = Instant::now() + Duration::from_millis(50);
+        assert_eq!(c.wait(short).await, Woken::Poll, "c queued until its poll");
         assert_eq!(
-            b.wait(poll(), None).await,
-            Woken::Poll,
-            "b queued until its poll"
-        );
-        assert_eq!(
-            c.wait(poll(), None).await,
-            Woken::Poll,
-            "c queued until its poll"
+            asked.elapsed(),
+            Duration::from_millis(1_050),
+            "c's own poll"
         );
         // Both keep their places: when `a` leaves, `b` (queued first) gets the turn.
         drop(a);
-        let until = Some(Instant::now() + Duration::from_secs(60));
-        assert_eq!(b.wait(poll(), until).await, Woken::Early, "b's turn");
-        let c_waits = tokio::time::timeout(Duration::from_secs(5), c.wait(poll(), until));
+        let later = || Instant::now() + Duration::from_secs(60);
+        assert_eq!(b.wait(later()).await, Woken::Early, "b's turn");
+        let c_waits = tokio::time::timeout(Duration::from_secs(5), c.wait(later()));
         assert!(c_waits.await.is_err(), "c still queued behind b");
         drop(b);
-        assert_eq!(c.wait(poll(), until).await, Woken::Early, "c's turn");
+        assert_eq!(c.wait(later()).await, Woken::Early, "c's turn");
         // The last waiter gone, the key is forgotten.
         drop(c);
         assert!(!w.has_waiters("job"));
         // A newcomer that finds the turn free takes it at once (no wait: it has not tried).
         let mut newcomer = w.interest(&k);
         let asked = Instant::now();
-        assert_eq!(newcomer.queue(poll(), None).await, Woken::Early);
+        assert_eq!(newcomer.queue(poll()).await, Woken::Early);
         assert_eq!(asked.elapsed(), Duration::ZERO);
     }
 }

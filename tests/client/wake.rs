@@ -308,7 +308,7 @@ async fn wake_fewer_listening_voters_than_a_quorum_poll_and_still_publish() {
 }
 
 /// How many times `server` ran `command` (`INFO commandstats`).
-async fn calls(server: &support::RedisServer, command: &str) -> u64 {
+pub(super) async fn calls(server: &support::RedisServer, command: &str) -> u64 {
     let mut info = redis::cmd("INFO");
     info.arg("commandstats");
     let info: String = server.query(&info).await;
@@ -495,6 +495,48 @@ async fn wake_a_release_message_is_a_hint_never_a_grant() {
     // The first try, at least one woken by the messages, the poll.
     assert!((3..=5).contains(&err.attempts()), "{err}");
     assert!(m.everywhere("wake-hint", "the-holder").await);
+}
+
+/// A queued waiter tries at its own polls, not on the schedule of the waiter ahead of it: a
+/// `delay(50 ms)` waiter queued behind one that polls every 30 s finds the key, released by a
+/// holder that publishes nothing, at its next poll.
+///
+/// What it waits for: the first waiter listening on every master (it has the turn), then the
+/// second's tries reaching the masters (an acquire is one `EVAL`) — before the fix it made
+/// none until near its deadline. The bound: its next poll (50 ms) plus a try, with
+/// [`WOKEN_WITHIN`] of slack for a loaded machine — far below the 30 s poll of the waiter
+/// ahead and its own 20 s deadline.
+#[tokio::test]
+async fn wake_queue_own_poll_a_short_delay_behind_a_long_one_tries_at_its_own() {
+    let m = Masters::start(3);
+    let quiet = m.client();
+    let redlock = m.builder().wake_waiters(true).build().unwrap();
+    let key = "wake-own-poll";
+    let lease = quiet.try_lock(key, TTL).await.unwrap();
+    let slow = Retry::times(3)
+        .delay(Duration::from_secs(30))
+        .jitter(Duration::ZERO);
+    let _ahead = Waiter::heard(&redlock, key, TTL, slow, m.iter()).await;
+    let tried = calls(&m[0], "eval").await;
+    let fast = Retry::until(Duration::from_secs(20))
+        .delay(Duration::from_millis(50))
+        .jitter(Duration::ZERO);
+    let queued = Waiter::start(&redlock, key, TTL, fast);
+    eventually(
+        "the queued waiter tries at its own polls",
+        Duration::from_secs(10),
+        || async { calls(&m[0], "eval").await >= tried + 2 },
+    )
+    .await;
+    let released = Instant::now();
+    lease.release().await.unwrap();
+    let (lease, waited) = queued.answer(released).await;
+    let lease = lease.expect("the queued waiter's poll finds the key free");
+    assert!(
+        waited < Duration::from_millis(50) + WOKEN_WITHIN,
+        "granted {waited:?} after the release"
+    );
+    lease.release().await.unwrap();
 }
 
 /// Takes `key` (free) and releases it.

@@ -74,8 +74,6 @@ impl Redlock {
         // failed try registers to be woken by the key's release, and the polls keep their
         // schedule: `poll_at` is the next one, and only the polls count as retries.
         let wakes = self.inner.wakes.as_ref();
-        let queue_until =
-            deadline.map(|d| tokio::time::Instant::from(d - try_time.min(d - obs.started)));
         let mut interest = None;
         let mut poll_at: Option<Instant> = None;
         let mut polls = 0u32;
@@ -84,7 +82,7 @@ impl Redlock {
             let first_poll = Instant::now() + retry.next_delay();
             polls = 1;
             let queued = interest.insert(w.interest(&key));
-            if queued.queue(first_poll.into(), queue_until).await == Woken::Early {
+            if queued.queue(first_poll.into()).await == Woken::Early {
                 poll_at = Some(first_poll);
             }
         }
@@ -169,7 +167,7 @@ impl Redlock {
                     };
                     let at = now + pause;
                     let i = interest.get_or_insert_with(|| w.interest(&key));
-                    poll_at = match i.wait(at.into(), queue_until).await {
+                    poll_at = match i.wait(at.into()).await {
                         Woken::Early => Some(at),
                         Woken::Poll => None,
                     };

@@ -341,7 +341,8 @@ impl Redlock {
         // Failed: release on every node that may hold our token. Wait one round for the
         // nodes that voted for (they answered quickly), so that nothing of ours outlives this
         // try; the others, and any retry, go on in the background while the lock could be
-        // valid — a try never waits longer than its node timeouts.
+        // valid — a try never waits longer than its node timeouts. (After a copy that missed
+        // a node, the release is all in the background: the copy took the round.)
         if holders != 0 {
             let needed = match copied {
                 true => (tally.for_mask & holders).count_ones() as usize,

@@ -246,6 +246,10 @@ impl Redlock {
         progress
             .count_while(&mut sent, round, |_| true, failed)
             .await;
+        // An answer ready just as the round ended still counts (a stored copy is no miss).
+        tally::drain_ready(&mut sent, |answer| {
+            errors.extend(progress.take_error(answer))
+        });
         tally::finish_in_background(sent);
         let answered = progress.stored | progress.refused | progress.retry | progress.kept;
         let silent = mask & !answered;

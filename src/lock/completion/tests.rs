@@ -334,12 +334,17 @@ async fn replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write(
 /// A replay acquire that answers with a lost lease's record (rule 5 of `records.rs`) copies
 /// it where it locked; a copy that misses one of those nodes (an error, or no answer within
 /// the node timeout) answers unavailable — with that node's error, transient, so worth
-/// another try — never the record, and its lock there is released. The next try answers
-/// with the record.
+/// another try — never the record, and its lock there is released; a refusal is final (no
+/// error to name, not transient). The next try answers with the record.
 #[tokio::test]
 async fn replay_a_copy_that_misses_a_locked_node_is_unavailable_and_released() {
     let late = Step::StoreAfter(Duration::from_secs(2));
-    for (case, miss) in [("unreachable", Step::Unreachable), ("silent", late)] {
+    let cases = [
+        ("unreachable", Step::Unreachable, true),
+        ("silent", late, true),
+        ("refused", Step::Refuse, false),
+    ];
+    for (case, miss, transient) in cases {
         let nodes = [
             Scripted::new(&[]),
             Scripted::new(&[Step::Store]),
@@ -359,8 +364,9 @@ async fn replay_a_copy_that_misses_a_locked_node_is_unavailable_and_released() {
         let e = claim.await.expect_err("the copy missed the third node");
         assert!(e.is_unavailable() && e.found_records(), "{case}: {e}");
         let named: Vec<usize> = e.node_errors().iter().map(|e| e.node()).collect();
-        assert_eq!(named, [2], "{case}: the node the copy missed is named: {e}");
-        assert!(Retry::is_transient_failure(&e), "{case}: {e}");
+        let expected: &[usize] = if transient { &[2] } else { &[] };
+        assert_eq!(named, expected, "{case}: the node the copy missed: {e}");
+        assert_eq!(Retry::is_transient_failure(&e), transient, "{case}: {e}");
         // The lock the try took on the third node goes (released in the background, or
         // ended by the late copy).
         let start = std::time::Instant::now();

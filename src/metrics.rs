@@ -26,6 +26,7 @@
 //! | [`redlock_node_errors_total`](NODE_ERRORS) | counter | `node` | node requests that failed with an answer or a connection error |
 //! | [`redlock_node_timeouts_total`](NODE_TIMEOUTS) | counter | `node` | node requests that got no answer within the node timeout |
 //! | [`redlock_node_suspended`](NODE_SUSPENDED) | gauge | `node` | 1 while the node is suspended (see [`Redlock::node_status`](crate::Redlock::node_status)), else 0 |
+//! | [`redlock_wake_queue_full_total`](WAKE_QUEUE_FULL) | counter | `node` | contended keys the node's wake-up subscriber did not listen on because its queue held its capacity (4,096 keys) already: their waiters poll there ([`RedlockBuilder::wake_waiters`](crate::RedlockBuilder::wake_waiters)) |
 //!
 //! `node` is the node's name as [`NodeStatus::name`](crate::NodeStatus::name) reports it:
 //! `host:port` of a master (never a password), `sentinel:<master name>`,
@@ -95,6 +96,9 @@ pub const NODE_ERRORS: &str = "redlock_node_errors_total";
 pub const NODE_TIMEOUTS: &str = "redlock_node_timeouts_total";
 /// Gauge, label `node`: 1 while the node is suspended, else 0.
 pub const NODE_SUSPENDED: &str = "redlock_node_suspended";
+/// Counter, label `node`: keys not listened on at the node for the wake-up because its
+/// subscriber's queue was full: their waiters poll there.
+pub const WAKE_QUEUE_FULL: &str = "redlock_wake_queue_full_total";
 
 /// Registers the unit and a description of every metric with the installed recorder (the
 /// `# HELP` lines of Prometheus). Building a [`Redlock`](crate::Redlock) does it too; call
@@ -142,6 +146,10 @@ pub fn describe() {
         describe_counter!(NODE_ERRORS, "Node requests that failed.");
         describe_counter!(NODE_TIMEOUTS, "Node requests that got no answer in time.");
         describe_gauge!(NODE_SUSPENDED, "1 while the node is suspended, else 0.");
+        describe_counter!(
+            WAKE_QUEUE_FULL,
+            "Keys not listened on for the wake-up: the subscriber's queue was full."
+        );
     }
 }
 
@@ -242,4 +250,10 @@ pub(crate) fn node_suspended(name: &Arc<str>, suspended: bool) {
     #[cfg(feature = "metrics")]
     ::metrics::gauge!(NODE_SUSPENDED, "node" => Arc::clone(name))
         .set(f64::from(u8::from(suspended)));
+}
+
+/// The node `name`'s wake-up subscriber refused a key: its queue was full.
+pub(crate) fn wake_queue_full(name: &Arc<str>) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(WAKE_QUEUE_FULL, "node" => Arc::clone(name)).increment(1);
 }

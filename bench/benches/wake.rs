@@ -23,6 +23,19 @@
 //! REDLOCK_BENCH_SCALE=0.3 cargo bench -p tower-redlock-bench --bench wake   # shorter runs
 //! ```
 //!
+//! - **The subscriber** (`REDLOCK_BENCH_WAKE_SUBSCRIBE=1`: after the others; `=only`: alone),
+//!   on 3 masters: K keys held by another client, one waiter per key spawned at once in a
+//!   client with the wake-up; the time until every key's channels are subscribed on every
+//!   master, then, the waiters aborted, until none is: keys per second per voter
+//!   (`bench/src/wake_subscribe.rs`). `REDLOCK_BENCH_WAKE_KEYS` (`2000`) sets K,
+//!   `REDLOCK_BENCH_ROUNDS` (`3`) the rounds, `REDLOCK_BENCH_WAKE_DEADLINE_S` (`60`) the bound
+//!   of every wait, `REDLOCK_BENCH_WAKE_RTT_US` (`0`) a round trip added between the waiters'
+//!   client and each master (a proxy; `1000` for the numbers in `BENCHMARKS.md`).
+//!
+//! ```text
+//! REDLOCK_BENCH_WAKE_SUBSCRIBE=only cargo bench -p tower-redlock-bench --bench wake
+//! ```
+//!
 //! `REDLOCK_BENCH_N` (`3,5`) sets the numbers of masters; `REDLOCK_BENCH_WAKE_16_ONLY=1` runs
 //! only the 16-waiter rows. `REDLOCK_BENCH_OUT` also writes the report to that file. Run only by `cargo bench` (it
 //! does nothing without the `--bench` argument cargo passes), never as a test.
@@ -57,6 +70,34 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let mut o = String::new();
     writeln!(o, "Machine: {}\n", machine()).unwrap();
+    // `REDLOCK_BENCH_WAKE_SUBSCRIBE`: unset or `0`, not run; `1`, run after the others;
+    // `only`, run alone.
+    let subscribe = std::env::var("REDLOCK_BENCH_WAKE_SUBSCRIBE").unwrap_or_default();
+    let only_subscribe = subscribe.trim() == "only";
+    if !only_subscribe {
+        handoff(&rt, &mut o, duration, node_timeout);
+        if std::env::var_os("REDLOCK_BENCH_WAKE_16_ONLY").is_none() {
+            rt.block_on(cost(&mut o, node_timeout));
+            rt.block_on(middleware(&mut o, node_timeout));
+        }
+    }
+    if only_subscribe || subscribe.trim() == "1" {
+        let settings = common::wake_subscribe::Settings::from_env();
+        rt.block_on(common::wake_subscribe::run(&mut o, settings));
+    }
+    println!("{o}");
+    if let Ok(path) = std::env::var("REDLOCK_BENCH_OUT") {
+        std::fs::write(path, &o).expect("write the report");
+    }
+}
+
+/// The handoff and fairness table, on each `REDLOCK_BENCH_N` number of masters.
+fn handoff(
+    rt: &tokio::runtime::Runtime,
+    o: &mut String,
+    duration: Duration,
+    node_timeout: Duration,
+) {
     writeln!(
         o,
         "### Handoff and fairness: one key, 2 ms of work per hold, {duration:?} per run\n"
@@ -125,14 +166,6 @@ fn main() {
                 .unwrap();
             }
         }
-    }
-    if std::env::var_os("REDLOCK_BENCH_WAKE_16_ONLY").is_none() {
-        rt.block_on(cost(&mut o, node_timeout));
-        rt.block_on(middleware(&mut o, node_timeout));
-    }
-    println!("{o}");
-    if let Ok(path) = std::env::var("REDLOCK_BENCH_OUT") {
-        std::fs::write(path, &o).expect("write the report");
     }
 }
 

@@ -16,6 +16,7 @@ pub mod replay;
 pub mod report;
 pub mod stall;
 pub mod wake;
+pub mod wake_subscribe;
 
 pub use limit::{Extras, Limit, LimitLock};
 

@@ -51,6 +51,8 @@ struct Shared {
 struct Entry {
     waiters: usize,
     key: Arc<KeyWake>,
+    /// The feeds (by position) that took the key: only they are told when it goes.
+    watched: u64,
 }
 
 /// One key's waiters in this client.
@@ -110,10 +112,11 @@ impl Wakes {
     pub(crate) fn interest(&self, key: &Arc<str>) -> Interest {
         let mut keys = lock(&self.shared.keys);
         let entry = keys.entry(key.clone()).or_insert_with(|| {
-            for feed in &self.shared.feeds {
-                feed.watch(key);
-            }
+            let watched = (self.shared.feeds.iter().enumerate())
+                .filter(|(_, feed)| feed.watch(key))
+                .fold(0, |m, (i, _)| m | 1u64 << i);
             Entry {
+                watched,
                 waiters: 0,
                 key: Arc::new(KeyWake {
                     notify: Notify::new(),
@@ -229,9 +232,12 @@ impl Drop for Interest {
         if let Some(entry) = keys.get_mut(&self.name) {
             entry.waiters -= 1;
             if entry.waiters == 0 {
+                let watched = entry.watched;
                 keys.remove(&self.name);
-                for feed in &self.shared.feeds {
-                    feed.unwatch(&self.name);
+                for (i, feed) in self.shared.feeds.iter().enumerate() {
+                    if watched & (1u64 << i) != 0 {
+                        feed.unwatch(&self.name);
+                    }
                 }
             }
         }

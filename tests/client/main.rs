@@ -37,6 +37,7 @@ mod quorum;
 mod safety;
 mod scoped;
 mod wake;
+mod wake_load;
 
 use std::time::Duration;
 

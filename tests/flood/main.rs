@@ -25,6 +25,7 @@ mod distinct;
 mod replicas;
 mod retries;
 mod storm;
+mod wake;
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;

@@ -178,100 +178,24 @@ impl ClusterWake {
             options: options.clone(),
         }
     }
-}
 
-/// A Cluster voter's subscriber: a RESP3 cluster connection of its own whose pushes
-/// (`smessage`: a release in a key's slot) go to `listener`; `SSUBSCRIBE`/`SUNSUBSCRIBE` as
-/// the keys come and go (redis-rs resubscribes after it reconnects a shard; a disconnection
-/// push counts as a release for every key's waiters, whose releases may have been missed —
-/// before the resubscription: one between the two is the poll's). Ends when the feed is
-/// dropped.
-pub(super) async fn run_wake(
-    wake: ClusterWake,
-    name: String,
-    limits: super::wake::Limits,
-    listener: std::sync::Arc<dyn crate::node::wake::Listener>,
-    mut ops: tokio::sync::mpsc::UnboundedReceiver<crate::node::wake::Op>,
-) {
-    use crate::node::wake::Op;
-    use redis::{PushKind, Value};
-    use std::collections::HashSet;
-    use std::sync::{Arc, Mutex};
-
-    let keys: Arc<Mutex<HashSet<Arc<str>>>> = Arc::default();
-    let heard = listener.clone();
-    let known = keys.clone();
-    let push = move |info: redis::PushInfo| {
-        match info.kind {
-            PushKind::SMessage => {
-                if let Some(Value::BulkString(channel)) = info.data.first() {
-                    if let Ok(key) = std::str::from_utf8(channel) {
-                        heard.released(key);
-                    }
-                }
-            }
-            PushKind::Disconnection => {
-                let all: Vec<Arc<str>> = known
-                    .lock()
-                    .map(|k| k.iter().cloned().collect())
-                    .unwrap_or_default();
-                heard.subscribed(&all);
-            }
-            _ => {}
-        }
-        Ok::<(), redis::aio::SendError>(())
-    };
-    let client = builder(&wake.cluster, &wake.options).and_then(|b| {
-        b.use_protocol(redis::ProtocolVersion::RESP3)
+    /// The subscriber's connection: RESP3, its pushes handed to `push`; made in the
+    /// background, each request bounded by `connect` and `response`.
+    pub(super) fn connect(
+        &self,
+        push: impl redis::aio::AsyncPushSender,
+        connect: Duration,
+        response: Duration,
+    ) -> crate::Result<ClusterConnection> {
+        let client = builder(&self.cluster, &self.options)?
+            .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(push)
             .build()
-            .map_err(|e| crate::Error::invalid(e.to_string()))
-    });
-    let client = match client {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(voter = %name, error = %e, "wake: no subscriber: waiters poll");
-            return;
-        }
-    };
-    let mut config = ClusterConfig::new().set_connection_timeout(limits.connect);
-    config = config.set_response_timeout(limits.response);
-    let mut conn = client.get_pending_async_connection_with_config(config);
-    while let Some(op) = ops.recv().await {
-        match op {
-            Op::Watch(key) => {
-                if !keys
-                    .lock()
-                    .map(|mut k| k.insert(key.clone()))
-                    .unwrap_or(false)
-                {
-                    continue;
-                }
-                let failed =
-                    match tokio::time::timeout(limits.response, conn.ssubscribe(&*key)).await {
-                        Ok(Ok(())) => None,
-                        Ok(Err(e)) if e.code() == Some("NOPERM") => {
-                            listener.refused(&key);
-                            Some("NOPERM".to_owned())
-                        }
-                        Ok(Err(e)) => Some(super::wake::error_class(&e)),
-                        Err(_) => Some("timed out".to_owned()),
-                    };
-                if let Some(why) = failed {
-                    // Not subscribed: forgotten, so that the key's next waiter asks again
-                    // (its waiters poll meanwhile).
-                    tracing::debug!(voter = %name, error = %why, "wake: ssubscribe failed");
-                    if let Ok(mut k) = keys.lock() {
-                        k.remove(&key);
-                    }
-                }
-            }
-            Op::Unwatch(key) => {
-                if keys.lock().map(|mut k| k.remove(&key)).unwrap_or(false) {
-                    let _ = tokio::time::timeout(limits.response, conn.sunsubscribe(&*key)).await;
-                }
-            }
-        }
+            .map_err(|e| crate::Error::invalid(e.to_string()))?;
+        let config = ClusterConfig::new()
+            .set_connection_timeout(connect)
+            .set_response_timeout(response);
+        Ok(client.get_pending_async_connection_with_config(config))
     }
 }
 

@@ -1,58 +1,15 @@
-//! A Redis voter's subscriber (see `node::wake`): one connection per voter that listens on
-//! the channels of the keys the client's waiters wait for, and tells the client each release
-//! it hears.
-//!
-//! On a master or a Sentinel group's master: a RESP2 pub/sub connection, `SUBSCRIBE` to the
-//! key (the scripts' `PUBLISH`) and to its keyspace channel `__keyspace@<db>__:<key>` (an
-//! `expired` there is a release too, where the master has `notify-keyspace-events Kx`: the
-//! keyspace channel of each key waited for, not every expiry of the database). It is
+//! The subscriber of a master or a Sentinel group's master: a RESP2 pub/sub connection,
 //! made again after it drops, after an idle `PING` goes unanswered, and — for a Sentinel
-//! group — when the sentinels name another master; every subscription on a new connection
-//! counts as a release for the keys' waiters (releases may have been missed meanwhile). On a Cluster: redis-rs' cluster
-//! connection (RESP3), `SSUBSCRIBE` to the key (the scripts' `SPUBLISH`, in the key's slot).
-//! Every wait here is bounded by the voter's connect or response timeout; nothing here is
-//! on a lock's path.
+//! group — when the sentinels name another master.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::Client;
-use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::sentinel::SentinelConn;
-use crate::node::wake::{Feed, Listener, Op};
-
-/// Where a voter's subscriber connects.
-#[derive(Clone)]
-pub(super) enum Source {
-    /// One master.
-    Master(Client),
-    /// A Sentinel group's current master.
-    Sentinel(SentinelConn),
-    /// A Cluster: a cluster connection of its own (RESP3, with a push sender).
-    #[cfg(feature = "cluster")]
-    Cluster(super::cluster::ClusterWake),
-}
-
-impl Source {
-    /// The wake-up's channel kind the scripts are given: `P` (`PUBLISH`) or `S` (`SPUBLISH`).
-    pub(super) fn kind(&self) -> &'static str {
-        match self {
-            #[cfg(feature = "cluster")]
-            Self::Cluster(_) => "S",
-            _ => "P",
-        }
-    }
-}
-
-/// The timeouts of a subscriber's connection.
-#[derive(Clone, Copy)]
-pub(super) struct Limits {
-    pub(super) connect: Duration,
-    pub(super) response: Duration,
-}
+use super::{error_class, keyspace, Limits, Source, BATCH};
+use crate::node::wake::{Changes, Listener, Ops};
 
 /// An idle connection is asked a `PING` this often: a silent server (partitioned, or
 /// restarted behind a proxy) is noticed and the subscriber connects again.
@@ -61,43 +18,13 @@ const IDLE_PING: Duration = Duration::from_secs(5);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Starts `source`'s subscriber; it ends when the returned feed is dropped.
-pub(super) fn start(
-    source: Source,
-    name: String,
-    limits: Limits,
-    listener: Arc<dyn Listener>,
-) -> Feed {
-    let (feed, ops) = Feed::channel();
-    match source {
-        #[cfg(feature = "cluster")]
-        Source::Cluster(cluster) => {
-            tokio::spawn(super::cluster::run_wake(
-                cluster, name, limits, listener, ops,
-            ));
-        }
-        source => {
-            let sub = PubSub {
-                source,
-                name,
-                limits,
-                listener,
-                keys: HashSet::new(),
-                keyspace_refused: false,
-            };
-            tokio::spawn(sub.run(ops));
-        }
-    }
-    feed
-}
-
 /// The subscriber of a master or a Sentinel group.
-struct PubSub {
+pub(super) struct PubSub {
     source: Source,
     name: String,
     limits: Limits,
     listener: Arc<dyn Listener>,
-    /// The keys with waiters.
+    /// The keys with waiters: subscribed on the connection while there is one.
     keys: HashSet<Arc<str>>,
     /// The master refused the keyspace channels (ACL) on this connection: expiries do not
     /// wake, releases still do.
@@ -123,17 +50,33 @@ enum End {
 }
 
 impl PubSub {
-    async fn run(mut self, mut ops: UnboundedReceiver<Op>) {
+    pub(super) fn new(
+        source: Source,
+        name: String,
+        limits: Limits,
+        listener: Arc<dyn Listener>,
+    ) -> Self {
+        Self {
+            source,
+            name,
+            limits,
+            listener,
+            keys: HashSet::new(),
+            keyspace_refused: false,
+        }
+    }
+
+    pub(super) async fn run(mut self, ops: Ops) {
         let mut backoff = MIN_BACKOFF;
         loop {
             let connected = tokio::select! {
                 c = connect(&self.source, &self.name, self.limits) => c,
-                () = apply_until_closed(&mut self.keys, &mut ops) => return,
+                () = apply_until_closed(&mut self.keys, &ops) => return,
             };
             let end = match connected {
                 Some((conn, db, master)) => {
                     let served = tokio::time::Instant::now();
-                    let end = self.serve(conn, db, master, &mut ops).await;
+                    let end = self.serve(conn, db, master, &ops).await;
                     // A connection that served a while starts the backoff over; one that
                     // broke at once (a server that refuses pub/sub) keeps doubling it.
                     if served.elapsed() >= MAX_BACKOFF {
@@ -148,15 +91,9 @@ impl PubSub {
             }
             // Waits before connecting again, applying the changes that come meanwhile.
             let wait = tokio::time::sleep(backoff);
-            tokio::pin!(wait);
-            loop {
-                tokio::select! {
-                    () = &mut wait => break,
-                    op = ops.recv() => match op {
-                        Some(op) => apply(&mut self.keys, op),
-                        None => return,
-                    },
-                }
+            tokio::select! {
+                () = wait => {}
+                () = apply_until_closed(&mut self.keys, &ops) => return,
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
@@ -169,13 +106,15 @@ impl PubSub {
         conn: redis::aio::PubSub,
         db: i64,
         master: Option<String>,
-        ops: &mut UnboundedReceiver<Op>,
+        ops: &Ops,
     ) -> End {
         let (mut sink, mut stream) = conn.split();
         self.keyspace_refused = false;
         let keys: Vec<Arc<str>> = self.keys.iter().cloned().collect();
-        if !keys.is_empty() && !self.subscribe(&mut sink, &keys, db, true).await {
-            return End::Again;
+        for batch in keys.chunks(BATCH) {
+            if !self.subscribe(&mut sink, batch, db, true).await {
+                return End::Again;
+            }
         }
         let source = self.source.clone();
         let moved = async move {
@@ -188,25 +127,11 @@ impl PubSub {
         loop {
             let idle = tokio::time::sleep(IDLE_PING);
             tokio::select! {
-                op = ops.recv() => match op {
+                changes = ops.next(BATCH) => match changes {
                     None => return End::Closed,
-                    Some(Op::Watch(key)) => {
-                        if self.keys.insert(key.clone())
-                            && !self.subscribe(&mut sink, &[key], db, false).await
-                        {
+                    Some(changes) => {
+                        if !self.change(&mut sink, changes, db).await {
                             return End::Again;
-                        }
-                    }
-                    Some(Op::Unwatch(key)) => {
-                        if self.keys.remove(&key) {
-                            let channels = [key.to_string(), keyspace(db, &key)];
-                            let asked = sink.unsubscribe(&channels);
-                            if !matches!(
-                                tokio::time::timeout(self.limits.response, asked).await,
-                                Ok(Ok(()))
-                            ) {
-                                return End::Again;
-                            }
                         }
                     }
                 },
@@ -227,6 +152,39 @@ impl PubSub {
                 }
             }
         }
+    }
+
+    /// Applies a batch of changes: one `UNSUBSCRIBE` for the keys that lost their waiters,
+    /// one `SUBSCRIBE` (and one for the keyspace channels) for the new ones; whether the
+    /// connection is still good. (A failed unsubscribe breaks it: the next connection
+    /// subscribes only the keys that still have waiters — nothing is left subscribed.)
+    async fn change(
+        &mut self,
+        sink: &mut redis::aio::PubSubSink,
+        changes: Changes,
+        db: i64,
+    ) -> bool {
+        let (mut listen, mut leave) = (Vec::new(), Vec::new());
+        for (key, on) in changes {
+            if on {
+                if self.keys.insert(key.clone()) {
+                    listen.push(key);
+                }
+            } else if self.keys.remove(&key) {
+                leave.push(key);
+            }
+        }
+        if !leave.is_empty() {
+            let channels: Vec<String> = leave
+                .iter()
+                .flat_map(|k| [k.to_string(), keyspace(db, k)])
+                .collect();
+            let asked = tokio::time::timeout(self.limits.response, sink.unsubscribe(&channels));
+            if !matches!(asked.await, Ok(Ok(()))) {
+                return false;
+            }
+        }
+        listen.is_empty() || self.subscribe(sink, &listen, db, false).await
     }
 
     /// Subscribes to `keys`, then to their keyspace channels; whether the connection is still
@@ -304,22 +262,16 @@ impl PubSub {
     }
 }
 
-/// Records a change of the keys without a connection.
-fn apply(keys: &mut HashSet<Arc<str>>, op: Op) {
-    match op {
-        Op::Watch(key) => {
-            keys.insert(key);
+/// Applies the changes that come, without a connection, until the feed is closed.
+async fn apply_until_closed(keys: &mut HashSet<Arc<str>>, ops: &Ops) {
+    while let Some(changes) = ops.next(usize::MAX).await {
+        for (key, on) in changes {
+            if on {
+                keys.insert(key);
+            } else {
+                keys.remove(&key);
+            }
         }
-        Op::Unwatch(key) => {
-            keys.remove(&key);
-        }
-    }
-}
-
-/// Applies the changes that come until the feed is closed.
-async fn apply_until_closed(keys: &mut HashSet<Arc<str>>, ops: &mut UnboundedReceiver<Op>) {
-    while let Some(op) = ops.recv().await {
-        apply(keys, op);
     }
 }
 
@@ -351,17 +303,4 @@ async fn connect(
             None
         }
     }
-}
-
-/// The keyspace channel of `key` in database `db`.
-fn keyspace(db: i64, key: &str) -> String {
-    format!("__keyspace@{db}__:{key}")
-}
-
-/// A subscription's error for the logs: its code or kind, never its text — Redis's text can
-/// repeat the command's arguments (`unknown command 'SSUBSCRIBE', with args beginning
-/// with: '<key>'`), and a channel is a raw lock key.
-pub(super) fn error_class(e: &redis::RedisError) -> String {
-    e.code()
-        .map_or_else(|| format!("{:?}", e.kind()), str::to_owned)
 }

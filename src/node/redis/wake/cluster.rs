@@ -1,0 +1,211 @@
+//! A Cluster voter's subscriber: a RESP3 cluster connection of its own whose pushes
+//! (`smessage`: a release in a key's slot) go to the listener; `SSUBSCRIBE`/`SUNSUBSCRIBE` as
+//! the keys come and go, concurrently (channels of different slots cannot share a command).
+//!
+//! - redis-rs resubscribes after it reconnects a shard; a disconnection push counts as a
+//!   release for every key's waiters, whose releases may have been missed — before the
+//!   resubscription: one between the two is the poll's.
+//! - A slot that moves (a migration, a failover) ends its keys' subscriptions: the server
+//!   pushes `sunsubscribe`, and redis-rs forgets the channel. A key that still has waiters
+//!   is subscribed again — the cluster connection follows `MOVED` to the slot's new owner —
+//!   and its waiters are told (a release during the move may have been missed).
+//! - A key whose `SSUBSCRIBE` failed or timed out stays listed until its waiters leave: the
+//!   subscription may have landed after all (redis-rs then keeps it, and makes it again
+//!   after every reconnection), so the `SUNSUBSCRIBE` is always sent — none is leaked.
+//!
+//! Ends when the feed is dropped.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushKind, Value};
+use tokio::sync::Notify;
+
+use super::{error_class, Limits, BATCH};
+use crate::node::redis::cluster::ClusterWake;
+use crate::node::wake::{Changes, Listener, Ops};
+
+/// How many `SSUBSCRIBE`s or `SUNSUBSCRIBE`s are in flight at once.
+const IN_FLIGHT: usize = 64;
+
+/// The keys with waiters, shared with the push handler.
+#[derive(Default)]
+struct Keys {
+    listed: Mutex<HashSet<Arc<str>>>,
+    /// Listed keys whose subscription the server ended (their slot moved): to subscribe
+    /// again.
+    moved: Mutex<HashSet<Arc<str>>>,
+    moved_ready: Notify,
+}
+
+impl Keys {
+    fn listed(&self) -> std::sync::MutexGuard<'_, HashSet<Arc<str>>> {
+        self.listed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn moved(&self) -> std::sync::MutexGuard<'_, HashSet<Arc<str>>> {
+        self.moved
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+pub(super) async fn run(
+    wake: ClusterWake,
+    name: String,
+    limits: Limits,
+    listener: Arc<dyn Listener>,
+    ops: Ops,
+) {
+    let keys: Arc<Keys> = Arc::default();
+    let (heard, known) = (listener.clone(), keys.clone());
+    let push = move |info: redis::PushInfo| {
+        let channel = || match info.data.first() {
+            Some(Value::BulkString(channel)) => std::str::from_utf8(channel).ok(),
+            _ => None,
+        };
+        match info.kind {
+            PushKind::SMessage => {
+                if let Some(key) = channel() {
+                    heard.released(key);
+                }
+            }
+            PushKind::SUnsubscribe => {
+                // Ours (the key left the list first), or the server's: the slot moved.
+                let Some(key) = channel() else {
+                    return Ok::<(), redis::aio::SendError>(());
+                };
+                let listed = known.listed().get(key).cloned();
+                if let Some(key) = listed {
+                    known.moved().insert(key);
+                    known.moved_ready.notify_one();
+                }
+            }
+            PushKind::Disconnection => {
+                let all: Vec<Arc<str>> = known.listed().iter().cloned().collect();
+                heard.subscribed(&all);
+            }
+            _ => {}
+        }
+        Ok(())
+    };
+    let conn = match wake.connect(push, limits.connect, limits.response) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(voter = %name, error = %e, "wake: no subscriber: waiters poll");
+            return;
+        }
+    };
+    let sub = Sub {
+        conn,
+        name,
+        limits,
+        listener,
+        keys,
+    };
+    loop {
+        tokio::select! {
+            changes = ops.next(BATCH) => match changes {
+                None => return,
+                Some(changes) => sub.change(changes).await,
+            },
+            () = sub.keys.moved_ready.notified() => sub.subscribe_moved().await,
+        }
+    }
+}
+
+struct Sub {
+    conn: ClusterConnection,
+    name: String,
+    limits: Limits,
+    listener: Arc<dyn Listener>,
+    keys: Arc<Keys>,
+}
+
+impl Sub {
+    /// Subscribes the keys that got waiters, unsubscribes those whose waiters left.
+    async fn change(&self, changes: Changes) {
+        let (mut listen, mut leave) = (Vec::new(), Vec::new());
+        {
+            let mut listed = self.keys.listed();
+            for (key, on) in changes {
+                if on {
+                    if listed.insert(key.clone()) {
+                        listen.push(key);
+                    }
+                } else if listed.remove(&key) {
+                    leave.push(key);
+                }
+            }
+        }
+        for key in &leave {
+            self.keys.moved().remove(key);
+        }
+        self.each(leave, false).await;
+        self.each(listen, true).await;
+    }
+
+    /// Subscribes again the listed keys whose slot moved, and tells their waiters.
+    async fn subscribe_moved(&self) {
+        let moved: Vec<Arc<str>> = self.keys.moved().drain().collect();
+        let listed: Vec<Arc<str>> = {
+            let listed = self.keys.listed();
+            moved.into_iter().filter(|k| listed.contains(k)).collect()
+        };
+        if listed.is_empty() {
+            return;
+        }
+        tracing::debug!(voter = %self.name, keys = listed.len(), "wake: a slot moved: subscribing its keys again");
+        self.each(listed.clone(), true).await;
+        self.listener.subscribed(&listed);
+    }
+
+    /// `SSUBSCRIBE` (`on`) or `SUNSUBSCRIBE` each key, [`IN_FLIGHT`] at a time, each bounded
+    /// by the response timeout. A failed subscription keeps its key listed (it may have
+    /// landed); a failed unsubscription is asked once more.
+    async fn each(&self, keys: Vec<Arc<str>>, on: bool) {
+        let ask = |key: Arc<str>| {
+            let mut conn = self.conn.clone();
+            let timeout = self.limits.response;
+            async move {
+                let asked = async {
+                    if on {
+                        conn.ssubscribe(&*key).await
+                    } else {
+                        conn.sunsubscribe(&*key).await
+                    }
+                };
+                let result = tokio::time::timeout(timeout, asked).await;
+                (key, result)
+            }
+        };
+        let mut answers = futures_util::stream::iter(keys)
+            .map(ask)
+            .buffer_unordered(IN_FLIGHT);
+        let mut again = Vec::new();
+        while let Some((key, result)) = answers.next().await {
+            let why = match result {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) if on && e.code() == Some("NOPERM") => {
+                    self.listener.refused(&key);
+                    continue;
+                }
+                Ok(Err(e)) => error_class(&e),
+                Err(_) => "timed out".to_owned(),
+            };
+            tracing::debug!(voter = %self.name, error = %why, on, "wake: a (un)subscription failed");
+            if !on {
+                again.push(key);
+            }
+        }
+        drop(answers);
+        for key in again {
+            let mut conn = self.conn.clone();
+            let _ = tokio::time::timeout(self.limits.response, conn.sunsubscribe(&*key)).await;
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! A storm of distinct contended keys against the wake-up's subscribers (issue 42): 20,000
+//! keys, each held for a moment by a holder that lets it expire, each waited for by its own
+//! caller, 2,000 new keys a second for 10 s. Each voter's subscriber takes the keys in
+//! batches from a queue of bounded capacity (4,096 keys: a key beyond it polls on that
+//! voter, `src/node/wake.rs`'s `the_queue_is_bounded_and_coalesces`): every waiter is
+//! served — woken by its key's expiry (keyspace notifications are on) or found free at its
+//! own poll — the process' memory stays flat, and no subscription is left afterwards.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tower_redlock::{Redlock, Retry};
+
+use super::{fresh_masters, ONE_FLOOD_AT_A_TIME};
+
+/// The keys of the storm, and how many start each tick.
+const KEYS: usize = 20_000;
+const TICK: Duration = Duration::from_millis(100);
+const PER_TICK: usize = 200;
+/// How long a holder keeps each key (it lets it expire).
+const HELD_MS: u64 = 1_000;
+/// The most the process' resident memory may grow over the storm.
+const MAX_GROWTH: u64 = 50 << 20;
+
+/// The process' resident set, in bytes (`/proc/self/statm`, Linux).
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("resident pages");
+    pages * 4096
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wake_subscribe_storm_twenty_thousand_distinct_keys_are_each_served() {
+    let _turn = ONE_FLOOD_AT_A_TIME.lock().await;
+    let masters = fresh_masters().await;
+    let mut conns = Vec::new();
+    for s in masters.iter() {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("SET").arg("notify-keyspace-events").arg("Kx");
+        let () = s.query(&cmd).await;
+        let client = redis::Client::open(s.url()).unwrap();
+        conns.push(client.get_multiplexed_async_connection().await.unwrap());
+    }
+    let redlock = masters
+        .urls()
+        .iter()
+        .fold(Redlock::builder(), |b, url| b.redis(url))
+        .node_timeout(Duration::from_millis(500))
+        .wake_waiters(true)
+        .build()
+        .unwrap();
+    let before = rss();
+    let (served, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut peak = before;
+    let mut tasks = Vec::with_capacity(KEYS);
+    let started = Instant::now();
+    for tick in 0..KEYS / PER_TICK {
+        let keys: Vec<String> = (0..PER_TICK)
+            .map(|i| format!("wake-storm:{}", tick * PER_TICK + i))
+            .collect();
+        // The holder: every key taken on every master, to expire after a second.
+        for conn in &mut conns {
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("SET")
+                    .arg(key)
+                    .arg("the-holder")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(HELD_MS)
+                    .ignore();
+            }
+            let () = pipe.query_async(conn).await.unwrap();
+        }
+        for key in keys {
+            let (redlock, served, failed) = (redlock.clone(), served.clone(), failed.clone());
+            tasks.push(tokio::spawn(async move {
+                let policy = Retry::until(Duration::from_secs(30))
+                    .delay(Duration::from_millis(1_500))
+                    .jitter(Duration::from_millis(500));
+                match redlock
+                    .lock_with(&key, Duration::from_secs(5), policy)
+                    .await
+                {
+                    Ok(lease) => {
+                        let _ = lease.release().await;
+                        served.fetch_add(1, SeqCst);
+                    }
+                    Err(e) => {
+                        eprintln!("a waiter was not served: {e}");
+                        failed.fetch_add(1, SeqCst);
+                    }
+                }
+            }));
+        }
+        peak = peak.max(rss());
+        let next = started + TICK * (tick as u32 + 1);
+        tokio::time::sleep_until(next.into()).await;
+    }
+    let spawned = started.elapsed();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let done = started.elapsed();
+    peak = peak.max(rss());
+    println!(
+        "{KEYS} keys in {spawned:?}, all answered after {done:?}; rss {} MiB → peak {} MiB",
+        before >> 20,
+        peak >> 20
+    );
+    assert_eq!(failed.load(SeqCst), 0, "every waiter is served");
+    assert_eq!(served.load(SeqCst), KEYS);
+    assert!(
+        peak.saturating_sub(before) < MAX_GROWTH,
+        "resident memory grew {} MiB over the storm",
+        (peak - before) >> 20
+    );
+    // No subscription is left on any master once every waiter has left.
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("wake-storm:{i}")).collect();
+    tower_redlock_testkit::eventually("no subscription is left", Duration::from_secs(20), || {
+        let conns = conns.clone();
+        let keys = keys.clone();
+        async move {
+            for mut conn in conns {
+                for batch in keys.chunks(500) {
+                    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                        .arg("NUMSUB")
+                        .arg(batch)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    if counts.iter().any(|(_, n)| *n != 0) {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+    })
+    .await;
+}

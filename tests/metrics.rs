@@ -341,3 +341,74 @@ async fn metrics_count_a_record_that_never_reaches_its_quorum() {
         Some("TRR1\ndone")
     );
 }
+
+/// A voter's wake-up queue holds at most 4,096 keys: while its subscriber waits on a frozen
+/// master (a `SUBSCRIBE` without an answer, up to the response timeout), 6,000 newly
+/// contended keys arrive; those beyond the capacity are not listened on there, each counted
+/// by `redlock_wake_queue_full_total{node}` for that master (their waiters poll).
+///
+/// What it waits for: the subscriber connected to every master (a waiter listened
+/// everywhere) before the freeze; and it fails as "could not set up" if the keys did not
+/// fill the queue (a machine too slow to start 6,000 waiters within the subscriber's wait).
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_keys_a_full_wake_queue_refuses() {
+    use support::pubsub::{listening, Waiter};
+    let _serial = serial().await;
+    let m = Masters::start(3);
+    let client = m
+        .builder()
+        .node_timeout(Duration::from_millis(100))
+        .wake_waiters(true)
+        .build()
+        .unwrap();
+    warm_up(&client, &m).await;
+    let holder = m.client();
+    let lease = holder.try_lock("metrics-wake-warm", TTL).await.unwrap();
+    let slow = Retry::until(Duration::from_secs(30)).delay(Duration::from_secs(20));
+    let warm = Waiter::start(&client, "metrics-wake-warm", TTL, slow);
+    listening(m.iter(), "metrics-wake-warm").await;
+    drop(warm);
+    lease.release().await.unwrap();
+
+    let full = |i: usize| format!("redlock_wake_queue_full_total{{node=\"{}\"}}", m[i].addr());
+    let before = Snapshot::take();
+    let keys: Vec<String> = (0..6_000).map(|i| format!("metrics-wake:{i}")).collect();
+    for s in m.iter().take(2) {
+        let client = redis::Client::open(s.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("SET")
+                .arg(key)
+                .arg("a-holder")
+                .arg("PX")
+                .arg(60_000)
+                .ignore();
+        }
+        let () = pipe.query_async(&mut conn).await.unwrap();
+    }
+    m[2].freeze();
+    let waiters: Vec<_> = keys
+        .iter()
+        .map(|key| Waiter::start(&client, key, TTL, slow))
+        .collect();
+    let refused = async {
+        while Snapshot::take().delta(&before, &full(2)) == 0.0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let filled = tokio::time::timeout(WITHIN, refused).await;
+    m[2].thaw();
+    drop(waiters);
+    assert!(
+        filled.is_ok(),
+        "could not set up the scenario: 6,000 waiters never filled the frozen master's queue"
+    );
+    let after = Snapshot::take();
+    let refused = after.delta(&before, &full(2));
+    assert!(
+        refused > 0.0 && refused < 6_000.0,
+        "{refused} keys refused: {}",
+        after.0
+    );
+}

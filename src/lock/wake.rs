@@ -208,6 +208,7 @@ impl Interest {
     /// a free turn is taken at once), then, with the turn, for a quorum of the voters to
     /// report the key released.
     pub(crate) async fn wait(&mut self, poll: Instant) -> Woken {
+        self.offer_again();
         if !self.take_free_turn() {
             return self.queue(poll).await;
         }
@@ -221,6 +222,27 @@ impl Interest {
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(poll) => return Woken::Poll,
+            }
+        }
+    }
+}
+
+impl Interest {
+    /// Offers the key again to the voters whose subscriber refused it (a full queue): the
+    /// queue may have room now.
+    fn offer_again(&self) {
+        let all = u64::MAX >> (64 - self.shared.feeds.len().clamp(1, 64));
+        let mut keys = lock(&self.shared.keys);
+        let Some(entry) = keys.get_mut(&self.name) else {
+            return;
+        };
+        if entry.watched & all == all {
+            return;
+        }
+        for (i, feed) in self.shared.feeds.iter().enumerate() {
+            let bit = 1u64 << i;
+            if entry.watched & bit == 0 && feed.watch(&self.name) {
+                entry.watched |= bit;
             }
         }
     }
@@ -365,6 +387,38 @@ mod tests {
             i.wait(Instant::now() + Duration::from_secs(3)).await,
             Woken::Poll
         );
+    }
+
+    /// A key a voter's full queue refused is offered again at the waiter's next wait, and
+    /// taken once the queue has room: a storm's refusals do not last the key's contention.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_key_is_offered_again_at_the_next_wait() {
+        use crate::node::wake::QUEUE_CAPACITY;
+        let (feed, ops) = Feed::channel("voter-0");
+        for i in 0..QUEUE_CAPACITY {
+            assert!(feed.watch(&key(&format!("filler-{i}"))));
+        }
+        let w = Wakes {
+            shared: Arc::new(Shared {
+                keys: Mutex::default(),
+                feeds: vec![feed],
+                quorum: 1,
+            }),
+        };
+        let k = key("job");
+        let mut i = w.interest(&k);
+        let watched = |w: &Wakes| lock(&w.shared.keys)["job"].watched;
+        assert_eq!(watched(&w), 0, "refused: the queue is full");
+        let poll = || Instant::now() + Duration::from_millis(10);
+        assert_eq!(i.wait(poll()).await, Woken::Poll);
+        assert_eq!(watched(&w), 0, "still full");
+        let fillers = ops.next(usize::MAX).await.unwrap();
+        assert_eq!(fillers.len(), QUEUE_CAPACITY, "the subscriber took them");
+        assert_eq!(i.wait(poll()).await, Woken::Poll);
+        assert_eq!(watched(&w), 1, "taken once there is room");
+        drop(i);
+        let last = ops.next(usize::MAX).await.unwrap();
+        assert_eq!(last, vec![(k, false)], "its unwatch, since it was taken");
     }
 
     /// The split pause grows with the streak, never over 20 ms, never past the poll.

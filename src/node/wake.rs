@@ -42,6 +42,8 @@ struct Pending {
     changes: HashMap<Arc<str>, bool>,
     /// The feed was dropped: the subscriber ends.
     closed: bool,
+    /// The subscriber ended (it could not start): nothing is taken any more.
+    gone: bool,
 }
 
 #[derive(Debug)]
@@ -93,6 +95,9 @@ impl Feed {
     /// [`QUEUE_CAPACITY`] keys are waiting already: not listened on here (nothing to undo).
     pub(crate) fn watch(&self, key: &Arc<str>) -> bool {
         let mut p = lock(&self.shared.pending);
+        if p.gone {
+            return false;
+        }
         let queued = p.changes.len();
         match p.changes.get_mut(key) {
             Some(listen) => *listen = true,
@@ -114,9 +119,11 @@ impl Feed {
     /// subscription is never left behind (at most one word per key is pending, so the
     /// queue holds at most the keys listened on besides [`QUEUE_CAPACITY`]).
     pub(crate) fn unwatch(&self, key: &Arc<str>) {
-        lock(&self.shared.pending)
-            .changes
-            .insert(key.clone(), false);
+        let mut p = lock(&self.shared.pending);
+        if !p.gone {
+            p.changes.insert(key.clone(), false);
+        }
+        drop(p);
         self.shared.ready.notify_one();
     }
 }
@@ -125,6 +132,14 @@ impl Drop for Feed {
     fn drop(&mut self) {
         lock(&self.shared.pending).closed = true;
         self.shared.ready.notify_one();
+    }
+}
+
+impl Drop for Ops {
+    fn drop(&mut self) {
+        let mut p = lock(&self.shared.pending);
+        p.gone = true;
+        p.changes.clear();
     }
 }
 
@@ -221,5 +236,17 @@ mod tests {
         assert_eq!(ops.len(), QUEUE_CAPACITY + 1);
         drop(feed);
         assert!(ops.next(10).await.is_none(), "the feed is gone");
+    }
+
+    /// A subscriber that ended (it could not start) takes no key: none is queued, none
+    /// counted as refused for a full queue.
+    #[test]
+    fn a_feed_without_its_subscriber_takes_nothing() {
+        let (feed, ops) = Feed::channel("voter");
+        assert!(feed.watch(&key(1)));
+        drop(ops);
+        assert!(!feed.watch(&key(2)));
+        feed.unwatch(&key(1));
+        assert!(lock(&feed.shared.pending).changes.is_empty());
     }
 }

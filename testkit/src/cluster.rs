@@ -14,12 +14,15 @@ use std::time::{Duration, Instant};
 
 use crate::launch::{free_port, Launch, ScratchDir};
 use crate::sentinel::{ask, block_on, until};
+use crate::server::describe;
 use crate::server::RedisServer;
 
 /// `cluster-node-timeout`: how long a node may not answer before the others deem it failing.
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// The bound of `redis-cli --cluster create` and of every wait for `cluster_state:ok`.
 const SETTLE_DEADLINE: Duration = Duration::from_secs(20);
+/// `MIGRATE`'s timeout: below the one second that [`ask`] waits for an answer.
+const MIGRATE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// `n` cluster masters sharing the 16384 slots. Everything is killed (by pid) and its files
 /// removed on drop, also when a test panics.
@@ -206,18 +209,167 @@ impl Cluster {
                 last = format!("{} serves no range with slot {slot}", node.addr());
                 continue;
             };
-            let addr = format!("{ip}:{port}");
-            let announced = self.announced.lock().unwrap().clone();
-            return self
-                .nodes
-                .iter()
-                .zip(announced)
-                .position(|(n, a)| {
-                    n.addr() == addr || a.is_some_and(|a| ip == "127.0.0.1" && a == port)
-                })
-                .unwrap_or_else(|| panic!("slot {slot} is served by {addr}, not one of ours"));
+            return self.index_of(&ip, port).unwrap_or_else(|| {
+                panic!("slot {slot} is served by {ip}:{port}, not one of ours")
+            });
         }
         panic!("which node serves {key} (slot {slot}): {last}");
+    }
+
+    /// [`Cluster::node_for_key`] of each of `keys`, asked of one running node: one `CLUSTER
+    /// SLOTS`, and the `CLUSTER KEYSLOT`s in one pipeline.
+    pub async fn nodes_for_keys(&self, keys: &[String]) -> Vec<usize> {
+        let node = (self.nodes.iter().find(|n| n.pid().is_some())).expect("a running node");
+        let ranges: Vec<redis::Value> = node.query(redis::cmd("CLUSTER").arg("SLOTS")).await;
+        let ranges: Vec<_> = ranges.iter().filter_map(slot_range).collect();
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("CLUSTER").arg("KEYSLOT").arg(key);
+        }
+        let slots: Vec<u16> = pipe
+            .query_async(&mut node.conn().await)
+            .await
+            .unwrap_or_else(|e| panic!("CLUSTER KEYSLOT of {} keys: {e}", keys.len()));
+        slots
+            .iter()
+            .zip(keys)
+            .map(|(&slot, key)| {
+                let (_, _, (ip, port)) = (ranges.iter())
+                    .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                    .unwrap_or_else(|| panic!("nobody serves slot {slot} of {key}"));
+                self.index_of(ip, *port).unwrap_or_else(|| {
+                    panic!("slot {slot} is served by {ip}:{port}, not one of ours")
+                })
+            })
+            .collect()
+    }
+
+    /// The index of the node that `CLUSTER SLOTS` names `ip:port` (its own port, or the one
+    /// it announces).
+    fn index_of(&self, ip: &str, port: u16) -> Option<usize> {
+        let addr = format!("{ip}:{port}");
+        let announced = self.announced.lock().unwrap().clone();
+        self.nodes.iter().zip(announced).position(|(n, a)| {
+            n.addr() == addr || a.is_some_and(|a| ip == "127.0.0.1" && a == port)
+        })
+    }
+
+    /// Migrates the slot of `key` from the node that serves it to node `to`, the way an
+    /// operator resharding does: `CLUSTER SETSLOT <slot> IMPORTING <owner>` on `to`,
+    /// `CLUSTER SETSLOT <slot> MIGRATING <to>` on the owner, `MIGRATE` of every key in the
+    /// slot (`CLUSTER GETKEYSINSLOT`, keys with their TTLs), then `CLUSTER SETSLOT <slot>
+    /// NODE <to>` on `to`, on the owner and on every other running node. Waits (bounded)
+    /// until every running node's `CLUSTER SLOTS` names `to` for the slot. Returns the index
+    /// of the former owner.
+    ///
+    /// The former owner drops its shard channels of the slot: each of their subscribers gets
+    /// a `sunsubscribe` for each channel.
+    pub async fn migrate_slot_of(&self, key: &str, to: usize) -> usize {
+        let slot = self.slot(key).await;
+        let from = self.node_for_key(key).await;
+        assert_ne!(from, to, "slot {slot} of {key} is already on node {to}");
+        assert!(
+            self.nodes[to].pid().is_some(),
+            "node {to} is not running: no slot can move to it"
+        );
+        let (src, dst) = (self.nodes[from].addr(), self.nodes[to].addr());
+        let (src_id, dst_id) = (self.id(from).await, self.id(to).await);
+        let setslot = |state: &str, id: &str| {
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(id)
+                .clone()
+        };
+        // Retried, bounded: each is idempotent, and one `ask` may time out on a busy machine.
+        let on = |addr: String, cmd: redis::Cmd| async move {
+            until(
+                format!("{} on {addr}", describe(&cmd)),
+                SETTLE_DEADLINE,
+                || async { ask::<()>(&addr, &cmd).await },
+            )
+            .await;
+        };
+        on(dst.clone(), setslot("IMPORTING", &src_id)).await;
+        on(src.clone(), setslot("MIGRATING", &dst_id)).await;
+
+        // Moves the keys, a batch at a time, until the former owner has none left in the slot.
+        let port = self.nodes[to].port();
+        until(
+            format!("node {from} ({src}) has no key left in slot {slot}"),
+            SETTLE_DEADLINE,
+            || async {
+                let get = redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(100)
+                    .clone();
+                let keys: Vec<String> = ask(&src, &get).await?;
+                if keys.is_empty() {
+                    return Ok(());
+                }
+                let mut migrate = redis::cmd("MIGRATE");
+                migrate
+                    .arg("127.0.0.1")
+                    .arg(port)
+                    .arg("")
+                    .arg(0)
+                    .arg(MIGRATE_TIMEOUT.as_millis() as u64)
+                    .arg("KEYS")
+                    .arg(&keys);
+                ask::<String>(&src, &migrate).await?;
+                Err(format!("{} keys moved, looking again", keys.len()))
+            },
+        )
+        .await;
+
+        // The new owner first, then the former one, then the others (as `redis-cli --cluster
+        // reshard` does): no node ever points the slot at a node that does not claim it.
+        let mut order = vec![to, from];
+        order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
+        for i in order {
+            if self.nodes[i].pid().is_some() {
+                on(self.nodes[i].addr(), setslot("NODE", &dst_id)).await;
+            }
+        }
+        let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+        until(
+            format!("every node names node {to} ({dst}) for slot {slot}"),
+            SETTLE_DEADLINE,
+            || async {
+                for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+                    let ranges: Vec<redis::Value> = ask(&node.addr(), &cmd).await?;
+                    let owner = ranges
+                        .iter()
+                        .filter_map(slot_range)
+                        .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                        .and_then(|(_, _, (ip, port))| self.index_of(&ip, port));
+                    if owner != Some(to) {
+                        return Err(format!(
+                            "{} names node {owner:?} for slot {slot}",
+                            node.addr()
+                        ));
+                    }
+                }
+                Ok(())
+            },
+        )
+        .await;
+        from
+    }
+
+    /// `CLUSTER MYID` of node `i` (retried, bounded).
+    async fn id(&self, i: usize) -> String {
+        let cmd = redis::cmd("CLUSTER").arg("MYID").clone();
+        let start = Instant::now();
+        loop {
+            match ask(&self.nodes[i].addr(), &cmd).await {
+                Ok(id) => return id,
+                Err(e) if start.elapsed() > SETTLE_DEADLINE => panic!("node {i}'s id: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
     }
 
     /// Makes node `i` advertise `port` to clients instead of its own (`CONFIG SET

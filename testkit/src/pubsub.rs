@@ -121,6 +121,56 @@ pub async fn shard_subscribers(server: &crate::RedisServer, channel: &str) -> i6
     n
 }
 
+/// [`shard_subscribers`] of each of `channels`, in one `PUBSUB SHARDNUMSUB` (answered by
+/// `server` for its own connections, whichever node serves the channels' slots).
+pub async fn shard_subscribers_each(server: &crate::RedisServer, channels: &[String]) -> Vec<i64> {
+    let mut cmd = redis::cmd("PUBSUB");
+    cmd.arg("SHARDNUMSUB").arg(channels);
+    let counts: std::collections::HashMap<String, i64> = server.query(&cmd).await;
+    (channels.iter())
+        .map(|c| {
+            *counts
+                .get(c)
+                .unwrap_or_else(|| panic!("PUBSUB SHARDNUMSUB did not count {c}"))
+        })
+        .collect()
+}
+
+/// The connections of `server` that have shard subscriptions (`CLIENT LIST`: `ssub` > 0):
+/// their ids and their (loopback) peer ports.
+pub async fn shard_subscriber_clients(server: &crate::RedisServer) -> Vec<(u64, u16)> {
+    let list: String = server.query(redis::cmd("CLIENT").arg("LIST")).await;
+    list.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            };
+            let ssub: u64 = field("ssub")?.parse().ok()?;
+            let id = field("id")?.parse().ok()?;
+            let port = field("addr")?.rsplit(':').next()?.parse().ok()?;
+            (ssub > 0).then_some((id, port))
+        })
+        .collect()
+}
+
+/// The bytes that the server listening on loopback port `port` has received but not read
+/// on its connection from loopback port `peer` (the kernel's receive queue, in
+/// `/proc/net/tcp`): what a frozen server has pending. `None` without such a connection.
+pub fn unread_bytes(port: u16, peer: u16) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let end = |p: u16| format!("0100007F:{p:04X}");
+    let (local, remote) = (end(port), end(peer));
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(1)? != &local || f.get(2)? != &remote {
+            return None;
+        }
+        let (_, rx) = f.get(4)?.split_once(':')?;
+        u64::from_str_radix(rx, 16).ok()
+    })
+}
+
 /// Waits (bounded: 20 s) until every one of `servers` has a subscriber on the plain channel
 /// `channel`: a waiter's subscribers are listening.
 pub async fn listening<'a>(

@@ -17,3 +17,7 @@ mod tenure;
 mod tls;
 mod topology;
 mod wake;
+#[cfg(feature = "cluster")]
+mod wake_cluster;
+#[cfg(feature = "cluster")]
+mod wake_cluster_leak;

@@ -21,24 +21,25 @@ const WITHIN: Duration = Duration::from_secs(20);
 /// A poll so long that a waiter that gets the lock within it was woken.
 const LONG_POLL: Duration = Duration::from_secs(8);
 
-/// Asserts that `waiter`, started at `started`, got the lock, woken by the release made at
-/// `released`, and releases it. A waiter that is not woken tries again no sooner than
-/// [`LONG_POLL`] (no jitter) after its failed try, itself after `started`: a grant before
-/// `started + LONG_POLL` was a wake-up — an exact bound, no slack guessed. The release must
-/// leave the wake-up half the poll, or the machine could not set up the scenario.
-async fn woken(waiter: Waiter, started: Instant, released: Instant) {
+/// Asserts that `waiter`, started at `started` with polls every `poll`, got the lock, woken
+/// by the release made at `released`, and releases it. A waiter that is not woken tries
+/// again no sooner than `poll` (no jitter) after its failed try, itself after `started`: a
+/// grant before `started + poll` was a wake-up — an exact bound, no slack guessed. The
+/// release must leave the wake-up half the poll, or the machine could not set up the
+/// scenario.
+pub(crate) async fn woken(waiter: Waiter, started: Instant, released: Instant, poll: Duration) {
     let set_up = released.saturating_duration_since(started);
     assert!(
-        set_up < LONG_POLL / 2,
+        set_up < poll / 2,
         "could not set up the scenario: released {set_up:?} after the waiter started \
-         (poll {LONG_POLL:?})"
+         (poll {poll:?})"
     );
     let (lease, waited) = waiter.answer(started).await;
     let lease = lease.expect("the waiter gets the lock");
     assert!(
-        waited < LONG_POLL,
+        waited < poll,
         "granted {waited:?} after the waiter started (released after {set_up:?}): it waited \
-         for its poll ({LONG_POLL:?}), it was not woken"
+         for its poll ({poll:?}), it was not woken"
     );
     lease.release().await.expect("released");
 }
@@ -105,7 +106,7 @@ async fn wake_a_waiter_on_a_sentinel_group_a_cluster_and_a_master() {
     on_sentinel.released(key).await;
     on_master.released(key).await;
     on_cluster.released(key).await;
-    woken(waiting, started, released).await;
+    woken(waiting, started, released, LONG_POLL).await;
 }
 
 /// A Sentinel voter's subscriber follows a failover: it listens on the new master, whose
@@ -134,7 +135,7 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
     let first = Waiter::heard(&waiter, key, TTL, long_poll(), [g.master()]).await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    woken(first, started, released).await;
+    woken(first, started, released, LONG_POLL).await;
 
     g.failover().await;
     // Both clients follow the new master (the old one answers as a master for a while: a
@@ -149,7 +150,7 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
     let second = Waiter::heard(&waiter, key, TTL, long_poll(), [g.master()]).await;
     let released = Instant::now();
     lease.release().await.unwrap();
-    woken(second, started, released).await;
+    woken(second, started, released, LONG_POLL).await;
 }
 
 /// A waiter's policy: polls every [`LONG_POLL`], for up to 30 s.

@@ -2,16 +2,22 @@
 //! (`smessage`: a release in a key's slot) go to the listener; `SSUBSCRIBE`/`SUNSUBSCRIBE` as
 //! the keys come and go, concurrently (channels of different slots cannot share a command).
 //!
-//! - redis-rs resubscribes after it reconnects a shard; a disconnection push counts as a
-//!   release for every key's waiters, whose releases may have been missed — before the
+//! - After a node's connection dropped (a disconnection push), every listed key is
+//!   subscribed again, one `SSUBSCRIBE` each — at once, and again 1 and 3 s later, once
+//!   redis-rs has replaced the connection (a subscription confirmed on the way may have been
+//!   on the one it drops): redis-rs's own resubscription sends a node's channels in one
+//!   command, refused with `CROSSSLOT` when they span several slots. The push counts as a
+//!   release for every key's waiters (releases may have been missed) — before the
 //!   resubscription: one between the two is the poll's.
 //! - A slot that moves (a migration, a failover) ends its keys' subscriptions: the server
 //!   pushes `sunsubscribe`, and redis-rs forgets the channel. A key that still has waiters
 //!   is subscribed again — the cluster connection follows `MOVED` to the slot's new owner —
 //!   and its waiters are told (a release during the move may have been missed).
-//! - A key whose `SSUBSCRIBE` failed or timed out stays listed until its waiters leave: the
-//!   subscription may have landed after all (redis-rs then keeps it, and makes it again
-//!   after every reconnection), so the `SUNSUBSCRIBE` is always sent — none is leaked.
+//! - No subscription outlives its waiters: an `ssubscribe` push for a key that is not listed
+//!   (an `SSUBSCRIBE` that timed out but landed, a `SUNSUBSCRIBE` that failed — redis-rs
+//!   keeps what the server confirmed and makes it again after every reconnection) has the
+//!   key unsubscribed. A key whose `SSUBSCRIBE` failed while it has waiters is asked again
+//!   after a pause.
 //!
 //! Ends when the feed is dropped.
 
@@ -29,15 +35,25 @@ use crate::node::wake::{Changes, Listener, Ops};
 
 /// How many `SSUBSCRIBE`s or `SUNSUBSCRIBE`s are in flight at once.
 const IN_FLIGHT: usize = 64;
+/// When the keys are subscribed again after a disconnection, besides at once.
+const AFTER_RECONNECTION: [std::time::Duration; 2] = [
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(3),
+];
+/// The pause before a failed `SSUBSCRIBE` is asked again.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The keys with waiters, shared with the push handler.
 #[derive(Default)]
 struct Keys {
     listed: Mutex<HashSet<Arc<str>>>,
-    /// Listed keys whose subscription the server ended (their slot moved): to subscribe
-    /// again.
+    /// Listed keys whose subscription the server ended (their slot moved), or failed: to
+    /// subscribe again.
     moved: Mutex<HashSet<Arc<str>>>,
-    moved_ready: Notify,
+    /// Keys the server says are subscribed that are not listed: to unsubscribe.
+    unwanted: Mutex<HashSet<Arc<str>>>,
+    /// Either set has work.
+    ready: Notify,
 }
 
 impl Keys {
@@ -51,6 +67,18 @@ impl Keys {
         self.moved
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn unwanted(&self) -> std::sync::MutexGuard<'_, HashSet<Arc<str>>> {
+        self.unwanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `keys` are to be subscribed again (now, or after a pause).
+    fn subscribe_again(&self, keys: impl IntoIterator<Item = Arc<str>>) {
+        self.moved().extend(keys);
+        self.ready.notify_one();
     }
 }
 
@@ -81,13 +109,38 @@ pub(super) async fn run(
                 };
                 let listed = known.listed().get(key).cloned();
                 if let Some(key) = listed {
-                    known.moved().insert(key);
-                    known.moved_ready.notify_one();
+                    known.subscribe_again([key]);
+                }
+            }
+            PushKind::SSubscribe => {
+                // Ours, or one made again by redis-rs (after a reconnection, a late
+                // confirmation) for a key that has no waiters any more: unsubscribed.
+                let Some(key) = channel() else {
+                    return Ok::<(), redis::aio::SendError>(());
+                };
+                if !known.listed().contains(key) {
+                    known.unwanted().insert(key.into());
+                    known.ready.notify_one();
                 }
             }
             PushKind::Disconnection => {
+                // redis-rs makes a node's subscriptions again in one `SSUBSCRIBE`, which the
+                // node refuses (`CROSSSLOT`) when they span several slots: every listed key
+                // is subscribed again, one command each (a duplicate is harmless), and its
+                // waiters are told then.
                 let all: Vec<Arc<str>> = known.listed().iter().cloned().collect();
                 heard.subscribed(&all);
+                known.subscribe_again(all);
+                // Again once redis-rs has replaced the connection (what was confirmed on
+                // the way may have been on the one it drops).
+                let known = known.clone();
+                tokio::spawn(async move {
+                    for pause in AFTER_RECONNECTION {
+                        tokio::time::sleep(pause).await;
+                        let all: Vec<Arc<str>> = known.listed().iter().cloned().collect();
+                        known.subscribe_again(all);
+                    }
+                });
             }
             _ => {}
         }
@@ -113,7 +166,10 @@ pub(super) async fn run(
                 None => return,
                 Some(changes) => sub.change(changes).await,
             },
-            () = sub.keys.moved_ready.notified() => sub.subscribe_moved().await,
+            () = sub.keys.ready.notified() => {
+                sub.unsubscribe_unwanted().await;
+                sub.subscribe_moved().await;
+            }
         }
     }
 }
@@ -149,6 +205,19 @@ impl Sub {
         self.each(listen, true).await;
     }
 
+    /// Unsubscribes the keys the server reported subscribed that have no waiters.
+    async fn unsubscribe_unwanted(&self) {
+        let unwanted: Vec<Arc<str>> = self.keys.unwanted().drain().collect();
+        let unlisted: Vec<Arc<str>> = {
+            let listed = self.keys.listed();
+            unwanted
+                .into_iter()
+                .filter(|k| !listed.contains(k))
+                .collect()
+        };
+        self.each(unlisted, false).await;
+    }
+
     /// Subscribes again the listed keys whose slot moved, and tells their waiters.
     async fn subscribe_moved(&self) {
         let moved: Vec<Arc<str>> = self.keys.moved().drain().collect();
@@ -165,8 +234,10 @@ impl Sub {
     }
 
     /// `SSUBSCRIBE` (`on`) or `SUNSUBSCRIBE` each key, [`IN_FLIGHT`] at a time, each bounded
-    /// by the response timeout. A failed subscription keeps its key listed (it may have
-    /// landed); a failed unsubscription is asked once more.
+    /// by the response timeout. A failed subscription is asked again after
+    /// [`RETRY_PAUSE`] while its key is listed; a failed unsubscription that landed is
+    /// reported by the server's `ssubscribe` push when redis-rs makes it again, and then
+    /// unsubscribed.
     async fn each(&self, keys: Vec<Arc<str>>, on: bool) {
         let ask = |key: Arc<str>| {
             let mut conn = self.conn.clone();
@@ -186,7 +257,7 @@ impl Sub {
         let mut answers = futures_util::stream::iter(keys)
             .map(ask)
             .buffer_unordered(IN_FLIGHT);
-        let mut again = Vec::new();
+        let mut failed = Vec::new();
         while let Some((key, result)) = answers.next().await {
             let why = match result {
                 Ok(Ok(())) => continue,
@@ -198,14 +269,16 @@ impl Sub {
                 Err(_) => "timed out".to_owned(),
             };
             tracing::debug!(voter = %self.name, error = %why, on, "wake: a (un)subscription failed");
-            if !on {
-                again.push(key);
+            if on {
+                failed.push(key);
             }
         }
-        drop(answers);
-        for key in again {
-            let mut conn = self.conn.clone();
-            let _ = tokio::time::timeout(self.limits.response, conn.sunsubscribe(&*key)).await;
+        if !failed.is_empty() {
+            let keys = self.keys.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY_PAUSE).await;
+                keys.subscribe_again(failed);
+            });
         }
     }
 }

@@ -353,10 +353,20 @@ async fn metrics_count_a_record_that_never_reaches_its_quorum() {
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_keys_a_full_wake_queue_refuses() {
     use support::pubsub::{listening, Waiter};
+    use tower_redlock::node::{RedisNode, RedisNodeOptions};
     let _serial = serial().await;
     let m = Masters::start(3);
+    // The voters' response timeout (the subscribers' bound) is a minute: the subscriber's
+    // `SUBSCRIBE` to the frozen master waits until the thaw, so the keys queue behind it
+    // however slowly a loaded machine starts the waiters (with the default second, the
+    // subscriber went back to connecting — where it takes the keys without a queue — before
+    // they came: seen in a CI run beside the checker).
+    let options = RedisNodeOptions::new().response_timeout(Duration::from_secs(60));
     let client = m
-        .builder()
+        .iter()
+        .fold(Redlock::builder(), |b, s| {
+            b.node(RedisNode::open_with(&s.url(), &options).unwrap())
+        })
         .node_timeout(Duration::from_millis(100))
         .wake_waiters(true)
         .build()

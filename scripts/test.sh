@@ -3,10 +3,20 @@
 # test (unit, integration against real redis-server masters and PostgreSQL servers that the
 # tests start themselves, doc tests) with all features on, for the library and the `redlock`
 # command line (`cli/`, whose tests run its binary against real masters).
+#
+# Without arguments: `cargo test --tests`, then the doc tests — every test `cargo test` runs,
+# without building the examples that have no tests (clippy's `--all-targets` checks that they
+# compile; `scripts/demo.sh` builds the ones it runs): their link time kept CI past 15
+# minutes. With arguments (`--no-run`, a filter, `--test NAME`), one plain `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
 . scripts/ensure-postgres.sh
 ensure_redis
 ensure_postgres
-exec cargo test --all-features --locked -p tower-redlock -p tower-redlock-cli "$@"
+test=(cargo test --all-features --locked)
+if [ $# -gt 0 ]; then
+  exec "${test[@]}" -p tower-redlock -p tower-redlock-cli "$@"
+fi
+"${test[@]}" -p tower-redlock -p tower-redlock-cli --tests
+exec "${test[@]}" -p tower-redlock --doc

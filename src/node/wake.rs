@@ -187,6 +187,12 @@ impl Ops {
         lock(&self.shared.pending).changes.is_empty()
     }
 
+    /// Whether `key`'s waiters have left and the subscriber has not taken that word yet: a
+    /// subscription it would make now would be undone by the next batch.
+    pub(crate) fn leaving(&self, key: &str) -> bool {
+        lock(&self.shared.pending).changes.get(key) == Some(&false)
+    }
+
     /// How many keys wait for their (un)subscription.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -205,6 +211,24 @@ mod tests {
 
     fn key(i: usize) -> Arc<str> {
         format!("key-{i}").into()
+    }
+
+    /// A key whose waiters left is "leaving" until the subscriber takes that word, and not
+    /// once it is wanted again.
+    #[tokio::test]
+    async fn a_key_is_leaving_from_its_unwatch_until_taken() {
+        let (feed, ops) = Feed::channel("voter");
+        assert!(feed.watch(&key(1)));
+        assert!(!ops.leaving("key-1"), "wanted");
+        ops.next(8).await.expect("a batch");
+        feed.unwatch(&key(1));
+        assert!(ops.leaving("key-1"));
+        assert!(!ops.leaving("key-2"), "never watched");
+        assert!(feed.watch(&key(1)));
+        assert!(!ops.leaving("key-1"), "wanted again");
+        feed.unwatch(&key(1));
+        ops.next(8).await.expect("a batch");
+        assert!(!ops.leaving("key-1"), "taken");
     }
 
     /// The queue holds at most [`QUEUE_CAPACITY`] keys to listen on: the next is refused

@@ -14,10 +14,10 @@
 //!   is subscribed again — the cluster connection follows `MOVED` to the slot's new owner —
 //!   and its waiters are told (a release during the move may have been missed).
 //! - No subscription outlives its waiters: an `ssubscribe` push for a key that is not listed
-//!   (an `SSUBSCRIBE` that timed out but landed, a `SUNSUBSCRIBE` that failed — redis-rs
-//!   keeps what the server confirmed and makes it again after every reconnection) has the
-//!   key unsubscribed. A key whose `SSUBSCRIBE` failed while it has waiters is asked again
-//!   after a pause.
+//!   (an `SSUBSCRIBE` that timed out but landed, one redis-rs made again after a reconnection)
+//!   has the key unsubscribed; a `SUNSUBSCRIBE` that failed is asked again (redis-rs keeps
+//!   what the server confirmed and makes it again after every reconnection). A key whose
+//!   `SSUBSCRIBE` failed while it has waiters is asked again after a pause.
 //!
 //! Ends when the feed is dropped.
 
@@ -40,8 +40,12 @@ const AFTER_RECONNECTION: [std::time::Duration; 2] = [
     std::time::Duration::from_secs(1),
     std::time::Duration::from_secs(3),
 ];
-/// The pause before a failed `SSUBSCRIBE` is asked again.
+/// The pause before a failed `SSUBSCRIBE` or `SUNSUBSCRIBE` is asked again (doubling for
+/// the latter).
 const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How many times a failed `SUNSUBSCRIBE` is asked again: 1 + 2 + 4 + 8 + 16 s, past a
+/// reconnection.
+const UNSUBSCRIBE_AGAIN: u32 = 5;
 
 /// The keys with waiters, shared with the push handler.
 #[derive(Default)]
@@ -159,10 +163,11 @@ pub(super) async fn run(
         limits,
         listener,
         keys,
+        ops,
     };
     loop {
         tokio::select! {
-            changes = ops.next(BATCH) => match changes {
+            changes = sub.ops.next(BATCH) => match changes {
                 None => return,
                 Some(changes) => sub.change(changes).await,
             },
@@ -180,6 +185,7 @@ struct Sub {
     limits: Limits,
     listener: Arc<dyn Listener>,
     keys: Arc<Keys>,
+    ops: Ops,
 }
 
 impl Sub {
@@ -234,15 +240,18 @@ impl Sub {
     }
 
     /// `SSUBSCRIBE` (`on`) or `SUNSUBSCRIBE` each key, [`IN_FLIGHT`] at a time, each bounded
-    /// by the response timeout. A failed subscription is asked again after
-    /// [`RETRY_PAUSE`] while its key is listed; a failed unsubscription that landed is
-    /// reported by the server's `ssubscribe` push when redis-rs makes it again, and then
-    /// unsubscribed.
+    /// by the response timeout. A key whose waiters left meanwhile (its word waits in the
+    /// feed: this call may have waited long on a slow node) is not subscribed. A failed
+    /// subscription is asked again after [`RETRY_PAUSE`] while its key is listed; a failed
+    /// unsubscription by [`unsubscribe_later`].
     async fn each(&self, keys: Vec<Arc<str>>, on: bool) {
         let ask = |key: Arc<str>| {
             let mut conn = self.conn.clone();
             let timeout = self.limits.response;
             async move {
+                if on && self.ops.leaving(&key) {
+                    return (key, Ok(Ok(())));
+                }
                 let asked = async {
                     if on {
                         conn.ssubscribe(&*key).await
@@ -269,16 +278,62 @@ impl Sub {
                 Err(_) => "timed out".to_owned(),
             };
             tracing::debug!(voter = %self.name, error = %why, on, "wake: a (un)subscription failed");
-            if on {
-                failed.push(key);
-            }
+            failed.push(key);
         }
-        if !failed.is_empty() {
-            let keys = self.keys.clone();
+        if failed.is_empty() {
+            return;
+        }
+        let keys = self.keys.clone();
+        if on {
             tokio::spawn(async move {
                 tokio::time::sleep(RETRY_PAUSE).await;
                 keys.subscribe_again(failed);
             });
+        } else {
+            let (conn, timeout) = (self.conn.clone(), self.limits.response);
+            tokio::spawn(unsubscribe_later(conn, keys, timeout, failed));
         }
     }
+}
+
+/// Asks again for the `SUNSUBSCRIBE`s of `left` that failed — an error, or a timeout (redis-rs
+/// drops a request whose caller stopped waiting before it was sent) — for the keys that are
+/// still unlisted, after a pause that doubles, up to [`UNSUBSCRIBE_AGAIN`] times. One that
+/// never lands leaves the channel in redis-rs's tracker, and subscribed if the server had it;
+/// redis-rs would make it again after every reconnection, and where the node's tracked
+/// channels span several slots that resubscription is refused whole (`CROSSSLOT`), so no
+/// `ssubscribe` push ever reports it. A key listed again meanwhile is left alone (one listed
+/// after the check and unsubscribed by a late retry is subscribed again by the push handler).
+async fn unsubscribe_later(
+    conn: ClusterConnection,
+    keys: Arc<Keys>,
+    timeout: std::time::Duration,
+    mut left: Vec<Arc<str>>,
+) {
+    let mut pause = RETRY_PAUSE;
+    for _ in 0..UNSUBSCRIBE_AGAIN {
+        tokio::time::sleep(pause).await;
+        pause *= 2;
+        {
+            let listed = keys.listed();
+            left.retain(|key| !listed.contains(key));
+        }
+        let ask = |key: Arc<str>| {
+            let mut conn = conn.clone();
+            async move {
+                let done = tokio::time::timeout(timeout, conn.sunsubscribe(&*key)).await;
+                (key, matches!(done, Ok(Ok(()))))
+            }
+        };
+        left = futures_util::stream::iter(std::mem::take(&mut left))
+            .map(ask)
+            .buffer_unordered(IN_FLIGHT)
+            .filter_map(|(key, done)| std::future::ready((!done).then_some(key)))
+            .collect()
+            .await;
+        if left.is_empty() {
+            return;
+        }
+    }
+    tracing::debug!(keys = left.len(), "wake: unsubscriptions failed for good");
 }

@@ -41,6 +41,10 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
 const FROZEN_NODE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How soon the subscriptions of keys whose waiters left must be gone.
 const GONE_WITHIN: Duration = Duration::from_secs(20);
+/// How long no node may run an `SSUBSCRIBE` or `SUNSUBSCRIBE` before the subscriber counts
+/// as settled: longer than the gaps between its own resubscriptions after a disconnection
+/// (1 s, then 2 s) and its first retry of a failed one (1 s).
+const QUIET: Duration = Duration::from_secs(4);
 /// How long the keys must stay without a subscriber once the subscriber reconnected.
 const STAYS_GONE: Duration = Duration::from_secs(3);
 
@@ -182,19 +186,81 @@ async fn leaks(cluster: &Cluster, groups: &[(&str, &[String])]) -> Option<String
     (!found.is_empty()).then(|| found.join(" | "))
 }
 
-/// How many `SSUBSCRIBE`s `node` has run, and how many it rejected before running them
-/// (`INFO commandstats`: `calls`, `rejected_calls`).
-async fn ssubscribe_stats(node: &RedisServer) -> (u64, u64) {
+/// How many `SSUBSCRIBE`s `node` has run (`INFO commandstats`).
+async fn ssubscribe_calls(node: &RedisServer) -> u64 {
     let info: String = node.query(redis::cmd("INFO").arg("commandstats")).await;
     let Some(stats) = (info.lines()).find_map(|l| l.strip_prefix("cmdstat_ssubscribe:")) else {
-        return (0, 0);
+        return 0;
     };
     let field = |name: &str| {
         (stats.split(','))
             .find_map(|f| f.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
             .unwrap_or(0)
     };
-    (field("calls"), field("rejected_calls"))
+    field("calls")
+}
+
+/// How many commands `node` refused with `CROSSSLOT` (`INFO errorstats`): a resubscription
+/// by redis-rs of channels of several slots. (Not any refusal: while redis-rs repairs a
+/// connection it may send a command to another node, which answers `MOVED`.)
+async fn crossslot_errors(node: &RedisServer) -> u64 {
+    let info: String = node.query(redis::cmd("INFO").arg("errorstats")).await;
+    (info.lines())
+        .find_map(|l| l.strip_prefix("errorstat_CROSSSLOT:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many `SSUBSCRIBE`s and `SUNSUBSCRIBE`s `node` has been sent (run or rejected).
+async fn shard_commands(node: &RedisServer) -> u64 {
+    let info: String = node.query(redis::cmd("INFO").arg("commandstats")).await;
+    let mut sum = 0;
+    for line in info.lines() {
+        let Some(stats) = (line.strip_prefix("cmdstat_ssubscribe:"))
+            .or_else(|| line.strip_prefix("cmdstat_sunsubscribe:"))
+        else {
+            continue;
+        };
+        for field in ["calls", "rejected_calls", "failed_calls"] {
+            sum += (stats.split(','))
+                .find_map(|f| {
+                    f.strip_prefix(field)?
+                        .strip_prefix('=')?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .unwrap_or(0);
+        }
+    }
+    sum
+}
+
+/// Waits (bounded) until no node has been sent an `SSUBSCRIBE` or `SUNSUBSCRIBE` for
+/// [`QUIET`]: what the subscriber had in flight (a retry, a late leave, a resubscription
+/// after a disconnection) has landed — a node that counts no subscriber while a command is
+/// on its way shows nothing of it.
+async fn settled(cluster: &Cluster) {
+    let sample = || async {
+        let mut all = Vec::with_capacity(cluster.len());
+        for node in cluster.iter() {
+            all.push(shard_commands(node).await);
+        }
+        all
+    };
+    let start = Instant::now();
+    let (mut last, mut since) = (sample().await, Instant::now());
+    while since.elapsed() < QUIET {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "could not set up the scenario: the subscriber sent (un)subscriptions for 60 s \
+             without a pause of {QUIET:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = sample().await;
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
 }
 
 /// The bytes of the subscriber's `SSUBSCRIBE key` (one key per command: redis-rs' RESP).
@@ -219,7 +285,8 @@ fn ssubscribe_bytes(key: &str) -> u64 {
 ///    runs the delayed `SSUBSCRIBE`s (checked, `INFO commandstats`), which subscribe, then
 ///    whatever the subscriber sent after them.
 ///
-/// Then no node counts a subscriber on any of the 1,000 keys (within [`GONE_WITHIN`]) — and
+/// Then no node counts a subscriber on any of the 1,000 keys (within [`GONE_WITHIN`]), nor
+/// once the subscriber has settled (no (un)subscription sent for [`QUIET`]) — and
 /// still none once every node killed the subscriber's connections (`CLIENT KILL TYPE
 /// pubsub`) and redis-rs reconnected and subscribed again to what it tracks (a control key
 /// per node, its waiter kept waiting, shows that it did): a subscription the server
@@ -358,7 +425,7 @@ async fn wake_no_leak_cluster_no_subscription_outlives_its_waiters() {
             .arg(FROZEN_NODE_TIMEOUT.as_millis() as u64);
         let () = node.query(&cmd).await;
     }
-    let (ran_before, _) = ssubscribe_stats(&cluster[frozen]).await;
+    let ran_before = ssubscribe_calls(&cluster[frozen]).await;
     let sent: u64 = delayed.iter().map(|key| ssubscribe_bytes(key)).sum();
     cluster[frozen].freeze();
     let tasks = waiters(&waiter, &delayed, polls(SLOW_POLL));
@@ -377,7 +444,7 @@ async fn wake_no_leak_cluster_no_subscription_outlives_its_waiters() {
     set_up(
         "the thawed node ran the delayed group's SSUBSCRIBEs",
         WITHIN,
-        || async { ssubscribe_stats(&cluster[frozen]).await.0 >= ran_before + PER_GROUP as u64 },
+        || async { ssubscribe_calls(&cluster[frozen]).await >= ran_before + PER_GROUP as u64 },
     )
     .await;
 
@@ -397,6 +464,12 @@ async fn wake_no_leak_cluster_no_subscription_outlives_its_waiters() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // What the subscriber still had in flight lands (a leave taken late, after a long wait
+    // on the frozen node) — and then still none.
+    settled(&cluster).await;
+    if let Some(left) = leaks(&cluster, &groups).await {
+        panic!("subscriptions outlived their keys' waiters once the subscriber settled: {left}");
+    }
 
     // ...nor comes back when redis-rs reconnects and subscribes again to what it tracks.
     // redis-rs makes a node's shard subscriptions again in one `SSUBSCRIBE`, which the node
@@ -406,7 +479,7 @@ async fn wake_no_leak_cluster_no_subscription_outlives_its_waiters() {
     let mut before = Vec::new();
     let mut killed = 0;
     for node in cluster.iter() {
-        let (_, rejected) = ssubscribe_stats(node).await;
+        let rejected = crossslot_errors(node).await;
         before.push((shard_subscriber_clients(node).await, rejected));
         let n: u64 = node
             .query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"))
@@ -422,10 +495,10 @@ async fn wake_no_leak_cluster_no_subscription_outlives_its_waiters() {
         let mut back = 0;
         for (i, node) in cluster.iter().enumerate() {
             let (old, rejected_before) = &before[i];
-            let (_, rejected) = ssubscribe_stats(node).await;
+            let rejected = crossslot_errors(node).await;
             assert!(
                 rejected == *rejected_before,
-                "after the subscriber's reconnection, node {i} rejected {} resubscription(s) \
+                "after the subscriber's reconnection, node {i} refused {} resubscription(s) \
                  by redis-rs (one SSUBSCRIBE for channels of several slots): redis-rs tracked \
                  channels beside the control key {}, subscriptions kept for keys whose waiters \
                  had left",

@@ -188,7 +188,9 @@ impl Ops {
     }
 
     /// Whether `key`'s waiters have left and the subscriber has not taken that word yet: a
-    /// subscription it would make now would be undone by the next batch.
+    /// subscription it would make now would be undone by the next batch. (Asked by the
+    /// Cluster subscriber.)
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) fn leaving(&self, key: &str) -> bool {
         lock(&self.shared.pending).changes.get(key) == Some(&false)
     }

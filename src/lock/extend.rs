@@ -201,8 +201,8 @@ mod tests {
     }
 
     impl Node for SlowExtend {
-        fn name(&self) -> String {
-            "slow-extend".to_owned()
+        fn name(&self) -> &str {
+            "slow-extend"
         }
         fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
             self.inner.acquire(request)

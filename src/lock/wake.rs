@@ -78,7 +78,7 @@ impl Wakes {
                     let listener = VoterListener {
                         shared: weak.clone(),
                         bit: 1u64 << index,
-                        name: node.name(),
+                        name: node.name().to_owned(),
                         warned: AtomicBool::new(false),
                     };
                     node.start_wake(Arc::new(listener))

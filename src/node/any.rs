@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use futures_util::future::Either;
 
+#[cfg(doc)]
+use super::Capabilities;
 use super::{
     Acquire, AcquireRequest, CallError, CompleteRequest, EvictionStatus, ExtendRequest,
     ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, MemoryNode, Node, NodeFuture,
-    Packed, RedisNode, ReleaseRequest,
+    Operated, Operation, Packed, RedisNode, ReleaseRequest,
 };
 
 /// A node as the client holds it. The built-in nodes are called directly, so a request to
@@ -54,34 +56,64 @@ impl AnyNode {
         }
     }
 
-    /// [`Node::inspect`]: an operator's question, through the trait (never on a hot path).
-    pub(crate) fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
-        self.as_node().inspect(request)
+    /// [`Operation::Inspect`]: an operator's question (never on a hot path).
+    pub(crate) async fn inspect(&self, request: InspectRequest<'_>) -> Result<KeyState, CallError> {
+        match self.operate(Operation::Inspect(request)).await? {
+            Operated::Inspected(state) => Ok(state),
+            other => Err(self.wrong_answer("an inspection", &other)),
+        }
     }
 
-    /// [`Node::scan`]: an operator's question, through the trait.
-    pub(crate) fn scan<'a>(
-        &'a self,
-        prefix: &'a str,
-        limit: usize,
-    ) -> NodeFuture<'a, Vec<HeldKey>> {
-        self.as_node().scan(prefix, limit)
+    /// [`Operation::Scan`]: an operator's question.
+    pub(crate) async fn scan(&self, prefix: &str, limit: usize) -> Result<Vec<HeldKey>, CallError> {
+        match self.operate(Operation::Scan { prefix, limit }).await? {
+            Operated::Scanned(held) => Ok(held),
+            other => Err(self.wrong_answer("a scan", &other)),
+        }
     }
 
-    /// [`Node::force_release`]: an operator's act, through the trait.
-    pub(crate) fn force_release<'a>(
-        &'a self,
-        request: ForceReleaseRequest<'a>,
-    ) -> NodeFuture<'a, Forced> {
-        self.as_node().force_release(request)
+    /// [`Operation::ForceRelease`]: an operator's act.
+    pub(crate) async fn force_release(
+        &self,
+        request: ForceReleaseRequest<'_>,
+    ) -> Result<Forced, CallError> {
+        match self.operate(Operation::ForceRelease(request)).await? {
+            Operated::Forced(forced) => Ok(forced),
+            other => Err(self.wrong_answer("a forced release", &other)),
+        }
     }
 
-    pub(crate) fn name(&self) -> String {
+    /// An operator call, to a node that declares them ([`Capabilities::operations`]).
+    fn operate<'a>(&'a self, operation: Operation<'a>) -> NodeFuture<'a, Operated> {
+        let node = self.as_node();
+        if !node.capabilities().operations {
+            return Box::pin(ready(Err(CallError::unsupported_by(
+                node.name(),
+                "operator calls",
+            ))));
+        }
+        node.operate(operation)
+    }
+
+    /// A custom node's answer of another kind than the operation asked.
+    fn wrong_answer(&self, asked: &str, answer: &Operated) -> CallError {
+        let kind = match answer {
+            Operated::Inspected(_) => "an inspection",
+            Operated::Scanned(_) => "a scan",
+            Operated::Forced(_) => "a forced release",
+        };
+        CallError::new(format!(
+            "{} answered {asked} with {kind}",
+            self.as_node().name()
+        ))
+    }
+
+    pub(crate) fn name(&self) -> &str {
         self.as_node().name()
     }
 
     pub(crate) fn max_ttl(&self) -> Option<Duration> {
-        self.as_node().max_ttl()
+        self.as_node().capabilities().max_ttl
     }
 
     /// A Redis voter's eviction state (its master's `maxmemory-policy`); the default for
@@ -263,9 +295,9 @@ fn refusal(node: &dyn Node, records: bool, fencing: bool) -> Option<CallError> {
     }
     let can = node.capabilities();
     if fencing && !can.fencing {
-        Some(CallError::no_fencing(&node.name()))
+        Some(CallError::no_fencing(node.name()))
     } else if records && !can.records {
-        Some(CallError::no_records(&node.name()))
+        Some(CallError::no_records(node.name()))
     } else {
         None
     }

@@ -9,7 +9,8 @@ use bytes::Bytes;
 
 use super::{
     Acquire, AcquireRequest, Capabilities, CompleteRequest, ExtendRequest, ForceReleaseRequest,
-    Forced, HeldKey, InspectRequest, KeyState, Node, NodeFuture, RecordState, ReleaseRequest,
+    Forced, HeldKey, InspectRequest, KeyState, Node, NodeFuture, Operated, Operation, RecordState,
+    ReleaseRequest,
 };
 
 /// An in-process lock node: a map of keys to (token, expiry), with the same semantics as a
@@ -306,8 +307,8 @@ impl MemoryNode {
 }
 
 impl Node for MemoryNode {
-    fn name(&self) -> String {
-        "memory".to_owned()
+    fn name(&self) -> &str {
+        "memory"
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -330,7 +331,19 @@ impl Node for MemoryNode {
         Box::pin(ready(Ok(self.complete_now(&request))))
     }
 
-    fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
+    fn operate<'a>(&'a self, operation: Operation<'a>) -> NodeFuture<'a, Operated> {
+        let answer = match operation {
+            Operation::Inspect(r) => Operated::Inspected(self.inspect_now(&r)),
+            Operation::Scan { prefix, limit } => Operated::Scanned(self.scan_now(prefix, limit)),
+            Operation::ForceRelease(r) => Operated::Forced(self.force_release_now(&r)),
+        };
+        Box::pin(ready(Ok(answer)))
+    }
+}
+
+/// The operator's calls ([`Operation`]), answered at once.
+impl MemoryNode {
+    fn inspect_now(&self, request: &InspectRequest<'_>) -> KeyState {
         let now = Instant::now();
         let map = self.lock();
         let left = |expires: Instant| Some(expires.saturating_duration_since(now));
@@ -351,10 +364,10 @@ impl Node for MemoryNode {
                 .filter(|(_, expires, _)| *expires > now)
                 .map(|(record, expires, _)| RecordState::new(record.len(), left(*expires))),
         };
-        Box::pin(ready(Ok(state)))
+        state
     }
 
-    fn scan<'a>(&'a self, prefix: &'a str, limit: usize) -> NodeFuture<'a, Vec<HeldKey>> {
+    fn scan_now(&self, prefix: &str, limit: usize) -> Vec<HeldKey> {
         let now = Instant::now();
         let map = self.lock();
         let mut held: Vec<HeldKey> = map
@@ -365,10 +378,10 @@ impl Node for MemoryNode {
             .collect();
         held.sort_by(|a, b| a.key.cmp(&b.key));
         held.truncate(limit);
-        Box::pin(ready(Ok(held)))
+        held
     }
 
-    fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
+    fn force_release_now(&self, request: &ForceReleaseRequest<'_>) -> Forced {
         let now = Instant::now();
         let mut map = self.lock();
         let named = map
@@ -387,7 +400,7 @@ impl Node for MemoryNode {
                     .remove(key)
                     .is_some_and(|(_, expires, _)| expires > now)
             });
-        Box::pin(ready(Ok(Forced::new(lock, record))))
+        Forced::new(lock, record)
     }
 }
 /// This process's clock in microseconds since 1970 (0 before it): where a fencing counter

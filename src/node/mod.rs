@@ -6,9 +6,12 @@
 //! their votes; a node knows nothing of quorums, retries or HTTP.
 //!
 //! Implement [`Node`] yourself to vote with another store: one method per verb (acquire,
-//! extend, release, complete), each given a request value ([`AcquireRequest`], …) whose
-//! optional parts — a completion record, a fencing counter — say which form of the verb it
-//! is, and [`Node::capabilities`] to say which forms the node knows. The conformance tests in
+//! extend, release; complete and operate if the node has them), each given a request value
+//! ([`AcquireRequest`], …) whose optional parts — a completion record, a fencing counter —
+//! say which form of the verb it is, and [`Node::capabilities`] to declare, in one place,
+//! which optional verbs and forms the node knows and the longest ttl it takes. A failure is a
+//! [`CallError`], marked as a timeout, an unreachable node or a kind of [`Refusal`] as the
+//! built-in voters' are. The conformance tests in
 //! `tests/voters/conformance` show the semantics every node must keep (owner-only release and
 //! extend, expiry, an expired key never re-created by an extend, records and counters).
 
@@ -20,6 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 mod any;
+mod error;
 mod memory;
 mod operate;
 mod redis;
@@ -29,9 +33,11 @@ pub(crate) mod wake;
 pub(crate) use self::any::AnyNode;
 pub(crate) use self::redis::{EvictionStatus, Packed};
 
+pub use self::error::{CallError, Refusal};
 pub use self::memory::MemoryNode;
 pub use self::operate::{
-    ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, RecordState,
+    ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, Operated, Operation,
+    RecordState,
 };
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
@@ -94,6 +100,11 @@ pub enum Acquire {
 /// [`Node::acquire`]. Implementations need not apply timeouts: the client wraps every call
 /// in its per-node timeout.
 ///
+/// **Capabilities.** Every optional ability is declared by [`Node::capabilities`], and only
+/// then asked for: completion records ([`Node::complete`] and the record forms), fencing
+/// counters (the fenced forms), operator calls ([`Node::operate`]), and a longest ttl
+/// (delayed-restart protection: the client refuses longer locks up front).
+///
 /// **Forms.** A request with a completion record or a fencing counter reaches a node only if
 /// its [`capabilities`](Node::capabilities) name them (for a node that does not, the client
 /// answers an error in its place: its vote is lost, and a release or completion falls back
@@ -119,8 +130,8 @@ pub enum Acquire {
 /// struct MyNode(MemoryNode);
 ///
 /// impl Node for MyNode {
-///     fn name(&self) -> String {
-///         "my-node".to_owned()
+///     fn name(&self) -> &str {
+///         "my-node"
 ///     }
 ///     fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
 ///         self.0.acquire(request)
@@ -141,16 +152,10 @@ pub enum Acquire {
 /// ```
 pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// A short name for errors and logs (`host:port`; never a password).
-    fn name(&self) -> String;
+    fn name(&self) -> &str;
 
-    /// The longest ttl this node accepts, if it limits it (delayed-restart protection). The
-    /// client refuses longer locks up front.
-    fn max_ttl(&self) -> Option<Duration> {
-        None
-    }
-
-    /// The forms of the verbs this node carries out (see the trait's docs):
-    /// [`Capabilities::LOCKS`] unless it says more.
+    /// What this node does beyond plain locks, and the longest ttl it accepts (see the
+    /// trait's docs): [`Capabilities::LOCKS`] unless it says more.
     fn capabilities(&self) -> Capabilities {
         Capabilities::LOCKS
     }
@@ -163,8 +168,8 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// Returns whether it did; an absent (expired) key is never re-created. With a fence, the
     /// counter is raised in the same step: answer `true` only if it was (a node that extends
     /// without raising must answer an error instead — the client counts every `true` as a
-    /// node carrying the lease's token; `fencing_extend_raises_the_counter` in the
-    /// conformance suite checks it).
+    /// node carrying the lease's token; the conformance suite's
+    /// `fencing_extend_raises_the_counter` checks it).
     fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool>;
 
     /// Delete the key only if it holds the token (see [`ReleaseRequest`]). Returns whether it
@@ -181,236 +186,27 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// [`Capabilities::records`] must honour it, as the conformance suite's
     /// `completion_if_free_*` checks try.
     ///
-    /// The default answers an error: a node that does not store records (see
-    /// [`Capabilities::records`]) never stores one.
+    /// Asked only of a node that declares [`Capabilities::records`]; the default answers an
+    /// error.
     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> NodeFuture<'a, bool> {
         let _ = request;
-        Box::pin(ready(Err(CallError::no_records(&self.name()))))
+        Box::pin(ready(Err(CallError::no_records(self.name()))))
     }
 
-    /// Read what the node holds at the request's keys (see [`InspectRequest`]), writing
-    /// nothing: for [`Redlock::inspect`](crate::Redlock::inspect), an operator's question,
-    /// never asked by the lock itself.
+    /// An operator's question or act ([`Operation`]: inspect a key, scan a prefix, force a
+    /// release), answered by the [`Operated`] of the same kind; never asked by the lock
+    /// itself, only by [`Redlock::inspect`](crate::Redlock::inspect),
+    /// [`Redlock::scan`](crate::Redlock::scan) and
+    /// [`Redlock::force_release`](crate::Redlock::force_release).
     ///
-    /// The default answers an error: the node cannot be inspected.
-    fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
-        let _ = request;
+    /// Asked only of a node that declares [`Capabilities::operations`]; the default answers
+    /// an error.
+    fn operate<'a>(&'a self, operation: Operation<'a>) -> NodeFuture<'a, Operated> {
+        let _ = operation;
         Box::pin(ready(Err(CallError::unsupported_by(
-            &self.name(),
-            "inspection",
+            self.name(),
+            "operator calls",
         ))))
-    }
-
-    /// List the locks whose key starts with `prefix` (at most `limit`; fencing counters and
-    /// completion records beside them are not locks), reading only: for
-    /// [`Redlock::scan`](crate::Redlock::scan), an operator's question.
-    ///
-    /// The default answers an error: the node cannot list its keys.
-    fn scan<'a>(&'a self, prefix: &'a str, limit: usize) -> NodeFuture<'a, Vec<HeldKey>> {
-        let _ = (prefix, limit);
-        Box::pin(ready(Err(CallError::unsupported_by(
-            &self.name(),
-            "listing its keys",
-        ))))
-    }
-
-    /// Delete the lock at the request's key if its token starts with the request's
-    /// [`holder`](ForceReleaseRequest::holder) (whatever token it holds when none is named;
-    /// [`ForceReleaseRequest::clears`] tells), and the completion record when asked — with a
-    /// holder named, only together with that holder's lock. An implementation must honour
-    /// the holder and read, compare and delete in one atomic step: a re-run must never
-    /// delete a holder that took the key meanwhile, nor its record. Keeps the fencing
-    /// counter: for
-    /// [`Redlock::force_release`](crate::Redlock::force_release), an operator's act, never
-    /// done by the lock itself.
-    ///
-    /// The default answers an error: the node cannot be cleared this way.
-    fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
-        let _ = request;
-        Box::pin(ready(Err(CallError::unsupported_by(
-            &self.name(),
-            "forced release",
-        ))))
-    }
-}
-
-/// Why a node call failed.
-#[derive(Debug)]
-pub struct CallError {
-    timeout: bool,
-    unreachable: bool,
-    /// A default of the trait: the node does not do what was asked at all.
-    unsupported: bool,
-    /// The voter refused here, without asking the node (it abstains): neither a reply nor a
-    /// silence of the node.
-    local: bool,
-    /// What kind of refusal an error reply was (for [`Error::votes`](crate::Error::votes)).
-    refusal: Refusal,
-    message: String,
-    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
-}
-
-/// What kind of refusal a node's error was, as [`VoteKind`](crate::VoteKind) names it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum Refusal {
-    /// Any other failure.
-    #[default]
-    Other,
-    /// `NOSCRIPT`: the script is not loaded, and could not be sent.
-    NoScript,
-    /// `WRONGTYPE`, or a key the voter will not overwrite: a key of another kind is there.
-    WrongType,
-    /// `NOAUTH`, `WRONGPASS`, `NOPERM`: the credentials or the ACL refuse the command.
-    Denied,
-    /// Delayed-restart (tenure) protection: the master is too young to vote.
-    Protected,
-    /// The voter refused on its own (a Sentinel group without a recent majority, a master
-    /// that may evict).
-    Abstained,
-}
-
-impl CallError {
-    /// A failure with a message.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            timeout: false,
-            unreachable: false,
-            unsupported: false,
-            local: false,
-            refusal: Refusal::Other,
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// A failure caused by `source`.
-    pub fn from_error(source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self {
-            timeout: false,
-            unreachable: false,
-            unsupported: false,
-            local: false,
-            refusal: Refusal::Other,
-            message: source.to_string(),
-            source: Some(Box::new(source)),
-        }
-    }
-
-    /// A node without completion records: the default of [`Node::complete`], and the
-    /// client's answer in the place of a node that does not declare them.
-    fn no_records(name: &str) -> Self {
-        Self::new(format!("{name} does not store completion records"))
-    }
-
-    /// A node without an operator's verb (the default of [`Node::inspect`] and
-    /// [`Node::force_release`]).
-    fn unsupported_by(name: &str, what: &str) -> Self {
-        Self {
-            unsupported: true,
-            ..Self::new(format!("{name} does not support {what}"))
-        }
-    }
-
-    /// A node without fencing counters: the client's answer to a fenced request in the place
-    /// of a node that does not declare them (a release or completion falls back to the plain
-    /// form on it).
-    fn no_fencing(name: &str) -> Self {
-        Self {
-            unsupported: true,
-            ..Self::new(format!("{name} does not keep fencing counters"))
-        }
-    }
-
-    /// Whether the node does not keep fencing counters (see [`CallError::no_fencing`]).
-    pub(crate) fn is_unsupported(&self) -> bool {
-        self.unsupported
-    }
-
-    /// Marks the failure as the voter's own refusal, made without asking the node (it
-    /// abstains): it says nothing of the node's health.
-    pub(crate) fn abstaining(mut self) -> Self {
-        self.local = true;
-        self.refusal = Refusal::Abstained;
-        self
-    }
-
-    /// Marks the failure as a refusal of this kind.
-    pub(crate) fn refusing(mut self, refusal: Refusal) -> Self {
-        self.refusal = refusal;
-        self
-    }
-
-    /// What kind of refusal it was.
-    pub(crate) fn refusal(&self) -> Refusal {
-        self.refusal
-    }
-
-    /// Whether the voter refused without asking the node (see [`CallError::abstaining`]).
-    pub(crate) fn is_local(&self) -> bool {
-        self.local
-    }
-
-    /// Mark the failure as a timeout.
-    pub fn with_timeout(mut self) -> Self {
-        self.timeout = true;
-        self
-    }
-
-    /// Whether the node did not answer in time.
-    pub fn is_timeout(&self) -> bool {
-        self.timeout
-    }
-
-    /// Mark the failure as "the node could not be reached" (connection refused, dropped,
-    /// not yet made): no reply came from the node. Such failures count toward its
-    /// suspension, like timeouts; a reply — even an error reply — shows the node is there.
-    pub fn with_unreachable(mut self) -> Self {
-        self.unreachable = true;
-        self
-    }
-
-    /// Whether the node could not be reached (see [`CallError::with_unreachable`]).
-    pub fn is_unreachable(&self) -> bool {
-        self.unreachable
-    }
-}
-
-impl fmt::Display for CallError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for CallError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
-
-impl From<::redis::RedisError> for CallError {
-    fn from(e: ::redis::RedisError) -> Self {
-        if let Some(abstains) = self::redis::eviction_refusal(&e) {
-            return abstains;
-        }
-        let timeout = e.is_timeout();
-        let unreachable = self::redis::conn::connection_lost(&e);
-        let local = self::redis::conn::is_abstention(&e);
-        let refusal = match e.code() {
-            _ if local => Refusal::Abstained,
-            _ if e.kind() == ::redis::ErrorKind::AuthenticationFailed => Refusal::Denied,
-            Some("NOSCRIPT") => Refusal::NoScript,
-            Some("WRONGTYPE") => Refusal::WrongType,
-            Some("NOPERM" | "NOAUTH" | "WRONGPASS") => Refusal::Denied,
-            _ => Refusal::Other,
-        };
-        let mut f = Self::from_error(e);
-        f.timeout = timeout;
-        f.unreachable = unreachable;
-        f.local = local;
-        f.refusal = refusal;
-        f
     }
 }
 
@@ -429,8 +225,8 @@ pub(crate) mod tests {
     }
 
     impl Node for Wrapped {
-        fn name(&self) -> String {
-            "wrapped".to_owned()
+        fn name(&self) -> &str {
+            "wrapped"
         }
         fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
             self.inner.acquire(request)
@@ -467,8 +263,8 @@ pub(crate) mod tests {
     }
 
     impl Node for Declaring {
-        fn name(&self) -> String {
-            "declaring".to_owned()
+        fn name(&self) -> &str {
+            "declaring"
         }
         fn capabilities(&self) -> Capabilities {
             self.caps
@@ -490,6 +286,106 @@ pub(crate) mod tests {
             self.note("complete", true, request.fence.is_some());
             self.inner.complete(request)
         }
+        fn operate<'a>(&'a self, operation: Operation<'a>) -> NodeFuture<'a, Operated> {
+            self.note("operate", false, false);
+            self.inner.operate(operation)
+        }
+    }
+
+    /// Operator calls reach a custom node only if it declares them: without, that voter's
+    /// inspection is an error that says so (the node is not asked) and the others answer;
+    /// with, its answer is the voter's.
+    #[tokio::test]
+    async fn a_custom_node_is_asked_operator_calls_only_if_it_declares_them() {
+        for caps in [Capabilities::LOCKS, Capabilities::LOCKS.with_operations()] {
+            let odd = Declaring {
+                caps,
+                ..Declaring::default()
+            };
+            let redlock = crate::Redlock::builder()
+                .node(odd.clone())
+                .node(MemoryNode::new())
+                .node(MemoryNode::new())
+                .build()
+                .unwrap();
+            let lease = redlock
+                .try_lock("job", Duration::from_secs(5))
+                .await
+                .unwrap();
+            let seen = redlock.inspect("job").await.unwrap();
+            let voter = &seen.voters()[0];
+            let operated = odd.asked.lock().unwrap().iter().any(|a| a.0 == "operate");
+            assert_eq!(operated, caps.operations, "{caps:?}");
+            if caps.operations {
+                assert!(voter.key().unwrap().holder.is_some(), "{voter:?}");
+            } else {
+                let e = voter.error().expect("not asked: an error");
+                assert!(e.to_string().contains("operator calls"), "{e}");
+            }
+            assert!(seen.voters()[1].key().unwrap().holder.is_some());
+            lease.release().await.unwrap();
+        }
+    }
+
+    /// A custom node reports the refusal kinds the built-in voters report: a `CallError`
+    /// marked `Denied` is a `denied` vote, `Abstained` an abstention.
+    #[tokio::test]
+    async fn a_custom_nodes_refusal_is_reported_as_its_kind() {
+        #[derive(Debug)]
+        struct Refusing(Refusal);
+        impl Node for Refusing {
+            fn name(&self) -> &str {
+                "refusing"
+            }
+            fn acquire<'a>(&'a self, _: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+                Box::pin(ready(Err(CallError::new("no").with_refusal(self.0))))
+            }
+            fn extend<'a>(&'a self, _: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+                Box::pin(ready(Ok(false)))
+            }
+            fn release<'a>(&'a self, _: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+                Box::pin(ready(Ok(false)))
+            }
+        }
+        for (refusal, kind) in [
+            (Refusal::Denied, crate::VoteKind::Denied),
+            (Refusal::WrongType, crate::VoteKind::WrongType),
+            (Refusal::Protected, crate::VoteKind::Protected),
+            (Refusal::Abstained, crate::VoteKind::Abstained),
+        ] {
+            let redlock = crate::Redlock::builder()
+                .node(Refusing(refusal))
+                .retry(crate::Retry::never())
+                .build()
+                .unwrap();
+            let e = redlock
+                .try_lock("job", Duration::from_secs(5))
+                .await
+                .unwrap_err();
+            assert_eq!(e.votes().next().unwrap().kind(), kind, "{e}");
+        }
+    }
+
+    /// A custom node's longest ttl ([`Capabilities::max_ttl`]) bounds the client's locks: a
+    /// longer one is refused up front, nothing asked.
+    #[tokio::test]
+    async fn a_custom_nodes_max_ttl_refuses_longer_locks() {
+        let odd = Declaring {
+            caps: Capabilities::LOCKS.with_max_ttl(Duration::from_secs(10)),
+            ..Declaring::default()
+        };
+        let redlock = crate::Redlock::builder().node(odd.clone()).build().unwrap();
+        let e = redlock
+            .try_lock("job", Duration::from_secs(11))
+            .await
+            .unwrap_err();
+        assert!(odd.asked.lock().unwrap().is_empty(), "asked: {e}");
+        let lease = redlock.try_lock("job", Duration::from_secs(10)).await;
+        lease
+            .expect("within the node's longest ttl")
+            .release()
+            .await
+            .unwrap();
     }
 
     /// The client sends a custom node only the forms its capabilities name. With fencing

@@ -1,17 +1,57 @@
-//! What an operator asks a node, outside the lock's own verbs: what it holds at a key
-//! ([`Node::inspect`]: reads only) and the deletion of a stuck lock, of a named holder or
-//! whatever its token ([`Node::force_release`]). The client never sends either on its own; [`Redlock::inspect`]
-//! and [`Redlock::force_release`] do, when called.
+//! What an operator asks a node, outside the lock's own verbs ([`Node::operate`]): what it
+//! holds at a key ([`Operation::Inspect`]: reads only), the locks under a prefix
+//! ([`Operation::Scan`]), and the deletion of a stuck lock, of a named holder or whatever its
+//! token ([`Operation::ForceRelease`]). The client never sends one on its own;
+//! [`Redlock::inspect`], [`Redlock::scan`] and [`Redlock::force_release`] do, when called.
 //!
 //! [`Redlock::inspect`]: crate::Redlock::inspect
 //! [`Redlock::force_release`]: crate::Redlock::force_release
+//! [`Redlock::scan`]: crate::Redlock::scan
 
 use std::time::Duration;
 
 #[cfg(doc)]
 use super::Node;
 
-/// [`Node::inspect`]: read what the node holds at `key` (the lock), `fence_key` (the
+/// [`Node::operate`]: an operator's question or act.
+///
+/// ```
+/// use tower_redlock::node::{InspectRequest, Operation};
+///
+/// let ask = Operation::Inspect(InspectRequest::new("job", "job:fence", "job:record"));
+/// assert!(matches!(ask, Operation::Inspect(r) if r.key == "job"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation<'a> {
+    /// Read what the node holds at the request's keys, writing nothing: answered by
+    /// [`Operated::Inspected`].
+    Inspect(InspectRequest<'a>),
+    /// The locks held at keys that start with `prefix`, at most `limit`, ordered by key:
+    /// answered by [`Operated::Scanned`].
+    Scan {
+        /// The keys' prefix.
+        prefix: &'a str,
+        /// The most locks to list.
+        limit: usize,
+    },
+    /// Delete a stuck lock (see [`ForceReleaseRequest`]): answered by [`Operated::Forced`].
+    ForceRelease(ForceReleaseRequest<'a>),
+}
+
+/// A node's answer to an [`Operation`], of the same kind (another kind is an error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operated {
+    /// What the node holds: the answer to [`Operation::Inspect`].
+    Inspected(KeyState),
+    /// The locks held under the prefix: the answer to [`Operation::Scan`].
+    Scanned(Vec<HeldKey>),
+    /// What was deleted: the answer to [`Operation::ForceRelease`].
+    Forced(Forced),
+}
+
+/// [`Operation::Inspect`]: read what the node holds at `key` (the lock), `fence_key` (the
 /// resource's fencing counter) and `record_key` (the completion record). Writes nothing.
 ///
 /// ```
@@ -42,7 +82,7 @@ impl<'a> InspectRequest<'a> {
     }
 }
 
-/// What a node holds at a key ([`Node::inspect`]'s answer): each part read as it was when
+/// What a node holds at a key ([`Operation::Inspect`]'s answer): each part read as it was when
 /// read (a Redis master reads them one command after the other: not one atomic snapshot).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -83,7 +123,7 @@ impl KeyState {
     }
 }
 
-/// A completion record as [`Node::inspect`] sees it: its size, and how long it is kept still.
+/// A completion record as [`Operation::Inspect`] sees it: its size, and how long it is kept still.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecordState {
@@ -107,7 +147,7 @@ impl RecordState {
     }
 }
 
-/// [`Node::force_release`]: delete the lock at `key` — of the holder whose token starts with
+/// [`Operation::ForceRelease`]: delete the lock at `key` — of the holder whose token starts with
 /// [`holder`](Self::holder), or whatever token it holds when none is named — and, with
 /// [`with_record`](Self::with_record), the completion record too: with a holder named, only
 /// in the same call that deleted that holder's lock (a record carries no token, so a re-run
@@ -165,7 +205,7 @@ impl<'a> ForceReleaseRequest<'a> {
     }
 }
 
-/// What [`Node::force_release`] deleted.
+/// What [`Operation::ForceRelease`] deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Forced {
@@ -182,7 +222,7 @@ impl Forced {
     }
 }
 
-/// A lock a node holds, as [`Node::scan`] lists it: its key, the holder's token, its ttl.
+/// A lock a node holds, as [`Operation::Scan`] lists it: its key, the holder's token, its ttl.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HeldKey {

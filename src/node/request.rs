@@ -9,17 +9,21 @@ use std::time::Duration;
 #[cfg(doc)]
 use super::{Acquire, Node};
 
-/// What a node does beyond locks. A node declares it in [`Node::capabilities`]; the client
-/// never sends a request with a record or a fence to a custom node that does not declare it:
-/// such a request fails at once with an error (that node's vote is lost), as it does on a
-/// node that answered it with an error.
+/// What a node does beyond locks, and the longest ttl it takes. A node declares it in
+/// [`Node::capabilities`]; the client never sends a request with a record or a fence, a
+/// completion or an operator call to a custom node that does not declare it: such a request
+/// fails at once with an error (that node's vote is lost), as it does on a node that answered
+/// it with an error.
 ///
 /// ```
+/// use std::time::Duration;
 /// use tower_redlock::node::Capabilities;
 ///
 /// let caps = Capabilities::LOCKS.with_records();
-/// assert!(caps.records && !caps.fencing);
-/// assert_eq!(Capabilities::ALL, caps.with_fencing());
+/// assert!(caps.records && !caps.fencing && !caps.operations);
+/// assert_eq!(Capabilities::ALL, caps.with_fencing().with_operations());
+/// let limited = Capabilities::LOCKS.with_max_ttl(Duration::from_secs(60));
+/// assert_eq!(limited.max_ttl, Some(Duration::from_secs(60)));
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -28,19 +32,30 @@ pub struct Capabilities {
     pub records: bool,
     /// Fencing counters: the `fence` of every request.
     pub fencing: bool,
+    /// Operator calls: [`Node::operate`].
+    pub operations: bool,
+    /// The longest ttl the node accepts, if it limits it (delayed-restart protection): the
+    /// client refuses longer locks up front.
+    pub max_ttl: Option<Duration>,
 }
 
 impl Capabilities {
-    /// Locks only: acquire, extend and release without records or fences (the default).
+    /// Locks only: acquire, extend and release without records or fences, any ttl (the
+    /// default).
     pub const LOCKS: Self = Self {
         records: false,
         fencing: false,
+        operations: false,
+        max_ttl: None,
     };
 
-    /// Everything: completion records and fencing counters (the built-in nodes).
+    /// Everything: completion records, fencing counters and operator calls, any ttl (the
+    /// built-in nodes).
     pub const ALL: Self = Self {
         records: true,
         fencing: true,
+        operations: true,
+        max_ttl: None,
     };
 
     /// These, and completion records.
@@ -54,6 +69,20 @@ impl Capabilities {
     #[must_use]
     pub const fn with_fencing(mut self) -> Self {
         self.fencing = true;
+        self
+    }
+
+    /// These, and operator calls.
+    #[must_use]
+    pub const fn with_operations(mut self) -> Self {
+        self.operations = true;
+        self
+    }
+
+    /// These, for locks of at most `ttl`.
+    #[must_use]
+    pub const fn with_max_ttl(mut self, ttl: Duration) -> Self {
+        self.max_ttl = Some(ttl);
         self
     }
 }

@@ -14,8 +14,8 @@ use tower_redlock::node::{
 pub struct BareNode(pub MemoryNode);
 
 impl Node for BareNode {
-    fn name(&self) -> String {
-        "bare".to_owned()
+    fn name(&self) -> &str {
+        "bare"
     }
 
     fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
@@ -37,8 +37,8 @@ impl Node for BareNode {
 pub struct LyingFencingNode(pub BareNode);
 
 impl Node for LyingFencingNode {
-    fn name(&self) -> String {
-        "lying".to_owned()
+    fn name(&self) -> &str {
+        "lying"
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -67,8 +67,8 @@ impl Node for LyingFencingNode {
 pub struct FenceDroppingNode(pub MemoryNode);
 
 impl Node for FenceDroppingNode {
-    fn name(&self) -> String {
-        "fence-dropping".to_owned()
+    fn name(&self) -> &str {
+        "fence-dropping"
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -107,8 +107,8 @@ pub struct FreeMisreadingNode {
 }
 
 impl Node for FreeMisreadingNode {
-    fn name(&self) -> String {
-        "free-misreading".to_owned()
+    fn name(&self) -> &str {
+        "free-misreading"
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -4,7 +4,7 @@
 //! a dropped reply — deletes nothing of that new holder: not its lock, not its record. A
 //! holder named badly is refused before anything is sent.
 
-use tower_redlock::node::{ForceReleaseRequest, Node, RedisNode};
+use tower_redlock::node::{ForceReleaseRequest, Forced, Node, Operated, Operation, RedisNode};
 use tower_redlock::operate::ForceRelease;
 use tower_redlock::{Claim, Redlock, Retry};
 
@@ -136,7 +136,7 @@ async fn force_rerun_a_bad_holder_prefix_is_refused_and_deletes_nothing() {
 /// The first run's reply from master 0 is dropped after its script ran there (the proxy
 /// resets the connection). A new holder takes the key and completes its work; then the
 /// request is sent again — the very request the client made, to master 0 as a connection
-/// that re-sends after a dropped reply would (`Node::force_release` on a `RedisNode`), and
+/// that re-sends after a dropped reply would (`Node::operate` on a `RedisNode`), and
 /// by the operator's re-run to every master: neither deletes the new holder's lock or
 /// record.
 #[tokio::test]
@@ -178,7 +178,7 @@ async fn force_rerun_a_resent_script_deletes_nothing_of_a_new_holder() {
     let request = ForceReleaseRequest::new(KEY)
         .with_record(&record_key)
         .holder("f0f0f0f0");
-    let resent = node.force_release(request).await.unwrap();
+    let resent = forced(&node, request).await;
     assert!(
         !resent.lock,
         "the re-sent script deleted the new holder's lock"
@@ -198,7 +198,7 @@ async fn force_rerun_a_resent_script_deletes_nothing_of_a_new_holder() {
         m.values(&record_key).await.iter().all(Option::is_some)
     })
     .await;
-    let resent = node.force_release(request).await.unwrap();
+    let resent = forced(&node, request).await;
     assert!(
         !resent.record,
         "the re-sent script deleted the new holder's record"
@@ -235,4 +235,16 @@ async fn force_release_spares_the_first_tenure_marker() {
         m.everywhere(KEY, MARKER).await,
         "a tenure marker was deleted"
     );
+}
+
+/// A forced release asked of `node` directly, as the client asks it.
+async fn forced(node: &RedisNode, request: ForceReleaseRequest<'_>) -> Forced {
+    match node
+        .operate(Operation::ForceRelease(request))
+        .await
+        .unwrap()
+    {
+        Operated::Forced(forced) => forced,
+        other => panic!("a forced release answered {other:?}"),
+    }
 }

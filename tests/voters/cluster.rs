@@ -438,7 +438,7 @@ async fn cluster_restart_protection_abstains_per_slot_until_old_enough() {
     let max_ttl = Duration::from_secs(2);
     let options = RedisNodeOptions::new().restart_protection(max_ttl);
     let voter = voter(&c, &options).await;
-    assert_eq!(voter.max_ttl(), Some(max_ttl));
+    assert_eq!(voter.capabilities().max_ttl, Some(max_ttl));
     let client = client([voter.clone()]);
     let ttl = Duration::from_millis(1500);
     let keys = key_per_node(&c, "guarded:").await;

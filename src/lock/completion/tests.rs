@@ -41,8 +41,8 @@ impl Scripted {
 }
 
 impl Node for Scripted {
-    fn name(&self) -> String {
-        "scripted".to_owned()
+    fn name(&self) -> &str {
+        "scripted"
     }
     fn capabilities(&self) -> Capabilities {
         Capabilities::LOCKS.with_records()

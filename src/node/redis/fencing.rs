@@ -123,12 +123,12 @@ impl RedisNode {
                 "the master's tenure is younger than the longest ttl: abstains \
                  (delayed-restart protection)",
             )
-            .refusing(Refusal::Protected)),
+            .with_refusal(Refusal::Protected)),
             (Some(4), None) => Err(CallError::new(
                 "the fencing counter's key (the lock's key + \":fence\") holds something \
                  else, a lock of a resource named like it: not overwritten, abstains",
             )
-            .refusing(Refusal::WrongType)),
+            .with_refusal(Refusal::WrongType)),
             _ => Err(unexpected(&Value::Array(items))),
         }
     }

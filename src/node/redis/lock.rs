@@ -261,7 +261,7 @@ impl RedisNode {
                  or the first use of protection): abstains (delayed-restart protection)",
                 guard.window
             ))
-            .refusing(Refusal::Protected));
+            .with_refusal(Refusal::Protected));
         }
         Ok(v)
     }

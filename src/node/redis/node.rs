@@ -3,16 +3,14 @@
 //! path), the others boxed.
 
 use std::future::Future;
-use std::time::Duration;
 
 use futures_util::future::Either;
 use redis::Cmd;
 
 use super::RedisNode;
 use crate::node::{
-    Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest,
-    ForceReleaseRequest, Forced, HeldKey, InspectRequest, KeyState, Node, NodeFuture,
-    ReleaseRequest,
+    Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest, Node,
+    NodeFuture, Operated, Operation, ReleaseRequest,
 };
 
 impl RedisNode {
@@ -106,16 +104,15 @@ impl RedisNode {
 }
 
 impl Node for RedisNode {
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn max_ttl(&self) -> Option<Duration> {
-        self.guard.as_ref().map(|g| g.max_ttl)
+    fn name(&self) -> &str {
+        &self.name
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        match &self.guard {
+            Some(g) => Capabilities::ALL.with_max_ttl(g.max_ttl),
+            None => Capabilities::ALL,
+        }
     }
 
     fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
@@ -134,15 +131,15 @@ impl Node for RedisNode {
         self.complete_request(request)
     }
 
-    fn inspect<'a>(&'a self, request: InspectRequest<'a>) -> NodeFuture<'a, KeyState> {
-        Box::pin(self.inspect_keys(request))
-    }
-
-    fn force_release<'a>(&'a self, request: ForceReleaseRequest<'a>) -> NodeFuture<'a, Forced> {
-        Box::pin(self.force_release_keys(request))
-    }
-
-    fn scan<'a>(&'a self, prefix: &'a str, limit: usize) -> NodeFuture<'a, Vec<HeldKey>> {
-        Box::pin(self.scan_keys(prefix, limit))
+    fn operate<'a>(&'a self, operation: Operation<'a>) -> NodeFuture<'a, Operated> {
+        Box::pin(async move {
+            Ok(match operation {
+                Operation::Inspect(r) => Operated::Inspected(self.inspect_keys(r).await?),
+                Operation::Scan { prefix, limit } => {
+                    Operated::Scanned(self.scan_keys(prefix, limit).await?)
+                }
+                Operation::ForceRelease(r) => Operated::Forced(self.force_release_keys(r).await?),
+            })
+        })
     }
 }

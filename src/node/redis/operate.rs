@@ -40,7 +40,7 @@ fn is_first_marker(value: &str) -> bool {
 }
 
 impl RedisNode {
-    /// [`Node::inspect`](crate::node::Node::inspect): the lock, its ttl, the counter, the
+    /// [`Operation::Inspect`](crate::node::Operation::Inspect): the lock, its ttl, the counter, the
     /// record's size and ttl, each read by its own command (the lock's value first: a lock
     /// that expires between its `GET` and its `PTTL` is reported free). A value tagged as one
     /// of ours (a counter, a record, a marker) is no lock; a record is one only if tagged.
@@ -78,7 +78,7 @@ impl RedisNode {
         Ok(state)
     }
 
-    /// [`Node::force_release`](crate::node::Node::force_release): one script
+    /// [`Operation::ForceRelease`](crate::node::Operation::ForceRelease): one script
     /// ([`FORCE_RELEASE`]) deletes the named holder's lock (never a value tagged as ours)
     /// and, when asked, the record (only a record; with a holder named, only with its
     /// lock). The fencing counter is never deleted.
@@ -112,7 +112,7 @@ impl RedisNode {
         }
     }
 
-    /// [`Node::scan`](crate::node::Node::scan): `SCAN … MATCH <prefix>*`, then each lock's
+    /// [`Operation::Scan`](crate::node::Operation::Scan): `SCAN … MATCH <prefix>*`, then each lock's
     /// `GET` and `PTTL`; values tagged as ours (the counters, records and markers beside the
     /// locks) and keys of another kind are left out. Not on a Redis Cluster (its keys are spread over its
     /// masters).

@@ -64,7 +64,7 @@ impl RedisNode {
                 "the master's tenure is too young to say there is no record: abstains (delayed-restart \
                  protection)",
             )
-            .refusing(Refusal::Protected)),
+            .with_refusal(Refusal::Protected)),
             _ => Err(unexpected(&Value::Array(items))),
         }
     }

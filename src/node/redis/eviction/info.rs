@@ -158,7 +158,7 @@ pub(crate) fn refusal(e: &RedisError) -> Option<CallError> {
     match of_refusal(e)? {
         Verdict::Evicts {
             policy, maxmemory, ..
-        } => Some(abstains(&policy, maxmemory, None).refusing(Refusal::Abstained)),
+        } => Some(abstains(&policy, maxmemory, None).with_refusal(Refusal::Abstained)),
         Verdict::Keeps { .. } | Verdict::Unknown(_) => None,
     }
 }

@@ -461,7 +461,7 @@ impl From<Failed> for CallError {
             failed.why
         ));
         let why = if failed.denied {
-            why.refusing(Refusal::Denied)
+            why.with_refusal(Refusal::Denied)
         } else {
             why
         };

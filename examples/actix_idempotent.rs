@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     // The same policy as the axum example, so both protect — and replay — the same keys.
-    // (With the default ttl, `RedlockMiddleware::idempotent(redlock)?` says the same.)
+    // (With the default ttl, `RedlockMiddleware::new(LockPolicy::idempotent(redlock).build()?)` says the same.)
     let policy = LockPolicy::idempotent(redlock)
         .ttl(ttl)
         .on_lost(on_lost)
@@ -121,7 +121,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 web::resource("/payments").route(
                     web::post()
                         .to(pay)
-                        .wrap(RedlockMiddleware::with_policy(policy.clone())),
+                        .wrap(RedlockMiddleware::new(policy.clone())),
                 ),
             )
     })

@@ -84,7 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // Idempotency-Key required, scoped by route; responses replayed for 24 h. (With the
-    // default ttl, `RedlockLayer::idempotent(redlock)?` says the same.)
+    // default ttl, `RedlockLayer::new(LockPolicy::idempotent(redlock).build()?)` says the same.)
     let policy = LockPolicy::idempotent(redlock)
         .ttl(ttl)
         .on_lost(on_lost)
@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route(
             "/payments",
             post(move |lease: LeaseHandle, Json(order): Json<Value>| pay(lease, order, work, bind))
-                .route_layer(RedlockLayer::with_policy(policy)),
+                .route_layer(RedlockLayer::new(policy)),
         )
         .route("/health", get(|| async { "ok" }));
     #[cfg(feature = "metrics")]

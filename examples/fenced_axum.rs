@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route(
             "/ledger/{id}",
-            put(write).route_layer(RedlockLayer::with_policy(policy)),
+            put(write).route_layer(RedlockLayer::new(policy)),
         )
         .with_state(data);
     println!("[{bind}] PUT /ledger/{{id}}[?pause_ms=N], fenced writes");

@@ -272,7 +272,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .layer(RedlockLayer::with_policy(policy))
+            .layer(RedlockLayer::new(policy))
             .add_service(PaymentsServer {
                 gate: Arc::clone(&gate),
             })

@@ -56,14 +56,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Unlocking
-    redlock.unlock(first_try).await?;
+    first_try.release().await?;
     let second_try = redlock.lock("resource_key", ttl).await?;
     println!("after unlock: {second_try}");
     second_try.release().await?;
 
     // The scoped version: always releases.
     let answer = redlock
-        .with_lock("resource_key", ttl, |lease| async move {
+        .critical_section("resource_key", ttl)
+        .run(|lease| async move {
             println!("in the critical section, {:?} left", lease.validity());
             42
         })

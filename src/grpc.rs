@@ -38,7 +38,7 @@
 //! returns `Ok(None)` outside the protected service), or they are refused with
 //! `INVALID_ARGUMENT`. For streaming methods, see
 //! [`Replay::without_body`](crate::replay::Replay::without_body) and
-//! [`release_on_body_end`](crate::policy::LockPolicyBuilder::release_on_body_end) (the gRPC
+//! [`ReleaseOn::BodyEnd`](crate::policy::ReleaseOn::BodyEnd) (the gRPC
 //! guide, `tower_redlock::guide::grpc`, says why).
 //!
 //! A custom [`Responder`](crate::rejection::Responder) set with

@@ -12,8 +12,8 @@
 //!
 //! | you want | start at |
 //! | --- | --- |
-//! | a lock from code | [`Redlock`] ([`Redlock::lock`], [`Redlock::with_lock`], [`Redlock::critical_section`]), [`Lease`], [`Error`] |
-//! | work that runs once | [`Redlock::lock_unless_completed`], [`Claim`], [`Lease::complete`] |
+//! | a lock from code | [`Redlock`] ([`Redlock::lock`], [`Redlock::critical_section`]), [`Lease`], [`Error`] |
+//! | work that runs once | [`Redlock::lock_unless_completed`], [`LockOrRecord`], [`Lease::complete`] |
 //! | the middleware | [`policy::LockPolicy`], [`key`] (what a request locks), [`replay`], [`rejection`], [`grpc`] |
 //! | voters | [`node`]: [`node::RedisNode`] (masters, Sentinel groups, Clusters), [`node::MemoryNode`], your own [`node::Node`] |
 //! | fencing where the data lives | [`Lease::fencing_token`], [`fenced`] |
@@ -59,7 +59,7 @@ pub mod tower;
 pub use crate::actix::middleware::RedlockMiddleware;
 pub use crate::error::{Error, ErrorKind, NodeError, Result, Vote, VoteKind};
 pub use crate::lock::{
-    Claim, CriticalSection, Lease, LeaseHandle, NodeStatus, Redlock, RedlockBuilder, Retry,
+    CriticalSection, Lease, LeaseHandle, LockOrRecord, NodeStatus, Redlock, RedlockBuilder, Retry,
 };
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]

@@ -49,4 +49,3 @@ pub use crate::lock::force::{ForceRelease, ForceReleased, MIN_HOLDER_PREFIX};
 pub use crate::lock::inspect::{
     Holder, Holding, Inspection, Summary, VoterInspection, VoterKey, VoterScan,
 };
-pub use crate::node::RecordState;

@@ -56,9 +56,9 @@
 //! to [`Replay::response_limit`] on every master for the retention. Put compression layers
 //! *outside* the lock layer: a response stored compressed would be replayed compressed.
 //!
-//! **Other settings**: with [`wait`](crate::policy::LockPolicyBuilder::wait), a duplicate in flight
-//! waits and then gets the stored response. [`fail_open`](crate::policy::LockPolicyBuilder::fail_open)
-//! is refused with replay (a request run unlocked could run a completed key again). The
+//! **Other settings**: with [`OnContention::wait`](crate::policy::OnContention::wait), a
+//! duplicate in flight waits and then gets the stored response.
+//! [`OnUnavailable::FailOpen`](crate::policy::OnUnavailable::FailOpen) is refused with replay (a request run unlocked could run a completed key again). The
 //! request body is read *before* the lock is taken, so a slow client never holds a key.
 //!
 //! A stored response is replayed byte for byte by either framework: an actix-web replica
@@ -86,7 +86,7 @@
 //!             .store_if(|status| (200..300).contains(&status)),
 //!     )
 //!     .build()?;
-//! assert!(short.replays() && custom.replays());
+//! assert!(short.replay().is_some() && custom.replay().is_some());
 //! # Ok(()) }
 //! ```
 

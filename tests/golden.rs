@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use tower_redlock::node::{RedisNode, RedisNodeOptions};
-use tower_redlock::{Claim, Redlock, Retry};
+use tower_redlock::{LockOrRecord, Redlock, Retry};
 use tower_redlock_testkit as support;
 
 use support::RedisServer;
@@ -74,7 +74,7 @@ async fn golden_completion_record_format() {
     assert_eq!(raw(&server, "golden:lock").await, lease.value().as_bytes());
     lease.release().await.unwrap();
 
-    let Claim::Locked(lease) = client
+    let LockOrRecord::Locked(lease) = client
         .lock_unless_completed("golden:work", TTL, Retry::never())
         .await
         .unwrap()
@@ -174,7 +174,7 @@ async fn golden_http_record_format() {
             "/payments",
             post(|| async { ([("x-payment-id", "p-1")], "paid") }),
         )
-        .layer(RedlockLayer::with_policy(policy));
+        .layer(RedlockLayer::new(policy));
     let request = || {
         axum::http::Request::post("/payments?x=1")
             .header("idempotency-key", "\"golden-1\"")
@@ -234,7 +234,7 @@ async fn golden_http_record_of_a_request_stopped_on_a_lost_lease() {
     // A handler that never ends: its lease runs out and it is stopped.
     let app = axum::Router::new()
         .route("/payments", post(std::future::pending::<&'static str>))
-        .layer(RedlockLayer::with_policy(policy));
+        .layer(RedlockLayer::new(policy));
     let request = axum::http::Request::post("/payments?x=1")
         .header("idempotency-key", "\"golden-1\"")
         .header("content-type", "application/json")
@@ -303,7 +303,7 @@ async fn run_keyed(secret: Option<&[u8]>) -> (Vec<String>, RedisServer) {
     }
     let app = axum::Router::new()
         .route("/pay", post(|| async { "paid" }))
-        .layer(RedlockLayer::with_policy(policy.build().unwrap()));
+        .layer(RedlockLayer::new(policy.build().unwrap()));
     let request = axum::http::Request::post("/pay")
         .header("idempotency-key", "\"golden-1\"")
         .body(axum::body::Body::empty())
@@ -436,7 +436,7 @@ fn sealed_app(
                 async { "card 4111-1111" }
             }),
         )
-        .layer(RedlockLayer::with_policy(policy))
+        .layer(RedlockLayer::new(policy))
 }
 
 /// Sends `POST /pay` with `Idempotency-Key: "sealed-1"`: the status, the body and whether
@@ -683,7 +683,7 @@ async fn golden_if_free_record_and_its_mark() {
 
     // Under a lease: no mark.
     let client = client(&server, false);
-    let Claim::Locked(lease) = client
+    let LockOrRecord::Locked(lease) = client
         .lock_unless_completed("golden:valid", TTL, Retry::never())
         .await
         .unwrap()

@@ -13,7 +13,7 @@ use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use support::{eventually, warm_up, HttpApp, Masters};
 use tower_redlock::policy::LockPolicy;
-use tower_redlock::{Claim, Redlock, RedlockLayer, Retry};
+use tower_redlock::{LockOrRecord, Redlock, RedlockLayer, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 const WITHIN: Duration = Duration::from_secs(20);
@@ -252,7 +252,7 @@ async fn metrics_count_replays_over_http() {
     let policy = LockPolicy::idempotent(redlock.clone()).build().unwrap();
     let app = HttpApp::serve(Router::new().route(
         "/payments",
-        post(|| async { "charged" }).route_layer(RedlockLayer::with_policy(policy)),
+        post(|| async { "charged" }).route_layer(RedlockLayer::new(policy)),
     ))
     .await;
     let http = reqwest::Client::new();
@@ -283,10 +283,10 @@ async fn metrics_count_replays_over_http() {
     // The client's own completion records count the same way, without HTTP.
     let done = || redlock.lock_unless_completed("metrics-work", TTL, Retry::never());
     match done().await.unwrap() {
-        Claim::Locked(lease) => lease.complete("ok", TTL).await.unwrap(),
+        LockOrRecord::Locked(lease) => lease.complete("ok", TTL).await.unwrap(),
         other => panic!("first run: {other:?}"),
     }
-    assert!(matches!(done().await.unwrap(), Claim::Completed(_)));
+    assert!(matches!(done().await.unwrap(), LockOrRecord::Completed(_)));
     let last = Snapshot::take();
     assert_eq!(last.delta(&after, "redlock_recorded_total"), 1.0);
     assert_eq!(last.delta(&after, "redlock_completed_total"), 1.0);
@@ -319,7 +319,7 @@ async fn metrics_count_a_record_that_never_reaches_its_quorum() {
         .lock_unless_completed("minority", Duration::from_millis(500), Retry::never())
         .await
     {
-        Ok(Claim::Locked(lease)) => lease,
+        Ok(LockOrRecord::Locked(lease)) => lease,
         other => panic!("expected a lease, got {other:?}"),
     };
     let before = Snapshot::take();

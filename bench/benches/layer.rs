@@ -78,18 +78,19 @@ fn layer(c: &mut Criterion) {
             ("bare handler", route()),
             (
                 "RedlockLayer, memory node",
-                route().layer(
-                    RedlockLayer::new(Redlock::in_memory(), IdempotencyKey::required())
-                        .expect("the layer"),
-                ),
+                route().layer(RedlockLayer::new(
+                    LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
+                        .build()
+                        .expect("the policy"),
+                )),
             ),
             (
                 "RedlockLayer, memory node, no keep-alive",
-                route().layer(RedlockLayer::with_policy(no_keep_alive)),
+                route().layer(RedlockLayer::new(no_keep_alive)),
             ),
             (
                 "RedlockLayer, memory node, OnLost::Abort",
-                route().layer(RedlockLayer::with_policy(
+                route().layer(RedlockLayer::new(
                     LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
                         .on_lost(OnLost::Abort)
                         .build()
@@ -98,13 +99,14 @@ fn layer(c: &mut Criterion) {
             ),
             (
                 "RedlockLayer, 3 Redis masters",
-                route().layer(
-                    RedlockLayer::new(
+                route().layer(RedlockLayer::new(
+                    LockPolicy::builder(
                         common::ours(&masters.urls(), Duration::from_millis(50)),
                         IdempotencyKey::required(),
                     )
-                    .expect("the layer"),
-                ),
+                    .build()
+                    .expect("the policy"),
+                )),
             ),
         ]
     });

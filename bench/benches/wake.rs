@@ -15,7 +15,7 @@
 //!   and on), and per release with 1, 10 and 100 subscriber connections on the key (as many
 //!   client processes waiting on it).
 //! - **The middleware**: 40 concurrent duplicates of one idempotent request (axum,
-//!   `RedlockLayer`, replay, `.wait(10 s)`, a 100 ms handler): the time from the first
+//!   `RedlockLayer`, replay, `OnContention::wait(10 s)`, a 100 ms handler): the time from the first
 //!   response to the last replay.
 //!
 //! ```text
@@ -249,7 +249,7 @@ async fn middleware(o: &mut String, node_timeout: Duration) {
     use axum::routing::post;
     use http_body_util::{BodyExt, Full};
     use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
-    use tower_redlock::policy::LockPolicy;
+    use tower_redlock::policy::{LockPolicy, OnContention};
     use tower_redlock::replay::Replay;
     use tower_redlock::RedlockLayer;
 
@@ -259,7 +259,7 @@ async fn middleware(o: &mut String, node_timeout: Duration) {
     writeln!(
         o,
         "\n### The middleware: {DUPLICATES} concurrent duplicates of one idempotent request \
-         (`.wait(10 s)`, a 100 ms handler), 3 masters\n\n\
+         (`OnContention::wait(10 s)`, a 100 ms handler), 3 masters\n\n\
          | wake-up | first response | last replay after the first | all replayed |\n|---|---|---|---|"
     )
     .unwrap();
@@ -267,7 +267,7 @@ async fn middleware(o: &mut String, node_timeout: Duration) {
         let redlock = client(&urls, node_timeout, wake);
         let policy = LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
             .replay(Replay::new())
-            .wait(Duration::from_secs(10))
+            .on_contention(OnContention::wait(Duration::from_secs(10)))
             .build()
             .expect("a policy");
         let app = axum::Router::new().route(
@@ -276,7 +276,7 @@ async fn middleware(o: &mut String, node_timeout: Duration) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 r#"{"paid":true}"#
             })
-            .layer(RedlockLayer::with_policy(policy)),
+            .layer(RedlockLayer::new(policy)),
         );
         let server = support::HttpApp::serve(app).await;
         let mut senders = Vec::with_capacity(DUPLICATES);

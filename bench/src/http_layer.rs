@@ -14,6 +14,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use tower::ServiceExt;
 use tower_redlock::key::IdempotencyKey;
+use tower_redlock::policy::LockPolicy;
 use tower_redlock::{Redlock, RedlockLayer};
 use tower_redlock_testkit::{HttpApp, Masters};
 
@@ -47,16 +48,23 @@ pub fn next_key() -> String {
 /// (`Router::oneshot`), over one keep-alive connection, over 64 connections.
 pub async fn run(s: &Params, masters: &Masters) -> Vec<(&'static str, LayerRow)> {
     let bare = Router::new().route("/pay", post(pay));
-    let mem = Router::new().route("/pay", post(pay)).layer(
-        RedlockLayer::new(Redlock::in_memory(), IdempotencyKey::required()).expect("the layer"),
-    );
-    let redis = Router::new().route("/pay", post(pay)).layer(
-        RedlockLayer::new(
-            crate::ours(&masters.urls()[..3], s.node_timeout),
-            IdempotencyKey::required(),
-        )
-        .expect("the layer"),
-    );
+    let mem = Router::new()
+        .route("/pay", post(pay))
+        .layer(RedlockLayer::new(
+            LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
+                .build()
+                .expect("the policy"),
+        ));
+    let redis = Router::new()
+        .route("/pay", post(pay))
+        .layer(RedlockLayer::new(
+            LockPolicy::builder(
+                crate::ours(&masters.urls()[..3], s.node_timeout),
+                IdempotencyKey::required(),
+            )
+            .build()
+            .expect("the policy"),
+        ));
     let apps = [
         ("bare handler", bare),
         ("+ RedlockLayer, memory node", mem),

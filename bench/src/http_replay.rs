@@ -209,7 +209,7 @@ impl HttpReplayCtx<'_> {
 pub async fn run(s: &Params, masters: &Masters, n: usize) -> HttpReplayRow {
     let urls = &masters.urls()[..n];
     let redlock = crate::ours(urls, s.node_timeout);
-    let plain = RedlockLayer::with_policy(
+    let plain = RedlockLayer::new(
         LockPolicy::builder(
             redlock.clone(),
             IdempotencyKey::required().scoped_by_route(),
@@ -217,7 +217,11 @@ pub async fn run(s: &Params, masters: &Masters, n: usize) -> HttpReplayRow {
         .build()
         .expect("the plain policy"),
     );
-    let idempotent = RedlockLayer::idempotent(redlock.clone()).expect("the idempotent layer");
+    let idempotent = RedlockLayer::new(
+        LockPolicy::idempotent(redlock.clone())
+            .build()
+            .expect("the idempotent policy"),
+    );
     let app = Router::new()
         .route("/bare", post(order))
         .route("/locked", post(order).layer(plain))

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tower_redlock::{Claim, Redlock, Retry};
+use tower_redlock::{LockOrRecord, Redlock, Retry};
 use tower_redlock_testkit::Masters;
 
 use crate::report::{counts, mark, p, workload_rows};
@@ -56,11 +56,11 @@ async fn replay_hits(
             .lock_unless_completed(resource, crate::TTL, Retry::never())
             .await
         {
-            Ok(Claim::Completed(record)) if record.len() == RECORD_LEN => {
+            Ok(LockOrRecord::Completed(record)) if record.len() == RECORD_LEN => {
                 let d = t0.elapsed();
                 Some((d, d))
             }
-            Ok(Claim::Locked(lease)) => {
+            Ok(LockOrRecord::Locked(lease)) => {
                 // Not completed after all (a bug): counted as a failure, the lock released.
                 let _ = lease.release().await;
                 None
@@ -90,7 +90,7 @@ async fn first_executions(
                 .lock_unless_completed(&resource, crate::TTL, Retry::never())
                 .await
             {
-                Ok(Claim::Locked(lease)) => {
+                Ok(LockOrRecord::Locked(lease)) => {
                     let claimed = t0.elapsed();
                     lease.complete(record, RETENTION).await.ok()?;
                     Some((claimed, t0.elapsed()))
@@ -150,7 +150,7 @@ pub async fn run(s: &Params, masters: &Masters, n: usize) -> ReplayRow {
         .await
         .expect("the replay resource's claim");
     match claim {
-        Claim::Locked(lease) => lease
+        LockOrRecord::Locked(lease) => lease
             .complete(record.clone(), RETENTION)
             .await
             .expect("the replay resource completed"),

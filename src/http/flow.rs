@@ -238,7 +238,7 @@ pub(crate) async fn run<G: Glue>(
     // lease in the background, with replay it marks the key completed (see `Running`). The
     // keep-alive starts only if the handler outlives ttl/3.
     let due = Instant::now() + lease.ttl() / 3;
-    let keep_alive = policy.keeps_alive();
+    let keep_alive = policy.keep_alive();
     let rule = policy.lost_rule();
     // Watched only when a loss may stop it; otherwise the loss is looked at once, below.
     let mut watch = rule

@@ -31,6 +31,7 @@ use crate::node::{AnyNode, Node, RedisNode, RedisNodeOptions};
 /// # Ok(()) }
 /// ```
 #[derive(Default)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct RedlockBuilder {
     nodes: Vec<AnyNode>,
     problems: Vec<String>,

@@ -1,6 +1,5 @@
-//! Work run under a lock: [`Redlock::with_lock`](super::Redlock::with_lock) and
-//! [`Redlock::critical_section`](super::Redlock::critical_section) run work while holding a
-//! lock, and always release it.
+//! Work run under a lock: [`Redlock::critical_section`](super::Redlock::critical_section)
+//! runs work while holding a lock, and always releases it.
 
 use std::future::Future;
 use std::time::Duration;

@@ -16,7 +16,14 @@ use crate::error::Error;
 use crate::node::ExtendRequest;
 
 impl Lease {
-    /// Extends the lease to `ttl` from now on a quorum of nodes. See [`Redlock::extend`].
+    /// Extends the lease to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).
+    ///
+    /// Fails with [`Error::is_lost`] when the lease's validity is already over — or runs out
+    /// before a quorum extended it: the nodes that did extend are then released, so nothing
+    /// outlives what the error reports — or the nodes no longer carry its token (an expired
+    /// lock is never re-created), with [`Error::is_extension_limit`] at the extension cap,
+    /// and with [`Error::is_unavailable`] when too few nodes answered — the lease then keeps
+    /// its previous validity.
     pub async fn extend(&self, ttl: Duration) -> crate::Result<()> {
         self.client.extend_state(&self.state, ttl).await
     }
@@ -44,7 +51,7 @@ impl Lease {
 }
 
 impl Redlock {
-    /// Extends `state` to `ttl` from now, in a `redlock.extend` span (see [`Redlock::extend`]).
+    /// Extends `state` to `ttl` from now, in a `redlock.extend` span (see [`Lease::extend`]).
     pub(crate) async fn extend_state(
         &self,
         state: &LeaseState,

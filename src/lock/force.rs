@@ -26,6 +26,7 @@ use crate::node::{ForceReleaseRequest, Forced};
 /// # let _ = (precise, blunt);
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a forced release does nothing until given to `Redlock::force_release`"]
 pub struct ForceRelease {
     by: String,
     record: bool,
@@ -61,7 +62,6 @@ impl ForceRelease {
     /// Clear only the holder whose token starts with `prefix`: the token prefix
     /// [`Redlock::inspect`] shows ([`MIN_HOLDER_PREFIX`] to 32 hex digits; anything else is
     /// refused as invalid input when the release runs, and nothing is deleted).
-    #[must_use]
     pub fn holder(mut self, prefix: impl Into<String>) -> Self {
         self.holder = Named::Prefix(prefix.into());
         self
@@ -70,7 +70,6 @@ impl ForceRelease {
     /// Clear whatever holds the key — also a holder that took it a moment ago. Prefer
     /// [`holder`](Self::holder): a re-run of this one can delete a new holder's lock (two
     /// holders at once) and, with [`with_record`](Self::with_record), its fresh record.
-    #[must_use]
     pub fn any_holder(mut self) -> Self {
         self.holder = Named::Any;
         self
@@ -79,7 +78,6 @@ impl ForceRelease {
     /// Delete the completion record too: the next request with this key runs the handler
     /// again instead of replaying. With a holder named, the record goes only on the voters
     /// where that holder's lock did.
-    #[must_use]
     pub fn with_record(mut self) -> Self {
         self.record = true;
         self

@@ -2,7 +2,6 @@
 //! [`Redlock`], knows nothing of HTTP; its public items are re-exported at the crate root,
 //! whose documentation describes how a lock is taken.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,7 +53,7 @@ pub(crate) mod inspect;
 #[cfg(test)]
 mod tests;
 
-pub use self::acquire::Claim;
+pub use self::acquire::LockOrRecord;
 pub use self::builder::RedlockBuilder;
 pub use self::critical_section::CriticalSection;
 pub use self::health::NodeStatus;
@@ -229,55 +228,21 @@ impl Redlock {
         retry: Retry,
     ) -> crate::Result<Lease> {
         match self.lock_inner(resource, ttl, retry, false).await? {
-            Claim::Locked(lease) => Ok(lease),
+            LockOrRecord::Locked(lease) => Ok(lease),
             // A plain acquire counts a record as "held" (see `try_once`, `acquire/`): never here.
-            Claim::Completed(_) | Claim::OutcomeUnknown => {
+            LockOrRecord::Completed(_) | LockOrRecord::OutcomeUnknown => {
                 Err(Error::invalid("a plain lock answered with a record"))
             }
         }
     }
 
-    /// Extends `lease` to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).
-    ///
-    /// Fails with [`Error::is_lost`] when the lease's validity is already over — or runs out
-    /// before a quorum extended it: the nodes that did extend are then released, so nothing
-    /// outlives what the error reports — or the nodes no longer carry its token (an expired
-    /// lock is never re-created), with
-    /// [`Error::is_extension_limit`] at the extension cap, and with
-    /// [`Error::is_unavailable`] when too few nodes answered — the lease then keeps its
-    /// previous validity.
-    pub async fn extend(&self, lease: &Lease, ttl: Duration) -> crate::Result<()> {
-        lease.extend(ttl).await
-    }
-
-    /// Releases `lease` on every node. The same as [`Lease::release`].
-    pub async fn unlock(&self, lease: Lease) -> crate::Result<()> {
-        lease.release().await
-    }
-
-    /// Runs `work` while holding the lock on `resource`, and always releases it: on
-    /// success, on error, and when the returned future is dropped (cancellation; the release
-    /// is then spawned in the background).
-    ///
-    /// The lock is taken with the client's retry policy; if it cannot be taken, `work` does
-    /// not run and the error is returned — the Rust form of the Ruby gem's `lock!`. `work`
-    /// gets a [`LeaseHandle`] to check the validity. For auto-extension and abort on loss,
-    /// see [`Redlock::critical_section`].
-    pub async fn with_lock<F, Fut, T>(
-        &self,
-        resource: &str,
-        ttl: Duration,
-        work: F,
-    ) -> crate::Result<T>
-    where
-        F: FnOnce(LeaseHandle) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        self.critical_section(resource, ttl).run(work).await
-    }
-
-    /// A configurable critical section: like [`Redlock::with_lock`], with auto-extension,
-    /// abort-on-loss and an explicit retry policy.
+    /// Runs work while holding the lock on `resource`, and always releases it: on success,
+    /// on an error value, and when the returned future is dropped (cancellation; the release
+    /// is then spawned in the background) — the Rust form of the Ruby gem's `lock!`: if the
+    /// lock cannot be taken (with the client's retry policy, or
+    /// [`CriticalSection::retry`]), the work does not run and the error is returned. The
+    /// work gets a [`LeaseHandle`] to check the validity; auto-extension and abort-on-loss
+    /// are options.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
@@ -297,6 +262,7 @@ impl Redlock {
     /// assert!(done >= 1);
     /// # Ok(()) }
     /// ```
+    #[doc(alias = "with_lock")]
     pub fn critical_section<'a>(&'a self, resource: &'a str, ttl: Duration) -> CriticalSection<'a> {
         CriticalSection::new(self, resource, ttl, self.inner.config.retry)
     }

@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 /// let wait = Retry::until(Duration::from_secs(2))
 ///     .delay(Duration::from_millis(50))
 ///     .jitter(Duration::from_millis(25));
-/// assert_eq!(wait.max_wait(), Some(Duration::from_secs(2)));
+/// // At most 5 retries, and none that could not finish within 1 s:
+/// let short = Retry::times(5).max_wait(Duration::from_secs(1));
+/// # let _ = (wait, short);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a retry policy does nothing until it is used"]
 pub struct Retry {
     retries: u32,
     delay: Duration,
@@ -101,19 +104,25 @@ impl Retry {
         self
     }
 
-    /// Stop retrying once `max_wait` has passed since the first try.
-    pub fn max_wait(&self) -> Option<Duration> {
-        self.max_wait
-    }
-
-    /// Sets the bound on the whole wait.
-    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+    /// Stop retrying once `max_wait` has passed since the first try (no try starts after;
+    /// see [`Retry::until`]).
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.max_wait = Some(max_wait);
         self
     }
 
+    /// The bound on the whole wait, if any.
+    pub(crate) fn max_wait_of(&self) -> Option<Duration> {
+        self.max_wait
+    }
+
+    /// The base delay between tries.
+    pub(crate) fn delay_of(&self) -> Duration {
+        self.delay
+    }
+
     /// The number of retries after the first try.
-    pub fn retry_count(&self) -> u32 {
+    pub(crate) fn retry_count(&self) -> u32 {
         self.retries
     }
 

@@ -9,7 +9,7 @@ use tracing_subscriber::fmt::format::FmtSpan;
 
 use super::telemetry::hashed;
 use crate::node::MemoryNode;
-use crate::{Claim, Redlock, Retry};
+use crate::{LockOrRecord, Redlock, Retry};
 
 /// The log lines of a test, written by a `fmt` subscriber.
 #[derive(Clone, Default)]
@@ -70,10 +70,10 @@ fn spans_record_outcomes_and_never_the_key() {
         assert_eq!(node.get("secret-resource"), None, "released on drop");
         let work = || redlock.lock_unless_completed("secret-work", ttl, Retry::never());
         match work().await.unwrap() {
-            Claim::Locked(lease) => lease.complete("done", ttl).await.unwrap(),
+            LockOrRecord::Locked(lease) => lease.complete("done", ttl).await.unwrap(),
             other => panic!("first run: {other:?}"),
         }
-        assert!(matches!(work().await.unwrap(), Claim::Completed(_)));
+        assert!(matches!(work().await.unwrap(), LockOrRecord::Completed(_)));
     });
     let closed = |span: &str, outcome: &str| {
         text.lines()
@@ -155,7 +155,7 @@ async fn a_forced_release_rerun_spares_a_new_holder_in_memory() {
     let first = redlock.force_release("job", how.clone()).await.unwrap();
     assert_eq!(first.locks_deleted(), 1);
 
-    let Claim::Locked(lease) = redlock
+    let LockOrRecord::Locked(lease) = redlock
         .lock_unless_completed("job", TTL, Retry::never())
         .await
         .unwrap()
@@ -172,7 +172,7 @@ async fn a_forced_release_rerun_spares_a_new_holder_in_memory() {
         .await
         .unwrap();
     assert!(
-        matches!(again, Claim::Completed(_)),
+        matches!(again, LockOrRecord::Completed(_)),
         "the work would run again"
     );
 }

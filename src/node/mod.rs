@@ -435,7 +435,7 @@ pub(crate) mod tests {
             .build()
             .unwrap();
         let ttl = Duration::from_secs(5);
-        let crate::Claim::Locked(lease) = redlock
+        let crate::LockOrRecord::Locked(lease) = redlock
             .lock_unless_completed("work", ttl, crate::Retry::never())
             .await
             .unwrap()
@@ -447,7 +447,10 @@ pub(crate) mod tests {
             .lock_unless_completed("work", ttl, crate::Retry::never())
             .await
             .unwrap();
-        assert!(matches!(again, crate::Claim::Completed(_)), "{again:?}");
+        assert!(
+            matches!(again, crate::LockOrRecord::Completed(_)),
+            "{again:?}"
+        );
         let asked = odd.asked.lock().unwrap().clone();
         assert!(asked.iter().all(|(_, record, _)| !record), "{asked:?}");
     }

@@ -10,20 +10,22 @@ use crate::http::LockPolicy;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
 /// use std::time::Duration;
 /// use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
-/// use tower_redlock::policy::LockPolicy;
+/// use tower_redlock::policy::{LockPolicy, OnContention};
 /// use tower_redlock::{Redlock, RedlockLayer};
 ///
 /// let redlock = Redlock::in_memory();
 /// // Defaults: POST/PUT/PATCH/DELETE locked, ttl 30 s kept alive, 409 at once, 503 when
 /// // Redis is down.
-/// let simple = RedlockLayer::new(redlock.clone(), IdempotencyKey::required())?;
+/// let simple = RedlockLayer::new(LockPolicy::builder(redlock.clone(), IdempotencyKey::required()).build()?);
 /// // Or a full policy:
-/// let waiting = RedlockLayer::with_policy(
-///     LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
-///         .wait(Duration::from_secs(2))
+/// let waiting = RedlockLayer::new(
+///     LockPolicy::builder(redlock.clone(), IdempotencyKey::required().scoped_by_route())
+///         .on_contention(OnContention::wait(Duration::from_secs(2)))
 ///         .build()?,
 /// );
-/// # let _ = (simple, waiting);
+/// // An idempotent endpoint: `Idempotency-Key` required, responses replayed.
+/// let idempotent = RedlockLayer::new(LockPolicy::idempotent(redlock).build()?);
+/// # let _ = (simple, waiting, idempotent);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]

@@ -36,7 +36,8 @@ async fn bad_input_is_rejected_and_locks_nothing() {
     assert!(c.try_lock(&long, TTL).await.unwrap_err().is_invalid_input());
     let ran = AtomicBool::new(false);
     let e = c
-        .with_lock("", TTL, |_| async { ran.store(true, Ordering::SeqCst) })
+        .critical_section("", TTL)
+        .run(|_| async { ran.store(true, Ordering::SeqCst) })
         .await
         .unwrap_err();
     assert!(e.is_invalid_input());

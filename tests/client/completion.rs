@@ -7,7 +7,7 @@ use tower_redlock_testkit as support;
 use std::time::Duration;
 
 use support::{eventually, Masters};
-use tower_redlock::{Claim, Redlock, Retry};
+use tower_redlock::{LockOrRecord, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 const DAY: Duration = Duration::from_secs(86_400);
@@ -17,7 +17,7 @@ fn stored(record: &str) -> Option<String> {
     Some(format!("TRR1\n{record}"))
 }
 
-async fn claim(client: &Redlock, resource: &str) -> tower_redlock::Result<Claim> {
+async fn claim(client: &Redlock, resource: &str) -> tower_redlock::Result<LockOrRecord> {
     client
         .lock_unless_completed(resource, TTL, Retry::never())
         .await
@@ -42,16 +42,16 @@ async fn behind_proxies(
     (proxies, client)
 }
 
-fn locked(c: tower_redlock::Result<Claim>) -> tower_redlock::Lease {
+fn locked(c: tower_redlock::Result<LockOrRecord>) -> tower_redlock::Lease {
     match c {
-        Ok(Claim::Locked(lease)) => lease,
+        Ok(LockOrRecord::Locked(lease)) => lease,
         other => panic!("expected a lease, got {other:?}"),
     }
 }
 
-fn completed(c: tower_redlock::Result<Claim>) -> Vec<u8> {
+fn completed(c: tower_redlock::Result<LockOrRecord>) -> Vec<u8> {
     match c {
-        Ok(Claim::Completed(record)) => record.to_vec(),
+        Ok(LockOrRecord::Completed(record)) => record.to_vec(),
         other => panic!("expected a completion record, got {other:?}"),
     }
 }
@@ -139,7 +139,7 @@ async fn an_expired_lease_stores_no_stale_answer() {
         .lock_unless_completed("pay:4", Duration::from_millis(500), Retry::never())
         .await
     {
-        Ok(Claim::Locked(lease)) => lease,
+        Ok(LockOrRecord::Locked(lease)) => lease,
         other => panic!("expected a lease, got {other:?}"),
     };
     eventually("the lease expires", WITHIN, || async { !lease.is_valid() }).await;
@@ -179,7 +179,7 @@ async fn a_write_that_misses_its_quorum_keeps_duplicates_out() {
     assert_eq!(m[0].get("pay:5:record").await, stored("charged pay_5"));
     eventually("a duplicate gets the record", WITHIN, || async {
         match claim(&client, "pay:5").await {
-            Ok(Claim::Completed(record)) => record == "charged pay_5".as_bytes(),
+            Ok(LockOrRecord::Completed(record)) => record == "charged pay_5".as_bytes(),
             Err(e) if e.is_contended() || e.is_unavailable() => false,
             other => panic!("a duplicate must never run: {other:?}"),
         }
@@ -208,7 +208,7 @@ async fn minority_record_then_expiry_and_a_paused_record_holder_runs_nothing_twi
         .lock_unless_completed("pay:minority", ttl, Retry::never())
         .await
     {
-        Ok(Claim::Locked(lease)) => lease,
+        Ok(LockOrRecord::Locked(lease)) => lease,
         other => panic!("expected a lease, got {other:?}"),
     };
     // The masters' keys expire no earlier than the lease's validity ends.
@@ -272,7 +272,7 @@ async fn minority_record_holders_back_shortly_before_expiry_get_the_record() {
         .lock_unless_completed("pay:edge", ttl, Retry::never())
         .await
     {
-        Ok(Claim::Locked(lease)) => lease,
+        Ok(LockOrRecord::Locked(lease)) => lease,
         other => panic!("expected a lease, got {other:?}"),
     };
     proxies[1].set(Fault::Reset);
@@ -371,7 +371,7 @@ async fn minority_record_on_masters_out_of_memory_keeps_their_lock_until_the_wri
         .lock_unless_completed("pay:oom", ttl, Retry::never())
         .await
     {
-        Ok(Claim::Locked(lease)) => lease,
+        Ok(LockOrRecord::Locked(lease)) => lease,
         other => panic!("expected a lease, got {other:?}"),
     };
     let maxmemory = |bytes: &'static str| {

@@ -67,7 +67,7 @@ async fn extend_keeps_the_lock() {
         "extended past its ttl: {p:?}"
     );
 
-    c.extend(&lease, Duration::from_secs(5)).await.unwrap();
+    lease.extend(Duration::from_secs(5)).await.unwrap();
     assert_eq!(lease.extension_count(), 2);
     assert!(lease.validity() > ttl);
     let p = m.pttls("extend").await;

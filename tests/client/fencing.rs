@@ -13,7 +13,7 @@ use std::time::Duration;
 use support::nodes::{BareNode, LyingFencingNode};
 use support::{eventually, warm_up, Masters};
 use tower_redlock::node::{MemoryNode, Node, RedisNodeOptions};
-use tower_redlock::{Claim, Redlock, Retry, VoteKind};
+use tower_redlock::{LockOrRecord, Redlock, Retry, VoteKind};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -361,18 +361,18 @@ async fn fencing_tokens_on_leases_of_idempotent_work() {
     let m = Masters::start(3);
     let redlock = fencing_client(&m).await;
     let claim = || redlock.lock_unless_completed("pay:1", TTL, Retry::never());
-    let Claim::Locked(failed) = claim().await.unwrap() else {
+    let LockOrRecord::Locked(failed) = claim().await.unwrap() else {
         panic!("nothing completed yet")
     };
     let a = failed.fencing_token().expect("a token");
     failed.release().await.unwrap();
-    let Claim::Locked(done) = claim().await.unwrap() else {
+    let LockOrRecord::Locked(done) = claim().await.unwrap() else {
         panic!("the failed work stored nothing")
     };
     let b = done.fencing_token().expect("a token");
     assert!(b > a, "{b} after {a}");
     done.complete("paid", Duration::from_secs(2)).await.unwrap();
-    assert!(matches!(claim().await.unwrap(), Claim::Completed(_)));
+    assert!(matches!(claim().await.unwrap(), LockOrRecord::Completed(_)));
     // The completion raised every counter it reached to its token.
     eventually(
         "the counters were raised",
@@ -388,11 +388,11 @@ async fn fencing_tokens_on_leases_of_idempotent_work() {
     let next = Mutex::new(None);
     eventually("the record expires", Duration::from_secs(10), || async {
         match claim().await.unwrap() {
-            Claim::Locked(lease) => {
+            LockOrRecord::Locked(lease) => {
                 *next.lock().unwrap() = Some(lease);
                 true
             }
-            Claim::Completed(_) | Claim::OutcomeUnknown => false,
+            LockOrRecord::Completed(_) | LockOrRecord::OutcomeUnknown => false,
         }
     })
     .await;

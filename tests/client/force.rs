@@ -6,7 +6,7 @@
 
 use tower_redlock::node::{ForceReleaseRequest, Forced, Node, Operated, Operation, RedisNode};
 use tower_redlock::operate::ForceRelease;
-use tower_redlock::{Claim, Redlock, Retry};
+use tower_redlock::{LockOrRecord, Redlock, Retry};
 
 use super::{eventually, support, Masters, SECOND, TTL};
 use support::proxy::FaultProxy;
@@ -52,7 +52,7 @@ async fn force_rerun_spares_a_new_holders_lock_and_record() {
 
     let first = redlock.force_release(KEY, clear_crashed()).await.unwrap();
     assert_eq!(first.locks_deleted(), 3, "{first:?}");
-    let Claim::Locked(lease) = redlock
+    let LockOrRecord::Locked(lease) = redlock
         .lock_unless_completed(KEY, TTL, Retry::never())
         .await
         .unwrap()
@@ -85,7 +85,7 @@ async fn force_rerun_spares_a_new_holders_lock_and_record() {
         .await
         .unwrap();
     assert!(
-        matches!(duplicate, Claim::Completed(_)),
+        matches!(duplicate, LockOrRecord::Completed(_)),
         "the duplicate would run the work again"
     );
 }

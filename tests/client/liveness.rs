@@ -554,7 +554,7 @@ struct Burst {
 /// completion of idempotent work, a lease dropped, or a try cancelled while its requests are
 /// in flight. A holder ends its lock once `end` says so.
 async fn burst_request(client: Redlock, i: u64, seen: Arc<Burst>, mut end: watch::Receiver<bool>) {
-    use tower_redlock::Claim;
+    use tower_redlock::LockOrRecord;
     let key = format!("burst-{i}");
     let decided = |granted: bool| {
         if !granted {
@@ -579,7 +579,7 @@ async fn burst_request(client: Redlock, i: u64, seen: Arc<Burst>, mut end: watch
                 .lock_unless_completed(&key, LONG_TTL, Retry::never())
                 .await;
             decided(claim.is_ok());
-            if let Ok(Claim::Locked(lease)) = claim {
+            if let Ok(LockOrRecord::Locked(lease)) = claim {
                 work.await;
                 let _ = lease.complete("done", Duration::from_secs(60)).await;
             }

@@ -46,7 +46,7 @@ async fn lock_unlock_relock() {
         assert!(pttl > 0 && pttl <= ms(ttl), "PTTL {pttl}");
     }
 
-    c.unlock(lease).await.unwrap();
+    lease.release().await.unwrap();
     gone_everywhere(&m, "resource_key").await;
 
     let again = c.lock("resource_key", ttl).await.unwrap();
@@ -75,8 +75,8 @@ async fn ruby_style_flow() {
     assert!(first_try_lock_info.validity() <= ttl);
     assert_eq!(first_try_lock_info.resource(), "resource_key");
 
-    // lock_manager.unlock(first_try_lock_info)
-    lock_manager.unlock(first_try_lock_info).await.unwrap();
+    // lock_manager.unlock(first_try_lock_info): Lease::release
+    first_try_lock_info.release().await.unwrap();
     gone_everywhere(&m, "resource_key").await;
     // second_try_lock_info = lock_manager.lock("resource_key", 2000) # => lock info
     let second_try_lock_info = lock_manager.lock("resource_key", ttl).await.unwrap();
@@ -87,11 +87,12 @@ async fn ruby_style_flow() {
         .await
         .unwrap();
     assert!(second_try_lock_info.validity() > ttl);
-    lock_manager.unlock(second_try_lock_info).await.unwrap();
+    second_try_lock_info.release().await.unwrap();
 
     // lock_manager.lock("resource_key", 2000) do |locked| ... end
     let ran = lock_manager
-        .with_lock("resource_key", ttl, |lease| async move {
+        .critical_section("resource_key", ttl)
+        .run(|lease| async move {
             assert!(!lease.is_lost());
             "critical code ran"
         })
@@ -104,7 +105,8 @@ async fn ruby_style_flow() {
     let bang = async {
         let other = m.builder().build()?;
         let out = other
-            .with_lock("resource_key", ttl, |_| async { "must not run" })
+            .critical_section("resource_key", ttl)
+            .run(|_| async { "must not run" })
             .await?;
         Ok::<_, tower_redlock::Error>(out)
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tower_redlock::node::{RedisNode, RedisNodeOptions};
 use tower_redlock::operate::{ForceRelease, Summary};
-use tower_redlock::{Claim, Redlock, Retry, VoteKind};
+use tower_redlock::{LockOrRecord, Redlock, Retry, VoteKind};
 
 use super::{eventually, support, Masters, SECOND, TTL};
 use support::warm_up;
@@ -95,7 +95,7 @@ async fn inspect_while_held_on_a_minority_completed_and_after_expiry() {
         .await
         .unwrap()
     {
-        Claim::Locked(lease) => lease,
+        LockOrRecord::Locked(lease) => lease,
         other => panic!("nothing completed yet: {other:?}"),
     };
     lease
@@ -366,7 +366,7 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
         .lock_unless_completed("force-done", TTL, Retry::never())
         .await
         .unwrap();
-    let Claim::Locked(lease) = claim else {
+    let LockOrRecord::Locked(lease) = claim else {
         panic!("nothing completed yet")
     };
     lease.complete(b"done".to_vec(), TTL).await.unwrap();
@@ -401,7 +401,10 @@ async fn force_release_frees_a_key_a_crashed_holder_left() {
         .lock_unless_completed("force-done", TTL, Retry::never())
         .await
         .unwrap();
-    assert!(matches!(again, Claim::Locked(_)), "the work runs again");
+    assert!(
+        matches!(again, LockOrRecord::Locked(_)),
+        "the work runs again"
+    );
 
     // Never a counter, nor a record key holding another resource's lock: forcing
     // `force-job:fence` (a resource named like the counter) leaves the counter, and a lock

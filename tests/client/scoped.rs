@@ -18,7 +18,8 @@ async fn with_lock_always_releases() {
 
     // On success.
     let seen = c
-        .with_lock("scoped", TTL, |handle| {
+        .critical_section("scoped", TTL)
+        .run(|handle| {
             let m = &m;
             async move {
                 assert_eq!(handle.resource(), "scoped");
@@ -36,7 +37,8 @@ async fn with_lock_always_releases() {
 
     // On an error value from the work.
     let out = c
-        .with_lock("scoped", TTL, |_| async { Err::<(), _>("boom") })
+        .critical_section("scoped", TTL)
+        .run(|_| async { Err::<(), _>("boom") })
         .await
         .unwrap();
     assert_eq!(out, Err("boom"));
@@ -61,11 +63,12 @@ async fn with_lock_always_releases() {
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let c2 = c.clone();
     let running = tokio::spawn(async move {
-        c2.with_lock("scoped", TTL, |_| async move {
-            started_tx.send(()).unwrap();
-            std::future::pending::<()>().await
-        })
-        .await
+        c2.critical_section("scoped", TTL)
+            .run(|_| async move {
+                started_tx.send(()).unwrap();
+                std::future::pending::<()>().await
+            })
+            .await
     });
     started_rx.await.expect("the work had started");
     running.abort();
@@ -81,7 +84,7 @@ async fn with_lock_always_releases() {
     // On cancellation by `select!`.
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     tokio::select! {
-        _ = c.with_lock("scoped", TTL, |_| async move {
+        _ = c.critical_section("scoped", TTL).run(|_| async move {
             started_tx.send(()).unwrap();
             std::future::pending::<()>().await
         }) => unreachable!(),
@@ -97,7 +100,8 @@ async fn with_lock_always_releases() {
     // On a panic in the work.
     let c2 = c.clone();
     let panicked = tokio::spawn(async move {
-        c2.with_lock("scoped", TTL, |_| async { panic!("work panicked") })
+        c2.critical_section("scoped", TTL)
+            .run(|_| async { panic!("work panicked") })
             .await
     })
     .await;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tower_redlock::node::RedisNode;
 use tower_redlock::operate::ForceRelease;
-use tower_redlock::{Claim, Redlock, Retry};
+use tower_redlock::{LockOrRecord, Redlock, Retry};
 
 use super::{Masters, SECOND, TTL};
 use crate::support;
@@ -53,7 +53,7 @@ async fn wake_every_delete_of_a_lock_publishes_on_its_channel() {
     lock_and_release(&fenced, "wake-job").await;
     sub.released("wake-job").await;
 
-    let Claim::Locked(lease) = redlock
+    let LockOrRecord::Locked(lease) = redlock
         .lock_unless_completed("wake-job", TTL, Retry::never())
         .await
         .unwrap()

@@ -135,7 +135,7 @@ impl AxumReplica {
                                 pay(lease, counter.clone(), setup.work)
                             }),
                         )
-                        .layer(RedlockLayer::with_policy(policy(redlock)));
+                        .layer(RedlockLayer::new(policy(redlock)));
                     let app = axum::Router::new()
                         .route(
                             WARM_UP,
@@ -233,7 +233,7 @@ impl ActixReplica {
                     web::resource(PATH).route(
                         web::post()
                             .to(move |lease| pay(lease, counter.clone(), setup.work))
-                            .wrap(RedlockMiddleware::with_policy(policy(redlock))),
+                            .wrap(RedlockMiddleware::new(policy(redlock))),
                     ),
                 )
         })

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tower::util::BoxCloneService;
 use tower::{Layer, Service, ServiceExt};
 use tower_redlock::key::{IdempotencyKey, KeyExtractor, SimpleRequest};
-use tower_redlock::policy::LockPolicy;
+use tower_redlock::policy::{LockPolicy, ReleaseOn};
 use tower_redlock::tower::RequestBody;
 use tower_redlock::{LeaseHandle, Redlock, RedlockLayer};
 
@@ -96,7 +96,7 @@ pub async fn lifecycle(policy: impl FnOnce(Redlock) -> LockPolicy) -> Lifecycle 
     let probe = Probe::open_gate();
     let (bodies_tx, bodies) = mpsc::unbounded_channel();
     let policy = policy(redlock);
-    let service = RedlockLayer::with_policy(policy.clone()).layer(body_service(&probe, bodies_tx));
+    let service = RedlockLayer::new(policy.clone()).layer(body_service(&probe, bodies_tx));
     Lifecycle {
         masters,
         policy,
@@ -125,7 +125,7 @@ async fn lifecycle_with_release_on_body_end() {
     const KEY: &str = "order-1";
     let mut t = lifecycle(|redlock| {
         LockPolicy::builder(redlock, IdempotencyKey::required())
-            .release_on_body_end()
+            .release_on(ReleaseOn::BodyEnd)
             .build()
             .expect("a valid policy")
     })
@@ -213,7 +213,7 @@ async fn lifecycle_with_release_on_response() {
 async fn lifecycle_at_body_end() -> Lifecycle {
     lifecycle(|redlock| {
         LockPolicy::builder(redlock, IdempotencyKey::required())
-            .release_on_body_end()
+            .release_on(ReleaseOn::BodyEnd)
             .build()
             .expect("a valid policy")
     })
@@ -256,8 +256,7 @@ async fn lifecycle_future_dropped_mid_call_releases() {
     // An inner service that stays at its (closed) gate.
     let probe = Probe::new();
     let (bodies_tx, _bodies) = mpsc::unbounded_channel();
-    let mut service =
-        RedlockLayer::with_policy(t.policy.clone()).layer(body_service(&probe, bodies_tx));
+    let mut service = RedlockLayer::new(t.policy.clone()).layer(body_service(&probe, bodies_tx));
 
     let future = service.ready().await.expect("ready").call(request(KEY));
     let call = tokio::spawn(future);
@@ -310,7 +309,11 @@ async fn quick_handlers_spawn_no_keep_alive_task() {
                 Json(json!({ "alive": alive, "lost": lease.is_lost() }))
             }),
         )
-        .layer(RedlockLayer::new(Redlock::in_memory(), IdempotencyKey::required()).unwrap());
+        .layer(RedlockLayer::new(
+            LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required())
+                .build()
+                .unwrap(),
+        ));
     for i in 0..3 {
         let response = within(
             "the response",
@@ -333,12 +336,12 @@ async fn lifecycle_with_release_on_body_end_and_sized_bodies() {
     const KEY: &str = "sized-1";
     let (masters, redlock) = masters_and_client().await;
     let policy = LockPolicy::builder(redlock, IdempotencyKey::required())
-        .release_on_body_end()
+        .release_on(ReleaseOn::BodyEnd)
         .build()
         .expect("a valid policy");
     let key = redis_key(KEY);
 
-    let sized = RedlockLayer::with_policy(policy.clone()).layer(tower::service_fn(
+    let sized = RedlockLayer::new(policy.clone()).layer(tower::service_fn(
         |_req: Request<RequestBody<Empty<Bytes>>>| async {
             Ok::<_, Infallible>(Response::new(http_body_util::Full::new(
                 Bytes::from_static(b"done"),
@@ -364,7 +367,7 @@ async fn lifecycle_with_release_on_body_end_and_sized_bodies() {
         "the last frame came before the release"
     );
 
-    let empty = RedlockLayer::with_policy(policy).layer(tower::service_fn(
+    let empty = RedlockLayer::new(policy).layer(tower::service_fn(
         |_req: Request<RequestBody<Empty<Bytes>>>| async {
             Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
         },
@@ -416,7 +419,7 @@ async fn replay_a_broken_body_or_an_error_marks_the_key_completed() {
         .expect("a valid policy");
     let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = runs.clone();
-    let service = RedlockLayer::with_policy(policy).layer(tower::service_fn(
+    let service = RedlockLayer::new(policy).layer(tower::service_fn(
         move |req: Request<RequestBody<Empty<Bytes>>>| {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
@@ -480,7 +483,7 @@ async fn a_nested_router_keys_by_the_whole_path() {
             "/pay",
             post(|lease: LeaseHandle| async move { lease.resource().to_owned() }),
         )
-        .route_layer(RedlockLayer::with_policy(policy));
+        .route_layer(RedlockLayer::new(policy));
     let app = Router::new().nest("/api", inner);
     let res = app
         .oneshot(

@@ -2,6 +2,7 @@
 //! (with release at the body's end).
 
 use std::time::Duration;
+use tower_redlock::policy::ReleaseOn;
 
 use tower_redlock::Redlock;
 
@@ -70,7 +71,7 @@ pub async fn keep_alive_holds_the_key_while_a_long_body_streams<F: Framework>() 
     let redlock = quick_client_of(&m).await;
     let policy = policy_of(&redlock)
         .ttl(SHORT_TTL)
-        .release_on_body_end()
+        .release_on(ReleaseOn::BodyEnd)
         .build()
         .expect("a valid policy");
     let streams = Streams::new();

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use http_body_util::BodyExt;
 use tower::{Service, ServiceExt};
 use tower_redlock::key::IdempotencyKey;
-use tower_redlock::policy::{LockPolicy, LockPolicyBuilder, LostLease, OnLost, LOCK_LOST_HEADER};
+use tower_redlock::policy::{
+    LockPolicy, LockPolicyBuilder, LostLease, OnLost, ReleaseOn, LOCK_LOST_HEADER,
+};
 use tower_redlock::replay::Replay;
 use tower_redlock::Redlock;
 
@@ -361,7 +363,7 @@ pub async fn on_lost_abort_repeatable_runs_the_key_again<F: Framework>() {
             p.keep_alive(false)
                 .replay(Replay::new())
                 .on_lost(OnLost::Abort)
-                .repeatable_after_loss()
+                .repeatable_after_loss(true)
         },
         payments,
     )
@@ -456,7 +458,7 @@ pub async fn on_lost_abort_breaks_off_a_streaming_body<F: Framework>() {
     let redlock = quick_client_of(&m).await;
     let policy = policy_of(&redlock)
         .ttl(TTL)
-        .release_on_body_end()
+        .release_on(ReleaseOn::BodyEnd)
         .on_lost(OnLost::Abort)
         .build()
         .expect("a valid policy");
@@ -525,7 +527,7 @@ async fn on_lost_abort_ends_a_tower_body_with_an_error_or_grpc_trailers() {
             LockPolicy::builder(redlock, IdempotencyKey::required())
                 .ttl(TTL)
                 .keep_alive(keep_alive)
-                .release_on_body_end()
+                .release_on(ReleaseOn::BodyEnd)
                 .on_lost(OnLost::Abort)
                 .build()
                 .expect("a valid policy")

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use tower_redlock::policy::LockPolicy;
+use tower_redlock::policy::{LockPolicy, ReleaseOn};
 
 use crate::harness::app::{App, Handler, Route};
 use crate::harness::keys::{default_policy, policy_of, redis_key};
@@ -57,7 +57,7 @@ pub async fn release_on_body_end_holds_the_key_while_the_body_streams<F: Framewo
     const KEY: &str = "stream-1";
     let (m, redlock) = masters_and_client().await;
     let policy = policy_of(&redlock)
-        .release_on_body_end()
+        .release_on(ReleaseOn::BodyEnd)
         .build()
         .expect("a valid policy");
     let streams = Streams::new();

@@ -2,6 +2,7 @@
 //! client's nodes (refused when the middleware is built, never per request).
 
 use std::time::{Duration, Instant};
+use tower_redlock::policy::OnUnavailable;
 
 use tower_redlock::node::RedisNodeOptions;
 use tower_redlock::{Redlock, Retry};
@@ -22,7 +23,7 @@ pub async fn majority_down_fails_closed_or_runs_unlocked<F: Framework>() {
     let (m, redlock) = masters_and_client().await;
     let closed = default_policy(&redlock);
     let open = policy_of(&redlock)
-        .fail_open()
+        .on_unavailable(OnUnavailable::FailOpen)
         .build()
         .expect("a valid policy");
     let probe = Probe::open_gate();

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tower_redlock::policy::LockPolicy;
+use tower_redlock::policy::{LockPolicy, OnContention};
 
 use crate::harness::app::App;
 use crate::harness::keys::{policy_of, redis_key};
@@ -20,7 +20,7 @@ pub async fn waiting_requests_take_turns<F: Framework>() {
     const KEY: &str = "order-1";
     let (m, redlock) = masters_and_client().await;
     let policy = policy_of(&redlock)
-        .wait(DEADLINE)
+        .on_contention(OnContention::wait(DEADLINE))
         .build()
         .expect("a valid policy");
     let probe = Probe::new();
@@ -66,7 +66,7 @@ pub async fn waiting_gives_up_at_its_deadline<F: Framework>() {
     // by two node timeouts.
     let redlock = client_of(&m).await;
     let policy = policy_of(&redlock)
-        .wait(MAX_WAIT)
+        .on_contention(OnContention::wait(MAX_WAIT))
         .build()
         .expect("a valid policy");
     let probe = Probe::new();

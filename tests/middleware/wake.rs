@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tower_redlock::policy::OnContention;
 use tower_redlock::replay::Replay;
+use tower_redlock::Retry;
 
 use crate::harness::app::{App, Handler, Route};
 use crate::harness::keys::{policy_of, redis_key};
@@ -41,10 +42,11 @@ pub async fn wake_a_waiting_duplicate_gets_the_replay_when_the_first_completes<F
     let probe = Probe::new();
     let policy = policy_of(&redlock)
         .replay(Replay::new())
-        .on_contention(OnContention::Wait {
-            max_wait: Duration::from_secs(30),
-            delay: LONG_POLL,
-        })
+        .on_contention(OnContention::Wait(
+            Retry::until(Duration::from_secs(30))
+                .delay(LONG_POLL)
+                .jitter(LONG_POLL / 2),
+        ))
         .build()
         .expect("a valid policy");
     let app = App::new().route(Route::locked(PATH, policy).post(Handler::payment(&probe)));

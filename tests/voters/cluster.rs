@@ -19,7 +19,7 @@ use support::{eventually, Masters, RedisServer, NODE_TIMEOUT};
 use tower_redlock::node::{
     self, split_urls, Acquire, AcquireRequest, Node, RedisNode, RedisNodeOptions, ReleaseRequest,
 };
-use tower_redlock::{Claim, Lease, Redlock, Retry};
+use tower_redlock::{Lease, LockOrRecord, Redlock, Retry};
 
 const TTL: Duration = Duration::from_secs(10);
 const DAY: Duration = Duration::from_secs(86_400);
@@ -34,7 +34,7 @@ fn cluster_of(c: &Cluster) -> node::Cluster {
 /// A Cluster voter that has answered once: connected, its slot map known, so that a client's
 /// 200 ms node timeout measures the requests, not the connection's set-up.
 async fn voter(c: &Cluster, options: &RedisNodeOptions) -> RedisNode {
-    let voter = RedisNode::cluster_with(cluster_of(c), options).expect("a cluster voter");
+    let voter = RedisNode::cluster(cluster_of(c), options).expect("a cluster voter");
     answered(&voter).await;
     voter
 }
@@ -370,7 +370,7 @@ async fn cluster_replay_records_stay_in_the_lock_keys_slot() {
         assert_ne!(c.slot(res).await, c.slot(&record_key).await, "{res}");
 
         let lease = match claim(res.clone()).await {
-            Ok(Claim::Locked(lease)) => lease,
+            Ok(LockOrRecord::Locked(lease)) => lease,
             other => panic!("{res}: expected a lease, got {other:?}"),
         };
         assert_eq!(c[owner].get(res).await.as_deref(), Some(lease.value()));
@@ -382,7 +382,7 @@ async fn cluster_replay_records_stay_in_the_lock_keys_slot() {
         assert_eq!(c[owner].get(res).await, None);
         for _ in 0..2 {
             match claim(res.clone()).await {
-                Ok(Claim::Completed(got)) => assert_eq!(got, record.as_bytes()),
+                Ok(LockOrRecord::Completed(got)) => assert_eq!(got, record.as_bytes()),
                 other => panic!("{res}: expected the record, got {other:?}"),
             }
         }
@@ -414,7 +414,7 @@ async fn cluster_replay_records_stay_in_the_lock_keys_slot() {
             Acquire::Acquired
         );
         let lease = match claim(res.clone()).await {
-            Ok(Claim::Locked(lease)) => lease,
+            Ok(LockOrRecord::Locked(lease)) => lease,
             other => panic!("{res}: a lock taken for a record: {other:?}"),
         };
         let value = lease.value().to_owned();
@@ -562,7 +562,7 @@ async fn cluster_retry_after_a_reset_finds_its_own_token_acquired() {
     let seeds: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
     let options = RedisNodeOptions::new().no_protection();
     for mode in ["plain", "replay", "fenced"] {
-        let voter = RedisNode::cluster_with(node::Cluster::new(&seeds).unwrap(), &options)
+        let voter = RedisNode::cluster(node::Cluster::new(&seeds).unwrap(), &options)
             .expect("a cluster voter");
         answered(&voter).await;
         let client = Redlock::builder()
@@ -581,7 +581,7 @@ async fn cluster_retry_after_a_reset_finds_its_own_token_acquired() {
                 .lock_unless_completed(&key, TTL, Retry::never())
                 .await
             {
-                Ok(Claim::Locked(lease)) => Ok(lease),
+                Ok(LockOrRecord::Locked(lease)) => Ok(lease),
                 Ok(other) => panic!("{mode}: nothing was completed: {other:?}"),
                 Err(e) => Err(e),
             }

@@ -13,7 +13,7 @@ use support::sentinel::SentinelGroup;
 use support::{eventually, Masters};
 use tower_redlock::node::split_urls;
 use tower_redlock::operate::{ForceRelease, Summary};
-use tower_redlock::{Claim, Redlock, Retry, VoteKind};
+use tower_redlock::{LockOrRecord, Redlock, Retry, VoteKind};
 
 const TTL: Duration = Duration::from_secs(10);
 /// The bound of the first lock (the Sentinel voter's discovery, the Cluster's slot map).
@@ -104,7 +104,7 @@ async fn inspect_explain_and_force_on_a_sentinel_group_a_cluster_and_a_master() 
         .unwrap();
 
     // A completion record, in the Cluster key's slot: seen, then forgotten on request.
-    let Claim::Locked(lease) = redlock
+    let LockOrRecord::Locked(lease) = redlock
         .lock_unless_completed("op-done", TTL, Retry::never())
         .await
         .unwrap()

@@ -26,7 +26,7 @@ fn group_of(g: &SentinelGroup) -> Sentinel {
 /// A client whose only voter is the group.
 fn client(g: &SentinelGroup, options: &RedisNodeOptions) -> Redlock {
     Redlock::builder()
-        .node(RedisNode::sentinel_with(group_of(g), options).expect("a voter"))
+        .node(RedisNode::sentinel(group_of(g), options).expect("a voter"))
         .node_timeout(NODE_TIMEOUT)
         .retry(Retry::never())
         .build()
@@ -73,7 +73,9 @@ async fn sentinel_voter_locks_extends_and_releases_on_the_master() {
     let again = b.try_lock("basic", ttl).await.unwrap();
     again.release().await.unwrap();
     assert_eq!(
-        RedisNode::sentinel(group_of(&g)).unwrap().name(),
+        RedisNode::sentinel(group_of(&g), &RedisNodeOptions::default())
+            .unwrap()
+            .name(),
         "sentinel:tr-basic"
     );
 }
@@ -257,10 +259,7 @@ async fn failover_of_a_frozen_master_keeps_the_quorum_and_is_followed() {
         .urls()
         .iter()
         .fold(Redlock::builder(), |b, url| b.redis(url))
-        .node(
-            RedisNode::sentinel_with(group_of(&g), &RedisNodeOptions::new().no_protection())
-                .unwrap(),
-        )
+        .node(RedisNode::sentinel(group_of(&g), &RedisNodeOptions::new().no_protection()).unwrap())
         .node_timeout(NODE_TIMEOUT)
         .retry(Retry::never())
         .build()
@@ -492,7 +491,7 @@ async fn sentinel_majority_lost_the_voter_stops_granting_and_extending_within_it
             group = group.sentinel_password(Some(user), "c-secret");
         }
         Redlock::builder()
-            .node(RedisNode::sentinel_with(group, &opts).unwrap())
+            .node(RedisNode::sentinel(group, &opts).unwrap())
             .node_timeout(NODE_TIMEOUT)
             .retry(Retry::never())
             .build()
@@ -576,7 +575,7 @@ async fn sentinel_majority_window_never_lapses_with_every_sentinel_up() {
     let g = SentinelGroup::start("tr-window");
     let group = group_of(&g).refresh_interval(Duration::from_millis(20));
     let redlock = Redlock::builder()
-        .node(RedisNode::sentinel_with(group, &RedisNodeOptions::new().no_protection()).unwrap())
+        .node(RedisNode::sentinel(group, &RedisNodeOptions::new().no_protection()).unwrap())
         .node_timeout(NODE_TIMEOUT)
         .retry(Retry::never())
         .build()

@@ -30,7 +30,7 @@ fn client(g: &SentinelGroup, listed: &[String], refresh: Duration, connect: Dura
         .no_protection()
         .connect_timeout(connect);
     Redlock::builder()
-        .node(RedisNode::sentinel_with(group, &options).expect("a voter"))
+        .node(RedisNode::sentinel(group, &options).expect("a voter"))
         .node_timeout(NODE_TIMEOUT)
         .retry(Retry::never())
         .build()

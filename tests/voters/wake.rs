@@ -119,7 +119,7 @@ async fn wake_a_sentinel_voters_subscriber_follows_a_failover() {
     let g = SentinelGroup::start("tr-wake-failover");
     let client = || {
         let group = Sentinel::new(g.master_name(), g.sentinel_addrs()).expect("a valid group");
-        let voter = RedisNode::sentinel_with(group, &RedisNodeOptions::new().no_protection());
+        let voter = RedisNode::sentinel(group, &RedisNodeOptions::new().no_protection());
         Redlock::builder()
             .node(voter.expect("a voter"))
             .retry(Retry::never())

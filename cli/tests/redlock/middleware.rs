@@ -145,7 +145,7 @@ async fn key_cli_matches_the_key_the_axum_middleware_locks_and_inspect_shows_the
     };
     let router = Router::new().route(
         "/payments/{id}",
-        post(handler).route_layer(RedlockLayer::with_policy(policy)),
+        post(handler).route_layer(RedlockLayer::new(policy)),
     );
     let app = HttpApp::serve(router).await;
     key_and_inspect_while_held(&masters, app.url("/payments/7"), &mut entered, &release).await;
@@ -173,7 +173,7 @@ async fn key_cli_matches_the_key_the_actix_middleware_locks_and_inspect_shows_th
             web::resource("/payments/{id}").route(
                 web::post()
                     .to(handler)
-                    .wrap(RedlockMiddleware::with_policy(policy.clone())),
+                    .wrap(RedlockMiddleware::new(policy.clone())),
             ),
         )
     })

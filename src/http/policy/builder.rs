@@ -18,28 +18,16 @@ impl LockPolicyBuilder {
         self
     }
 
-    /// Wait up to `max_wait` for a contended key (trying about every 50 ms) instead of
-    /// answering `409` at once.
-    pub fn wait(self, max_wait: Duration) -> Self {
-        self.on_contention(OnContention::Wait {
-            max_wait,
-            delay: Duration::from_millis(50),
-        })
-    }
-
-    /// What to do on contention.
+    /// What to do on contention (default [`OnContention::Reject`]; to wait,
+    /// [`OnContention::wait`]).
+    #[doc(alias = "wait")]
     pub fn on_contention(mut self, policy: OnContention) -> Self {
         self.inner.contention = policy;
         self
     }
 
-    /// Run the handler unlocked when the quorum is unreachable (see
-    /// [`OnUnavailable::FailOpen`]).
-    pub fn fail_open(self) -> Self {
-        self.on_unavailable(OnUnavailable::FailOpen)
-    }
-
-    /// What to do when the quorum is unreachable.
+    /// What to do when the quorum is unreachable (default [`OnUnavailable::FailClosed`]).
+    #[doc(alias = "fail_open")]
     pub fn on_unavailable(mut self, policy: OnUnavailable) -> Self {
         self.inner.unavailable = policy;
         self
@@ -51,12 +39,9 @@ impl LockPolicyBuilder {
         self
     }
 
-    /// Hold the lock until the response body has been fully sent.
-    pub fn release_on_body_end(self) -> Self {
-        self.release_on(ReleaseOn::BodyEnd)
-    }
-
-    /// When to release the lock.
+    /// When to release the lock (default [`ReleaseOn::Response`]; [`ReleaseOn::BodyEnd`] holds
+    /// it until the response body has been fully sent).
+    #[doc(alias = "release_on_body_end")]
     pub fn release_on(mut self, release: ReleaseOn) -> Self {
         self.inner.release = release;
         self
@@ -143,8 +128,8 @@ impl LockPolicyBuilder {
     /// stopped on a lost lease, so such a request leaves no record and the key's next
     /// request runs the handler again (instead of `409` outcome-unknown). Only for handlers
     /// whose work is idempotent or fenced.
-    pub fn repeatable_after_loss(mut self) -> Self {
-        self.inner.repeatable_after_loss = true;
+    pub fn repeatable_after_loss(mut self, on: bool) -> Self {
+        self.inner.repeatable_after_loss = on;
         self
     }
 
@@ -326,13 +311,14 @@ impl LockPolicyBuilder {
                 ));
             }
         }
-        if let OnContention::Wait { max_wait, delay } = p.contention {
-            if max_wait.is_zero() {
+        if let OnContention::Wait(retry) = p.contention {
+            if retry.retry_count() == 0 || retry.max_wait_of().is_some_and(|w| w.is_zero()) {
                 return Err(crate::Error::invalid(
-                    "the maximum wait must be greater than zero (use OnContention::Reject to not wait)",
+                    "OnContention::Wait must retry, for a wait greater than zero (use \
+                     OnContention::Reject to not wait)",
                 ));
             }
-            if delay.is_zero() {
+            if retry.delay_of().is_zero() {
                 return Err(crate::Error::invalid(
                     "the delay between tries must be greater than zero",
                 ));

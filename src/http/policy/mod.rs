@@ -9,7 +9,7 @@ use super::key::{HmacKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey
 use super::lost::{LostRule, OnLost};
 use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
 use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
-use crate::{Claim, Lease, Redlock, Retry};
+use crate::{Lease, LockOrRecord, Redlock, Retry};
 
 mod builder;
 #[cfg(any(feature = "tower", feature = "actix"))]
@@ -18,6 +18,18 @@ mod constructors;
 pub(crate) use constructors::policy_constructors;
 
 /// What to do when another request holds the key.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_redlock::policy::OnContention;
+/// use tower_redlock::Retry;
+///
+/// // Up to 2 s, a try about every 50 ms:
+/// let wait = OnContention::wait(Duration::from_secs(2));
+/// // Or any bounded retry policy:
+/// let custom = OnContention::Wait(Retry::times(5).delay(Duration::from_millis(100)));
+/// # let _ = (wait, custom);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnContention {
@@ -25,15 +37,23 @@ pub enum OnContention {
     /// split between concurrent requests (no one held a quorum), one quick retry after a
     /// random pause of up to 20 ms comes first.
     Reject,
-    /// Retry with jitter until the lock is acquired, then run; `409` when no further try
-    /// can finish within `max_wait` (a try may take two node timeouts), so the answer never
-    /// comes later than `max_wait` after the request.
-    Wait {
-        /// The longest a request waits for the lock.
-        max_wait: Duration,
-        /// The base pause between tries (plus a random jitter of up to half of it).
-        delay: Duration,
-    },
+    /// Retry as the [`Retry`] says until the lock is acquired, then run; `409` when its tries
+    /// run out — with [`Retry::until`], when no further try can finish within its wait (a
+    /// try may take two node timeouts), so the answer never comes later than that after the
+    /// request. It must retry (not [`Retry::never`]), and its delay must not be zero.
+    Wait(Retry),
+}
+
+impl OnContention {
+    /// Wait up to `max_wait` for a contended key, trying about every 50 ms (a jitter of up to
+    /// 25 ms), instead of answering `409` at once.
+    pub fn wait(max_wait: Duration) -> Self {
+        Self::Wait(
+            Retry::until(max_wait)
+                .delay(Duration::from_millis(50))
+                .jitter(Duration::from_millis(25)),
+        )
+    }
 }
 
 /// What to do when the lock quorum is unreachable (nodes down or timing out).
@@ -89,14 +109,14 @@ pub struct Unlocked;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
 /// use std::time::Duration;
 /// use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
-/// use tower_redlock::policy::LockPolicy;
+/// use tower_redlock::policy::{LockPolicy, OnContention, OnUnavailable, ReleaseOn};
 /// use tower_redlock::Redlock;
 ///
 /// let policy = LockPolicy::builder(Redlock::in_memory(), IdempotencyKey::required().scoped_by_route())
 ///     .ttl(Duration::from_secs(10))
-///     .wait(Duration::from_secs(2)) // wait up to 2 s instead of answering 409 at once
-///     .fail_open()                  // run unlocked when Redis is down
-///     .release_on_body_end()
+///     .on_contention(OnContention::wait(Duration::from_secs(2))) // not 409 at once
+///     .on_unavailable(OnUnavailable::FailOpen) // run unlocked when Redis is down
+///     .release_on(ReleaseOn::BodyEnd)
 ///     .build()?;
 /// assert_eq!(policy.ttl(), Duration::from_secs(10));
 /// # Ok(()) }
@@ -153,6 +173,7 @@ impl fmt::Debug for LockPolicy {
 }
 
 /// Builds a [`LockPolicy`]; see there.
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct LockPolicyBuilder {
     inner: PolicyInner,
     /// A problem found while building (reported by `build`).
@@ -223,20 +244,16 @@ impl LockPolicy {
     /// use tower_redlock::Redlock;
     ///
     /// let policy = LockPolicy::idempotent(Redlock::in_memory()).build()?;
-    /// assert!(policy.replays());
+    /// assert!(policy.replay().is_some());
     /// # Ok(()) }
     /// ```
     pub fn idempotent(redlock: Redlock) -> LockPolicyBuilder {
         Self::builder(redlock, IdempotencyKey::required().scoped_by_route()).replay(Replay::new())
     }
 
-    /// Whether completed requests are replayed (see [`LockPolicyBuilder::replay`]).
-    pub fn replays(&self) -> bool {
-        self.inner.replay.is_some()
-    }
-
-    /// The replay settings, if replay is on.
-    pub fn replay_settings(&self) -> Option<&Replay> {
+    /// The replay settings, if completed requests are replayed (see
+    /// [`LockPolicyBuilder::replay`]).
+    pub fn replay(&self) -> Option<&Replay> {
         self.inner.replay.as_deref()
     }
 
@@ -275,7 +292,7 @@ impl LockPolicy {
     }
 
     /// Whether a lock is kept alive while its handler runs.
-    pub fn keeps_alive(&self) -> bool {
+    pub fn keep_alive(&self) -> bool {
         self.inner.keep_alive
     }
 
@@ -390,7 +407,12 @@ impl LockPolicy {
     }
 
     /// One claim of `key`: with a fingerprint (replay on), a record found is the answer.
-    async fn claim(&self, key: &LockKey, retry: Retry, replay: bool) -> crate::Result<Claim> {
+    async fn claim(
+        &self,
+        key: &LockKey,
+        retry: Retry,
+        replay: bool,
+    ) -> crate::Result<LockOrRecord> {
         let p = &*self.inner;
         if replay {
             p.redlock
@@ -400,7 +422,7 @@ impl LockPolicy {
             p.redlock
                 .lock_with(key.as_str(), p.ttl, retry)
                 .await
-                .map(Claim::Locked)
+                .map(LockOrRecord::Locked)
         }
     }
 
@@ -427,16 +449,17 @@ impl LockPolicy {
                     .settling_split_votes()
                     .riding_out_transient_failures(TRANSIENT_RETRIES);
                 match deadline {
-                    Some(d) => never.with_max_wait(answer_by(d)),
+                    Some(d) => never.max_wait(answer_by(d)),
                     None => never,
                 }
             }
-            OnContention::Wait { max_wait, delay } => {
-                let max_wait = deadline.map_or(max_wait, |d| answer_by(d).min(max_wait));
-                Retry::until(max_wait)
-                    .delay(delay)
-                    .jitter(delay / 2)
-                    .riding_out_transient_failures(TRANSIENT_RETRIES)
+            OnContention::Wait(retry) => {
+                let retry = retry.riding_out_transient_failures(TRANSIENT_RETRIES);
+                match (deadline, retry.max_wait_of()) {
+                    (Some(d), Some(max_wait)) => retry.max_wait(answer_by(d).min(max_wait)),
+                    (Some(d), None) => retry.max_wait(answer_by(d)),
+                    (None, _) => retry,
+                }
             }
         };
         let started = Instant::now();
@@ -449,17 +472,17 @@ impl LockPolicy {
         let replay = p.replay.as_ref().zip(fingerprint);
         let result = self.claim(&key, retry, replay.is_some()).await;
         match result {
-            Ok(Claim::Locked(lease)) => {
+            Ok(LockOrRecord::Locked(lease)) => {
                 // The keep-alive (`p.keep_alive`) is the glue's: see `keep_alive.rs`.
                 tracing::debug!(key = %p.redlock.key_hash(key.as_str()), elapsed = ?started.elapsed(), "lock acquired");
                 let recorder = replay.map(|(r, fp)| Recorder::new(Arc::clone(r), fp));
                 Decision::Locked(lease, recorder)
             }
-            Ok(Claim::OutcomeUnknown) => {
+            Ok(LockOrRecord::OutcomeUnknown) => {
                 tracing::debug!(key = %p.redlock.key_hash(key.as_str()), "records of lost leases differ: outcome unknown");
                 Decision::Reject(self.reject(RejectionKind::OutcomeUnknown, wire))
             }
-            Ok(Claim::Completed(record)) => {
+            Ok(LockOrRecord::Completed(record)) => {
                 let fingerprint = replay
                     .map(|(_, fp)| fp)
                     .expect("only a replay claim completes");

@@ -31,13 +31,20 @@ fn only_unsafe_methods_are_locked_by_default() {
 
 #[test]
 fn replay_refuses_fail_open() {
-    let e = policy(|b| b.replay(Replay::new()).fail_open()).unwrap_err();
+    let e = policy(|b| {
+        b.replay(Replay::new())
+            .on_unavailable(OnUnavailable::FailOpen)
+    })
+    .unwrap_err();
     assert!(
         e.is_invalid_input() && e.to_string().contains("fail_open"),
         "{e}"
     );
-    assert!(policy(|b| b.replay(Replay::new())).unwrap().replays());
-    assert!(policy(|b| b.fail_open()).is_ok());
+    assert!(policy(|b| b.replay(Replay::new()))
+        .unwrap()
+        .replay()
+        .is_some());
+    assert!(policy(|b| b.on_unavailable(OnUnavailable::FailOpen)).is_ok());
 }
 
 #[test]
@@ -46,18 +53,18 @@ fn repeatable_after_loss_needs_replay_and_a_rule_that_may_abort() {
     let ok = policy(|b| {
         b.replay(Replay::new())
             .on_lost(OnLost::Abort)
-            .repeatable_after_loss()
+            .repeatable_after_loss(true)
     });
     assert!(ok.unwrap().repeatable_after_loss());
     let hook = policy(|b| {
         b.replay(Replay::new())
             .on_lost_with(|_| OnLost::Abort)
-            .repeatable_after_loss()
+            .repeatable_after_loss(true)
     });
     assert!(hook.is_ok());
     for b in [
-        policy(|b| b.on_lost(OnLost::Abort).repeatable_after_loss()),
-        policy(|b| b.replay(Replay::new()).repeatable_after_loss()),
+        policy(|b| b.on_lost(OnLost::Abort).repeatable_after_loss(true)),
+        policy(|b| b.replay(Replay::new()).repeatable_after_loss(true)),
     ] {
         let e = b.unwrap_err();
         assert!(
@@ -109,5 +116,5 @@ fn the_fencing_header_needs_a_fencing_client_and_a_name() {
     let empty = build(fenced(), |b| b.fencing_header("")).unwrap_err();
     assert!(empty.is_invalid_input(), "{empty}");
     let replay = build(fenced(), |b| b.fencing_header("f").replay(Replay::new()));
-    assert!(replay.unwrap().replays());
+    assert!(replay.unwrap().replay().is_some());
 }

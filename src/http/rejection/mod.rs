@@ -52,7 +52,7 @@ pub enum RejectionKind {
     LockLost,
     /// Replay: the request with this key was stopped because its lease was lost
     /// ([`OnLost::Abort`](crate::policy::OnLost::Abort)), or lost leases stored records that
-    /// differ ([`Claim::OutcomeUnknown`](crate::Claim::OutcomeUnknown)); it may or may not
+    /// differ ([`LockOrRecord::OutcomeUnknown`](crate::LockOrRecord::OutcomeUnknown)); it may or may not
     /// have had its effects, and it is not run again: `409` without `Retry-After` (gRPC
     /// `UNKNOWN`).
     OutcomeUnknown,

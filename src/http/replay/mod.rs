@@ -57,6 +57,7 @@ const NEVER_STORED: [&str; 10] = [
 /// The replay settings of a [`LockPolicy`](crate::policy::LockPolicy); see the
 /// [module docs](crate::replay).
 #[derive(Clone)]
+#[must_use = "replay settings do nothing until given to a policy"]
 pub struct Replay {
     pub(crate) retention: Duration,
     pub(crate) body_limit: Option<usize>,
@@ -194,16 +195,6 @@ impl Replay {
     pub fn transform(mut self, transform: impl RecordTransform) -> Self {
         self.transform = Some(Arc::new(transform));
         self
-    }
-
-    /// The retention of a stored response.
-    pub fn retention_period(&self) -> Duration {
-        self.retention
-    }
-
-    /// The request body limit; `None`: the body is not fingerprinted.
-    pub fn request_body_limit(&self) -> Option<usize> {
-        self.body_limit
     }
 
     /// Whether responses with `status` are stored.

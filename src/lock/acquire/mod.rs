@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use self::acquisition::Acquisition;
 pub(in crate::lock) use self::replay::record_key;
-pub use self::replay::Claim;
+pub use self::replay::LockOrRecord;
 use crate::error::{Ballots, Error};
 use crate::lock::fencing::{self, Fence};
 use crate::lock::lease::{Lease, Parked};
@@ -44,7 +44,7 @@ impl Redlock {
         ttl: Duration,
         retry: Retry,
         replay: bool,
-    ) -> crate::Result<Claim> {
+    ) -> crate::Result<LockOrRecord> {
         let obs = Acquiring::start(ttl, replay);
         let checked = options::check_resource(resource).and_then(|()| self.check_ttl(ttl));
         let ttl = match checked {
@@ -64,7 +64,7 @@ impl Redlock {
         let record_key = replay.then(|| replay::record_key(&key));
         let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
 
-        let deadline = retry.max_wait().and_then(|w| obs.started.checked_add(w));
+        let deadline = retry.max_wait_of().and_then(|w| obs.started.checked_add(w));
         // A try takes at most two node timeouts: the requests, then the release round of a
         // failed try (a contended one rarely has any: it won no vote), or the holder's ttl,
         // asked once for the last error.
@@ -117,15 +117,15 @@ impl Redlock {
                     let state = LeaseState::new(key, prefix.len(), token, ttl, grant, span);
                     let lease = Lease::new(self.clone(), state, parked);
                     obs.done(LockOutcome::Locked(valid_until));
-                    return Ok(Claim::Locked(lease));
+                    return Ok(LockOrRecord::Locked(lease));
                 }
                 Ok(Try::Completed(record)) => {
                     obs.done(LockOutcome::Completed);
-                    return Ok(Claim::Completed(record));
+                    return Ok(LockOrRecord::Completed(record));
                 }
                 Ok(Try::Unknown) => {
                     obs.done(LockOutcome::Completed);
-                    return Ok(Claim::OutcomeUnknown);
+                    return Ok(LockOrRecord::OutcomeUnknown);
                 }
                 Err(e) => {
                     let split = !e.is_contended() || e.votes_won() > 0;

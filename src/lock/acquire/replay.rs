@@ -1,6 +1,6 @@
 //! The replay acquire ([`Redlock::lock_unless_completed`]): each node is asked for the
 //! completion record first, and locks only without one. Any record found is the answer
-//! ([`Claim::Completed`]); "not done yet" is concluded only from a quorum of locks, after
+//! ([`LockOrRecord::Completed`]); "not done yet" is concluded only from a quorum of locks, after
 //! every asked node has answered. The record's key (beside the lock's) is named here.
 
 use std::sync::Arc;
@@ -88,13 +88,13 @@ pub(super) fn settle_in_background<F>(
 /// Which record answers when nodes hold different ones (a lease lost while its work ran
 /// stored its record "if free", beside another holder's): a record stored under a valid
 /// lease on a quorum of nodes, wherever a caller finds it first; records of lost leases
-/// that differ, and none stored under a valid lease, answer [`Claim::OutcomeUnknown`] —
+/// that differ, and none stored under a valid lease, answer [`LockOrRecord::OutcomeUnknown`] —
 /// never one or the other by chance. Too few nodes answering to know is an unavailable
 /// error; a live holder beside a minority's record, a contended one (its record may still
 /// come). Tests: `lost_lease_one_answer_*` (tests/middleware), `records.rs`'s unit tests.
 #[derive(Debug)]
-#[must_use = "a Claim may hold the lock: dropping it releases the lock at once"]
-pub enum Claim {
+#[must_use = "a LockOrRecord::Locked holds the lock: dropping it releases the lock at once"]
+pub enum LockOrRecord {
     /// No node has a completion record, and the lock is ours: do the work, then
     /// [`Lease::complete`] it.
     Locked(Lease),

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tracing::Instrument;
 
-use super::acquire::{record_key, Claim};
+use super::acquire::{record_key, LockOrRecord};
 use super::call::Answer;
 use super::fencing::Fence;
 use super::lease::Lease;
@@ -46,27 +46,27 @@ use self::keep::{keep_completing, Keep, KeepOnDrop, KEEP_TTLS};
 impl Redlock {
     /// Locks `resource` for work that must run **once**, unless it already ran: each node is
     /// asked, in one atomic step, for the resource's completion record, and locks only if it
-    /// has none. Any record found is the answer ([`Claim::Completed`]: only a holder ever
+    /// has none. Any record found is the answer ([`LockOrRecord::Completed`]: only a holder ever
     /// stores one); "not done yet" is concluded only from a quorum of locks
-    /// ([`Claim::Locked`]). Contended and unavailable as [`Redlock::lock_with`]; a node
+    /// ([`LockOrRecord::Locked`]). Contended and unavailable as [`Redlock::lock_with`]; a node
     /// that stores no records (a custom [`Node`](crate::node::Node) without them) counts as
     /// failed.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), tower_redlock::Error> {
     /// use std::time::Duration;
-    /// use tower_redlock::{Claim, Redlock, Retry};
+    /// use tower_redlock::{LockOrRecord, Redlock, Retry};
     ///
     /// let redlock = Redlock::in_memory();
     /// let ttl = Duration::from_secs(10);
     /// let day = Duration::from_secs(86_400);
     /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
-    ///     Claim::Locked(lease) => lease.complete("charged: pay_1", day).await?,
+    ///     LockOrRecord::Locked(lease) => lease.complete("charged: pay_1", day).await?,
     ///     _ => unreachable!("first time"),
     /// }
     /// // A retry of the same work gets the stored answer; nothing runs twice.
     /// match redlock.lock_unless_completed("payment:8e03", ttl, Retry::never()).await? {
-    ///     Claim::Completed(record) => assert_eq!(&record[..], b"charged: pay_1"),
+    ///     LockOrRecord::Completed(record) => assert_eq!(&record[..], b"charged: pay_1"),
     ///     _ => unreachable!("already done"),
     /// }
     /// # Ok(()) }
@@ -76,7 +76,7 @@ impl Redlock {
         resource: &str,
         ttl: Duration,
         retry: Retry,
-    ) -> crate::Result<Claim> {
+    ) -> crate::Result<LockOrRecord> {
         self.lock_inner(resource, ttl, retry, true).await
     }
 }
@@ -86,7 +86,7 @@ impl Lease {
     /// stores `record` as the resource's completion record for `retention`, on every node
     /// where the lease still holds, and ends the lock there — one atomic step per node.
     /// From then on [`Redlock::lock_unless_completed`] answers
-    /// [`Claim::Completed`](crate::Claim::Completed) with `record`.
+    /// [`LockOrRecord::Completed`](crate::LockOrRecord::Completed) with `record`.
     ///
     /// A record over [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN), or a retention of zero or
     /// over [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.

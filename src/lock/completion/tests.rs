@@ -9,7 +9,7 @@ use crate::node::{
     Acquire, AcquireRequest, CallError, Capabilities, CompleteRequest, ExtendRequest, MemoryNode,
     Node, NodeFuture, ReleaseRequest,
 };
-use crate::{Claim, Redlock, Retry};
+use crate::{LockOrRecord, Redlock, Retry};
 
 /// What a [`Scripted`] node does with one completion request.
 #[derive(Debug, Clone, Copy)]
@@ -123,7 +123,7 @@ fn client_of(nodes: &[MemoryNode], fencing: bool) -> Redlock {
 /// eat 50 ms; the expiry is awaited anyway.)
 async fn expired_lease(redlock: &Redlock, nodes: &[MemoryNode], key: &str) -> crate::Lease {
     let ttl = Duration::from_millis(200);
-    let Claim::Locked(lease) = redlock
+    let LockOrRecord::Locked(lease) = redlock
         .lock_unless_completed(key, ttl, Retry::never())
         .await
         .unwrap()
@@ -157,7 +157,7 @@ async fn complete_lost_stores_where_the_lock_expired() {
         let lease = expired_lease(&redlock, &nodes, "plain").await;
         assert!(lease.complete("no", DAY).await.unwrap_err().is_lost());
         let again = redlock.lock_unless_completed("plain", DAY, Retry::never());
-        assert!(matches!(again.await.unwrap(), Claim::Locked(_)));
+        assert!(matches!(again.await.unwrap(), LockOrRecord::Locked(_)));
 
         let lease = expired_lease(&redlock, &nodes, "lost").await;
         let handle = lease.handle();
@@ -167,7 +167,7 @@ async fn complete_lost_stores_where_the_lock_expired() {
         assert!(handle.is_lost(), "the lease ended");
         let claim = redlock.lock_unless_completed("lost", DAY, Retry::never());
         match claim.await.unwrap() {
-            Claim::Completed(got) => assert_eq!(got, record),
+            LockOrRecord::Completed(got) => assert_eq!(got, record),
             other => panic!("fencing {fencing}: a duplicate got {other:?}"),
         }
         assert!(
@@ -225,7 +225,7 @@ fn scripted_client(nodes: &[Scripted]) -> Redlock {
 
 async fn scripted_lease(redlock: &Redlock, key: &str) -> crate::Lease {
     let claim = redlock.lock_unless_completed(key, Duration::from_secs(30), Retry::never());
-    let Claim::Locked(lease) = claim.await.unwrap() else {
+    let LockOrRecord::Locked(lease) = claim.await.unwrap() else {
         panic!("nothing was completed yet");
     };
     lease
@@ -282,7 +282,7 @@ async fn complete_lost_refuses_an_invalid_record() {
     let nodes = [MemoryNode::new()];
     let redlock = client_of(&nodes, false);
     let claim = redlock.lock_unless_completed("big", DAY, Retry::never());
-    let Claim::Locked(lease) = claim.await.unwrap() else {
+    let LockOrRecord::Locked(lease) = claim.await.unwrap() else {
         panic!("nothing was completed yet");
     };
     let big = Bytes::from(vec![0u8; crate::Lease::MAX_RECORD_LEN + 1]);
@@ -291,7 +291,7 @@ async fn complete_lost_refuses_an_invalid_record() {
     assert_eq!(nodes[0].get("big"), None, "released");
     let claim = redlock.lock_unless_completed("big", DAY, Retry::never());
     assert!(
-        matches!(claim.await.unwrap(), Claim::Locked(_)),
+        matches!(claim.await.unwrap(), LockOrRecord::Locked(_)),
         "nothing stored"
     );
 }
@@ -306,7 +306,7 @@ async fn replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write(
     let redlock = scripted_client(std::slice::from_ref(&node));
     let claim =
         redlock.lock_unless_completed("late-write", Duration::from_millis(150), Retry::never());
-    let Claim::Locked(lease) = claim.await.unwrap() else {
+    let LockOrRecord::Locked(lease) = claim.await.unwrap() else {
         panic!("nothing was completed yet");
     };
     let record = Bytes::from_static(b"the response");
@@ -317,7 +317,7 @@ async fn replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write(
         .expect("stored by the if-free completion");
     let again = redlock.lock_unless_completed("late-write", Duration::from_secs(1), Retry::never());
     match again.await.unwrap() {
-        Claim::Completed(got) => assert_eq!(got, record),
+        LockOrRecord::Completed(got) => assert_eq!(got, record),
         other => panic!("the work would run again: {other:?}"),
     }
 
@@ -328,7 +328,7 @@ async fn replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write(
         .expect("stored where the lock expired");
     let again =
         redlock.lock_unless_completed("lost-before", Duration::from_secs(1), Retry::never());
-    assert!(matches!(again.await.unwrap(), Claim::Completed(_)));
+    assert!(matches!(again.await.unwrap(), LockOrRecord::Completed(_)));
 }
 
 /// A replay acquire that answers with a lost lease's record (rule 5 of `records.rs`) copies
@@ -384,7 +384,7 @@ async fn replay_a_copy_that_misses_a_locked_node_is_unavailable_and_released() {
 
         let again = redlock.lock_unless_completed(key, Duration::from_secs(30), Retry::never());
         match again.await.unwrap() {
-            Claim::Completed(got) => assert_eq!(got, record, "{case}"),
+            LockOrRecord::Completed(got) => assert_eq!(got, record, "{case}"),
             other => panic!("{case}: the work would run again: {other:?}"),
         }
         assert!(nodes.iter().all(|n| n.inner.get(key).is_none()), "{case}");

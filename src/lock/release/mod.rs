@@ -70,6 +70,7 @@ impl Lease {
     /// until a quorum is reached, the lease's validity ends, or ten node timeouts have
     /// passed. Errors (and logs at warn) when no quorum was reached by then; the lock then
     /// still expires after its ttl.
+    #[doc(alias = "unlock")]
     pub async fn release(mut self) -> crate::Result<()> {
         self.stop_keep_alive();
         self.state.finish();

@@ -17,10 +17,10 @@ use super::sentinel::host_port;
 ///
 /// ```no_run
 /// # #[tokio::main] async fn main() -> Result<(), tower_redlock::Error> {
-/// use tower_redlock::node::{Cluster, RedisNode};
+/// use tower_redlock::node::{Cluster, RedisNode, RedisNodeOptions};
 ///
 /// let cluster = Cluster::new(["10.0.2.1:7000", "10.0.2.2:7000"])?.password(None, "secret");
-/// let voter = RedisNode::cluster(cluster)?;
+/// let voter = RedisNode::cluster(cluster, &RedisNodeOptions::default())?;
 /// # Ok(()) }
 /// ```
 ///

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::ConnectionManager;
 use redis::{Cmd, RedisError, RedisResult, Value};
 
 use super::sentinel::SentinelConn;
@@ -11,7 +11,6 @@ use super::sentinel::SentinelConn;
 #[derive(Clone)]
 pub(super) enum Conn {
     Manager(ConnectionManager),
-    Multiplexed(MultiplexedConnection),
     Sentinel(SentinelConn),
     #[cfg(feature = "cluster")]
     Cluster(super::cluster::ClusterConn),
@@ -49,7 +48,6 @@ pub(super) async fn query(conn: &mut Conn, cmd: &Cmd, votes: bool) -> RedisResul
     // (measured in bench/benches/profile.rs: 0.79x -> 0.90x of the limit's throughput).
     let v = match conn {
         Conn::Manager(c) => c.send_packed_command(cmd).await?,
-        Conn::Multiplexed(c) => c.send_packed_command(cmd).await?,
         Conn::Sentinel(c) => Box::pin(c.query(cmd, votes)).await?,
         #[cfg(feature = "cluster")]
         Conn::Cluster(c) => c.query(cmd).await?,

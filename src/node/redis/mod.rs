@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::aio::ConnectionManager;
 use redis::{Client, Cmd, RedisResult, Value};
 
 use self::conn::{query, Conn};
@@ -120,9 +120,9 @@ impl RedisNode {
         };
         match voter {
             url::Voter::Master => {}
-            url::Voter::Sentinel(group) => return Self::sentinel_with(*group, &options),
+            url::Voter::Sentinel(group) => return Self::sentinel(*group, &options),
             #[cfg(feature = "cluster")]
-            url::Voter::Cluster(cluster) => return Self::cluster_with(cluster, &options),
+            url::Voter::Cluster(cluster) => return Self::cluster(cluster, &options),
         }
         if url.starts_with("rediss://") && !cfg!(feature = "tls") {
             return Err(crate::Error::invalid(format!(
@@ -215,13 +215,11 @@ impl RedisNode {
     /// master abstains until its tenure is as old as the longest ttl plus the majority
     /// window. Without it, a failover can let a second client win a lock the first still
     /// holds (`tests/voters/sentinel.rs` shows both). Must be called inside a Tokio runtime.
-    pub fn sentinel(group: Sentinel) -> crate::Result<Self> {
-        Self::sentinel_with(group, &RedisNodeOptions::default())
-    }
-
-    /// Like [`RedisNode::sentinel`], with explicit connection settings (they apply to the
-    /// sentinels and the master).
-    pub fn sentinel_with(group: Sentinel, options: &RedisNodeOptions) -> crate::Result<Self> {
+    ///
+    /// `options` apply to the sentinels and the master ([`RedisNodeOptions::default`] for
+    /// the defaults).
+    #[doc(alias = "sentinel_with")]
+    pub fn sentinel(group: Sentinel, options: &RedisNodeOptions) -> crate::Result<Self> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(crate::Error::invalid(
                 "a RedisNode must be created inside a Tokio runtime",
@@ -246,8 +244,8 @@ impl RedisNode {
         })
     }
 
-    /// A voter that is a Redis Cluster (feature `cluster`), with default
-    /// [`RedisNodeOptions`] (no failover protection: see
+    /// A voter that is a Redis Cluster (feature `cluster`) (by default no failover
+    /// protection: see
     /// [`RedisNodeOptions::restart_protection`] for what it costs on a Cluster).
     ///
     /// Each request goes to the master of its key's hash slot; redis-rs' cluster connection
@@ -261,16 +259,12 @@ impl RedisNode {
     /// [`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout)) — up to 5 s
     /// instead of four node timeouts. Must be called inside a Tokio runtime; nothing
     /// connects until the first request.
+    ///
+    /// `options`: the connection settings ([`RedisNodeOptions::default`] for the defaults).
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster(cluster: Cluster) -> crate::Result<Self> {
-        Self::cluster_with(cluster, &RedisNodeOptions::default())
-    }
-
-    /// Like [`RedisNode::cluster`], with explicit connection settings.
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub fn cluster_with(cluster: Cluster, options: &RedisNodeOptions) -> crate::Result<Self> {
+    #[doc(alias = "cluster_with")]
+    pub fn cluster(cluster: Cluster, options: &RedisNodeOptions) -> crate::Result<Self> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(crate::Error::invalid(
                 "a RedisNode must be created inside a Tokio runtime",
@@ -305,24 +299,10 @@ impl RedisNode {
         }
     }
 
-    /// A node over an existing [`MultiplexedConnection`]. It does not reconnect by itself:
-    /// prefer [`RedisNode::open`] or [`RedisNode::from_connection_manager`].
-    pub fn from_multiplexed(conn: MultiplexedConnection, name: impl Into<String>) -> Self {
-        let name = name.into();
-        Self {
-            conn: Conn::Multiplexed(conn),
-            eviction: eviction(&name, &RedisNodeOptions::default()),
-            name,
-            guard: None,
-            wake_source: None,
-            wake: None,
-        }
-    }
-
     /// Starts the wake-up (`RedlockBuilder::wake_waiters`): its deleting scripts publish
     /// from now on, and a subscriber of its own tells `listener` the releases it hears. A
-    /// node over a connection of the caller's ([`RedisNode::from_connection_manager`],
-    /// [`RedisNode::from_multiplexed`]: a master's) publishes but has no subscriber (`None`):
+    /// node over a connection of the caller's ([`RedisNode::from_connection_manager`]: a
+    /// master's) publishes but has no subscriber (`None`):
     /// its releases wake other clients, its own waiters poll.
     pub(crate) fn start_wake(
         &mut self,

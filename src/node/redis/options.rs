@@ -51,6 +51,7 @@ const PIPELINE_BUFFER: usize = 4096;
 /// appendfsync always
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "options do nothing until given to a node"]
 pub struct RedisNodeOptions {
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Option<Duration>,

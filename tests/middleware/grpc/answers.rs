@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tonic::Code;
 use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt};
-use tower_redlock::policy::LockPolicy;
+use tower_redlock::policy::{LockPolicy, OnContention};
 use tower_redlock::replay::Replay;
 
 use super::server::{Layout, Server};
@@ -358,7 +358,7 @@ async fn grpc_replay_after_a_lost_lease_is_unknown() {
     server.stop().await;
 }
 
-/// A waiting policy (`.wait(30 s)`) bounds a gRPC caller's wait by its own deadline
+/// A waiting policy (`OnContention::wait(30 s)`) bounds a gRPC caller's wait by its own deadline
 /// (`grpc-timeout`, here 3 s): two duplicates of a held call — one waiting for releases, one
 /// queued behind it (the client wakes waiters) — are both answered `ABORTED` with a retry hint
 /// before that deadline: not held for the policy's 30 s, nor cut by the caller's deadline
@@ -381,7 +381,7 @@ async fn grpc_a_wait_is_bounded_by_the_callers_grpc_timeout() {
         .build()
         .unwrap();
     let policy = policy_of(&redlock)
-        .wait(Duration::from_secs(30))
+        .on_contention(OnContention::wait(Duration::from_secs(30)))
         .build()
         .unwrap();
     let server = Server::serve(policy).await;

@@ -69,14 +69,14 @@ async fn grpc_answers_are_the_same_on_tower_and_actix() {
                 web::resource(PAY).route(
                     web::post()
                         .to(HttpResponse::Ok)
-                        .wrap(RedlockMiddleware::with_policy(plain.clone())),
+                        .wrap(RedlockMiddleware::new(plain.clone())),
                 ),
             )
             .service(
                 web::resource(REFUND).route(
                     web::post()
                         .to(HttpResponse::Ok)
-                        .wrap(RedlockMiddleware::with_policy(replay.clone())),
+                        .wrap(RedlockMiddleware::new(replay.clone())),
                 ),
             ),
     )
@@ -84,8 +84,8 @@ async fn grpc_answers_are_the_same_on_tower_and_actix() {
     let inner = tower::service_fn(|_req: http::Request<_>| async {
         Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::new())))
     });
-    let tower_plain = RedlockLayer::with_policy(plain).layer(inner);
-    let tower_replay = RedlockLayer::with_policy(replay).layer(inner);
+    let tower_plain = RedlockLayer::new(plain).layer(inner);
+    let tower_replay = RedlockLayer::new(replay).layer(inner);
 
     let actix_answer = |ask: &Ask| {
         let mut req = test::TestRequest::post()

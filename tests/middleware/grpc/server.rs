@@ -62,7 +62,7 @@ impl Server {
         let health = HealthServer {
             gate: Arc::clone(&gate),
         };
-        let layer = RedlockLayer::with_policy(policy);
+        let layer = RedlockLayer::new(policy);
         let task = match layout {
             Layout::WholeServer => tokio::spawn(
                 tonic::transport::Server::builder()

@@ -34,11 +34,15 @@ impl Framework for Actix {
         redlock: Redlock,
         extractor: impl KeyExtractor,
     ) -> tower_redlock::Result<LockPolicy> {
-        RedlockMiddleware::new(redlock, extractor).map(|mw| mw.policy().clone())
+        LockPolicy::builder(redlock, extractor)
+            .build()
+            .map(|p| RedlockMiddleware::new(p).policy().clone())
     }
 
     fn idempotent(redlock: Redlock) -> tower_redlock::Result<LockPolicy> {
-        RedlockMiddleware::idempotent(redlock).map(|mw| mw.policy().clone())
+        LockPolicy::idempotent(redlock)
+            .build()
+            .map(|p| RedlockMiddleware::new(p).policy().clone())
     }
 }
 
@@ -67,7 +71,7 @@ pub fn configure(app: &App, cfg: &mut web::ServiceConfig) {
                 };
             let mut one = web::method(method_of(*method)).to(handle);
             if let Some(policy) = &route.policy {
-                one = one.wrap(RedlockMiddleware::with_policy(policy.clone()));
+                one = one.wrap(RedlockMiddleware::new(policy.clone()));
             }
             resource = resource.route(one);
         }

@@ -31,11 +31,15 @@ impl Framework for Axum {
         redlock: Redlock,
         extractor: impl KeyExtractor,
     ) -> tower_redlock::Result<LockPolicy> {
-        RedlockLayer::new(redlock, extractor).map(|layer| layer.policy().clone())
+        LockPolicy::builder(redlock, extractor)
+            .build()
+            .map(|p| RedlockLayer::new(p).policy().clone())
     }
 
     fn idempotent(redlock: Redlock) -> tower_redlock::Result<LockPolicy> {
-        RedlockLayer::idempotent(redlock).map(|layer| layer.policy().clone())
+        LockPolicy::idempotent(redlock)
+            .build()
+            .map(|p| RedlockLayer::new(p).policy().clone())
     }
 }
 
@@ -62,7 +66,7 @@ pub fn router(app: &App) -> Router {
             methods = methods.on(filter(*method), handle);
         }
         if let Some(policy) = &route.policy {
-            methods = methods.route_layer(RedlockLayer::with_policy(policy.clone()));
+            methods = methods.route_layer(RedlockLayer::new(policy.clone()));
         }
         router = router.route(route.path, methods);
     }

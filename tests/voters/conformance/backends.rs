@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tower_redlock::node::{MemoryNode, Node, RedisNode, ReleaseRequest};
+use tower_redlock::node::{MemoryNode, Node, RedisNode, RedisNodeOptions, ReleaseRequest};
 
 use super::support::{eventually, Masters};
 use super::{Backend, Peek, PeekFuture};
@@ -142,7 +142,8 @@ mod cluster {
                 .iter()
                 .map(|c| {
                     let cluster = tower_redlock::node::Cluster::new(c.addrs()).expect("addresses");
-                    RedisNode::cluster(cluster).expect("a cluster voter")
+                    RedisNode::cluster(cluster, &RedisNodeOptions::default())
+                        .expect("a cluster voter")
                 })
                 .collect();
             Self { clusters, nodes }
@@ -200,7 +201,7 @@ impl Backend for Sentinel {
             .iter()
             .map(|g| {
                 let group = Sentinel::new(g.master_name(), g.sentinel_addrs()).expect("a group");
-                RedisNode::sentinel_with(group, &options).expect("a sentinel voter")
+                RedisNode::sentinel(group, &options).expect("a sentinel voter")
             })
             .collect();
         Self { groups, nodes }

@@ -132,7 +132,7 @@ pub async fn redlock_flow<B: Backend>(backend: &B) {
 
     // Release frees a quorum before it returns and every node soon after (a node that had
     // not answered yet is released in the background); B then gets the lock.
-    a.unlock(lease).await.unwrap();
+    lease.release().await.unwrap();
     let free = |now: Vec<Option<String>>| now.iter().filter(|v| v.is_none()).count();
     assert!(free(peek_all(backend, "flow").await) >= 2);
     let all_free = || async { free(peek_all(backend, "flow").await) == 3 };

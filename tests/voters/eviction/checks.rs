@@ -323,7 +323,7 @@ async fn eviction_sentinel_checks_the_promoted_master() {
     // No tenure protection: the eviction check alone decides.
     let options = RedisNodeOptions::new().no_protection();
     let client = Redlock::builder()
-        .node(RedisNode::sentinel_with(group, &options).expect("a voter"))
+        .node(RedisNode::sentinel(group, &options).expect("a voter"))
         .node_timeout(NODE_TIMEOUT)
         .retry(Retry::never())
         .build()
@@ -371,8 +371,11 @@ async fn eviction_cluster_counts_every_master() {
 
     let c = Cluster::start(3);
     make_cache(&c[1], "volatile-random").await;
-    let voter = RedisNode::cluster(node::Cluster::new(c.addrs()).expect("addresses"))
-        .expect("a cluster voter");
+    let voter = RedisNode::cluster(
+        node::Cluster::new(c.addrs()).expect("addresses"),
+        &RedisNodeOptions::default(),
+    )
+    .expect("a cluster voter");
     let client = Redlock::builder()
         .node(voter)
         .node_timeout(NODE_TIMEOUT)

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use tower_redlock::node::RedisNodeOptions;
-use tower_redlock::{Claim, Error, Redlock, RedlockBuilder, Retry};
+use tower_redlock::{Error, LockOrRecord, Redlock, RedlockBuilder, Retry};
 use tower_redlock_testkit as support;
 
 use support::{eventually, Masters, RedisServer, NODE_TIMEOUT};
@@ -297,7 +297,7 @@ async fn eviction_never_lets_work_run_twice() {
     // With eviction allowed the record is stored, evicted under pressure, and the work runs
     // a second time.
     let allowed = builder(&[&server], &[0]).build().expect("a client");
-    let Claim::Locked(lease) = allowed
+    let LockOrRecord::Locked(lease) = allowed
         .lock_unless_completed(KEY, TTL, Retry::never())
         .await
         .expect("allowed: the first run locks")
@@ -313,7 +313,7 @@ async fn eviction_never_lets_work_run_twice() {
         .lock_unless_completed(KEY, TTL, Retry::never())
         .await;
     assert!(
-        matches!(again, Ok(Claim::Locked(_))),
+        matches!(again, Ok(LockOrRecord::Locked(_))),
         "allowed, the evicted record lets the work run again: {again:?}"
     );
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tower_redlock::node::RedisNodeOptions;
-use tower_redlock::{Claim, Lease, Redlock, Retry};
+use tower_redlock::{Lease, LockOrRecord, Redlock, Retry};
 
 use super::{
     client, eviction_of, fill_until_evicted, make_cache, refused_for_eviction, support,
@@ -193,7 +193,7 @@ async fn acquire(
         .lock_unless_completed(key, ttl, Retry::never())
         .await?
     {
-        Claim::Locked(lease) => Ok(lease),
+        LockOrRecord::Locked(lease) => Ok(lease),
         other => panic!("nothing was completed under {key}: {other:?}"),
     }
 }
@@ -277,7 +277,7 @@ async fn eviction_runtime_a_completion_is_not_stored_on_a_cache() {
     const RECORD: &str = "shipped: parcel 9";
     let m = Masters::start(3);
     let client = client(&[&m[0], &m[1], &m[2]], &[]);
-    let Claim::Locked(lease) = client
+    let LockOrRecord::Locked(lease) = client
         .lock_unless_completed(KEY, TTL, Retry::never())
         .await
         .expect("three healthy masters")
@@ -309,7 +309,7 @@ async fn eviction_runtime_a_completion_is_not_stored_on_a_cache() {
         );
     }
     match client.lock_unless_completed(KEY, TTL, Retry::never()).await {
-        Ok(Claim::Completed(record)) => assert_eq!(&record[..], RECORD.as_bytes()),
+        Ok(LockOrRecord::Completed(record)) => assert_eq!(&record[..], RECORD.as_bytes()),
         other => panic!("a duplicate gets the record, not {other:?}"),
     }
 }

@@ -27,12 +27,12 @@ const MIN_GAP: Duration = Duration::from_millis(50);
 ///
 /// ```no_run
 /// # #[tokio::main] async fn main() -> Result<(), tower_redlock::Error> {
-/// use tower_redlock::node::{RedisNode, Sentinel};
+/// use tower_redlock::node::{RedisNode, RedisNodeOptions, Sentinel};
 ///
 /// let group = Sentinel::new("payments", ["10.0.1.1:26379", "10.0.1.2:26379", "10.0.1.3:26379"])?
 ///     .master_password(None, "master-secret")
 ///     .sentinel_password(None, "sentinel-secret");
-/// let voter = RedisNode::sentinel(group)?;
+/// let voter = RedisNode::sentinel(group, &RedisNodeOptions::default())?;
 /// # Ok(()) }
 /// ```
 ///

@@ -93,7 +93,7 @@ pub(super) fn client(config: &WorkerConfig) -> Redlock {
                     .expect("a valid Sentinel group")
                     .refresh_interval(*refresh)
                     .sentinel_password(Some(user), user);
-                builder.node(RedisNode::sentinel_with(group, &protected).expect("a Sentinel voter"))
+                builder.node(RedisNode::sentinel(group, &protected).expect("a Sentinel voter"))
             }
             Voter::Cluster(addrs) => {
                 builder.redis_with(&format!("redis+cluster://{}", addrs.join(",")), &cluster)

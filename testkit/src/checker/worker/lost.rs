@@ -106,7 +106,7 @@ fn app(redlock: &Redlock, config: &WorkerConfig) -> Router {
             .replay(ReplayPolicy::new().retention(retention))
             .build()
             .expect("a valid policy");
-        RedlockLayer::with_policy(policy)
+        RedlockLayer::new(policy)
     };
     Router::new()
         .route("/finish", post(handler))

@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tower_redlock::{Claim, Redlock};
+use tower_redlock::{LockOrRecord, Redlock};
 
 use super::super::clock::{self, nanos, shared_ns, Starvation};
 use super::super::log::{Completion, Replay, Run, Section};
@@ -45,7 +45,7 @@ pub(super) async fn claim_loop(
             .lock_unless_completed(&name, config.ttl, config.retry)
             .await
         {
-            Ok(Claim::Locked(lease)) => {
+            Ok(LockOrRecord::Locked(lease)) => {
                 // The evidence of starvation is read before the section is entered: its own
                 // reads of /proc (a directory, every thread's schedstat) can block or be
                 // preempted, and inside the section they once made one that entered 3 µs
@@ -102,7 +102,7 @@ pub(super) async fn claim_loop(
                 shared.acquisitions.fetch_add(1, Ordering::Relaxed);
                 shared.done.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(Claim::Completed(record)) => {
+            Ok(LockOrRecord::Completed(record)) => {
                 match parse_record(&record) {
                     Some((named, run_worker, run_task, run_enter_ns)) => replays.push(Replay {
                         // A record of another key shows as a phantom replay.
@@ -128,7 +128,7 @@ pub(super) async fn claim_loop(
             }
             // Only records stored "if free" can differ that way, and this workload stores
             // none: reported as unexpected.
-            Ok(Claim::OutcomeUnknown) => {
+            Ok(LockOrRecord::OutcomeUnknown) => {
                 shared.other.fetch_add(1, Ordering::Relaxed);
                 shared.sample(&format!(
                     "{name}: outcome unknown, with no lost lease's record"

@@ -11,9 +11,10 @@
 //! say which form of the verb it is, and [`Node::capabilities`] to declare, in one place,
 //! which optional verbs and forms the node knows and the longest ttl it takes. A failure is a
 //! [`CallError`], marked as a timeout, an unreachable node or a kind of [`Refusal`] as the
-//! built-in voters' are. The conformance tests in
-//! `tests/voters/conformance` show the semantics every node must keep (owner-only release and
-//! extend, expiry, an expired key never re-created by an extend, records and counters).
+//! built-in voters' are. The conformance kit ([`conformance`](crate::conformance), feature
+//! `conformance`) checks the semantics every node must keep (owner-only release and extend,
+//! expiry, an expired key never re-created by an extend, records and counters) against
+//! yours, as the built-in voters pass them.
 
 use std::fmt;
 use std::future::{ready, Future};
@@ -168,7 +169,7 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// Returns whether it did; an absent (expired) key is never re-created. With a fence, the
     /// counter is raised in the same step: answer `true` only if it was (a node that extends
     /// without raising must answer an error instead — the client counts every `true` as a
-    /// node carrying the lease's token; the conformance suite's
+    /// node carrying the lease's token; the conformance kit's
     /// `fencing_extend_raises_the_counter` checks it).
     fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool>;
 
@@ -183,7 +184,7 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// answers `true` (deleting the key if it still holds the token); a different record
     /// already there answers `false`. With [`CompleteRequest::if_free`], store it also where
     /// the key is absent (never where it holds another value): a node that declares
-    /// [`Capabilities::records`] must honour it, as the conformance suite's
+    /// [`Capabilities::records`] must honour it, as the conformance kit's
     /// `completion_if_free_*` checks try.
     ///
     /// Asked only of a node that declares [`Capabilities::records`]; the default answers an

@@ -1,32 +1,14 @@
 //! Waiting in tests: [`eventually`] polls a condition under a deadline, [`warm_up`] waits
 //! until a client has reached every master.
 
-use std::fmt::Display;
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tower_redlock::Redlock;
 
 use crate::masters::Masters;
 
-/// Polls `check` every 10 ms until it is true; panics with `what` after `within`.
-/// Returns how long it took.
-pub async fn eventually<F, Fut>(what: impl Display, within: Duration, mut check: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if check().await {
-            return start.elapsed();
-        }
-        if start.elapsed() > within {
-            panic!("timed out after {within:?} waiting until {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+/// Polls a condition under a deadline: the conformance kit's (one definition).
+pub use tower_redlock::conformance::eventually;
 
 /// Takes and releases a throw-away lock until one try reached every master, so that the
 /// client's lazily made connections are up before a test looks at the masters; then waits

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tower_redlock::node::{MemoryNode, Node, RedisNode, RedisNodeOptions, ReleaseRequest};
 
 use super::support::{eventually, Masters};
-use super::{Backend, Peek, PeekFuture};
+use super::{Backend, PeekAt, PeekFuture};
 
 // --- the memory backend ----------------------------------------------------------------------
 
@@ -14,8 +14,8 @@ pub struct Memory {
     nodes: Vec<MemoryNode>,
 }
 
-impl Peek for Memory {
-    fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
+impl PeekAt for Memory {
+    fn peek_at<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
         Box::pin(async move { self.nodes[i].get(key) })
     }
 }
@@ -45,8 +45,8 @@ pub struct Redis {
     nodes: Vec<RedisNode>,
 }
 
-impl Peek for Redis {
-    fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
+impl PeekAt for Redis {
+    fn peek_at<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
         Box::pin(self.masters[i].get(key))
     }
 
@@ -119,9 +119,9 @@ mod cluster {
         nodes: Vec<RedisNode>,
     }
 
-    impl Peek for Cluster {
+    impl PeekAt for Cluster {
         /// The key as the master serving its slot in cluster `i` stores it.
-        fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
+        fn peek_at<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
             Box::pin(async move {
                 let cluster = &self.clusters[i];
                 cluster[cluster.node_for_key(key).await].get(key).await
@@ -176,9 +176,9 @@ pub struct Sentinel {
     nodes: Vec<RedisNode>,
 }
 
-impl Peek for Sentinel {
+impl PeekAt for Sentinel {
     /// The key as group `i`'s master stores it (no failover happens in these checks).
-    fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
+    fn peek_at<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a> {
         Box::pin(self.groups[i].master().get(key))
     }
 

@@ -7,12 +7,12 @@ use tower_redlock::node::{Acquire, AcquireRequest, ExtendRequest, Node, ReleaseR
 use tower_redlock::{Redlock, Retry};
 
 use super::support::{eventually, NODE_TIMEOUT};
-use super::{Backend, Peek, LONG, T1};
+use super::{Backend, PeekAt, LONG, T1};
 
-async fn peek_all<P: Peek>(backend: &P, key: &str) -> Vec<Option<String>> {
+async fn peek_all<P: PeekAt>(backend: &P, key: &str) -> Vec<Option<String>> {
     let mut out = Vec::new();
     for i in 0..3 {
-        out.push(backend.peek(i, key).await);
+        out.push(backend.peek_at(i, key).await);
     }
     out
 }

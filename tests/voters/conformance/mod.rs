@@ -1,14 +1,16 @@
-//! The backend conformance suite: one set of semantic checks, written once against the
-//! [`Node`] trait, run against a `RedisNode` (a real redis-server), a `MemoryNode`, a
-//! `RedisNode` over a Redis Cluster (feature `cluster`) and one over a Sentinel group.
+//! The backend conformance suite: the checks of the shipped conformance kit
+//! (`tower_redlock::conformance`, written once against the [`Node`] trait) run against a
+//! `RedisNode` (a real redis-server), a `MemoryNode`, a `RedisNode` over a Redis Cluster
+//! (feature `cluster`) and one over a Sentinel group; the kit's self-test (nodes that get a
+//! promise wrong fail it).
 //!
-//! Each check gets a `&dyn Node` and a [`Peek`] that reads the backend's raw state (the
-//! value stored at a key, bypassing the node). The Redlock-level flow runs the same quorum
-//! and contention scenario over three nodes of each backend.
+//! Each check gets a `&dyn Node` and a kit `Peek` ([`First`]: the backend's first node) that
+//! reads the backend's raw state (the value stored at a key, bypassing the node). The
+//! Redlock-level flow runs the same quorum and contention scenario over three nodes of each
+//! backend.
 //!
-//! Layout: `check.rs` the checks of one node (with `fencing.rs`'s and `free.rs`'s),
-//! `flow.rs` the flow over three, `backends.rs` the backends; here the traits, the wiring
-//! and the Redis-only tests.
+//! Layout: `flow.rs` the flow over three, `backends.rs` the backends, `kit.rs` the kit's
+//! whole run and its self-test; here the traits, the wiring and the Redis-only tests.
 
 use tower_redlock_testkit as support;
 
@@ -17,24 +19,23 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use support::{eventually, Masters};
+use tower_redlock::conformance::{checks, Peek};
 use tower_redlock::node::{Acquire, AcquireRequest, CompleteRequest, MemoryNode, Node, RedisNode};
 
 mod backends;
-mod check;
-mod fencing;
 mod flow;
-mod free;
+mod kit;
 
 #[cfg(feature = "cluster")]
 use backends::Cluster;
 use backends::{Memory, Redis, Sentinel};
 
-/// A future returned by [`Peek::peek`].
+/// A future returned by [`PeekAt::peek_at`].
 type PeekFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
 
 /// Reads a backend's raw state: the value stored at `key` on node `i`, if any.
-trait Peek: Send + Sync {
-    fn peek<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a>;
+trait PeekAt: Send + Sync {
+    fn peek_at<'a>(&'a self, i: usize, key: &'a str) -> PeekFuture<'a>;
 
     /// Whether the nodes' acquire answers "acquired" for the holder's own token (see
     /// `Acquire::Held`): a Redis voter's, whose acquire is a script that finds it (every
@@ -45,8 +46,21 @@ trait Peek: Send + Sync {
     }
 }
 
+/// The kit's `Peek` of a backend's first node (the node checks run on it).
+struct First<'a, B>(&'a B);
+
+impl<B: PeekAt> Peek for First<'_, B> {
+    fn peek<'a>(&'a self, key: &'a str) -> PeekFuture<'a> {
+        self.0.peek_at(0, key)
+    }
+
+    fn own_token_acquired(&self) -> bool {
+        self.0.own_token_acquired()
+    }
+}
+
 /// A set of nodes of one kind, and a way to peek at them.
-trait Backend: Peek + Sized {
+trait Backend: PeekAt + Sized {
     type Node: Node + Clone;
 
     fn start(n: usize) -> Self;
@@ -69,7 +83,6 @@ trait Backend: Peek + Sized {
 
 const LONG: Duration = Duration::from_secs(10);
 const T1: &str = "00000000000000000000000000000001";
-const T2: &str = "00000000000000000000000000000002";
 
 // --- wiring ----------------------------------------------------------------------------------
 
@@ -84,7 +97,7 @@ macro_rules! conformance {
                     let backend = <super::$backend as Backend>::start(1);
                     backend.ready().await;
                     let node = backend.node(0);
-                    check::$name(&node, &backend).await;
+                    checks::$name(&node, &First(&backend)).await;
                 }
             )*
 
@@ -123,7 +136,7 @@ macro_rules! conformance_in_turn {
                 $(
                     eprintln!("check {}", stringify!($name));
                     backend.flush().await;
-                    check::$name(&node, &backend).await;
+                    checks::$name(&node, &First(&backend)).await;
                 )*
             }
 
@@ -230,7 +243,7 @@ async fn fencing_extend_check_catches_a_node_that_drops_the_fence() {
     let peek = <Memory as Backend>::start(1);
     let check = tokio::spawn(async move {
         let node = support::nodes::FenceDroppingNode::default();
-        check::fencing_extend_raises_the_counter(&node, &peek).await;
+        checks::fencing_extend_raises_the_counter(&node, &First(&peek)).await;
     });
     let outcome = check.await;
     assert!(
@@ -252,9 +265,10 @@ async fn completion_if_free_checks_catch_a_node_that_misreads_it() {
         };
         let check = tokio::spawn(async move {
             if overreach {
-                check::completion_if_free_never_takes_another_holders_lock(&node, &peek).await;
+                checks::completion_if_free_never_takes_another_holders_lock(&node, &First(&peek))
+                    .await;
             } else {
-                check::completion_if_free_stores_where_the_key_expired(&node, &peek).await;
+                checks::completion_if_free_stores_where_the_key_expired(&node, &First(&peek)).await;
             }
         });
         let outcome = check.await;

@@ -1,22 +1,19 @@
-//! The checks of one node (index 0 of the backend): each gets the node as a `&dyn Node` and
-//! the backend's [`Peek`].
+//! The checks of locks and of completion records: each gets the node as a `&dyn Node` and
+//! its [`Peek`].
 
 use std::time::{Duration, Instant};
 
-use tower_redlock::node::{
-    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Node, ReleaseRequest,
-};
+use crate::node::{Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Node, ReleaseRequest};
 
-use super::support::eventually;
+use super::eventually;
 use super::{Peek, LONG, T1, T2};
 
-pub use super::fencing::*;
-pub use super::free::*;
-
+/// The node has a name (for errors and logs).
 pub async fn names_itself(node: &dyn Node, _: &dyn Peek) {
     assert!(!node.name().is_empty());
 }
 
+/// An acquire of an absent key sets it to the token: `Acquired`.
 pub async fn acquire_free_key(node: &dyn Node, peek: &dyn Peek) {
     assert_eq!(
         node.acquire(AcquireRequest::new("free", T1, LONG))
@@ -24,9 +21,12 @@ pub async fn acquire_free_key(node: &dyn Node, peek: &dyn Peek) {
             .unwrap(),
         Acquire::Acquired
     );
-    assert_eq!(peek.peek(0, "free").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("free").await.as_deref(), Some(T1));
 }
 
+/// An acquire of a key another token holds changes nothing and answers `Held` (with the
+/// holder's time left, or `None`); the holder's own token answers `Acquired` or `Held` (see
+/// [`Peek::own_token_acquired`](super::Peek::own_token_acquired)).
 pub async fn acquire_held_key(node: &dyn Node, peek: &dyn Peek) {
     assert_eq!(
         node.acquire(AcquireRequest::new("held", T1, LONG))
@@ -62,29 +62,33 @@ pub async fn acquire_held_key(node: &dyn Node, peek: &dyn Peek) {
     } else {
         assert!(matches!(own, Acquire::Held { .. }), "{own:?}");
     }
-    assert_eq!(peek.peek(0, "held").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("held").await.as_deref(), Some(T1));
 }
 
+/// A release with another token deletes nothing and answers `false`; so does one of an
+/// absent key.
 pub async fn release_wrong_token(node: &dyn Node, peek: &dyn Peek) {
     node.acquire(AcquireRequest::new("rw", T1, LONG))
         .await
         .unwrap();
     assert!(!node.release(ReleaseRequest::new("rw", T2)).await.unwrap());
-    assert_eq!(peek.peek(0, "rw").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("rw").await.as_deref(), Some(T1));
     // Releasing an absent key is a plain "no".
     assert!(!node
         .release(ReleaseRequest::new("never-set", T1))
         .await
         .unwrap());
-    assert_eq!(peek.peek(0, "never-set").await, None);
+    assert_eq!(peek.peek("never-set").await, None);
 }
 
+/// A release with the holder's token deletes the key and answers `true`; the key can be
+/// taken again.
 pub async fn release_right_token(node: &dyn Node, peek: &dyn Peek) {
     node.acquire(AcquireRequest::new("rr", T1, LONG))
         .await
         .unwrap();
     assert!(node.release(ReleaseRequest::new("rr", T1)).await.unwrap());
-    assert_eq!(peek.peek(0, "rr").await, None);
+    assert_eq!(peek.peek("rr").await, None);
     assert!(
         !node.release(ReleaseRequest::new("rr", T1)).await.unwrap(),
         "second release"
@@ -96,7 +100,7 @@ pub async fn release_right_token(node: &dyn Node, peek: &dyn Peek) {
             .unwrap(),
         Acquire::Acquired
     );
-    assert_eq!(peek.peek(0, "rr").await.as_deref(), Some(T2));
+    assert_eq!(peek.peek("rr").await.as_deref(), Some(T2));
 }
 
 /// A ttl short enough to watch run out, long enough that a loaded machine's next step comes
@@ -116,8 +120,8 @@ fn in_time(since: Instant, step: &str) {
     );
 }
 
-/// The new, shorter ttl applies: the key set with [`LONG`] at or after `acquired` is gone
-/// before `acquired + LONG` — an exact bound, whatever the machine's speed.
+/// The new, shorter ttl applies: the key set with a 10 s ttl at or after `acquired` is gone
+/// before `acquired` + 10 s — an exact bound, whatever the machine's speed.
 pub async fn extend_right_token_shortens(node: &dyn Node, peek: &dyn Peek) {
     let acquired = Instant::now();
     node.acquire(AcquireRequest::new("es", T1, LONG))
@@ -128,13 +132,13 @@ pub async fn extend_right_token_shortens(node: &dyn Node, peek: &dyn Peek) {
         .extend(ExtendRequest::new("es", T1, SHORT))
         .await
         .unwrap());
-    let held = peek.peek(0, "es").await;
+    let held = peek.peek("es").await;
     if held.is_none() {
         in_time(extended, "the peek after the extend");
     }
     assert_eq!(held.as_deref(), Some(T1));
     eventually("the extended key expires", LONG, || async {
-        peek.peek(0, "es").await.is_none()
+        peek.peek("es").await.is_none()
     })
     .await;
     let gone = acquired.elapsed();
@@ -144,6 +148,7 @@ pub async fn extend_right_token_shortens(node: &dyn Node, peek: &dyn Peek) {
     );
 }
 
+/// An extension with the holder's token to a longer ttl keeps the key past its first ttl.
 pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
     // Two keys with the same short ttl; only one is extended.
     let acquired = Instant::now();
@@ -164,10 +169,10 @@ pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
     eventually(
         "the control key expires",
         Duration::from_secs(3),
-        || async { peek.peek(0, "el-control").await.is_none() },
+        || async { peek.peek("el-control").await.is_none() },
     )
     .await;
-    assert_eq!(peek.peek(0, "el").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("el").await.as_deref(), Some(T1));
     match node
         .acquire(AcquireRequest::new("el", T2, LONG))
         .await
@@ -181,6 +186,7 @@ pub async fn extend_right_token_lengthens(node: &dyn Node, peek: &dyn Peek) {
     }
 }
 
+/// An extension with another token answers `false` and leaves the holder's ttl as it was.
 pub async fn extend_wrong_token(node: &dyn Node, peek: &dyn Peek) {
     let acquired = Instant::now();
     node.acquire(AcquireRequest::new("ew", T1, SHORT))
@@ -190,7 +196,7 @@ pub async fn extend_wrong_token(node: &dyn Node, peek: &dyn Peek) {
         .extend(ExtendRequest::new("ew", T2, LONG))
         .await
         .unwrap());
-    let held = peek.peek(0, "ew").await;
+    let held = peek.peek("ew").await;
     if held.is_none() {
         in_time(acquired, "the peek after the wrong-token extend");
     }
@@ -200,27 +206,29 @@ pub async fn extend_wrong_token(node: &dyn Node, peek: &dyn Peek) {
     eventually(
         "the key expires despite the wrong-token extend",
         LONG,
-        || async { peek.peek(0, "ew").await.is_none() },
+        || async { peek.peek("ew").await.is_none() },
     )
     .await;
     let gone = acquired.elapsed();
     assert!(gone < LONG, "gone only {gone:?} after it was taken");
 }
 
+/// An extension of an absent key answers `false` and never creates it.
 pub async fn extend_absent_key(node: &dyn Node, peek: &dyn Peek) {
     assert!(!node
         .extend(ExtendRequest::new("ea", T1, LONG))
         .await
         .unwrap());
-    assert_eq!(peek.peek(0, "ea").await, None, "extend re-created a key");
+    assert_eq!(peek.peek("ea").await, None, "extend re-created a key");
 }
 
+/// An extension of a key that expired answers `false` and never re-creates it.
 pub async fn extend_expired_key(node: &dyn Node, peek: &dyn Peek) {
     node.acquire(AcquireRequest::new("ee", T1, Duration::from_millis(50)))
         .await
         .unwrap();
     eventually("the key expires", Duration::from_secs(3), || async {
-        peek.peek(0, "ee").await.is_none()
+        peek.peek("ee").await.is_none()
     })
     .await;
     assert!(!node
@@ -228,7 +236,7 @@ pub async fn extend_expired_key(node: &dyn Node, peek: &dyn Peek) {
         .await
         .unwrap());
     assert_eq!(
-        peek.peek(0, "ee").await,
+        peek.peek("ee").await,
         None,
         "extend re-created an expired key"
     );
@@ -240,6 +248,7 @@ pub async fn extend_expired_key(node: &dyn Node, peek: &dyn Peek) {
     );
 }
 
+/// A lock expires after its ttl, and the key can then be taken by another token.
 pub async fn expiry(node: &dyn Node, peek: &dyn Peek) {
     let start = Instant::now();
     assert_eq!(
@@ -265,7 +274,7 @@ pub async fn expiry(node: &dyn Node, peek: &dyn Peek) {
         "re-acquired after {since_acquire:?}, before the 50 ms ttl ran out"
     );
     assert!(took < Duration::from_secs(3));
-    assert_eq!(peek.peek(0, "ex").await.as_deref(), Some(T2));
+    assert_eq!(peek.peek("ex").await.as_deref(), Some(T2));
 }
 
 // --- completion records (idempotent work) ---
@@ -284,12 +293,14 @@ async fn completed(node: &dyn Node, key: &str, token: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// With records: a completion stores the record and ends the lock; the replay acquire then
+/// answers `Completed` with the record, locking nothing.
 pub async fn records_replay_instead_of_locking(node: &dyn Node, peek: &dyn Peek) {
     let got = node
         .acquire(AcquireRequest::new("rec", T1, LONG).unless_completed(REC))
         .await;
     assert_eq!(got.unwrap(), Acquire::Acquired);
-    assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("rec").await.as_deref(), Some(T1));
     // Another request meanwhile: held, no record yet.
     assert!(matches!(
         node.acquire(AcquireRequest::new("rec", T2, LONG).unless_completed(REC))
@@ -303,7 +314,7 @@ pub async fn records_replay_instead_of_locking(node: &dyn Node, peek: &dyn Peek)
         .unwrap());
     // The record ended the lock, and answers every later request, byte for byte,
     // without locking anything.
-    assert_eq!(peek.peek(0, "rec").await, None);
+    assert_eq!(peek.peek("rec").await, None);
     // The same completion asked again (its answer was lost): stored, nothing changed.
     assert!(node
         .complete(CompleteRequest::new("rec", REC, T1, BLOB, LONG))
@@ -311,9 +322,11 @@ pub async fn records_replay_instead_of_locking(node: &dyn Node, peek: &dyn Peek)
         .unwrap());
     assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
     assert_eq!(completed(node, "rec", T2).await.as_deref(), Some(BLOB));
-    assert_eq!(peek.peek(0, "rec").await, None);
+    assert_eq!(peek.peek("rec").await, None);
 }
 
+/// With records: a completion with another token, or of an expired lock, stores nothing and
+/// answers `false`.
 pub async fn records_are_fenced_by_the_token(node: &dyn Node, peek: &dyn Peek) {
     node.acquire(AcquireRequest::new("rec", T1, LONG))
         .await
@@ -323,14 +336,14 @@ pub async fn records_are_fenced_by_the_token(node: &dyn Node, peek: &dyn Peek) {
         .complete(CompleteRequest::new("rec", REC, T2, BLOB, LONG))
         .await
         .unwrap());
-    assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("rec").await.as_deref(), Some(T1));
     assert_eq!(completed(node, "rec", T2).await, None);
     // A lease that expired before it stored: nothing stored, and the key is free.
     node.acquire(AcquireRequest::new("gone", T1, Duration::from_millis(30)))
         .await
         .unwrap();
     eventually("the lock expires", LONG, || async {
-        peek.peek(0, "gone").await.is_none()
+        peek.peek("gone").await.is_none()
     })
     .await;
     assert!(!node
@@ -340,6 +353,7 @@ pub async fn records_are_fenced_by_the_token(node: &dyn Node, peek: &dyn Peek) {
     assert_eq!(completed(node, "gone", T2).await, None);
 }
 
+/// With records: a lock held at a key named like a record key is never taken for a record.
 pub async fn records_never_take_a_lock_for_one(node: &dyn Node, peek: &dyn Peek) {
     // Someone locks a resource that happens to be named like a record key.
     node.acquire(AcquireRequest::new(REC, T1, LONG))
@@ -354,10 +368,12 @@ pub async fn records_never_take_a_lock_for_one(node: &dyn Node, peek: &dyn Peek)
         .complete(CompleteRequest::new("rec", REC, T2, BLOB, LONG))
         .await
         .unwrap());
-    assert_eq!(peek.peek(0, REC).await.as_deref(), Some(T1));
-    assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
+    assert_eq!(peek.peek(REC).await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("rec").await.as_deref(), Some(T2));
 }
 
+/// With records: a completion asked again with the same record answers `true`; one with a
+/// different record answers `false` and the first stays.
 pub async fn a_first_record_is_never_overwritten(node: &dyn Node, peek: &dyn Peek) {
     node.acquire(AcquireRequest::new("rec", T1, LONG).unless_completed(REC))
         .await
@@ -375,13 +391,15 @@ pub async fn a_first_record_is_never_overwritten(node: &dyn Node, peek: &dyn Pee
         .await
         .unwrap());
     // The lock of the refused completion stays (it is not the record's).
-    assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
+    assert_eq!(peek.peek("rec").await.as_deref(), Some(T2));
     assert_eq!(
         completed(node, "rec", T1).await.as_deref(),
         Some(&b"first"[..])
     );
 }
 
+/// With records: a record expires after its retention, and the key can then be locked
+/// again.
 pub async fn records_expire(node: &dyn Node, peek: &dyn Peek) {
     node.acquire(AcquireRequest::new("rec", T1, LONG))
         .await
@@ -396,5 +414,5 @@ pub async fn records_expire(node: &dyn Node, peek: &dyn Peek) {
         completed(node, "rec", T2).await.is_none()
     })
     .await;
-    assert_eq!(peek.peek(0, "rec").await.as_deref(), Some(T2));
+    assert_eq!(peek.peek("rec").await.as_deref(), Some(T2));
 }

@@ -1,9 +1,9 @@
-//! The fencing checks of one node (index 0 of the backend): the counter the fenced acquire
+//! The fencing checks of one node : the counter the fenced acquire
 //! bumps and the fenced release raises, through the [`Node`] trait only.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tower_redlock::node::{
+use crate::node::{
     Acquire, AcquireRequest, CompleteRequest, ExtendRequest, FenceFloor, Node, ReleaseRequest,
 };
 
@@ -52,9 +52,9 @@ pub async fn fencing_starts_from_the_clock_and_grows(node: &dyn Node, peek: &dyn
         a + 5_000_000 >= before && a <= after + 5_000_000,
         "{a} not near the clock [{before}, {after}]"
     );
-    assert_eq!(peek.peek(0, "f1").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("f1").await.as_deref(), Some(T1));
     assert!(release(node, "f1", T1, a).await);
-    assert_eq!(peek.peek(0, "f1").await, None);
+    assert_eq!(peek.peek("f1").await, None);
     let b = token_of(node, "f1", T2).await;
     assert!(b > a, "{b} after {a}");
 }
@@ -136,7 +136,7 @@ pub async fn fencing_extend_raises_the_counter(node: &dyn Node, _: &dyn Peek) {
 pub async fn fencing_release_is_owner_only(node: &dyn Node, peek: &dyn Peek) {
     let a = token_of(node, "f3", T1).await;
     assert!(!release(node, "f3", T2, a).await);
-    assert_eq!(peek.peek(0, "f3").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("f3").await.as_deref(), Some(T1));
     assert!(release(node, "f3", T1, a).await);
     assert_eq!(
         node.acquire(AcquireRequest::new("f3", T2, LONG))
@@ -201,10 +201,10 @@ pub async fn fencing_never_overwrites_a_lock_named_like_the_counter(
             assert!(release(node, "f5", T2, fence).await);
         }
         Ok(other) => panic!("expected a fenced grant or an abstention, got {other:?}"),
-        Err(_abstained) => assert_eq!(peek.peek(0, "f5").await, None),
+        Err(_abstained) => assert_eq!(peek.peek("f5").await, None),
     }
     assert!(!release(node, "f5", T2, BIG).await);
-    assert_eq!(peek.peek(0, "f5:fence").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("f5:fence").await.as_deref(), Some(T1));
     assert!(node
         .release(ReleaseRequest::new("f5:fence", T1))
         .await
@@ -228,7 +228,7 @@ pub async fn fencing_with_records(node: &dyn Node, peek: &dyn Peek) {
         other => panic!("expected a fenced grant, got {other:?}"),
     };
     assert!(matches!(replay(T2).await.unwrap(), Acquire::Held { .. }));
-    assert_eq!(peek.peek(0, key).await.as_deref(), Some(T1));
+    assert_eq!(peek.peek(key).await.as_deref(), Some(T1));
     // Not the holder: nothing stored (the raise alone is harmless: a counter only grows).
     let floor = FenceFloor::new(fence, BIG, RETAIN);
     assert!(!node
@@ -242,7 +242,7 @@ pub async fn fencing_with_records(node: &dyn Node, peek: &dyn Peek) {
         )
         .await
         .unwrap());
-    assert_eq!(peek.peek(0, key).await, None);
+    assert_eq!(peek.peek(key).await, None);
     assert_eq!(
         replay(T2).await.unwrap(),
         Acquire::Completed {

@@ -1,5 +1,5 @@
 //! The checks of the "if free" completion ([`CompleteRequest::or_if_free`]) on one node
-//! (index 0 of the backend): the record of a lease that may have been lost is stored where
+//! : the record of a lease that may have been lost is stored where
 //! the lock is absent or holds the lease's token — never where another value holds it, nor
 //! over another record — and the plain completion still refuses an absent lock. The replay
 //! acquire tells such a record apart ([`Acquire::CompletedIfFree`]) from one stored under
@@ -7,12 +7,10 @@
 
 use std::time::Duration;
 
-use tower_redlock::node::{
-    Acquire, AcquireRequest, CompleteRequest, FenceFloor, Node, ReleaseRequest,
-};
+use crate::node::{Acquire, AcquireRequest, CompleteRequest, FenceFloor, Node, ReleaseRequest};
 
+use super::eventually;
 use super::fencing::{token_of, BIG, RETAIN};
-use super::support::eventually;
 use super::{Peek, LONG, T1, T2};
 
 const BLOB: &[u8] = b"status 500\x00\xff outcome unknown";
@@ -70,7 +68,7 @@ pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, pe
         .await
         .unwrap();
     eventually("the lock expires", LONG, || async {
-        peek.peek(0, key).await.is_none()
+        peek.peek(key).await.is_none()
     })
     .await;
     assert!(
@@ -81,7 +79,7 @@ pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, pe
         complete(node, key, T1, BLOB, true).await,
         "the \"if free\" completion refused where the lock is absent"
     );
-    assert_eq!(peek.peek(0, key).await, None, "a lock was set");
+    assert_eq!(peek.peek(key).await, None, "a lock was set");
     assert_eq!(told(replay(node, key, T2).await), if_free(BLOB));
     assert!(
         complete(node, key, T1, BLOB, true).await,
@@ -92,7 +90,7 @@ pub async fn completion_if_free_stores_where_the_key_expired(node: &dyn Node, pe
         "a first record was overwritten"
     );
     assert_eq!(told(replay(node, key, T2).await), if_free(BLOB));
-    assert_eq!(peek.peek(0, key).await, None);
+    assert_eq!(peek.peek(key).await, None);
     // Never locked: free as well.
     assert!(complete(node, "fb", T1, BLOB, true).await);
     assert_eq!(told(replay(node, "fb", T2).await), if_free(BLOB));
@@ -106,7 +104,7 @@ pub async fn completion_if_free_ends_our_lock(node: &dyn Node, peek: &dyn Peek) 
         .await
         .unwrap();
     assert!(complete(node, key, T1, BLOB, true).await);
-    assert_eq!(peek.peek(0, key).await, None, "the lock was not ended");
+    assert_eq!(peek.peek(key).await, None, "the lock was not ended");
     assert_eq!(told(replay(node, key, T2).await), if_free(BLOB));
 }
 
@@ -121,7 +119,7 @@ pub async fn completion_if_free_never_takes_another_holders_lock(node: &dyn Node
         !complete(node, key, T1, BLOB, true).await,
         "stored over another holder's lock"
     );
-    assert_eq!(peek.peek(0, key).await.as_deref(), Some(T2));
+    assert_eq!(peek.peek(key).await.as_deref(), Some(T2));
     assert!(
         matches!(replay(node, key, T3).await, Acquire::Held { .. }),
         "a record was stored"
@@ -137,8 +135,8 @@ pub async fn completion_if_free_never_takes_a_lock_for_a_record(node: &dyn Node,
         .await
         .unwrap();
     assert!(!complete(node, "fr", T2, BLOB, true).await);
-    assert_eq!(peek.peek(0, "fr:record").await.as_deref(), Some(T1));
-    assert_eq!(peek.peek(0, "fr").await, None);
+    assert_eq!(peek.peek("fr:record").await.as_deref(), Some(T1));
+    assert_eq!(peek.peek("fr").await, None);
 }
 
 /// The fenced "if free" completion raises the counter as the fenced completion does — also
@@ -160,7 +158,7 @@ pub async fn completion_if_free_fenced_raises_the_counter(node: &dyn Node, peek:
         .await
         .unwrap();
     assert!(!fenced(key, T1, BIG).await, "stored over another holder");
-    assert_eq!(peek.peek(0, key).await.as_deref(), Some(T2));
+    assert_eq!(peek.peek(key).await.as_deref(), Some(T2));
     assert!(node.release(ReleaseRequest::new(key, T2)).await.unwrap());
     assert_eq!(
         token_of(node, key, T3).await,

@@ -20,7 +20,7 @@ pub const LOCK_LOST_HEADER: &str = "lock-lost";
 /// ([`LeaseHandle::lost`]), and counted once (`redlock_lost_total`).
 ///
 /// Set with [`LockPolicyBuilder::on_lost`](crate::policy::LockPolicyBuilder::on_lost), or
-/// per request with [`on_lost_with`](crate::policy::LockPolicyBuilder::on_lost_with).
+/// per request with a [`LostRule::decide`] hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnLost {
@@ -46,8 +46,7 @@ pub enum OnLost {
     Abort,
 }
 
-/// A lease lost while its request ran, as the hook of
-/// [`on_lost_with`](crate::policy::LockPolicyBuilder::on_lost_with) sees it.
+/// A lease lost while its request ran, as the hook of [`LostRule::decide`] sees it.
 pub struct LostLease<'a> {
     pub(crate) handle: &'a LeaseHandle,
     pub(crate) loss: Loss,
@@ -123,35 +122,82 @@ impl fmt::Display for LockLostError {
 
 impl std::error::Error for LockLostError {}
 
-/// The hook of [`on_lost_with`](crate::policy::LockPolicyBuilder::on_lost_with).
-pub(crate) type LostHook = Arc<dyn Fn(&LostLease<'_>) -> OnLost + Send + Sync>;
+/// A hook deciding per request (see [`LostRule::decide`]).
+type LostHook = Arc<dyn Fn(&LostLease<'_>) -> OnLost + Send + Sync>;
 
-/// The policy's rule for a lost lease.
+/// The policy's rule for a lost lease, given to
+/// [`LockPolicyBuilder::on_lost`](crate::policy::LockPolicyBuilder::on_lost): one answer for
+/// every request (an [`OnLost`], which converts into a rule), or one decided per request
+/// ([`LostRule::decide`]).
 #[derive(Clone)]
-pub(crate) enum LostRule {
+pub struct LostRule(Rule);
+
+#[derive(Clone)]
+enum Rule {
     Always(OnLost),
     Hook(LostHook),
 }
 
+impl From<OnLost> for LostRule {
+    fn from(on: OnLost) -> Self {
+        Self(Rule::Always(on))
+    }
+}
+
 impl LostRule {
-    /// Whether a lost lease may stop the request (then it is watched while it runs).
-    pub(crate) fn may_abort(&self) -> bool {
-        !matches!(self, Self::Always(OnLost::Finish))
+    /// Decide per request what a lost lease does, at the moment it is known: `hook` is
+    /// called once per lost lease, on the request's task — keep it short and non-blocking
+    /// (log, count, look at the [`LostLease`]).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tower_redlock::Error> {
+    /// use tower_redlock::policy::{LockPolicy, LostLease, LostRule, OnLost};
+    /// use tower_redlock::Redlock;
+    ///
+    /// let policy = LockPolicy::idempotent(Redlock::in_memory())
+    ///     .on_lost(LostRule::decide(|lost: &LostLease<'_>| {
+    ///         tracing::warn!(key = %lost.key_hash(), reason = lost.reason(), "lock lost");
+    ///         // A body already streaming is left to finish; anything else stops.
+    ///         if lost.streaming() { OnLost::Finish } else { OnLost::Abort }
+    ///     }))
+    ///     .build()?;
+    /// assert_eq!(policy.on_lost(), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn decide<F>(hook: F) -> Self
+    where
+        F: Fn(&LostLease<'_>) -> OnLost + Send + Sync + 'static,
+    {
+        Self(Rule::Hook(Arc::new(hook)))
     }
 
-    pub(crate) fn decide(&self, lost: &LostLease<'_>) -> OnLost {
-        match self {
-            Self::Always(on) => *on,
-            Self::Hook(hook) => hook(lost),
+    /// The answer for every request, if the rule is not a hook.
+    pub(crate) fn fixed(&self) -> Option<OnLost> {
+        match self.0 {
+            Rule::Always(on) => Some(on),
+            Rule::Hook(_) => None,
+        }
+    }
+
+    /// Whether a lost lease may stop the request (then it is watched while it runs).
+    pub(crate) fn may_abort(&self) -> bool {
+        !matches!(self.0, Rule::Always(OnLost::Finish))
+    }
+
+    /// What `lost` does to its request.
+    pub(crate) fn answer(&self, lost: &LostLease<'_>) -> OnLost {
+        match &self.0 {
+            Rule::Always(on) => *on,
+            Rule::Hook(hook) => hook(lost),
         }
     }
 }
 
 impl fmt::Debug for LostRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Always(on) => on.fmt(f),
-            Self::Hook(_) => f.write_str("Hook"),
+        match &self.0 {
+            Rule::Always(on) => on.fmt(f),
+            Rule::Hook(_) => f.write_str("Hook"),
         }
     }
 }

@@ -55,7 +55,7 @@ impl LossWatch {
                 loss,
                 streaming,
             };
-            let decision = self.rule.decide(&lost);
+            let decision = self.rule.answer(&lost);
             tracing::debug!(key = %lost.key_hash(), reason = loss.why, ?decision, "lease lost while its request ran");
             self.decided = Some(decision);
         }

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use tower::{Service, ServiceExt};
 use tower_redlock::key::IdempotencyKey;
 use tower_redlock::policy::{
-    LockPolicy, LockPolicyBuilder, LostLease, OnLost, ReleaseOn, LOCK_LOST_HEADER,
+    LockPolicy, LockPolicyBuilder, LostLease, LostRule, OnLost, ReleaseOn, LOCK_LOST_HEADER,
 };
 use tower_redlock::replay::Replay;
 use tower_redlock::Redlock;
@@ -184,7 +184,7 @@ fn recording(
 pub async fn on_lost_abort_stops_the_handler_when_the_masters_freeze<F: Framework>() {
     const KEY: &str = "order-frozen";
     let (seen, hook) = recording(OnLost::Abort);
-    let t = Setup::start::<F>(|p| p.on_lost_with(hook), gated).await;
+    let t = Setup::start::<F>(|p| p.on_lost(LostRule::decide(hook)), gated).await;
     let (m, probe, http, url) = (&t.m, &t.probe, &t.http, &t.url);
 
     let sent = Instant::now();
@@ -415,7 +415,11 @@ pub async fn on_lost_finish_with_replay_stores_the_late_response<F: Framework>()
 pub async fn on_lost_finish_with_replay_answers_while_the_masters_are_frozen<F: Framework>() {
     const KEY: &str = "\"order-late-frozen\"";
     let (seen, hook) = recording(OnLost::Finish);
-    let t = Setup::start::<F>(|p| p.replay(Replay::new()).on_lost_with(hook), payments).await;
+    let t = Setup::start::<F>(
+        |p| p.replay(Replay::new()).on_lost(LostRule::decide(hook)),
+        payments,
+    )
+    .await;
     let (m, probe, http, url, lock) = (&t.m, &t.probe, &t.http, &t.url, t.lock(KEY));
 
     let first = tokio::spawn(reply(pay(http, url, KEY, BODY)));
@@ -498,7 +502,7 @@ pub async fn on_lost_abort_breaks_off_a_streaming_body<F: Framework>() {
 pub async fn on_lost_abort_never_fires_on_healthy_masters<F: Framework>() {
     const KEY: &str = "order-healthy";
     let (seen, hook) = recording(OnLost::Abort);
-    let t = Setup::start::<F>(|p| p.on_lost_with(hook), gated).await;
+    let t = Setup::start::<F>(|p| p.on_lost(LostRule::decide(hook)), gated).await;
     let (probe, http, url) = (&t.probe, &t.http, &t.url);
 
     let first = tokio::spawn(post_key(http, url, KEY));

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use super::{LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn};
 use crate::http::key::HmacKey;
-use crate::http::lost::{LostLease, LostRule, OnLost};
+use crate::http::lost::LostRule;
+#[cfg(doc)]
+use crate::http::lost::OnLost;
 use crate::http::rejection::Responder;
 use crate::http::replay::Replay;
 
@@ -73,7 +75,8 @@ impl LockPolicyBuilder {
         self
     }
 
-    /// What a lease lost while its request runs does to the request (default
+    /// What a lease lost while its request runs does to the request: an [`OnLost`] for every
+    /// request, or a [`LostRule::decide`] hook per request (default
     /// [`OnLost::Finish`]: the handler runs on, its response says `Lock-Lost: true`). Lost
     /// is the lock's own rule: the validity ran out before an extension landed, or an
     /// extension found the token gone — a paused process or masters the keep-alive cannot
@@ -91,36 +94,9 @@ impl LockPolicyBuilder {
     /// assert_eq!(policy.on_lost(), Some(OnLost::Abort));
     /// # Ok(()) }
     /// ```
-    pub fn on_lost(mut self, on: OnLost) -> Self {
-        self.inner.lost = LostRule::Always(on);
-        self
-    }
-
-    /// Decide per request what a lost lease does, at the moment it is known: `hook` is
-    /// called once per lost lease, on the request's task — keep it short and non-blocking
-    /// (log, count, look at the [`LostLease`]).
-    ///
-    /// ```
-    /// # fn main() -> Result<(), tower_redlock::Error> {
-    /// use std::time::Duration;
-    /// use tower_redlock::policy::{LockPolicy, LostLease, OnLost};
-    /// use tower_redlock::Redlock;
-    ///
-    /// let policy = LockPolicy::idempotent(Redlock::in_memory())
-    ///     .on_lost_with(|lost: &LostLease<'_>| {
-    ///         tracing::warn!(key = %lost.key_hash(), reason = lost.reason(), "lock lost");
-    ///         // A body already streaming is left to finish; anything else stops.
-    ///         if lost.streaming() { OnLost::Finish } else { OnLost::Abort }
-    ///     })
-    ///     .build()?;
-    /// assert_eq!(policy.on_lost(), None);
-    /// # Ok(()) }
-    /// ```
-    pub fn on_lost_with<F>(mut self, hook: F) -> Self
-    where
-        F: Fn(&LostLease<'_>) -> OnLost + Send + Sync + 'static,
-    {
-        self.inner.lost = LostRule::Hook(Arc::new(hook));
+    #[doc(alias = "on_lost_with")]
+    pub fn on_lost(mut self, rule: impl Into<LostRule>) -> Self {
+        self.inner.lost = rule.into();
         self
     }
 
@@ -295,7 +271,7 @@ impl LockPolicyBuilder {
         if p.repeatable_after_loss && (p.replay.is_none() || !p.lost.may_abort()) {
             return Err(crate::Error::invalid(
                 "repeatable_after_loss says what a request stopped on a lost lease leaves \
-                 behind: it needs replay and on_lost(OnLost::Abort) (or on_lost_with)",
+                 behind: it needs replay and on_lost(OnLost::Abort) (or a LostRule::decide hook)",
             ));
         }
         if let Some(name) = &p.fencing_header {

@@ -226,7 +226,7 @@ impl LockPolicy {
                 replay: None,
                 fencing_header: None,
                 hmac: None,
-                lost: LostRule::Always(OnLost::Finish),
+                lost: LostRule::from(OnLost::Finish),
                 repeatable_after_loss: false,
             },
             problem: None,
@@ -297,12 +297,9 @@ impl LockPolicy {
     }
 
     /// What a lease lost while its request runs does to it, when it is the same for every
-    /// request (`None`: a hook decides, see [`LockPolicyBuilder::on_lost_with`]).
+    /// request (`None`: a hook decides, see [`LostRule::decide`](crate::policy::LostRule::decide)).
     pub fn on_lost(&self) -> Option<OnLost> {
-        match &self.inner.lost {
-            LostRule::Always(on) => Some(*on),
-            LostRule::Hook(_) => None,
-        }
+        self.inner.lost.fixed()
     }
 
     /// The rule for a lost lease.

@@ -58,7 +58,7 @@ fn repeatable_after_loss_needs_replay_and_a_rule_that_may_abort() {
     assert!(ok.unwrap().repeatable_after_loss());
     let hook = policy(|b| {
         b.replay(Replay::new())
-            .on_lost_with(|_| OnLost::Abort)
+            .on_lost(crate::policy::LostRule::decide(|_| OnLost::Abort))
             .repeatable_after_loss(true)
     });
     assert!(hook.is_ok());

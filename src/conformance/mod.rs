@@ -8,8 +8,8 @@
 //! `SELECT`). [`check`] runs every check that applies to the node's
 //! [`capabilities`](Node::capabilities) — locks always; completion records and the "if free"
 //! completion when it declares records; fencing counters when it declares fencing — each on
-//! a fresh node, and panics with the check's name at the first that fails. Each check is also
-//! a function of [`checks`], to run one by itself (a test per check). The kit needs no
+//! a fresh node, and panics with the check's name at the first that fails. [`check_one`] runs
+//! one check by its name (a test per check: [`names`] lists them). The kit needs no
 //! `redis-server` of its own; a check may take a few seconds (it waits for keys to expire).
 //!
 //! ```
@@ -62,10 +62,9 @@ mod fencing;
 mod free;
 mod locks;
 
-/// Every check, one function each: `checks::acquire_free_key(&node, &peek).await` panics
-/// unless the node passes it. Each expects a node whose store holds none of its keys (a
-/// fresh one, or one emptied).
-pub mod checks {
+/// Every check, one function each (run by [`check`] and [`check_one`]). Each expects a node
+/// whose store holds none of its keys (a fresh one, or one emptied).
+mod checks {
     pub use super::fencing::{
         fencing_counters_expire_and_restart_from_the_clock,
         fencing_counts_up_from_a_raised_counter, fencing_extend_raises_the_counter,
@@ -200,6 +199,37 @@ table! {
 /// The names of every check, in the order [`check`] runs them.
 pub fn names() -> impl Iterator<Item = &'static str> {
     ALL.iter().map(|c| c.name)
+}
+
+/// Runs the check named `name` (one of [`names`]) on `node`, whose store holds none of the
+/// check's keys — whatever the node declares (a check of records on a node without them
+/// fails).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use tower_redlock::conformance::{self, Peek, PeekFuture};
+/// use tower_redlock::node::MemoryNode;
+///
+/// struct Store(MemoryNode);
+/// impl Peek for Store {
+///     fn peek<'a>(&'a self, key: &'a str) -> PeekFuture<'a> {
+///         Box::pin(async move { self.0.get(key) })
+///     }
+/// }
+///
+/// let node = MemoryNode::new();
+/// conformance::check_one("extend_absent_key", &node, &Store(node.clone())).await;
+/// # }
+/// ```
+///
+/// # Panics
+///
+/// When the node fails the check, or no check has that name.
+pub async fn check_one(name: &str, node: &dyn Node, peek: &dyn Peek) {
+    let Some(c) = ALL.iter().find(|c| c.name == name) else {
+        panic!("no conformance check is named {name:?} (see conformance::names)");
+    };
+    (c.run)(node, peek).await;
 }
 
 /// Runs every check that applies to the node's [`capabilities`](Node::capabilities), each on

@@ -112,13 +112,11 @@ impl CallError {
     }
 
     /// Marks the failure as a refusal of this kind: the vote is reported as that kind
-    /// ([`VoteKind`](crate::VoteKind)). [`Refusal::Abstained`] also says the node was not
-    /// asked (the voter refused on its own), so it says nothing of the node's health.
+    /// ([`VoteKind`](crate::VoteKind)). A refusal is a reply: the node is there (for its
+    /// health, only [`with_timeout`](Self::with_timeout) and
+    /// [`with_unreachable`](Self::with_unreachable) count against it).
     #[must_use]
     pub fn with_refusal(mut self, refusal: Refusal) -> Self {
-        if refusal == Refusal::Abstained {
-            return self.abstaining();
-        }
         self.refusal = refusal;
         self
     }

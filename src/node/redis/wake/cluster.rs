@@ -208,7 +208,15 @@ impl Sub {
             self.keys.moved().remove(key);
         }
         self.each(leave, false).await;
-        self.each(listen, true).await;
+        self.each_new(listen).await;
+    }
+
+    /// `SSUBSCRIBE` the keys that just got waiters — except one whose waiters left by the
+    /// time its turn comes (its word waits in the feed: the subscriber may have waited long on
+    /// a slow node), which is taken off the list unsubscribed, so that a waiter coming back
+    /// lists and subscribes it again.
+    async fn each_new(&self, keys: Vec<Arc<str>>) {
+        self.ask_each(keys, true, true).await;
     }
 
     /// Unsubscribes the keys the server reported subscribed that have no waiters.
@@ -240,16 +248,21 @@ impl Sub {
     }
 
     /// `SSUBSCRIBE` (`on`) or `SUNSUBSCRIBE` each key, [`IN_FLIGHT`] at a time, each bounded
-    /// by the response timeout. A key whose waiters left meanwhile (its word waits in the
-    /// feed: this call may have waited long on a slow node) is not subscribed. A failed
-    /// subscription is asked again after [`RETRY_PAUSE`] while its key is listed; a failed
-    /// unsubscription by [`unsubscribe_later`].
+    /// by the response timeout. A failed subscription is asked again after [`RETRY_PAUSE`]
+    /// while its key is listed; a failed unsubscription by [`unsubscribe_later`].
     async fn each(&self, keys: Vec<Arc<str>>, on: bool) {
+        self.ask_each(keys, on, false).await;
+    }
+
+    /// [`Sub::each`]; with `new`, keys whose waiters left are skipped (see
+    /// [`Sub::each_new`]).
+    async fn ask_each(&self, keys: Vec<Arc<str>>, on: bool, new: bool) {
         let ask = |key: Arc<str>| {
             let mut conn = self.conn.clone();
             let timeout = self.limits.response;
             async move {
-                if on && self.ops.leaving(&key) {
+                if new && self.ops.leaving(&key) {
+                    self.keys.listed().remove(&key);
                     return (key, Ok(Ok(())));
                 }
                 let asked = async {

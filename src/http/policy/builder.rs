@@ -288,10 +288,11 @@ impl LockPolicyBuilder {
             }
         }
         if let OnContention::Wait(retry) = p.contention {
-            if retry.retry_count() == 0 || retry.max_wait_of().is_some_and(|w| w.is_zero()) {
+            if retry.retry_count() == 0 || retry.max_wait_of().is_none_or(|w| w.is_zero()) {
                 return Err(crate::Error::invalid(
-                    "OnContention::Wait must retry, for a wait greater than zero (use \
-                     OnContention::Reject to not wait)",
+                    "OnContention::Wait must retry, within a wait greater than zero: \
+                     Retry::until(d), or a Retry with .max_wait(d) (use OnContention::Reject \
+                     to not wait)",
                 ));
             }
             if retry.delay_of().is_zero() {

@@ -26,8 +26,12 @@ pub(crate) use constructors::policy_constructors;
 ///
 /// // Up to 2 s, a try about every 50 ms:
 /// let wait = OnContention::wait(Duration::from_secs(2));
-/// // Or any bounded retry policy:
-/// let custom = OnContention::Wait(Retry::times(5).delay(Duration::from_millis(100)));
+/// // Or a retry policy of your own, with a time bound:
+/// let custom = OnContention::Wait(
+///     Retry::times(5)
+///         .delay(Duration::from_millis(100))
+///         .max_wait(Duration::from_secs(1)),
+/// );
 /// # let _ = (wait, custom);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,9 +42,12 @@ pub enum OnContention {
     /// random pause of up to 20 ms comes first.
     Reject,
     /// Retry as the [`Retry`] says until the lock is acquired, then run; `409` when its tries
-    /// run out — with [`Retry::until`], when no further try can finish within its wait (a
-    /// try may take two node timeouts), so the answer never comes later than that after the
-    /// request. It must retry (not [`Retry::never`]), and its delay must not be zero.
+    /// run out, or when no further try can finish within its wait (a try may take two node
+    /// timeouts, plus what [`Retry::until`] says of a stalled process), so the answer never
+    /// comes later than that after the request. The `Retry` must retry (not
+    /// [`Retry::never`]) within a time bound ([`Retry::until`], or
+    /// [`max_wait`](Retry::max_wait)) greater than zero, with a delay that is not zero:
+    /// `build` refuses anything else.
     Wait(Retry),
 }
 

@@ -118,3 +118,29 @@ fn the_fencing_header_needs_a_fencing_client_and_a_name() {
     let replay = build(fenced(), |b| b.fencing_header("f").replay(Replay::new()));
     assert!(replay.unwrap().replay().is_some());
 }
+
+/// A wait must be bounded in time: a `Retry` without a `max_wait` (a count alone could wait
+/// behind a holder that keeps extending for as long as the count allows), one that never
+/// retries, and a zero delay are refused; `OnContention::wait` and a bounded `Retry` pass.
+#[test]
+fn a_wait_must_retry_within_a_time_bound() {
+    use crate::policy::OnContention;
+    use crate::Retry;
+    use std::time::Duration;
+    let second = Duration::from_secs(1);
+    for refused in [
+        Retry::times(5),
+        Retry::never().max_wait(second),
+        Retry::until(Duration::ZERO),
+        Retry::until(second).delay(Duration::ZERO),
+    ] {
+        let e = policy(|b| b.on_contention(OnContention::Wait(refused))).unwrap_err();
+        assert!(e.is_invalid_input(), "{refused:?}: {e}");
+    }
+    for ok in [
+        OnContention::wait(second),
+        OnContention::Wait(Retry::times(5).max_wait(second)),
+    ] {
+        assert!(policy(|b| b.on_contention(ok)).is_ok(), "{ok:?}");
+    }
+}

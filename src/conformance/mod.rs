@@ -224,12 +224,27 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 ///
 /// # Panics
 ///
-/// When the node fails the check, or no check has that name.
+/// When the node fails the check (or it takes over a minute: a call that never answers),
+/// or no check has that name.
 pub async fn check_one(name: &str, node: &dyn Node, peek: &dyn Peek) {
     let Some(c) = ALL.iter().find(|c| c.name == name) else {
         panic!("no conformance check is named {name:?} (see conformance::names)");
     };
-    (c.run)(node, peek).await;
+    bounded(c, node, peek).await;
+}
+
+/// The longest a check may take: a node that never answers fails it instead of hanging the
+/// kit (the slowest check waits some 3 s for keys to expire).
+const CHECK_TIME: Duration = Duration::from_secs(60);
+
+/// Runs `c`, failing it when it takes longer than [`CHECK_TIME`].
+async fn bounded(c: &Check, node: &dyn Node, peek: &dyn Peek) {
+    if tokio::time::timeout(CHECK_TIME, (c.run)(node, peek))
+        .await
+        .is_err()
+    {
+        panic!("no end within {CHECK_TIME:?}: a call to the node (or the Peek) never answered");
+    }
 }
 
 /// Runs every check that applies to the node's [`capabilities`](Node::capabilities), each on
@@ -238,7 +253,8 @@ pub async fn check_one(name: &str, node: &dyn Node, peek: &dyn Peek) {
 ///
 /// # Panics
 ///
-/// At the first check the node fails: `conformance check <name> failed: <why>`.
+/// At the first check the node fails: `conformance check <name> failed: <why>` (a check
+/// that takes over a minute — a call that never answers — fails).
 pub async fn check<F, Fut, N, P>(mut fresh: F) -> Report
 where
     F: FnMut() -> Fut,
@@ -256,7 +272,9 @@ where
             report.skipped.push(c.name);
             continue;
         }
-        let ran = AssertUnwindSafe((c.run)(&node, &peek)).catch_unwind().await;
+        let ran = AssertUnwindSafe(bounded(c, &node, &peek))
+            .catch_unwind()
+            .await;
         if let Err(panic) = ran {
             let why = panic
                 .downcast_ref::<String>()

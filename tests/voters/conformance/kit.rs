@@ -128,3 +128,35 @@ async fn kit_fails_each_node_that_gets_a_promise_wrong() {
         );
     }
 }
+
+/// A node that never answers fails the kit (each check is bounded, a minute) instead of
+/// hanging it. Tokio's clock is paused: the bound passes at once once nothing else can run.
+#[tokio::test(start_paused = true)]
+async fn kit_fails_a_node_that_never_answers() {
+    use tower_redlock::node::{Acquire, AcquireRequest, ExtendRequest, NodeFuture, ReleaseRequest};
+
+    #[derive(Debug)]
+    struct Silent;
+    impl Node for Silent {
+        fn name(&self) -> &str {
+            "silent"
+        }
+        fn acquire<'a>(&'a self, _: AcquireRequest<'a>) -> NodeFuture<'a, Acquire> {
+            Box::pin(std::future::pending())
+        }
+        fn extend<'a>(&'a self, _: ExtendRequest<'a>) -> NodeFuture<'a, bool> {
+            Box::pin(std::future::pending())
+        }
+        fn release<'a>(&'a self, _: ReleaseRequest<'a>) -> NodeFuture<'a, bool> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    let failed = run(|_| Silent)
+        .await
+        .expect_err("the kit passed a silent node");
+    assert!(
+        failed.starts_with("conformance check acquire_free_key failed: no end within"),
+        "{failed}"
+    );
+}

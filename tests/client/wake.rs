@@ -539,6 +539,36 @@ async fn wake_queue_own_poll_a_short_delay_behind_a_long_one_tries_at_its_own() 
     lease.release().await.unwrap();
 }
 
+/// A queued waiter's first wait ends by its deadline, whatever its delay: a
+/// `Retry::until(1 s).delay(30 s)` waiter queued behind another gives up contended about
+/// 1 s after it started (plus a try), not at its 30 s delay.
+#[tokio::test]
+async fn wake_queue_own_poll_the_first_wait_ends_by_the_deadline() {
+    let m = Masters::start(3);
+    let quiet = m.client();
+    let redlock = m.builder().wake_waiters(true).build().unwrap();
+    let key = "wake-first-wait-deadline";
+    let lease = quiet.try_lock(key, TTL).await.unwrap();
+    let slow = Retry::times(3)
+        .delay(Duration::from_secs(30))
+        .jitter(Duration::ZERO);
+    let _ahead = Waiter::heard(&redlock, key, TTL, slow, m.iter()).await;
+    let short = Retry::until(SECOND)
+        .delay(Duration::from_secs(30))
+        .jitter(Duration::ZERO);
+    let started = Instant::now();
+    let queued = Waiter::start(&redlock, key, TTL, short);
+    let (answer, _) = queued.answer(started).await;
+    let waited = started.elapsed();
+    let e = answer.expect_err("the holder keeps the key: contended");
+    assert!(e.is_contended(), "{e}");
+    assert!(
+        waited < SECOND + WOKEN_WITHIN,
+        "gave up {waited:?} after it started, past its 1 s wait"
+    );
+    lease.release().await.unwrap();
+}
+
 /// Takes `key` (free) and releases it.
 async fn lock_and_release(redlock: &Redlock, key: &str) {
     let lease = redlock.try_lock(key, TTL).await.expect("the key is free");

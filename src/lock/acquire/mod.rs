@@ -78,8 +78,13 @@ impl Redlock {
         let mut poll_at: Option<Instant> = None;
         let mut polls = 0u32;
         if let Some(w) = wakes.filter(|w| retry.retry_count() > 0 && w.has_waiters(&key)) {
-            // The queue's wait is the first pause: it counts as a retry.
-            let first_poll = Instant::now() + retry.next_delay();
+            // The queue's wait is the first pause: it counts as a retry. Like every pause, it
+            // ends in time for a try to finish by the deadline.
+            let now = Instant::now();
+            let mut first_poll = now + retry.next_delay();
+            if let Some(last) = deadline.map(|d| d.checked_sub(try_time).unwrap_or(now)) {
+                first_poll = first_poll.min(last.max(now));
+            }
             polls = 1;
             let queued = interest.insert(w.interest(&key));
             if queued.queue(first_poll.into()).await == Woken::Early {

@@ -217,6 +217,16 @@ pub async fn on_lost_abort_stops_the_handler_when_the_masters_freeze<F: Framewor
 
     m[0].thaw();
     m[1].thaw();
+    // The lost lease's lock on the thawed masters expires (its ttl was set by the last
+    // extension, a few ms after the client's deadline for it) or is released by the owed
+    // release: only then is the key free. A request sent before gets 409, rightly.
+    let lock = t.lock(KEY);
+    eventually(
+        "the lost lease's lock is gone from every master",
+        RELEASED_WITHIN,
+        || async { m.absent_everywhere(&lock).await },
+    )
+    .await;
     probe.open();
     let next = post_key(http, url, KEY).await;
     assert_eq!(next.ok()["lost"], false);
@@ -489,6 +499,15 @@ pub async fn on_lost_abort_breaks_off_a_streaming_body<F: Framework>() {
     assert!(end.is_err(), "the body ended cleanly: {end:?}");
     m[0].thaw();
     m[1].thaw();
+    // The key is free once the lost lease's lock is gone from the thawed masters (expired,
+    // or released by the owed release); before, a request gets 409, rightly.
+    let lock = redis_key(PATH, PATH, KEY);
+    eventually(
+        "the lost lease's lock is gone from every master",
+        RELEASED_WITHIN,
+        || async { m.absent_everywhere(&lock).await },
+    )
+    .await;
     let next = post_key(&http, &url, KEY).await;
     assert_eq!(next.status, 200, "{}", next.text());
     drop((body, http));

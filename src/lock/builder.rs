@@ -200,6 +200,13 @@ impl RedlockBuilder {
     }
 
     /// Builds the client, or says what to fix.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input), naming the setting: a
+    /// voter URL that does not parse (from [`redis`](Self::redis)), no node or more than the
+    /// client supports, a node timeout of zero or over 60 s, a drift factor outside
+    /// `0.0..1.0`, a key prefix longer than [`Redlock::MAX_RESOURCE_LEN`].
     pub fn build(self) -> crate::Result<Redlock> {
         if let Some(p) = self.problems.into_iter().next() {
             return Err(Error::invalid(p));

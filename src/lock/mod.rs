@@ -206,21 +206,36 @@ impl Redlock {
     /// Locks `resource` for `ttl`, retrying with the client's retry policy while it is
     /// contended or unavailable.
     ///
-    /// On success the [`Lease`] holds the token and the validity. On failure the error
-    /// says whether the resource is held by someone else ([`Error::is_contended`], with
-    /// [`Error::held_by`] and [`Error::retry_after`]), the quorum was unreachable
-    /// ([`Error::is_unavailable`], with each node's error), or the input was bad
-    /// ([`Error::is_invalid_input`]). After a failed try nothing of ours is left locked.
+    /// On success the [`Lease`] holds the token and the validity.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_contended`]: another holder has the resource (with [`Error::held_by`]
+    ///   and [`Error::retry_after`]), after the last try.
+    /// - [`Error::is_unavailable`]: too few voters answered for a quorum (each voter's answer
+    ///   in [`Error::votes`]).
+    /// - [`Error::is_invalid_input`]: an empty or too long resource, a ttl of zero or longer
+    ///   than a voter takes.
+    ///
+    /// After a failed try nothing of ours is left locked.
     pub async fn lock(&self, resource: &str, ttl: Duration) -> crate::Result<Lease> {
         self.lock_with(resource, ttl, self.inner.config.retry).await
     }
 
     /// Tries once to lock `resource` for `ttl`, without retrying.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`], after its one try.
     pub async fn try_lock(&self, resource: &str, ttl: Duration) -> crate::Result<Lease> {
         self.lock_with(resource, ttl, Retry::never()).await
     }
 
     /// Locks `resource` for `ttl` with an explicit retry policy.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`], once `retry` gives up.
     pub async fn lock_with(
         &self,
         resource: &str,

@@ -235,6 +235,14 @@ impl LockPolicyBuilder {
     }
 
     /// Builds the policy, or says what to fix.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input), naming the setting:
+    /// settings that contradict each other or the client (a ttl the voters' restart
+    /// protection does not cover, a fencing header on a client without fencing tokens,
+    /// `OnContention::Wait` without a time bound, `repeatable_after_loss` without replay and
+    /// a rule that may abort, …) — reported here, never per request.
     pub fn build(self) -> crate::Result<LockPolicy> {
         if let Some(problem) = self.problem {
             return Err(problem);

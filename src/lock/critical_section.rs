@@ -52,6 +52,12 @@ impl<'a> CriticalSection<'a> {
     }
 
     /// Takes the lock, runs `work`, and releases the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`](crate::Redlock::lock) when the lock cannot be taken (`work`
+    /// does not run); with [`abort_on_loss`](Self::abort_on_loss), [`Error::is_lost`] when
+    /// the lock was lost while `work` ran (its future dropped).
     pub async fn run<F, Fut, T>(self, work: F) -> crate::Result<T>
     where
         F: FnOnce(LeaseHandle) -> Fut,

@@ -18,12 +18,15 @@ use crate::node::ExtendRequest;
 impl Lease {
     /// Extends the lease to `ttl` from now, on a quorum of nodes (compare-and-`PEXPIRE`).
     ///
-    /// Fails with [`Error::is_lost`] when the lease's validity is already over — or runs out
-    /// before a quorum extended it: the nodes that did extend are then released, so nothing
-    /// outlives what the error reports — or the nodes no longer carry its token (an expired
-    /// lock is never re-created), with [`Error::is_extension_limit`] at the extension cap,
-    /// and with [`Error::is_unavailable`] when too few nodes answered — the lease then keeps
-    /// its previous validity.
+    /// # Errors
+    ///
+    /// - [`Error::is_lost`]: the lease's validity is already over, or runs out before a
+    ///   quorum extended it (the nodes that did extend are then released, so nothing
+    ///   outlives what the error reports), or the nodes no longer carry its token (an expired
+    ///   lock is never re-created).
+    /// - [`Error::is_extension_limit`]: the extension cap is reached.
+    /// - [`Error::is_unavailable`]: too few nodes answered; the lease keeps its previous
+    ///   validity.
     pub async fn extend(&self, ttl: Duration) -> crate::Result<()> {
         self.client.extend_state(&self.state, ttl).await
     }

@@ -68,8 +68,12 @@ impl Lease {
     ///
     /// Nodes that fail or do not answer in time are asked again, with a short backoff,
     /// until a quorum is reached, the lease's validity ends, or ten node timeouts have
-    /// passed. Errors (and logs at warn) when no quorum was reached by then; the lock then
-    /// still expires after its ttl.
+    /// passed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_unavailable`](crate::Error::is_unavailable) (and a warning in the log)
+    /// when no quorum released it by then; the lock still expires after its ttl.
     #[doc(alias = "unlock")]
     pub async fn release(mut self) -> crate::Result<()> {
         self.stop_keep_alive();

@@ -23,6 +23,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+// Every fallible public function says how it fails, and one that can panic says when.
+#![warn(clippy::missing_errors_doc, clippy::missing_panics_doc)]
 
 #[cfg(feature = "actix")]
 #[cfg_attr(docsrs, doc(cfg(feature = "actix")))]
@@ -39,12 +41,13 @@ pub mod grpc;
     doc(cfg(all(feature = "axum", feature = "actix", feature = "metrics")))
 )]
 pub mod guide;
-mod http;
 pub mod key;
 mod lock;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+#[cfg(any(feature = "tower", feature = "actix"))]
+mod middleware;
 // Without the feature: the same module, private, its recording functions empty.
 #[cfg(not(feature = "metrics"))]
 mod metrics;

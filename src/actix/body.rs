@@ -5,9 +5,9 @@ use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use pin_project::pin_project;
 
-use crate::http::lost::LockLostError;
-use crate::http::watch::LossWatch;
-use crate::http::BodyTail;
+use crate::middleware::watch::LossWatch;
+use crate::middleware::{BodyTail, Next};
+use crate::policy::LockLostError;
 use crate::Lease;
 
 /// The response body of [`RedlockMiddleware`](crate::RedlockMiddleware): the inner body,
@@ -25,8 +25,6 @@ pub struct LeaseBody<B> {
     /// Bytes still to come of a body of known length: the last chunk is the one that
     /// brings this to zero.
     remaining: Option<u64>,
-    /// Broken off on a lost lease: nothing more follows.
-    aborted: bool,
 }
 
 impl<B: MessageBody> LeaseBody<B> {
@@ -39,7 +37,6 @@ impl<B: MessageBody> LeaseBody<B> {
             body,
             tail: BodyTail::new(lease, watch),
             remaining,
-            aborted: false,
         }
     }
 }
@@ -71,42 +68,25 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Self::Error>>> {
         let this = self.project();
-        if *this.aborted {
-            return Poll::Ready(None);
-        }
-        if this.tail.wants_more() {
-            let polled = this.body.poll_next(cx);
-            if polled.is_pending() {
-                ready!(this.tail.poll_abort(cx));
-                *this.aborted = true;
-                return Poll::Ready(Some(Err(Box::new(LockLostError))));
-            }
-            match ready!(polled) {
-                Some(Ok(_)) if this.tail.lost_abort().is_some() => {
-                    *this.aborted = true;
-                    return Poll::Ready(Some(Err(Box::new(LockLostError))));
-                }
-                Some(Ok(chunk)) => {
-                    let is_last = this.remaining.as_mut().is_some_and(|r| {
+        let (body, remaining) = (this.body, this.remaining);
+        let next = ready!(this.tail.poll_next(cx, |cx| {
+            let polled = ready!(body.poll_next(cx));
+            Poll::Ready(polled.map(|chunk| {
+                chunk.map(|chunk| {
+                    let is_last = remaining.as_mut().is_some_and(|r| {
                         *r = r.saturating_sub(chunk.len() as u64);
                         *r == 0
                     });
-                    if let Some(chunk) = this.tail.chunk(chunk, is_last) {
-                        return Poll::Ready(Some(Ok(chunk)));
-                    }
-                }
-                Some(Err(e)) => {
-                    this.tail.abandon();
-                    return Poll::Ready(Some(Err(e.into())));
-                }
-                None => {}
-            }
-        }
-        if this.tail.lost_abort().is_some() {
-            *this.aborted = true;
-            return Poll::Ready(Some(Err(Box::new(LockLostError))));
-        }
-        this.tail.poll_end(cx).map(|last| last.map(Ok))
+                    (chunk, is_last)
+                })
+            }))
+        }));
+        Poll::Ready(match next {
+            Next::Chunk(chunk) => Some(Ok(chunk)),
+            Next::Lost(_) => Some(Err(Box::new(LockLostError))),
+            Next::Failed(e) => Some(Err(e.into())),
+            Next::End => None,
+        })
     }
 
     fn try_into_bytes(self) -> Result<Bytes, Self> {
@@ -118,13 +98,11 @@ impl<B: MessageBody> MessageBody for LeaseBody<B> {
             body,
             tail,
             remaining,
-            aborted,
         } = self;
         body.try_into_bytes().map_err(|body| Self {
             body,
             tail,
             remaining,
-            aborted,
         })
     }
 }

@@ -14,9 +14,11 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::LeaseBody;
-use crate::http::flow::{FullResponse, Glue};
-use crate::http::watch::LossWatch;
-use crate::http::{Collector, RejectionKind, RejectionResponse, Unlocked};
+use crate::middleware::flow::{FullResponse, Glue};
+use crate::middleware::watch::LossWatch;
+use crate::policy::Unlocked;
+use crate::rejection::{RejectionKind, RejectionResponse};
+use crate::replay::Collector;
 use crate::{Lease, LeaseHandle};
 
 /// The inner service, as the flow calls it.

@@ -7,8 +7,8 @@ use futures_util::future::LocalBoxFuture;
 
 use super::glue::{rejection_response, Actix};
 use super::{ActixRequestView, LeaseBody};
-use crate::http::flow::{self, Route};
-use crate::http::LockPolicy;
+use crate::middleware::flow::{self, Route};
+use crate::policy::LockPolicy;
 
 /// The actix-web middleware: lock a key per request. Attach it to the routes that need it
 /// with `Route::wrap` (`web::post().to(handler).wrap(mw)`), so an unknown path stays 404 and
@@ -20,7 +20,7 @@ pub struct RedlockMiddleware {
     policy: LockPolicy,
 }
 
-crate::http::policy::policy_constructors!(RedlockMiddleware, "middleware");
+crate::policy::policy_constructors!(RedlockMiddleware, "middleware");
 
 impl<S, B> Transform<S, ServiceRequest> for RedlockMiddleware
 where

@@ -310,6 +310,10 @@ const T2: &str = "00000000000000000000000000000002";
 /// assert!(took >= Duration::from_millis(40));
 /// # }
 /// ```
+///
+/// # Panics
+///
+/// When `check` is still false after `within`: the message names `what`.
 pub async fn eventually<F, Fut>(what: impl Display, within: Duration, mut check: F) -> Duration
 where
     F: FnMut() -> Fut,

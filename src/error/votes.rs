@@ -176,8 +176,10 @@ impl Error {
         let errors = self.inner.nodes.iter();
         let ballots = self.inner.ballots.as_ref();
         let listed = ballots.map_or(0, |b| b.names.len());
-        let from_ballots = (0..listed).map(move |i| {
-            let b = ballots.expect("listed only with ballots");
+        let from_ballots = ballots
+            .into_iter()
+            .flat_map(move |b| (0..b.names.len()).map(move |i| (b, i)));
+        let from_ballots = from_ballots.map(move |(b, i)| {
             let error = self.inner.nodes.iter().find(|e| e.node() == i);
             let bit = 1u64 << i;
             let kind = match error {

@@ -5,7 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::call::Voter;
+pub(crate) use self::acquire::record_key;
+pub(crate) use self::call::Voter;
+pub(crate) use self::fencing::fence_key;
+pub(crate) use self::options::check_resource;
 use self::options::Config;
 pub(crate) use self::state::Loss;
 pub(crate) use self::telemetry::{hashed, KeyHash};
@@ -46,9 +49,6 @@ mod completion;
 // The client's builder, and work run under a lock.
 mod builder;
 mod critical_section;
-// An operator's questions and acts: inspection, forced release.
-pub(crate) mod force;
-pub(crate) mod inspect;
 
 #[cfg(test)]
 mod tests;
@@ -104,6 +104,11 @@ impl Redlock {
     /// Connections are made lazily in the background, so this succeeds while masters are
     /// down; it fails only on a malformed URL or an empty list. Must be called inside a
     /// Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): a URL that does not parse,
+    /// no URL, or no Tokio runtime.
     pub fn new<I, S>(urls: I) -> crate::Result<Self>
     where
         I: IntoIterator<Item = S>,
@@ -116,6 +121,11 @@ impl Redlock {
 
     /// A client with one fresh in-process [`MemoryNode`]: mutual exclusion within this
     /// process only.
+    ///
+    /// # Panics
+    ///
+    /// Never in practice: one node with the default settings is a valid client (the `expect`
+    /// states it).
     pub fn in_memory() -> Self {
         Self::builder()
             .node(MemoryNode::new())
@@ -280,5 +290,18 @@ impl Redlock {
     #[doc(alias = "with_lock")]
     pub fn critical_section<'a>(&'a self, resource: &'a str, ttl: Duration) -> CriticalSection<'a> {
         CriticalSection::new(self, resource, ttl, self.inner.config.retry)
+    }
+}
+
+// What the operator's calls (`crate::operate`) read of a client: they ask every voter.
+impl Redlock {
+    /// The voters, in the order of the names in every error.
+    pub(crate) fn voters(&self) -> &[Arc<Voter>] {
+        &self.inner.nodes
+    }
+
+    /// The bound on one call to one voter.
+    pub(crate) fn node_timeout(&self) -> Duration {
+        self.inner.config.node_timeout
     }
 }

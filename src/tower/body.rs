@@ -5,9 +5,10 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 
-use crate::http::lost::LockLostError;
-use crate::http::watch::LossWatch;
-use crate::http::{BodyTail, Wire};
+use crate::middleware::watch::LossWatch;
+use crate::middleware::{BodyTail, Next};
+use crate::policy::LockLostError;
+use crate::rejection::Wire;
 use crate::Lease;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -55,8 +56,6 @@ impl std::error::Error for BodyError {
 pub struct LeaseBody<B: Body> {
     #[pin]
     kind: Kind<B>,
-    /// Broken off on a lost lease: nothing more follows.
-    aborted: bool,
 }
 
 #[pin_project(project = KindProj)]
@@ -77,7 +76,6 @@ impl<B: Body> LeaseBody<B> {
                 body,
                 tail: BodyTail::new(lease, watch),
             },
-            aborted: false,
         }
     }
 
@@ -86,7 +84,6 @@ impl<B: Body> LeaseBody<B> {
             kind: Kind::Full {
                 body: Some(body).filter(|b| !b.is_empty()),
             },
-            aborted: false,
         }
     }
 
@@ -135,67 +132,41 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        if *this.aborted {
-            return Poll::Ready(None);
-        }
-        match this.kind.project() {
+        match self.project().kind.project() {
             KindProj::Full { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
             KindProj::Inner { mut body, tail } => {
-                if tail.wants_more() {
-                    let polled = body.as_mut().poll_frame(cx);
-                    if polled.is_pending() {
-                        let wire = ready!(tail.poll_abort(cx));
-                        *this.aborted = true;
-                        return Poll::Ready(Some(lost_frame(wire)));
-                    }
-                    match ready!(polled) {
-                        Some(Ok(frame)) => {
-                            if let Some(wire) = tail.lost_abort() {
-                                *this.aborted = true;
-                                return Poll::Ready(Some(lost_frame(wire)));
-                            }
-                            if let Some(frame) = tail.chunk(frame, body.is_end_stream()) {
-                                return Poll::Ready(Some(Ok(frame)));
-                            }
-                        }
-                        Some(Err(e)) => {
-                            tail.abandon();
-                            return Poll::Ready(Some(Err(BodyError(e.into()))));
-                        }
-                        None => {}
-                    }
-                }
-                if let Some(wire) = tail.lost_abort() {
-                    *this.aborted = true;
-                    return Poll::Ready(Some(lost_frame(wire)));
-                }
-                tail.poll_end(cx).map(|last| last.map(Ok))
+                let next = ready!(tail.poll_next(cx, |cx| {
+                    let polled = ready!(body.as_mut().poll_frame(cx));
+                    Poll::Ready(polled.map(|frame| frame.map(|f| (f, body.is_end_stream()))))
+                }));
+                Poll::Ready(match next {
+                    Next::Chunk(frame) => Some(Ok(frame)),
+                    Next::Lost(wire) => Some(lost_frame(wire)),
+                    Next::Failed(e) => Some(Err(BodyError(e.into()))),
+                    Next::End => None,
+                })
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        if self.aborted {
-            return true;
-        }
         match &self.kind {
             Kind::Full { body } => body.is_none(),
             // While a lease is held, the end must be polled so that it is released.
-            Kind::Inner { body, tail } => tail.is_done() && body.is_end_stream(),
+            Kind::Inner { body, tail } => {
+                tail.is_aborted() || (tail.is_done() && body.is_end_stream())
+            }
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.aborted {
-            return SizeHint::with_exact(0);
-        }
         match &self.kind {
             Kind::Full { body } => {
                 SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }
+            Kind::Inner { tail, .. } if tail.is_aborted() => SizeHint::with_exact(0),
             Kind::Inner { body, .. } => body.size_hint(),
         }
     }

@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use super::glue::{rejection_response, Answer};
 use super::{LeaseBody, RequestBody};
-use crate::http::RejectionResponse;
+use crate::rejection::RejectionResponse;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 

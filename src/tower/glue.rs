@@ -10,9 +10,11 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::{LeaseBody, RequestBody};
-use crate::http::flow::{FullResponse, Glue};
-use crate::http::watch::LossWatch;
-use crate::http::{Collector, RejectionKind, RejectionResponse, Unlocked};
+use crate::middleware::flow::{FullResponse, Glue};
+use crate::middleware::watch::LossWatch;
+use crate::policy::Unlocked;
+use crate::rejection::{RejectionKind, RejectionResponse};
+use crate::replay::Collector;
 use crate::{Lease, LeaseHandle};
 
 /// The inner service, as the flow calls it.

@@ -1,7 +1,7 @@
 use tower_layer::Layer;
 
 use super::RedlockService;
-use crate::http::LockPolicy;
+use crate::policy::LockPolicy;
 
 /// Applies [`RedlockService`] to a service: lock a key per request. See the
 /// [module docs](crate::tower).
@@ -33,7 +33,7 @@ pub struct RedlockLayer {
     policy: LockPolicy,
 }
 
-crate::http::policy::policy_constructors!(RedlockLayer, "layer");
+crate::policy::policy_constructors!(RedlockLayer, "layer");
 
 impl<S> Layer<S> for RedlockLayer {
     type Service = RedlockService<S>;

@@ -7,8 +7,8 @@ use tower_service::Service;
 
 use super::glue::Tower;
 use super::{HttpRequestView, LeaseBody, RequestBody, ResponseFuture};
-use crate::http::flow::{self, Route};
-use crate::http::LockPolicy;
+use crate::middleware::flow::{self, Route};
+use crate::policy::LockPolicy;
 
 /// The middleware service of [`RedlockLayer`](crate::RedlockLayer).
 #[derive(Debug, Clone)]

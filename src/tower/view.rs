@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 
 use http::request::Parts;
 
-use crate::http::{ExtensionType, RequestView};
+use crate::key::{ExtensionType, RequestView};
 
 /// [`RequestView`] over an `http` 1.x request (axum, hyper, tonic).
 ///
@@ -12,8 +12,7 @@ use crate::http::{ExtensionType, RequestView};
 /// peer address when the app is served with
 /// `into_make_service_with_connect_info::<SocketAddr>()`.
 ///
-/// Its `Debug` shows the method and the matched route pattern only: the path, a header or a
-/// path parameter may carry the raw key.
+/// No `Debug`, on purpose: the path, a header or a path parameter may carry the raw key.
 pub(crate) struct HttpRequestView<'a> {
     parts: &'a Parts,
     #[cfg(feature = "axum")]
@@ -21,15 +20,6 @@ pub(crate) struct HttpRequestView<'a> {
     /// axum matched parameters that are not UTF-8 once percent-decoded.
     #[cfg(feature = "axum")]
     params_malformed: bool,
-}
-
-impl std::fmt::Debug for HttpRequestView<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpRequestView")
-            .field("method", &self.method())
-            .field("matched_route", &self.matched_route())
-            .finish_non_exhaustive()
-    }
 }
 
 impl<'a> HttpRequestView<'a> {
@@ -148,53 +138,5 @@ impl RequestView for HttpRequestView<'_> {
             let _ = name;
             None
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn debug_never_shows_the_raw_key() {
-        let req = http::Request::post("/orders/zebra-42")
-            .header("idempotency-key", "zebra-secret")
-            .body(())
-            .unwrap();
-        let (mut parts, ()) = req.into_parts();
-        let view = HttpRequestView::new(&mut parts);
-        let shown = format!("{view:?} {view:#?}");
-        assert!(shown.contains("POST"), "{shown}");
-        assert!(!shown.contains("zebra"), "{shown}");
-    }
-
-    #[derive(Clone, Debug, PartialEq)]
-    struct Principal(&'static str);
-
-    #[test]
-    fn sees_query_extensions_and_peer() {
-        let mut req = http::Request::post("/orders/1?expand=all&x=1")
-            .body(())
-            .unwrap();
-        req.extensions_mut().insert(Principal("acme"));
-        #[cfg(feature = "axum")]
-        req.extensions_mut().insert(axum::extract::ConnectInfo(
-            "127.0.0.1:4242".parse::<SocketAddr>().unwrap(),
-        ));
-        let (mut parts, ()) = req.into_parts();
-        let view = HttpRequestView::new(&mut parts);
-        assert_eq!(view.query(), Some("expand=all&x=1"));
-        let dyn_view: &dyn RequestView = &view;
-        assert_eq!(dyn_view.extension::<Principal>(), Some(&Principal("acme")));
-        assert_eq!(dyn_view.extension::<String>(), None);
-        #[cfg(feature = "axum")]
-        assert_eq!(view.peer_addr(), Some("127.0.0.1:4242".parse().unwrap()));
-
-        let (mut parts, ()) = http::Request::post("/orders")
-            .body(())
-            .unwrap()
-            .into_parts();
-        let view = HttpRequestView::new(&mut parts);
-        assert_eq!((view.query(), view.peer_addr()), (None, None));
     }
 }

@@ -11,13 +11,15 @@ pub struct HttpApp {
 }
 
 impl HttpApp {
-    /// Binds `127.0.0.1:0` and serves `router` in the background.
+    /// Binds `127.0.0.1:0` and serves `router` in the background, with the client's address
+    /// as a `ConnectInfo<SocketAddr>` extension (what `RequestView::peer_addr` reads).
     pub async fn serve(router: axum::Router) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let server = tokio::spawn(async move {
+            let router = router.into_make_service_with_connect_info::<SocketAddr>();
             axum::serve(listener, router).await.expect("axum::serve");
         });
         Self { addr, server }

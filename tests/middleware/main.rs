@@ -100,6 +100,7 @@ on_both! {
     keys::the_handler_sees_its_lease,
     scope::keys_are_scoped_by_the_principal,
     scope::keys_are_scoped_by_the_query,
+    scope::the_request_view_shows_the_query_and_the_peer,
     methods::unlocked_methods_pass_through_a_held_key,
     methods::the_method_filter_is_configurable,
     methods::a_method_the_route_does_not_serve_answers_405,

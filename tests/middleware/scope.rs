@@ -1,9 +1,14 @@
 //! Keys scoped by what the request carries besides the key: the authenticated principal (a
-//! request extension an authentication layer outside the lock puts there), and the query.
+//! request extension an authentication layer outside the lock puts there), and the query;
+//! what an extractor sees of the request (its query and peer).
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
-use tower_redlock::key::{IdempotencyKey, KeyExtractorExt, PathKey, SimpleRequest};
+use tower_redlock::key::{
+    key_fn, IdempotencyKey, KeyExtractorExt, LockKey, PathKey, RequestView, SimpleRequest,
+};
 use tower_redlock::policy::LockPolicy;
 
 use crate::harness::app::{App, Principal, USER_HEADER};
@@ -111,6 +116,48 @@ pub async fn keys_are_scoped_by_the_query<F: Framework>() {
         resources.insert(v["resource"].as_str().expect("a resource").to_owned());
     }
     assert_eq!(resources.len(), queries.len(), "one lock per query");
+    assert_all_empty(&m).await;
+    drop(http);
+    app.stop().await;
+}
+
+/// What a key extractor sees, on either framework: the request's method, path, query and
+/// client address (`peer_addr`; axum served with `ConnectInfo`).
+pub async fn the_request_view_shows_the_query_and_the_peer<F: Framework>() {
+    const ORDERS: &str = "/orders/zebra-42";
+    let (m, redlock) = masters_and_client().await;
+    type Seen = (String, Option<SocketAddr>, Option<String>);
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let extractor = key_fn({
+        let seen = Arc::clone(&seen);
+        move |req: &dyn RequestView| {
+            let shown = format!("{} {}", req.method(), req.path());
+            let query = req.query().map(str::to_owned);
+            seen.lock().unwrap().push((shown, req.peer_addr(), query));
+            Ok(req
+                .header(IDEMPOTENCY_KEY)
+                .map(|k| LockKey::from_parts([k])))
+        }
+    });
+    let policy = LockPolicy::builder(redlock, extractor)
+        .build()
+        .expect("a valid policy");
+    let probe = Probe::new();
+    probe.open();
+    let app = F::serve(&App::gated(ORDERS, policy, &probe)).await;
+    let http = http_client();
+    let url = format!("{}?expand=all", app.url(ORDERS));
+    let v = reply(post_with(&http, &url, &["\"zebra-secret\""]))
+        .await
+        .ok();
+    assert_eq!(v["locked"], true, "{v}");
+
+    let seen = seen.lock().unwrap().clone();
+    let (shown, peer, query) = seen.first().expect("the extractor ran");
+    assert_eq!(shown, &format!("POST {ORDERS}"));
+    assert_eq!(query.as_deref(), Some("expand=all"));
+    let peer = peer.expect("the client's address");
+    assert!(peer.ip().is_loopback() && peer.port() != 0, "{peer}");
     assert_all_empty(&m).await;
     drop(http);
     app.stop().await;

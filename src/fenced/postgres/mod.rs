@@ -133,6 +133,10 @@ pub struct FencedTable {
 impl FencedTable {
     /// The table `table` (a plain SQL identifier, optionally `schema.table`), key column
     /// `id`, fence column `fence`.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidName`] when the name is not a plain SQL identifier (or `schema.table`).
     pub fn new(table: &str) -> Result<Self, InvalidName> {
         Self::with_columns(table, "id", "fence")
     }
@@ -143,6 +147,11 @@ impl FencedTable {
     /// `schema.table`), folded to lower case as PostgreSQL folds an unquoted name in
     /// `CREATE TABLE`, and sent quoted, so that a reserved word (`user`, `order`) names the
     /// column rather than meaning the keyword.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidName`] when a name is not a plain SQL identifier (the table may be
+    /// `schema.table`) or is longer than 63 bytes.
     pub fn with_columns(table: &str, key: &str, fence: &str) -> Result<Self, InvalidName> {
         let mut parts = table.split('.');
         let (first, second) = (parts.next().unwrap_or(""), parts.next());
@@ -190,6 +199,12 @@ impl FencedTable {
     /// as it is now (its fence is `token`), held until `tx` ends; `Ok(Err(refused))`
     /// nothing was read or written (roll back: after [`Refused::Busy`] or
     /// [`Refused::Conflict`] the transaction is aborted); `Err(_)` the database failed.
+    ///
+    /// # Errors
+    ///
+    /// `Ok(Err(refused))`: a newer token holds the row ([`Refused::Conflict`]), another
+    /// transaction holds it ([`Refused::Busy`]) or there is no row ([`Refused::Missing`]).
+    /// `Err(_)`: the database failed.
     pub async fn claim(
         &self,
         tx: &Transaction<'_>,
@@ -202,6 +217,10 @@ impl FencedTable {
     /// Claims row `key` as [`claim`](Self::claim) does, or inserts it with only its key and
     /// fence (the other columns need defaults) and claims that: the first write of a row.
     /// [`Refused::Missing`] does not happen.
+    ///
+    /// # Errors
+    ///
+    /// As [`claim`](Self::claim), without [`Refused::Missing`].
     pub async fn claim_or_insert(
         &self,
         tx: &Transaction<'_>,

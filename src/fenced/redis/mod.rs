@@ -164,6 +164,11 @@ impl<C: ConnectionLike> FencedRedis<C> {
     /// `SET key value` (replacing the value and any expiry) if `token` is at least the stored
     /// token, then stores `token`. The key must hold a string or nothing (`WRONGTYPE`
     /// otherwise: a plain `SET` would replace a value of any type).
+    ///
+    /// # Errors
+    ///
+    /// `Ok(Err(StaleToken))`: a newer token is stored, nothing written. `Err(_)`: Redis failed
+    /// or refused (`WRONGTYPE` for a key of another type).
     pub async fn set(
         &mut self,
         key: &str,
@@ -180,6 +185,10 @@ impl<C: ConnectionLike> FencedRedis<C> {
     /// `HSET key field value` if `token` is at least the stored token, then stores `token`.
     /// The token is the whole hash's: one per key, not per field. The key must hold a hash or
     /// nothing (`WRONGTYPE` otherwise).
+    ///
+    /// # Errors
+    ///
+    /// As [`set`](Self::set).
     pub async fn hset(
         &mut self,
         key: &str,
@@ -197,6 +206,10 @@ impl<C: ConnectionLike> FencedRedis<C> {
     /// `token`; answers the new entry's id. The key must hold a stream or nothing
     /// (`WRONGTYPE` otherwise). `fields` must not be empty (a client error, nothing sent);
     /// a few thousand pairs at most (Lua's stack).
+    ///
+    /// # Errors
+    ///
+    /// As [`set`](Self::set); an empty `fields` is an `Err` (a client error, nothing sent).
     pub async fn xadd<F: AsRef<[u8]>, V: AsRef<[u8]>>(
         &mut self,
         key: &str,
@@ -248,6 +261,10 @@ impl<C: ConnectionLike> FencedRedis<C> {
     /// accounts.set("{account:7}", (balance + 50).to_string(), token).await??;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`set`](Self::set): `Ok(Err(StaleToken))` nothing raised, nothing read.
     pub async fn read_for_write(
         &mut self,
         key: &str,
@@ -271,6 +288,10 @@ impl<C: ConnectionLike> FencedRedis<C> {
     /// ([`StaleToken`], nothing raised) when a newer token is stored. Every later write of
     /// an older holder is refused from then on, so the read that follows sees what holds
     /// until this holder writes (as [`read_for_write`](Self::read_for_write) explains).
+    ///
+    /// # Errors
+    ///
+    /// As [`set`](Self::set).
     pub async fn raise_for_write(
         &mut self,
         key: &str,
@@ -285,6 +306,10 @@ impl<C: ConnectionLike> FencedRedis<C> {
 
     /// The token the data at `key` was last written with; `None` when no fenced write stored
     /// one. A foreign value at the token key is a `WRONGTYPE` error, as for the writes.
+    ///
+    /// # Errors
+    ///
+    /// Redis failed, or the token key holds something else (`WRONGTYPE`).
     pub async fn fence(&mut self, key: &str) -> RedisResult<Option<u64>> {
         let reply = self.run(&FENCE, key, &[]).await?;
         match reply {

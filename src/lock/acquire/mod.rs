@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use self::acquisition::Acquisition;
-pub(in crate::lock) use self::replay::record_key;
+pub(crate) use self::replay::record_key;
 pub use self::replay::LockOrRecord;
 use crate::error::{Ballots, Error};
 use crate::lock::fencing::{self, Fence};

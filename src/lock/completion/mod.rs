@@ -71,6 +71,11 @@ impl Redlock {
     /// }
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`], once `retry` gives up; a completion record found is not an
+    /// error ([`LockOrRecord::Completed`]).
     pub async fn lock_unless_completed(
         &self,
         resource: &str,
@@ -88,16 +93,23 @@ impl Lease {
     /// From then on [`Redlock::lock_unless_completed`] answers
     /// [`LockOrRecord::Completed`](crate::LockOrRecord::Completed) with `record`.
     ///
-    /// A record over [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN), or a retention of zero or
-    /// over [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION), is refused ([`Error::is_invalid_input`]) and the lease released: nothing was stored.
-    /// `Ok` once a quorum stored it. Otherwise an error — [`Error::is_lost`] when the lease
-    /// expired or was lost (nothing stale is stored where it no longer holds),
-    /// [`Error::is_unavailable`] when too few nodes answered — and the lock is **not**
-    /// released early: the record is asked again, in the background, where the lock still
-    /// holds (and the lock extended where the write is refused with an error reply), until a
-    /// quorum has it or the lock has expired there, so duplicates are refused rather than
-    /// run a second time. The same holds if this future is dropped midway. See the crate's
-    /// Safety docs for the one case left open.
+    /// `Ok` once a quorum stored it. See the crate's Safety docs for the one case left open.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::is_invalid_input`]: a record over
+    ///   [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN), or a retention of zero or
+    ///   over [`Lease::MAX_RECORD_RETENTION`](crate::Lease::MAX_RECORD_RETENTION). Nothing
+    ///   was stored, and the lease is released.
+    /// - [`Error::is_lost`]: the lease expired or was lost (nothing stale is stored where it
+    ///   no longer holds).
+    /// - [`Error::is_unavailable`]: too few nodes answered.
+    ///
+    /// After a lost or unavailable answer the lock is **not** released early. The record is
+    /// asked again, in the background, where the lock still holds (the lock extended where
+    /// the write is refused with an error reply). That goes on until a quorum has it or the
+    /// lock has expired there, so duplicates are refused rather than run a second time. The
+    /// same holds if this future is dropped midway.
     ///
     /// [`Error::is_lost`]: crate::Error::is_lost
     /// [`Error::is_invalid_input`]: crate::Error::is_invalid_input

@@ -47,6 +47,11 @@ impl fmt::Debug for Cluster {
 impl Cluster {
     /// A cluster reached through `nodes` (`host:port`, `[v6]:port`; the port defaults to
     /// 6379). No node, or an address that does not parse, is an invalid-input error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): no node, or an address
+    /// that does not parse.
     pub fn new<I, S>(nodes: I) -> crate::Result<Self>
     where
         I: IntoIterator<Item = S>,

@@ -106,11 +106,20 @@ impl RedisNode {
     ///
     /// The connection is made lazily, in the background. Must be called inside a Tokio
     /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): a URL that does not parse
+    /// (the message says what), or no Tokio runtime.
     pub fn open(url: &str) -> crate::Result<Self> {
         Self::open_with(url, &RedisNodeOptions::default())
     }
 
     /// Like [`RedisNode::open`], with explicit connection settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisNode::open`].
     pub fn open_with(url: &str, options: &RedisNodeOptions) -> crate::Result<Self> {
         let (voter, protection) = url::parse(url)?;
         let options = match protection {
@@ -156,6 +165,10 @@ impl RedisNode {
     /// ```
     ///
     /// Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): no Tokio runtime.
     pub fn from_client(client: Client, options: &RedisNodeOptions) -> crate::Result<Self> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(crate::Error::invalid(
@@ -218,6 +231,11 @@ impl RedisNode {
     ///
     /// `options` apply to the sentinels and the master ([`RedisNodeOptions::default`] for
     /// the defaults).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): no Tokio runtime, or
+    /// settings the sentinels' client refuses.
     #[doc(alias = "sentinel_with")]
     pub fn sentinel(group: Sentinel, options: &RedisNodeOptions) -> crate::Result<Self> {
         if tokio::runtime::Handle::try_current().is_err() {
@@ -261,6 +279,11 @@ impl RedisNode {
     /// connects until the first request.
     ///
     /// `options`: the connection settings ([`RedisNodeOptions::default`] for the defaults).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): no Tokio runtime, or
+    /// settings the cluster client refuses.
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     #[doc(alias = "cluster_with")]

@@ -4,7 +4,7 @@
 //! property tests. No Redis needed.
 //!
 //! Tests that pin the private domain tags (`TAG_*`) or read a crate-private
-//! field stay as unit tests in `src/http/key/tests.rs`.
+//! field stay as unit tests in `src/key/tests.rs`.
 
 mod builtin;
 mod hash;

@@ -66,6 +66,11 @@ impl Sentinel {
     /// The group whose master the sentinels know as `master_name`, through the sentinels at
     /// `sentinels` (`host:port`, `[v6]:port`; the port defaults to 26379). An empty name,
     /// no sentinel, or an address that does not parse is an invalid-input error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): an empty name, no
+    /// sentinel, or an address that does not parse.
     pub fn new<I, S>(master_name: &str, sentinels: I) -> crate::Result<Self>
     where
         I: IntoIterator<Item = S>,

@@ -3,7 +3,7 @@
 //! answers (`grpc`) and the rejection that carries it (`rejection`), so that neither imports
 //! the other for it.
 
-use super::view::RequestView;
+use crate::key::RequestView;
 
 /// How the client of a request expects the middleware's own answers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -45,7 +45,10 @@
 //! [`LockPolicy::redis_key`]: crate::policy::LockPolicy::redis_key
 //! [`LockPolicyBuilder::explain_votes`]: crate::policy::LockPolicyBuilder::explain_votes
 
-pub use crate::lock::force::{ForceRelease, ForceReleased, MIN_HOLDER_PREFIX};
-pub use crate::lock::inspect::{
+mod force;
+mod inspect;
+
+pub use self::force::{ForceRelease, ForceReleased, MIN_HOLDER_PREFIX};
+pub use self::inspect::{
     Holder, Holding, Inspection, Summary, VoterInspection, VoterKey, VoterScan,
 };

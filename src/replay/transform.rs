@@ -45,8 +45,18 @@ pub type TransformError = Box<dyn std::error::Error + Send + Sync>;
 /// ```
 pub trait RecordTransform: Send + Sync + 'static {
     /// Before the write: the encoded response to what Redis keeps.
+    ///
+    /// # Errors
+    ///
+    /// A [`TransformError`] when the response cannot be sealed: the response is then not
+    /// stored (the key is marked completed, never run twice).
     fn seal(&self, response: &[u8]) -> Result<Vec<u8>, TransformError>;
 
     /// On replay: what Redis kept back to the encoded response `seal` was given.
+    ///
+    /// # Errors
+    ///
+    /// A [`TransformError`] when what Redis kept cannot be opened (another key, damaged
+    /// bytes): the request is answered `409` completed-not-stored, never run again.
     fn open(&self, sealed: &[u8]) -> Result<Vec<u8>, TransformError>;
 }

@@ -7,10 +7,11 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use super::lost::OnLost;
 use super::watch::LossWatch;
-use super::{ReleaseOn, Wire};
 use crate::lock::hashed;
+use crate::policy::OnLost;
+use crate::policy::ReleaseOn;
+use crate::rejection::Wire;
 use crate::Lease;
 
 /// Releases a lease and logs the outcome (used by both glues). A release that reaches no
@@ -51,11 +52,12 @@ impl AfterResponse {
 /// last chunk of a body of known length — and a client that has read the whole response
 /// must find the key free. Without a lease it passes everything through.
 ///
-/// The glue polls its inner body while [`wants_more`](Self::wants_more), hands each chunk
-/// to [`chunk`](Self::chunk), and polls [`poll_end`](Self::poll_end) once a chunk was held
-/// back or the inner body ended. Dropping it early (a cancelled response) drops the lease,
-/// whose release is then spawned in the background.
+/// Each framework's body polls through [`poll_next`](Self::poll_next), which polls the inner
+/// body and says what to hand over ([`Next`]). Dropping it early (a cancelled response) drops
+/// the lease, whose release is then spawned in the background.
 pub(crate) struct BodyTail<T> {
+    /// Broken off on a lost lease: nothing more follows.
+    aborted: bool,
     lease: Option<Lease>,
     releasing: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The last chunk, held back until the release is done.
@@ -68,6 +70,7 @@ impl<T> BodyTail<T> {
     pub(crate) fn new(lease: Option<Lease>, watch: Option<LossWatch>) -> Self {
         let watch = watch.filter(|_| lease.is_some());
         Self {
+            aborted: false,
             lease,
             releasing: None,
             last: None,
@@ -75,11 +78,62 @@ impl<T> BodyTail<T> {
         }
     }
 
+    /// One poll of the body: polls the inner body (`poll_inner`: a chunk, and whether the
+    /// inner body says nothing follows it) while no chunk is held back, breaks the body off
+    /// on a known loss (the policy says abort), and holds the last chunk back until the
+    /// release is done.
+    pub(crate) fn poll_next<E>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll_inner: impl FnOnce(&mut Context<'_>) -> Poll<Option<Result<(T, bool), E>>>,
+    ) -> Poll<Next<T, E>> {
+        if self.aborted {
+            return Poll::Ready(Next::End);
+        }
+        if self.wants_more() {
+            let polled = poll_inner(cx);
+            if polled.is_pending() {
+                return self.poll_abort(cx).map(|wire| self.broken_off(wire));
+            }
+            match ready!(polled) {
+                Some(Ok((chunk, is_last))) => {
+                    if let Some(wire) = self.lost_abort() {
+                        return Poll::Ready(self.broken_off(wire));
+                    }
+                    if let Some(chunk) = self.chunk(chunk, is_last) {
+                        return Poll::Ready(Next::Chunk(chunk));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.abandon();
+                    return Poll::Ready(Next::Failed(e));
+                }
+                None => {}
+            }
+        }
+        if let Some(wire) = self.lost_abort() {
+            return Poll::Ready(self.broken_off(wire));
+        }
+        self.poll_end(cx)
+            .map(|last| last.map_or(Next::End, Next::Chunk))
+    }
+
+    fn broken_off<E>(&mut self, wire: Wire) -> Next<T, E> {
+        self.aborted = true;
+        Next::Lost(wire)
+    }
+
+    /// Whether the body was broken off on a lost lease.
+    #[cfg(feature = "tower")]
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.aborted
+    }
+
     /// Whether the lease is known lost and the policy says abort — checked before a chunk is
     /// handed over and before the release, so that no chunk and no clean end follow a known
     /// loss: then the client's wire, the lease dropped (its release spawned), and the body
     /// must end with an error.
-    pub(crate) fn lost_abort(&mut self) -> Option<Wire> {
+    fn lost_abort(&mut self) -> Option<Wire> {
         let watch = self.watch.as_mut().filter(|_| self.lease.is_some())?;
         if watch.decide(true) != Some(OnLost::Abort) {
             return None;
@@ -93,7 +147,7 @@ impl<T> BodyTail<T> {
     /// Call while the inner body is pending: `Ready` with the client's wire when the lease
     /// was lost and the policy says abort — the body must then end with an error (gRPC:
     /// its status in trailers). The lease is dropped (its release spawned).
-    pub(crate) fn poll_abort(&mut self, cx: &mut Context<'_>) -> Poll<Wire> {
+    fn poll_abort(&mut self, cx: &mut Context<'_>) -> Poll<Wire> {
         let Some(watch) = self.watch.as_mut().filter(|_| self.lease.is_some()) else {
             return Poll::Pending;
         };
@@ -111,7 +165,7 @@ impl<T> BodyTail<T> {
 
     /// Whether the inner body is still to be polled (no chunk held back, no release under
     /// way).
-    pub(crate) fn wants_more(&self) -> bool {
+    fn wants_more(&self) -> bool {
         self.releasing.is_none() && self.last.is_none()
     }
 
@@ -124,7 +178,7 @@ impl<T> BodyTail<T> {
     /// A chunk from the inner body; `is_last`: the inner body says nothing follows. Returns
     /// the chunk to hand over now, or `None` when it was held back: then poll
     /// [`poll_end`](Self::poll_end).
-    pub(crate) fn chunk(&mut self, chunk: T, is_last: bool) -> Option<T> {
+    fn chunk(&mut self, chunk: T, is_last: bool) -> Option<T> {
         if is_last && self.holds() {
             self.last = Some(chunk);
             None
@@ -134,13 +188,13 @@ impl<T> BodyTail<T> {
     }
 
     /// The inner body failed: drop the lease, which spawns its release.
-    pub(crate) fn abandon(&mut self) {
+    fn abandon(&mut self) {
         self.lease.take();
     }
 
     /// The inner body ended or its last chunk was held back: release and wait for it, then
     /// hand over the held-back chunk (`None`: the end of the stream).
-    pub(crate) fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         if let Some(lease) = self.lease.take() {
             self.releasing = Some(Box::pin(release(lease)));
         }
@@ -150,4 +204,17 @@ impl<T> BodyTail<T> {
         }
         Poll::Ready(self.last.take())
     }
+}
+
+/// What a body holding a [`BodyTail`] hands over next.
+pub(crate) enum Next<T, E> {
+    /// A chunk of the inner body.
+    Chunk(T),
+    /// The lease was lost and the policy says abort: the body ends with an error on this wire
+    /// (gRPC: its status in trailers; actix-web only breaks the response off).
+    Lost(#[cfg_attr(not(feature = "tower"), allow(dead_code))] Wire),
+    /// The inner body failed (its lease dropped, the release spawned).
+    Failed(E),
+    /// The end of the stream, the release done.
+    End,
 }

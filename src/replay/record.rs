@@ -137,8 +137,8 @@ pub(crate) fn answer(
     record: &Bytes,
     fingerprint: &Fingerprint,
     transform: Option<&dyn RecordTransform>,
-) -> Result<StoredResponse, crate::http::RejectionKind> {
-    use crate::http::RejectionKind;
+) -> Result<StoredResponse, crate::rejection::RejectionKind> {
+    use crate::rejection::RejectionKind;
     // Another request is told so without opening anything (a sealed record's fingerprint
     // is in the clear).
     if let Some(stored) = record.get(MAGIC.len()..HEAD - 1) {
@@ -273,11 +273,11 @@ mod tests {
         assert_eq!(decode(&encode_aborted(&fp)), Record::Aborted(fp));
         assert_eq!(
             answer(&encode_aborted(&fp), &fp, None),
-            Err(crate::http::RejectionKind::OutcomeUnknown)
+            Err(crate::rejection::RejectionKind::OutcomeUnknown)
         );
         assert_eq!(
             answer(&encode_aborted(&fp), &Fingerprint([8; 32]), None),
-            Err(crate::http::RejectionKind::Mismatch)
+            Err(crate::rejection::RejectionKind::Mismatch)
         );
 
         // Every truncation and a foreign record are unreadable, never a panic.

@@ -1,19 +1,27 @@
-//! What the middleware does (public face: [`crate::policy`]).
+//! What the middleware does: which key, how long, what to do on contention, on an
+//! unreachable quorum, and when to release. Shared by the tower and actix-web glue.
+
+// Without tower or actix-web, the middleware's part of this module has no caller.
+#![cfg_attr(
+    not(any(feature = "tower", feature = "actix")),
+    allow(dead_code, unused_imports)
+)]
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::grpc::{answer_by, GrpcOr, Wire};
-use super::key::{HmacKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
-use super::lost::{LostRule, OnLost};
-use super::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
-use super::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
+use crate::grpc::{answer_by, GrpcOr, Wire};
+use crate::key::{HmacKey, IdempotencyKey, KeyExtractor, KeyExtractorExt, LockKey, RequestView};
+use crate::rejection::{ProblemJson, Rejection, RejectionKind, RejectionResponse, Responder};
+use crate::replay::{Fingerprint, FingerprintBuilder, Recorder, Replay, StoredResponse};
 use crate::{Lease, LockOrRecord, Redlock, Retry};
 
 mod builder;
 #[cfg(any(feature = "tower", feature = "actix"))]
 mod constructors;
+mod lost;
+pub use self::lost::{LockLostError, LostLease, LostRule, OnLost, LOCK_LOST_HEADER};
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use constructors::policy_constructors;
 
@@ -360,6 +368,11 @@ impl LockPolicy {
     /// assert!(key.starts_with("tower-redlock:"));
     /// assert!(!key.contains("k-1")); // hashed, never raw
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// The [`KeyRejection`](crate::key::KeyRejection) the middleware answers `400` with: a
+    /// missing, malformed or too long key.
     pub fn resource(
         &self,
         req: &dyn RequestView,
@@ -376,6 +389,10 @@ impl LockPolicy {
 
     /// The Redis key the middleware locks for `req`: [`LockPolicy::resource`] under the
     /// client's [key prefix](crate::RedlockBuilder::key_prefix) ([`Redlock::redis_key`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`LockPolicy::resource`].
     pub fn redis_key(
         &self,
         req: &dyn RequestView,
@@ -387,6 +404,11 @@ impl LockPolicy {
 
     /// [`Redlock::inspect`] of the key the middleware locks for `req`; `None` when the
     /// request passes through unlocked. A bad key is an invalid-input error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input) for a bad key (as
+    /// [`LockPolicy::resource`] rejects it); otherwise as [`Redlock::inspect`].
     pub async fn inspect(
         &self,
         req: &dyn RequestView,
@@ -491,7 +513,7 @@ impl LockPolicy {
                     .map(|(_, fp)| fp)
                     .expect("only a replay claim completes");
                 let transform = p.replay.as_ref().and_then(|r| r.transform.as_deref());
-                match super::replay::answer(&record, &fingerprint, transform) {
+                match crate::replay::answer(&record, &fingerprint, transform) {
                     Ok(response) => {
                         tracing::debug!(key = %p.redlock.key_hash(key.as_str()), elapsed = ?started.elapsed(), "replayed");
                         Decision::Replay(response)

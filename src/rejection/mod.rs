@@ -1,10 +1,19 @@
-//! The middleware's own answers (public face: [`crate::rejection`]).
+//! The answers the middleware gives for itself: `400`, `409`, `413`, `422`, `503`, as
+//! `application/problem+json` (RFC 9457) bodies that the user can replace — or, to a gRPC
+//! call, as gRPC statuses (see [`grpc`](crate::grpc)).
+
+// Without tower or actix-web, the middleware's part of this module has no caller.
+#![cfg_attr(
+    not(any(feature = "tower", feature = "actix")),
+    allow(dead_code, unused_imports)
+)]
 
 use std::fmt;
 use std::time::Duration;
 
-use super::key::{KeyRejection, KeyRejectionKind};
-use super::wire::Wire;
+use crate::key::{KeyRejection, KeyRejectionKind};
+mod wire;
+pub(crate) use self::wire::Wire;
 
 mod response;
 
@@ -445,7 +454,7 @@ impl std::error::Error for MissingLease {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::key::KeySource;
+    use crate::key::KeySource;
 
     fn contended(retry: Duration) -> Rejection {
         Rejection {

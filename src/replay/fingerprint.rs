@@ -5,7 +5,7 @@
 use sha2::{Digest, Sha256};
 
 use super::Replay;
-use crate::http::RequestView;
+use crate::key::RequestView;
 
 /// The SHA-256 of a request: method, path, query, configured headers and the body's digest.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::inspect::TOKEN_PREFIX_LEN;
-use super::{options, Redlock};
 use crate::error::NodeError;
+use crate::lock::{check_resource, record_key, Redlock};
 use crate::node::{ForceReleaseRequest, Forced};
 
 /// A forced release ([`Redlock::force_release`]): who asks, which holder it clears, and
@@ -85,6 +85,11 @@ impl ForceRelease {
 
     /// Checks the choice of holder as [`Redlock::force_release`] does, before it runs (e.g.
     /// before asking an operator to confirm): an invalid-input error says what to fix.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): no holder named (and not
+    /// [`any_holder`](Self::any_holder)), or a prefix shorter than [`MIN_HOLDER_PREFIX`].
     pub fn check(&self) -> crate::Result<()> {
         self.checked_holder().map(drop)
     }
@@ -194,15 +199,21 @@ impl Redlock {
     /// assert!(unnamed.unwrap_err().is_invalid_input());
     /// # }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): an empty or too long
+    /// resource, or a choice of holder [`ForceRelease::check`] refuses; nothing is deleted.
+    /// A voter that does not answer is not an error: its entry in the answer says why.
     pub async fn force_release(
         &self,
         resource: &str,
         how: ForceRelease,
     ) -> crate::Result<ForceReleased> {
-        options::check_resource(resource)?;
+        check_resource(resource)?;
         let holder: Option<Arc<str>> = how.checked_holder()?.map(Into::into);
         let key: Arc<str> = self.redis_key(resource).into();
-        let record = how.record.then(|| super::acquire::record_key(&key));
+        let record = how.record.then(|| record_key(&key));
         tracing::warn!(
             key_hash = %self.key_hash(resource),
             by = %how.by,
@@ -211,7 +222,7 @@ impl Redlock {
             "forced release of a lock (an operator's act)"
         );
         let answers = self
-            .ask_every_voter(self.inner.config.node_timeout.saturating_mul(5), |voter| {
+            .ask_every_voter(self.node_timeout().saturating_mul(5), |voter| {
                 let (key, record, holder) = (key.clone(), record.clone(), holder.clone());
                 async move {
                     let mut ask = ForceReleaseRequest::new(&key);
@@ -227,7 +238,7 @@ impl Redlock {
             .await;
         let voters = answers
             .into_iter()
-            .map(|(i, answer)| (i, self.inner.nodes[i].name.clone(), answer))
+            .map(|(i, answer)| (i, self.voters()[i].name.clone(), answer))
             .collect();
         Ok(ForceReleased { voters })
     }

@@ -1,7 +1,7 @@
 //! The gRPC mapping: codes, content types, trailers-only answers, replay judgment.
 
 use super::*;
-use crate::http::key::{KeyRejection, KeySource};
+use crate::key::{KeyRejection, KeySource};
 use crate::rejection::ProblemJson;
 use std::time::Duration;
 

@@ -10,13 +10,14 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::lost::{OnLost, LOCK_LOST_HEADER};
-use super::replay::FingerprintBuilder;
 use super::watch::{LossWatch, Watched, WatchedFuture};
-use super::{
-    AfterResponse, Decision, KeptAlive, LockKey, LockPolicy, Plan, RejectionKind,
-    RejectionResponse, RequestView, Running, StoredResponse, Wire, REPLAYED_HEADER,
-};
+use super::{AfterResponse, KeptAlive};
+use crate::key::{LockKey, RequestView};
+use crate::policy::{Decision, LockPolicy};
+use crate::policy::{OnLost, LOCK_LOST_HEADER};
+use crate::rejection::{RejectionKind, RejectionResponse, Wire};
+use crate::replay::FingerprintBuilder;
+use crate::replay::{Plan, Running, StoredResponse, REPLAYED_HEADER};
 use crate::{Lease, LeaseHandle};
 
 /// What a framework's glue gives the flow: its request and response types and the few
@@ -184,7 +185,7 @@ pub(crate) fn route(policy: &LockPolicy, view: &dyn RequestView) -> Route {
                 key,
                 fingerprint: policy.fingerprint(view),
                 wire,
-                deadline: crate::http::grpc::timeout(wire, view),
+                deadline: crate::grpc::timeout(wire, view),
             })
         }
     }

@@ -10,10 +10,8 @@ use std::future::Future;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use super::call::Voter;
-use super::fencing::fence_key;
-use super::{options, Redlock};
 use crate::error::NodeError;
+use crate::lock::{check_resource, fence_key, record_key, Redlock, Voter};
 use crate::node::{CallError, InspectRequest, KeyState, RecordState};
 
 /// How many characters of a holder's token an inspection shows: enough to tell holders
@@ -250,12 +248,17 @@ impl Redlock {
     /// ```
     ///
     /// An invalid resource name is an invalid-input error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input): an empty or too long
+    /// resource. A voter that does not answer is not an error: its entry says why.
     pub async fn inspect(&self, resource: &str) -> crate::Result<Inspection> {
-        options::check_resource(resource)?;
+        check_resource(resource)?;
         let key: Arc<str> = self.redis_key(resource).into();
         let fence: Arc<str> = fence_key(&key);
-        let record: Arc<str> = super::acquire::record_key(&key);
-        let timeout = self.inner.config.node_timeout.saturating_mul(5);
+        let record: Arc<str> = record_key(&key);
+        let timeout = self.node_timeout().saturating_mul(5);
         let answers = self
             .ask_every_voter(timeout, |voter| {
                 let (key, fence, record) = (key.clone(), fence.clone(), record.clone());
@@ -268,7 +271,7 @@ impl Redlock {
         let voters = answers
             .into_iter()
             .map(|(i, answer)| {
-                let voter = &self.inner.nodes[i];
+                let voter = &self.voters()[i];
                 let token = answer
                     .as_ref()
                     .ok()
@@ -284,7 +287,7 @@ impl Redlock {
             .collect();
         Ok(Inspection {
             key: key.to_string(),
-            quorum: self.inner.quorum,
+            quorum: self.quorum(),
             voters,
         })
     }
@@ -309,7 +312,7 @@ impl Redlock {
     /// ```
     pub async fn scan(&self, prefix: &str, limit: usize) -> Vec<VoterScan> {
         let prefix: Arc<str> = prefix.into();
-        let timeout = self.inner.config.node_timeout.saturating_mul(5) + Duration::from_secs(1);
+        let timeout = self.node_timeout().saturating_mul(5) + Duration::from_secs(1);
         let answers = self
             .ask_every_voter(timeout, |voter| {
                 let prefix = prefix.clone();
@@ -331,7 +334,7 @@ impl Redlock {
             });
             voters.push(VoterScan {
                 node: i,
-                name: self.inner.nodes[i].name.clone(),
+                name: self.voters()[i].name.clone(),
                 answer,
             });
         }
@@ -355,8 +358,7 @@ impl Redlock {
         Fut: Future<Output = Result<T, CallError>>,
     {
         let mut pending: FuturesUnordered<_> = self
-            .inner
-            .nodes
+            .voters()
             .iter()
             .enumerate()
             .map(|(i, voter)| {
@@ -371,7 +373,7 @@ impl Redlock {
                 }
             })
             .collect();
-        let mut answers = Vec::with_capacity(self.inner.nodes.len());
+        let mut answers = Vec::with_capacity(self.voters().len());
         while let Some(answer) = pending.next().await {
             answers.push(answer);
         }

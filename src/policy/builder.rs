@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LockPolicy, LockPolicyBuilder, OnContention, OnUnavailable, ReleaseOn};
-use crate::http::key::HmacKey;
-use crate::http::lost::LostRule;
+use crate::key::HmacKey;
+use crate::policy::LostRule;
 #[cfg(doc)]
-use crate::http::lost::OnLost;
-use crate::http::rejection::Responder;
-use crate::http::replay::Replay;
+use crate::policy::OnLost;
+use crate::rejection::Responder;
+use crate::replay::Replay;
 
 impl LockPolicyBuilder {
     /// The lock ttl (default 30 s). With keep-alive on, the lock is extended about every
@@ -256,10 +256,7 @@ impl LockPolicyBuilder {
                     "no method would be locked: name at least one, or use any_method()",
                 ));
             }
-            if let Some(bad) = methods
-                .iter()
-                .find(|m| !crate::http::rejection::is_token(m))
-            {
+            if let Some(bad) = methods.iter().find(|m| !crate::rejection::is_token(m)) {
                 return Err(crate::Error::invalid(format!(
                     "{bad:?} is not an HTTP method name (a token: letters, digits, !#$%&'*+-.^_`|~)"
                 )));
@@ -283,7 +280,7 @@ impl LockPolicyBuilder {
             ));
         }
         if let Some(name) = &p.fencing_header {
-            if !crate::http::rejection::is_token(name) {
+            if !crate::rejection::is_token(name) {
                 return Err(crate::Error::invalid(format!(
                     "{name:?} is not a header name (a token: letters, digits, !#$%&'*+-.^_`|~)"
                 )));

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::lost::{LostLease, LostRule, OnLost};
-use super::Wire;
+use crate::policy::{LostLease, LostRule, OnLost};
+use crate::rejection::Wire;
 use crate::LeaseHandle;
 
 /// Watches a request's lease for its loss and applies the rule, once.

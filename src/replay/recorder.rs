@@ -63,7 +63,7 @@ impl Recorder {
             .flat_map(|(_, v)| v.split(|&b| b == b','))
             .map(<[u8]>::trim_ascii)
             .collect();
-        let grpc = header(all, "content-type").is_some_and(crate::http::is_grpc);
+        let grpc = header(all, "content-type").is_some_and(crate::grpc::is_grpc);
         let kept = |n: &str| grpc && GRPC_KEPT.iter().any(|k| k.eq_ignore_ascii_case(n));
         all.iter()
             .copied()
@@ -88,7 +88,7 @@ impl Recorder {
         body_len: Option<u64>,
     ) -> Plan {
         let all: Vec<_> = headers.collect();
-        let (judged, body_len) = crate::http::grpc::replay_view(
+        let (judged, body_len) = crate::grpc::replay_view(
             status,
             header(&all, "content-type"),
             header(&all, "grpc-status"),
@@ -244,7 +244,7 @@ impl Running {
         let lease = self.lease.take().expect("taken once");
         match self.recorder.take() {
             Some(recorder) => recorder.complete(lease, recorder.completed()).await,
-            None => crate::http::release(lease).await,
+            None => crate::middleware::release(lease).await,
         }
     }
 }
@@ -388,8 +388,8 @@ mod tests {
         );
         // The record keeps them too.
         let record = r.response(200, headers.into_iter(), b"");
-        let crate::http::replay::record::Record::Response(_, stored) =
-            crate::http::replay::record::decode(&record)
+        let crate::replay::record::Record::Response(_, stored) =
+            crate::replay::record::decode(&record)
         else {
             panic!("a response record");
         };

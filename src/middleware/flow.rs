@@ -16,7 +16,7 @@ use crate::key::{LockKey, RequestView};
 use crate::policy::{Decision, LockPolicy};
 use crate::policy::{OnLost, LOCK_LOST_HEADER};
 use crate::rejection::{RejectionKind, RejectionResponse, Wire};
-use crate::replay::FingerprintBuilder;
+use crate::replay::{Fingerprint, FingerprintBuilder};
 use crate::replay::{Plan, Running, StoredResponse, REPLAYED_HEADER};
 use crate::{Lease, LeaseHandle};
 
@@ -204,18 +204,11 @@ pub(crate) async fn run<G: Glue>(
         wire,
         deadline,
     } = keyed;
-    let reject = |req, kind| G::full(req, FullResponse::rejection(policy.reject(kind, wire)));
-    let fingerprint = match fingerprint {
-        None => None,
-        Some((fingerprint, None)) => Some(fingerprint.finish(None)),
-        Some((fingerprint, Some(limit))) => {
-            if G::content_length(&req).is_some_and(|len| len > limit as u64) {
-                return Ok(reject(req, RejectionKind::BodyTooLarge));
-            }
-            match G::buffer_body(&mut req, limit).await {
-                Ok(bytes) => Some(fingerprint.finish(Some(&bytes))),
-                Err(kind) => return Ok(reject(req, kind)),
-            }
+    let fingerprint = match fingerprint_body::<G>(fingerprint, &mut req).await {
+        Ok(fingerprint) => fingerprint,
+        Err(kind) => {
+            let answer = FullResponse::rejection(policy.reject(kind, wire));
+            return Ok(G::full(req, answer));
         }
     };
     let (lease, recorder) = match policy
@@ -239,14 +232,13 @@ pub(crate) async fn run<G: Glue>(
     // lease in the background, with replay it marks the key completed (see `Running`). The
     // keep-alive starts only if the handler outlives ttl/3.
     let due = Instant::now() + lease.ttl() / 3;
-    let keep_alive = policy.keep_alive();
     let rule = policy.lost_rule();
     // Watched only when a loss may stop it; otherwise the loss is looked at once, below.
     let mut watch = rule
         .may_abort()
         .then(|| LossWatch::new(lease.handle(), rule.clone(), wire));
     let mut running = Running::new(lease, recorder);
-    let call = KeptAlive::new(glue.call(req), running.lease_mut(), keep_alive);
+    let call = KeptAlive::new(glue.call(req), running.lease_mut(), policy.keep_alive());
     let mut res = match WatchedFuture::new(call, watch.as_mut()).await {
         Watched::Done(Ok(res)) => res,
         Watched::Done(Err(e)) => {
@@ -271,67 +263,117 @@ pub(crate) async fn run<G: Glue>(
         Some(_) => G::add_header(&mut res, LOCK_LOST_HEADER, "true"),
         None => {}
     }
-    let status = G::status(&res);
-    let plan = running.recorder().map_or(Plan::Release, |recorder| {
-        recorder.plan_response(status, G::headers(&res), G::body_len(&res))
-    });
-    match plan {
-        Plan::Release => {
-            let body_to_send = G::body_to_send(&res);
-            match AfterResponse::decide(running.into_lease(), policy.release_on(), body_to_send) {
-                AfterResponse::HoldToBodyEnd(mut lease) => {
-                    if keep_alive {
-                        // On the handler's schedule (nothing if it already started).
-                        lease.keep_alive_from(due);
+    let after = After {
+        policy: &policy,
+        running,
+        watch,
+        due,
+        wire,
+    };
+    after.answer::<G>(res).await
+}
+
+/// With replay on: the request's fingerprint, its body read whole when the fingerprint
+/// covers it (up to the limit: over it, `413`); `None` without replay.
+async fn fingerprint_body<G: Glue>(
+    fingerprint: Option<(FingerprintBuilder, Option<usize>)>,
+    req: &mut G::Request,
+) -> Result<Option<Fingerprint>, RejectionKind> {
+    match fingerprint {
+        None => Ok(None),
+        Some((fingerprint, None)) => Ok(Some(fingerprint.finish(None))),
+        Some((fingerprint, Some(limit))) => {
+            if G::content_length(req).is_some_and(|len| len > limit as u64) {
+                return Err(RejectionKind::BodyTooLarge);
+            }
+            let bytes = G::buffer_body(req, limit).await?;
+            Ok(Some(fingerprint.finish(Some(&bytes))))
+        }
+    }
+}
+
+/// What follows the handler's response: release (now or at the body's end), or store the
+/// response for replay, then answer.
+struct After<'a> {
+    policy: &'a LockPolicy,
+    running: Running,
+    /// The lease's loss watch, when a loss may stop the request.
+    watch: Option<LossWatch>,
+    /// When the keep-alive is due (ttl/3 after the lock).
+    due: Instant,
+    wire: Wire,
+}
+
+impl After<'_> {
+    async fn answer<G: Glue>(self, res: G::Response) -> Result<G::Output, G::Error> {
+        let status = G::status(&res);
+        let plan = self.running.recorder().map_or(Plan::Release, |recorder| {
+            recorder.plan_response(status, G::headers(&res), G::body_len(&res))
+        });
+        match plan {
+            Plan::Release => {
+                let body_to_send = G::body_to_send(&res);
+                let lease = self.running.into_lease();
+                match AfterResponse::decide(lease, self.policy.release_on(), body_to_send) {
+                    AfterResponse::HoldToBodyEnd(mut lease) => {
+                        if self.policy.keep_alive() {
+                            // On the handler's schedule (nothing if it already started).
+                            lease.keep_alive_from(self.due);
+                        }
+                        Ok(G::pass(res, Some(lease), self.watch))
                     }
-                    Ok(G::pass(res, Some(lease), watch))
-                }
-                AfterResponse::ReleaseNow(lease) => {
-                    super::release(lease).await;
-                    Ok(G::pass(res, None, None))
-                }
-            }
-        }
-        Plan::MarkCompleted => {
-            running.finish_unstored().await;
-            Ok(G::pass(res, None, None))
-        }
-        Plan::Store { body_len } => {
-            let (head, body) = G::split(res);
-            // Bounded by the lease (a body that takes longer is not waited for), or by a
-            // ttl from now once the lease is lost (a handler that finished without it).
-            let lease = running.lease_mut();
-            let until = if lease.is_valid() {
-                lease.deadline()
-            } else {
-                Instant::now() + lease.ttl()
-            };
-            let read = tokio::time::timeout_at(until.into(), G::collect(body, body_len));
-            let read = match WatchedFuture::new(read, watch.as_mut()).await {
-                Watched::Done(read) => read.ok().flatten(),
-                Watched::Aborted => return abort::<G>(running, &policy, wire),
-            };
-            match read {
-                Some(bytes) => {
-                    let record = running
-                        .recorder()
-                        .map(|recorder| recorder.response(status, G::head_headers(&head), &bytes));
-                    running
-                        .complete(record.expect("a plan to store has a recorder"))
-                        .await;
-                    Ok(G::rebuild(head, bytes))
-                }
-                None => {
-                    // The handler ran but its response failed (or outlasted the lease):
-                    // nothing to replay, and it must not run again.
-                    tracing::warn!(
-                        "the response body failed while it was read for replay: key marked completed, answered 500"
-                    );
-                    running.finish_unstored().await;
-                    Ok(G::server_error(head))
+                    AfterResponse::ReleaseNow(lease) => {
+                        super::release(lease).await;
+                        Ok(G::pass(res, None, None))
+                    }
                 }
             }
+            Plan::MarkCompleted => {
+                self.running.finish_unstored().await;
+                Ok(G::pass(res, None, None))
+            }
+            Plan::Store { body_len } => self.store::<G>(res, status, body_len).await,
         }
+    }
+
+    /// Reads the response body whole and stores it for replay, then answers it.
+    async fn store<G: Glue>(
+        mut self,
+        res: G::Response,
+        status: u16,
+        body_len: usize,
+    ) -> Result<G::Output, G::Error> {
+        let (head, body) = G::split(res);
+        // Bounded by the lease (a body that takes longer is not waited for), or by a ttl
+        // from now once the lease is lost (a handler that finished without it).
+        let lease = self.running.lease_mut();
+        let until = if lease.is_valid() {
+            lease.deadline()
+        } else {
+            Instant::now() + lease.ttl()
+        };
+        let read = tokio::time::timeout_at(until.into(), G::collect(body, body_len));
+        let read = match WatchedFuture::new(read, self.watch.as_mut()).await {
+            Watched::Done(read) => read.ok().flatten(),
+            Watched::Aborted => return abort::<G>(self.running, self.policy, self.wire),
+        };
+        let Some(bytes) = read else {
+            // The handler ran but its response failed (or outlasted the lease): nothing to
+            // replay, and it must not run again.
+            tracing::warn!(
+                "the response body failed while it was read for replay: key marked completed, answered 500"
+            );
+            self.running.finish_unstored().await;
+            return Ok(G::server_error(head));
+        };
+        let record = self
+            .running
+            .recorder()
+            .map(|recorder| recorder.response(status, G::head_headers(&head), &bytes));
+        self.running
+            .complete(record.expect("a plan to store has a recorder"))
+            .await;
+        Ok(G::rebuild(head, bytes))
     }
 }
 

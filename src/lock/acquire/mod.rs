@@ -3,10 +3,10 @@
 //! The loop tries, and after a failed try waits the retry policy's delay and tries again
 //! (one more quick try after a split vote; with the middleware's policy, up to two more
 //! after a quorum missed for nodes that gave no answer in time), within the policy's
-//! bounds; a contended error it returns carries the holder's remaining ttl. A try sends the acquire to every node at
+//! bounds (`pacing.rs`); a contended error it returns carries the holder's remaining ttl. A try sends the acquire to every node at
 //! once ([`Acquisition`]), counts the votes as they come (see `tally.rs`), and is granted
 //! with a quorum and validity left — with fencing, once its token is settled (`fence.rs`);
-//! otherwise it releases what it took. The replay acquire (`replay.rs`) asks each node for
+//! otherwise it releases what it took (`failed.rs`). The replay acquire (`replay.rs`) asks each node for
 //! the completion record first.
 
 use std::sync::Arc;
@@ -15,24 +15,26 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use self::acquisition::Acquisition;
+use self::pacing::Pacing;
 pub(crate) use self::replay::record_key;
 pub use self::replay::LockOrRecord;
-use crate::error::{Ballots, Error};
+use crate::error::Error;
 use crate::lock::fencing::{self, Fence};
 use crate::lock::lease::{Lease, Parked};
 use crate::lock::options::{self, Retry};
 use crate::lock::records::Verdict;
-use crate::lock::release::{CancelGuard, Release};
+use crate::lock::release::CancelGuard;
 use crate::lock::state::{Grant, LeaseState};
 use crate::lock::tally::{self, Skip, Vote};
 use crate::lock::telemetry::{Acquiring, LockOutcome};
 use crate::lock::token::Token;
-use crate::lock::wake::{self, Woken};
 use crate::lock::Redlock;
 use crate::node::Acquire;
 
 mod acquisition;
+mod failed;
 mod fence;
+mod pacing;
 mod replay;
 
 impl Redlock {
@@ -64,43 +66,13 @@ impl Redlock {
         let record_key = replay.then(|| replay::record_key(&key));
         let fence_key = self.inner.config.fencing.then(|| fencing::fence_key(&key));
 
-        let deadline = retry.max_wait_of().and_then(|w| obs.started.checked_add(w));
-        // A try takes at most two node timeouts: the requests, then the release round of a
-        // failed try (a contended one rarely has any: it won no vote), or the holder's ttl,
-        // asked once for the last error.
-        let try_time = self.inner.config.node_timeout.saturating_mul(2);
-        // With the wake-up (see `wake.rs`), a caller that may wait queues behind the
-        // client's waiters of the key (one that may not, `Retry::never()`, tries at once), a
-        // failed try registers to be woken by the key's release, and the polls keep their
-        // schedule: `poll_at` is the next one, and only the polls count as retries.
         let wakes = self.inner.wakes.as_ref();
-        let mut interest = None;
-        let mut poll_at: Option<Instant> = None;
-        let mut polls = 0u32;
-        if let Some(w) = wakes.filter(|w| retry.retry_count() > 0 && w.has_waiters(&key)) {
-            // The queue's wait is the first pause: it counts as a retry. Like every pause, it
-            // ends in time for a try to finish by the deadline.
-            let now = Instant::now();
-            let mut first_poll = now + retry.next_delay();
-            if let Some(last) = deadline.map(|d| d.checked_sub(try_time).unwrap_or(now)) {
-                first_poll = first_poll.min(last.max(now));
-            }
-            polls = 1;
-            let queued = interest.insert(w.interest(&key));
-            if queued.queue(first_poll.into()).await == Woken::Early {
-                poll_at = Some(first_poll);
-            }
-        }
-        // Failed tries in a row that won votes (or failed without a holder): a split.
-        let mut splits = 0u32;
+        let mut pacing = Pacing::new(&retry, obs.started, self.inner.config.node_timeout, wakes);
+        pacing.queue(&key).await;
         let mut attempt = 0u32;
-        let mut split_vote_retried = false;
-        let mut transient_left = retry.transient_retries();
         loop {
             attempt = attempt.saturating_add(1);
-            if let Some(i) = &interest {
-                i.before_try();
-            }
+            pacing.before_try();
             // A try decided without I/O (every node suspended, in-process nodes) must still
             // let other tasks run: a loop of tries would otherwise starve its runtime.
             tokio::task::consume_budget().await;
@@ -132,58 +104,14 @@ impl Redlock {
                     obs.done(LockOutcome::Completed);
                     return Ok(LockOrRecord::OutcomeUnknown);
                 }
-                Err(e) => {
-                    let split = !e.is_contended() || e.votes_won() > 0;
-                    splits = if split { splits.saturating_add(1) } else { 0 };
-                    // The pause until the next poll: the one under way (the wake-up ended the
-                    // last wait early), or a new one, which counts as a retry.
-                    let now = Instant::now();
-                    let (mut pause, new_poll) = match poll_at.filter(|&at| at > now) {
-                        Some(at) => (at - now, false),
-                        None => (retry.next_delay(), true),
-                    };
-                    let mut more = (!new_poll || polls < retry.retry_count())
-                        && Retry::fits(deadline, pause, try_time);
-                    if !more && !split_vote_retried {
-                        // A split vote between concurrent callers, not a holder: everyone
-                        // backed off, so one quick try after a random pause usually settles it.
-                        if let Some(p) = retry.split_vote_pause(&e) {
-                            split_vote_retried = true;
-                            (pause, more) = (p, Retry::fits(deadline, p, try_time));
-                        }
-                    }
-                    if !more && transient_left > 0 && Retry::is_transient_failure(&e) {
-                        // Masters that did not answer in time (or dropped a connection) and
-                        // are not suspended: healthy ones stalled — a busy machine, a GC in
-                        // the network — answer a try made a moment later.
-                        transient_left -= 1;
-                        let p = Retry::transient_pause(self.inner.config.node_timeout);
-                        (pause, more) = (p, Retry::fits(deadline, p, try_time));
-                    }
-                    if !more {
+                Err(e) => match pacing.after(&e) {
+                    Some(pause) => pacing.wait(&key, pause).await,
+                    None => {
                         let e = self.ask_holder_ttl(&key, e).await.with_attempts(attempt);
                         obs.done(LockOutcome::Failed(&e));
                         return Err(e);
                     }
-                    polls = polls.saturating_add(u32::from(new_poll));
-                    let Some(w) = wakes else {
-                        tokio::time::sleep(pause).await;
-                        continue;
-                    };
-                    let at = now + pause;
-                    let i = interest.get_or_insert_with(|| w.interest(&key));
-                    poll_at = match i.wait(at.into()).await {
-                        Woken::Early => Some(at),
-                        Woken::Poll => None,
-                    };
-                    if poll_at.is_some() && splits >= 2 {
-                        // Woken again after splits in a row: the losers' own releases can add
-                        // up to a quorum while nobody holds the key, and woken together they
-                        // would split again; a random pause sets them apart.
-                        let until_poll = at.saturating_duration_since(Instant::now());
-                        tokio::time::sleep(wake::split_pause(splits, until_poll)).await;
-                    }
-                }
+                },
             }
         }
     }
@@ -239,54 +167,35 @@ impl Redlock {
             },
         );
         let replay = record_key.is_some();
-        let mut tally = tally::count(&mut sent, n, inner.quorum, |a| match a {
-            Acquire::Acquired => Vote::For,
-            Acquire::Fenced { fence } => Vote::Fenced(fence),
-            Acquire::Held { remaining } => Vote::Against(remaining),
-            Acquire::Completed { record } if replay => Vote::Completed(record, false, None),
-            Acquire::CompletedIfFree { record, remaining } if replay => {
-                Vote::Completed(record, true, remaining)
-            }
-            // From a plain acquire (a node must not answer it): it locked nothing.
-            Acquire::Completed { .. } | Acquire::CompletedIfFree { .. } => Vote::Against(None),
-        })
-        .await;
+        let vote = |answer| vote(answer, replay);
+        let mut tally = tally::count(&mut sent, n, inner.quorum, vote).await;
         // The answers that came meanwhile need no release if they hold nothing of ours.
         tally::drain_ready(&mut sent, |answer| tally.late_acquire(answer, replay));
         let mut verdict = None;
         if replay {
             let until = deadline.min(start + timeout);
             replay::await_every_answer(&mut sent, &mut tally, inner.quorum, until).await;
-            let held = tally.against > 0;
             verdict = tally
                 .records
-                .verdict(inner.quorum, n, tally.answers(), held);
+                .verdict(inner.quorum, n, tally.answers(), tally.against > 0);
             let answer = matches!(verdict, Some(Verdict::Record(_) | Verdict::Unknown));
             if answer && !sent.is_empty() {
                 // A record is the answer: the requests still in flight are settled in the
                 // background, releasing only where they locked — not on every node asked.
-                replay::settle_in_background(
-                    self.clone(),
-                    sent.take(),
-                    key.clone(),
-                    token,
-                    deadline,
-                    ttl,
-                );
+                let sent = sent.take();
+                replay::settle_in_background(self.clone(), sent, key.clone(), token, deadline, ttl);
             }
         }
         obs.tried(|| (tally.votes(), tally.records.any()));
         let mut holders = (tally.answered & !tally.not_ours) | sent.started();
         let granted =
             !tally.records.any() && tally.for_ >= inner.quorum && Instant::now() < deadline;
-        let fence = fence_key
-            .zip(tally.fence)
-            .filter(|_| granted)
-            .map(|(key, token)| Fence {
-                token,
-                key: key.clone(),
-                retention: request.retention,
-            });
+        let fence = fence_key.zip(tally.fence).filter(|_| granted);
+        let fence = fence.map(|(key, token)| Fence {
+            token,
+            key: key.clone(),
+            retention: request.retention,
+        });
         // A fenced grant is handed out only once its token is settled (see `fencing`). Boxed:
         // the plain try's future (allocated per lock call) does not carry its state.
         let settled = match &fence {
@@ -303,116 +212,23 @@ impl Redlock {
             // The stragglers are kept, unpolled, with the lease (see `Lease`): what was handed
             // to a connection is written, what was not is never sent.
             let parked = (!sent.is_empty()).then(|| Parked::new(sent));
-            return Ok(Try::Granted(Granted {
-                grant: Grant {
-                    start,
-                    deadline,
-                    holders,
-                    fence,
-                },
-                parked,
-            }));
+            let grant = Grant {
+                start,
+                deadline,
+                holders,
+                fence,
+            };
+            return Ok(Try::Granted(Granted { grant, parked }));
         }
         drop(sent);
-
-        // An answer from records stored "if free" alone (rule 5) is made to last: the record
-        // is copied where this try locked (`records.rs`), which ends our lock there. A copy
-        // that did not reach every such node makes the answer unavailable (try again), never
-        // one that a later lost lease's record could change; the release of the rest then
-        // goes on in the background, so that the try still takes two rounds at most.
-        let mut copied = true;
-        if let Some(Verdict::Record(record)) = &verdict {
-            let copy = tally
-                .records
-                .copy_for(record)
-                .filter(|_| tally.for_mask != 0);
-            if let Some(retention) = copy {
-                let record = record.clone();
-                let mask = tally.for_mask;
-                let copy = self.copy_free(key, token, record, retention, mask);
-                let (stored, errors) = Box::pin(copy).await;
-                holders &= !stored;
-                copied = stored == mask;
-                if !copied {
-                    tally.errors.extend(errors);
-                    verdict = Some(Verdict::Unavailable(
-                        "a lost lease's completion record answered, but its copy did not reach \
-                         every node this try locked within the node timeout: try again",
-                    ));
-                }
-            }
-        }
-
-        // Failed: release on every node that may hold our token. Wait one round for the
-        // nodes that voted for (they answered quickly), so that nothing of ours outlives this
-        // try; the others, and any retry, go on in the background while the lock could be
-        // valid — a try never waits longer than its node timeouts. (After a copy that missed
-        // a node, the release is all in the background: the copy took the round.)
-        if holders != 0 {
-            let needed = match copied {
-                true => (tally.for_mask & holders).count_ones() as usize,
-                false => 0,
-            };
-            let release = Release {
-                key: key.clone(),
-                token,
-                mask: holders,
-                needed,
-                patience: Instant::now(),
-                until: deadline,
-                gone: deadline + ttl,
-                fence: None,
-            };
-            // Still guarded: if this future is dropped during the release round, the guard
-            // releases everywhere in the background.
-            let _ = self.release_token(release).await;
-        }
+        let copied = Box::pin(self.copy_answer(key, token, &mut verdict, &mut tally, &mut holders));
+        let copied = copied.await;
+        // Still guarded: if this future is dropped during the release round, the guard
+        // releases everywhere in the background.
+        self.release_failed(key, token, holders, tally.for_mask, copied, deadline, ttl)
+            .await;
         guard.disarm();
-        let unsettled = match verdict {
-            Some(Verdict::Record(record)) => return Ok(Try::Completed(record)),
-            Some(Verdict::Unknown) => return Ok(Try::Unknown),
-            Some(Verdict::Unavailable(why)) => {
-                Err(Error::unavailable(why, std::mem::take(&mut tally.errors)).with_records())
-            }
-            // A live holder beside records: contended, as any "held" answer makes it.
-            Some(Verdict::Contended) | None => settled,
-        };
-        let ballots = Ballots {
-            names: inner.names.clone(),
-            granted: tally.for_mask,
-            held: tally.not_ours & !tally.error_mask(),
-            ttls: std::mem::take(&mut tally.held_ttls),
-        };
-        let err = if let Err(unsettled) = unsettled {
-            unsettled
-        } else if tally.for_ >= inner.quorum && !tally.records.any() {
-            Error::unavailable(
-                format!(
-                    "a quorum answered, but too slowly to leave any validity of the {ttl:?} ttl"
-                ),
-                tally.errors,
-            )
-        } else if tally.against > 0 {
-            // Any "held" answer makes it contended: the rule is stated on `Error`.
-            let holder = tally.not_ours & !tally.error_mask();
-            Error::contended(
-                tally.against,
-                tally.for_,
-                n,
-                tally.min_remaining,
-                tally.errors,
-            )
-            .with_holder(holder.trailing_zeros() as usize)
-        } else {
-            Error::unavailable(
-                format!(
-                    "could not reach a quorum of {} of {n} nodes, and none said held",
-                    inner.quorum
-                ),
-                tally.errors,
-            )
-        };
-        Err(err.with_ballots(ballots))
+        self.refusal(tally, verdict, settled, ttl)
     }
 
     /// Completes a contended error that is about to be returned with the holder's remaining
@@ -437,6 +253,21 @@ impl Redlock {
 }
 
 /// The outcome of a try that did not fail.
+/// A node's answer to the acquire, as a vote (`replay`: the replay acquire was asked).
+fn vote(answer: Acquire, replay: bool) -> Vote {
+    match answer {
+        Acquire::Acquired => Vote::For,
+        Acquire::Fenced { fence } => Vote::Fenced(fence),
+        Acquire::Held { remaining } => Vote::Against(remaining),
+        Acquire::Completed { record } if replay => Vote::Completed(record, false, None),
+        Acquire::CompletedIfFree { record, remaining } if replay => {
+            Vote::Completed(record, true, remaining)
+        }
+        // From a plain acquire (a node must not answer it): it locked nothing.
+        Acquire::Completed { .. } | Acquire::CompletedIfFree { .. } => Vote::Against(None),
+    }
+}
+
 enum Try {
     Granted(Granted),
     /// A node had the completion record (replay acquire).

@@ -91,7 +91,7 @@ pub(super) fn settle_in_background<F>(
 /// that differ, and none stored under a valid lease, answer [`LockOrRecord::OutcomeUnknown`] —
 /// never one or the other by chance. Too few nodes answering to know is an unavailable
 /// error; a live holder beside a minority's record, a contended one (its record may still
-/// come). Tests: `lost_lease_one_answer_*` (tests/middleware), `records.rs`'s unit tests.
+/// come).
 #[derive(Debug)]
 #[must_use = "a LockOrRecord::Locked holds the lock: dropping it releases the lock at once"]
 pub enum LockOrRecord {

@@ -227,21 +227,7 @@ impl Redlock {
         let stored = progress.stored();
         let keep = guard.disarm();
         if stored >= inner.quorum {
-            // The slower nodes store it too, and those that gave no answer are asked again,
-            // in the background while the lease is valid.
-            tally::drain_ready(&mut sent, |answer| progress.take(answer));
-            if progress.retry != 0 || !sent.is_empty() {
-                let client = Arc::downgrade(&self.inner);
-                let until = self.patience(state.deadline());
-                let failed = progress.retry;
-                let rest = async move {
-                    let resend = |inner: &Inner, mask| keep.completion.send(inner, mask);
-                    // Where it is still missing, the completion is owed (see `keep.rs`).
-                    let owe = |inner: &Inner, mask| keep.owe(inner, mask);
-                    release::retry_rest(client, until, sent, failed, resend, owe).await;
-                };
-                tokio::spawn(rest.instrument(telemetry::background(Background::Stragglers)));
-            }
+            self.complete_rest(keep, progress, sent, state.deadline());
             return Ok(());
         }
         tracing::warn!(
@@ -251,24 +237,49 @@ impl Redlock {
              holds, and the lock is kept there meanwhile, so duplicates are refused rather \
              than run again"
         );
+        let lost = progress.lost(n, inner.quorum);
         tokio::spawn(
             keep_completing(keep, progress, sent)
                 .instrument(telemetry::background(Background::Completing)),
         );
-        if progress.lost(n, inner.quorum) {
-            Err(Error::lost(
+        if lost {
+            return Err(Error::lost(
                 "the lease no longer held on a quorum: the record was not stored there",
-            ))
-        } else {
-            Err(Error::unavailable(
-                format!(
-                    "the completion record reached {stored} of the {} nodes a quorum needs \
-                     (retried in the background while the lock holds)",
-                    inner.quorum
-                ),
-                tally.errors,
-            ))
+            ));
         }
+        let why = format!(
+            "the completion record reached {stored} of the {} nodes a quorum needs (retried \
+             in the background while the lock holds)",
+            inner.quorum
+        );
+        Err(Error::unavailable(why, tally.errors))
+    }
+
+    /// Stored on a quorum: the slower nodes store it too, and those that gave no answer are
+    /// asked again, in the background while the lease is valid (`deadline`).
+    fn complete_rest<F>(
+        &self,
+        keep: Keep,
+        mut progress: Progress,
+        mut sent: tally::Sent<bool, F>,
+        deadline: Instant,
+    ) where
+        F: std::future::Future<Output = Result<bool, CallError>> + Send + 'static,
+    {
+        tally::drain_ready(&mut sent, |answer| progress.take(answer));
+        if progress.retry == 0 && sent.is_empty() {
+            return;
+        }
+        let client = Arc::downgrade(&self.inner);
+        let until = self.patience(deadline);
+        let failed = progress.retry;
+        let rest = async move {
+            let resend = |inner: &Inner, mask| keep.completion.send(inner, mask);
+            // Where it is still missing, the completion is owed (see `keep.rs`).
+            let owe = |inner: &Inner, mask| keep.owe(inner, mask);
+            release::retry_rest(client, until, sent, failed, resend, owe).await;
+        };
+        tokio::spawn(rest.instrument(telemetry::background(Background::Stragglers)));
     }
 }
 

@@ -64,107 +64,149 @@ pub(super) fn parse(url: &str) -> crate::Result<(Voter, Protection)> {
         "rediss+cluster" => (true, "cluster"),
         _ => return Ok((Voter::Master, None)),
     };
-    let bad =
-        |why: &str| crate::Error::invalid(format!("invalid {kind} URL `{}`: {why}", redact(url)));
-    let (rest, query) = match rest.split_once('?') {
-        Some((r, q)) => (r, Some(q)),
-        None => (rest, None),
+    let bad = Bad { kind, url };
+    let mut parts = Parts::of(rest, tls, &bad)?;
+    let protection = protection(&mut parts.params, &bad)?;
+    let voter = match kind {
+        "cluster" => cluster(parts, &bad)?,
+        _ => sentinel(parts, &bad)?,
     };
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => (rest, ""),
-    };
-    let (userinfo, hosts) = match authority.rfind('@') {
-        Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-        None => (None, authority),
-    };
-    let auth = userinfo.map(credentials).transpose().map_err(|e| bad(&e))?;
-    let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
-    let mut params = query
-        .map(parse_query)
-        .transpose()
-        .map_err(|e| bad(&e))?
-        .unwrap_or_default();
-    let mut protection = None;
-    if let Some(i) = params.iter().position(|(k, _)| k == "protection") {
-        let (_, v) = params.remove(i);
-        protection = Some(match v.as_str() {
-            "off" => None,
-            ms => Some(std::time::Duration::from_millis(
-                ms.parse::<u64>()
-                    .ok()
-                    .filter(|&ms| ms > 0)
-                    .ok_or_else(|| bad("`protection` is a ttl in milliseconds, or `off`"))?,
-            )),
-        });
+    Ok((voter, protection))
+}
+
+/// The invalid-input error of one URL, which it shows redacted.
+struct Bad<'a> {
+    kind: &'static str,
+    url: &'a str,
+}
+
+impl Bad<'_> {
+    fn because(&self, why: &str) -> crate::Error {
+        let (kind, url) = (self.kind, redact(self.url));
+        crate::Error::invalid(format!("invalid {kind} URL `{url}`: {why}"))
     }
-    if kind == "cluster" {
-        if !path.is_empty() {
-            return Err(bad(
-                "a cluster URL has no path (a cluster has one database)",
-            ));
-        }
-        if let Some((k, _)) = params.first() {
-            return Err(bad(&format!("unknown parameter `{k}`")));
-        }
-        #[cfg(feature = "cluster")]
-        {
-            let mut cluster = super::Cluster::new(hosts)?;
-            if let Some((user, pass)) = &auth {
-                cluster = cluster.password(user.as_deref(), pass);
-            }
-            if tls {
-                cluster = cluster.tls();
-            }
-            return Ok((Voter::Cluster(cluster), protection));
-        }
-        #[cfg(not(feature = "cluster"))]
-        {
-            let _ = (tls, auth, hosts, protection);
-            return Err(bad(
-                "Cluster voters need the `cluster` feature of tower-redlock",
-            ));
-        }
+}
+
+/// A Sentinel or Cluster URL after its scheme, taken apart.
+struct Parts<'a> {
+    tls: bool,
+    /// After the hosts' `/`: `master-name[/db]` for a Sentinel group.
+    path: &'a str,
+    /// (username, password) from the userinfo.
+    auth: Option<(Option<String>, String)>,
+    hosts: Vec<&'a str>,
+    /// The query's parameters, in order.
+    params: Vec<(String, String)>,
+}
+
+impl<'a> Parts<'a> {
+    fn of(rest: &'a str, tls: bool, bad: &Bad<'_>) -> crate::Result<Self> {
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+            None => (None, authority),
+        };
+        let auth = userinfo.map(credentials).transpose();
+        let params = query.map(parse_query).transpose();
+        Ok(Self {
+            tls,
+            path,
+            auth: auth.map_err(|e| bad.because(&e))?,
+            hosts: hosts.split(',').map(str::trim).collect(),
+            params: params.map_err(|e| bad.because(&e))?.unwrap_or_default(),
+        })
     }
-    let mut parts = path.split('/');
-    let master = parts.next().unwrap_or_default();
-    let db = match parts.next() {
+}
+
+/// The `protection` parameter, taken out of `params`.
+fn protection(params: &mut Vec<(String, String)>, bad: &Bad<'_>) -> crate::Result<Protection> {
+    let Some(i) = params.iter().position(|(k, _)| k == "protection") else {
+        return Ok(None);
+    };
+    let (_, v) = params.remove(i);
+    if v == "off" {
+        return Ok(Some(None));
+    }
+    let ms = v.parse::<u64>().ok().filter(|&ms| ms > 0);
+    let ms = ms.ok_or_else(|| bad.because("`protection` is a ttl in milliseconds, or `off`"))?;
+    Ok(Some(Some(std::time::Duration::from_millis(ms))))
+}
+
+/// A `redis+cluster://` voter.
+fn cluster(parts: Parts<'_>, bad: &Bad<'_>) -> crate::Result<Voter> {
+    if !parts.path.is_empty() {
+        return Err(bad.because("a cluster URL has no path (a cluster has one database)"));
+    }
+    if let Some((k, _)) = parts.params.first() {
+        return Err(bad.because(&format!("unknown parameter `{k}`")));
+    }
+    #[cfg(feature = "cluster")]
+    {
+        let mut cluster = super::Cluster::new(parts.hosts)?;
+        if let Some((user, pass)) = &parts.auth {
+            cluster = cluster.password(user.as_deref(), pass);
+        }
+        if parts.tls {
+            cluster = cluster.tls();
+        }
+        Ok(Voter::Cluster(cluster))
+    }
+    #[cfg(not(feature = "cluster"))]
+    {
+        Err(bad.because("Cluster voters need the `cluster` feature of tower-redlock"))
+    }
+}
+
+/// A `redis+sentinel://…/master-name[/db]` voter.
+fn sentinel(parts: Parts<'_>, bad: &Bad<'_>) -> crate::Result<Voter> {
+    let mut path = parts.path.split('/');
+    let master = path.next().unwrap_or_default();
+    let db = match path.next() {
         None | Some("") => None,
         Some(db) => Some(
             db.parse::<i64>()
-                .map_err(|_| bad("the database must be a number"))?,
+                .map_err(|_| bad.because("the database must be a number"))?,
         ),
     };
-    if parts.next().is_some_and(|p| !p.is_empty()) {
-        return Err(bad("expected `/master-name[/db]` after the sentinels"));
+    if path.next().is_some_and(|p| !p.is_empty()) {
+        return Err(bad.because("expected `/master-name[/db]` after the sentinels"));
     }
     if master.is_empty() {
-        return Err(bad("the master's name is missing (`…/master-name`)"));
+        return Err(bad.because("the master's name is missing (`…/master-name`)"));
     }
-    let mut group = Sentinel::new(master, &hosts)?;
-    if let Some((user, pass)) = &auth {
+    let mut group = Sentinel::new(master, &parts.hosts)?;
+    if let Some((user, pass)) = &parts.auth {
         group = group.master_password(user.as_deref(), pass);
     }
     if let Some(db) = db {
         group = group.master_db(db);
     }
     let (mut s_user, mut s_pass) = (None, None);
-    for (k, v) in params {
+    for (k, v) in parts.params {
         match k.as_str() {
             "sentinel_username" => s_user = Some(v),
             "sentinel_password" => s_pass = Some(v),
-            other => return Err(bad(&format!("unknown parameter `{other}`"))),
+            other => return Err(bad.because(&format!("unknown parameter `{other}`"))),
         }
     }
     match (s_user, s_pass) {
         (user, Some(pass)) => group = group.sentinel_password(user.as_deref(), &pass),
-        (Some(_), None) => return Err(bad("`sentinel_username` without `sentinel_password`")),
+        (Some(_), None) => {
+            return Err(bad.because("`sentinel_username` without `sentinel_password`"))
+        }
         (None, None) => {}
     }
-    if tls {
+    if parts.tls {
         group = group.tls();
     }
-    Ok((Voter::Sentinel(Box::new(group)), protection))
+    Ok(Voter::Sentinel(Box::new(group)))
 }
 
 /// `user:password`, `:password` or `password`, percent-decoded: (username, password).

@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 RUSTC_BOOTSTRAP=1 RUSTDOCFLAGS="-D warnings" cargo rustdoc -q -p tower-redlock --lib \
   --all-features --locked -- -Z unstable-options --output-format json
+# The API docs cite no tests (the guides do), read from the same JSON.
+python3 scripts/api-doc-citations.py "$target/doc/tower_redlock.json"
 listing=$(python3 scripts/public-api.py "$target/doc/tower_redlock.json")
 if [ "${1:-}" = "--bless" ]; then
   printf '%s\n' "$listing" > tests/public-api.txt

@@ -129,8 +129,7 @@ impl RedlockBuilder {
     /// hint: the try decides, as before. The retry policy's polls keep their schedule and
     /// their count (only they use up retries), so no waiter waits longer than without it for
     /// a release it did not hear (a lost message, a crashed holder's expiry without keyspace
-    /// notifications, a client that does not publish:
-    /// `wake_a_release_that_publishes_nothing_is_found_by_the_poll`) — except in the queue
+    /// notifications, a client that does not publish) — except in the queue
     /// below.
     ///
     /// Within the client, one waiter per key waits for releases at a time; the others queue

@@ -171,8 +171,7 @@ impl Redlock {
     /// a busy machine must not make it fail, and a master whose script cache is empty
     /// answers it in two round trips); a voter that did not answer is in
     /// [`ForceReleased::errors`]: run it again when the voter is back — with the holder
-    /// named, the re-run deletes nothing of a holder that took the key meanwhile
-    /// (`force_rerun_spares_a_new_holders_lock_and_record`).
+    /// named, the re-run deletes nothing of a holder that took the key meanwhile.
     ///
     /// A forced release that names no holder and did not choose
     /// [`any_holder`](ForceRelease::any_holder), or names one by anything but

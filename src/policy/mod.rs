@@ -78,8 +78,8 @@ impl OnContention {
 /// suspended or refusing), it is tried again, up to twice, each after a pause of one to two
 /// node timeouts (a busy machine or a stolen CPU stalls healthy masters for a moment; a
 /// `503` for that would be wrong). So a stall of healthy masters of up to a few node
-/// timeouts is ridden out (`tests/flood/storm.rs`, `tests/middleware/unavailable.rs`:
-/// `stalled_majority_is_ridden_out_not_answered_503`); a longer one gets the masters
+/// timeouts is ridden out (the middleware guide, `guide::middleware`, names the
+/// tests); a longer one gets the masters
 /// suspended (see [`RedlockBuilder::suspend_after`](crate::RedlockBuilder::suspend_after))
 /// and `503` until they answer again. While masters are down, the first requests learn it
 /// after the extra tries — at most about eight node timeouts more (two pauses of up to two,

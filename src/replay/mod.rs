@@ -10,7 +10,7 @@
 //! | the same K, another request | `422` problem+json (`/problems/idempotency-key-reused`) |
 //! | body over the fingerprint limit | `413` problem+json (`/problems/request-body-too-large`) |
 //! | after a completion whose response was not stored (streamed, or over the response limit) | `409` problem+json (`/problems/idempotency-completed-not-stored`), no `Retry-After`: the handler never runs twice |
-//! | after the first was stopped on a lost lease ([`OnLost::Abort`](crate::policy::OnLost::Abort)) | `409` problem+json (`/problems/idempotency-outcome-unknown`), no `Retry-After`, once the mark is on a quorum: it may have had its effects, and does not run again (unless [`repeatable_after_loss`](crate::policy::LockPolicyBuilder::repeatable_after_loss); `on_lost_abort_with_replay_answers_outcome_unknown`) |
+//! | after the first was stopped on a lost lease ([`OnLost::Abort`](crate::policy::OnLost::Abort)) | `409` problem+json (`/problems/idempotency-outcome-unknown`), no `Retry-After`, once the mark is on a quorum: it may have had its effects, and does not run again (unless [`repeatable_after_loss`](crate::policy::LockPolicyBuilder::repeatable_after_loss)) |
 //! | after the first finished without its lease ([`OnLost::Finish`](crate::policy::OnLost::Finish)) | its response, stored where the key was still its own or free |
 //!
 //! **The request fingerprint** is a SHA-256 over the method, the path, the query, the

@@ -73,17 +73,12 @@ use crate::rejection::RejectionResponse;
 ///   nothing and writes nothing ([`Refused::Stale`]). A holder paused after its read
 ///   (its lease lost meanwhile) still holds the row: its write lands if it commits before a
 ///   newer holder claims, and the newer holder then reads it — or its session is ended
-///   (below) and nothing of it lands. Tested with paused holders under the three isolation
-///   levels (`fenced_claim_postgres_a_paused_reader_loses_no_acknowledged_write`,
-///   `fenced_claim_postgres_a_holder_paused_after_its_claim_blocks_the_next_until_its_session_ends`)
-///   and by the checker's store run over 100,000 acquisitions
-///   (`fenced_store_checker_postgres_writes_in_token_order_under_faults` in CI).
+///   (below) and nothing of it lands.
 /// - **tokens only grow**: a committed fence never goes back, so once a holder's claim has
 ///   committed, an older one never reads or writes the row again. A claim that rolls back
 ///   (its session ended, say) is undone with the rest of its transaction: until a newer
 ///   claim commits, an older token may still claim the row — and it then reads what was
-///   committed, so no write is lost either way
-///   (`fenced_claim_postgres_an_older_claim_behind_a_newer_one_is_refused`).
+///   committed, so no write is lost either way.
 ///
 /// A write that does not read first (a *blind* write) is protected the same way by a claim
 /// before it; a single `UPDATE … SET …, fence = $token WHERE id = $1 AND fence <= $token`

@@ -91,16 +91,13 @@ use super::StaleToken;
 /// The token is kept at `<key>:fenced-token` ([`token_key`](Self::token_key)), behind the
 /// tag `TRW1:` (`TRW1:<token>`). A value found there without the tag (something else of
 /// yours, a lock of a resource named so) or of another type is never overwritten: the write
-/// fails with a `WRONGTYPE` error and nothing is written
-/// (`fenced_store_redis_foreign_value_at_the_token_key_refused`). The suffix differs from the
+/// fails with a `WRONGTYPE` error and nothing is written. The suffix differs from the
 /// lock's own counters (`<resource>:fence`), so locking a resource named like a data key is
-/// fine. Tokens are compared as numbers over the whole `u64` range
-/// (`fenced_store_redis_tokens_compare_as_numbers`).
+/// fine. Tokens are compared as numbers over the whole `u64` range.
 ///
 /// **Redis Cluster**: a script's keys must share a hash slot. Give the data key a hash tag,
 /// `{order:1}` or `{order:1}:events`: the token key shares it. A key without one whose token
-/// key lands in another slot fails with `CROSSSLOT`, nothing written
-/// (`fenced_store_redis_cluster_key_with_a_hash_tag`, on a real Cluster).
+/// key lands in another slot fails with `CROSSSLOT`, nothing written.
 ///
 /// # Timeouts
 ///
@@ -113,8 +110,8 @@ use super::StaleToken;
 /// # Errors and odd answers
 ///
 /// Every method answers `Result<Result<T, StaleToken>, RedisError>`: the outer error is
-/// Redis' (I/O, `WRONGTYPE` — the data key holds another type than the write's
-/// (`fenced_store_redis_wrong_type_at_the_data_key_is_an_error`), or the token key a foreign
+/// Redis' (I/O, `WRONGTYPE` — the data key holds another type than the write's, or the
+/// token key a foreign
 /// value — `CROSSSLOT`, an unexpected reply: never a panic), the inner one the refusal. In a
 /// function returning `Result<_, E>` where `E: From<RedisError> + From<StaleToken>` (e.g.
 /// `Box<dyn Error>`), `.await??` does both. An error can come after the write landed (a reply
@@ -248,8 +245,8 @@ impl<C: ConnectionLike> FencedRedis<C> {
     /// With a plain read, a holder paused after its read and the next holder both read the
     /// same value; the paused one's write lands first (the stored token is still older than
     /// both), is acknowledged, and the next one's write replaces it: a lost update that
-    /// fencing of the writes alone does not see (`fenced_claim_redis_a_plain_read_loses_an_acknowledged_write`;
-    /// with this read, `fenced_claim_redis_a_paused_reader_loses_no_acknowledged_write`).
+    /// fencing of the writes alone does not see. The fencing guide (`guide::fencing`)
+    /// names the tests that show both.
     ///
     /// ```no_run
     /// # async fn run(mut accounts: tower_redlock::fenced::FencedRedis<redis::aio::ConnectionManager>, token: u64)

@@ -141,7 +141,7 @@ impl RedisNodeOptions {
     /// (read and written the same way by every version of this crate), and
     /// `tower-redlock:restart-guard:<ms>:repl` holds `TRT2:<master_replid>:<ms>`, which
     /// versions before it neither read nor touch. During a rolling deploy neither starts
-    /// the other's clock again (`tenure_markers_of_two_versions_keep_each_others_clock`); a
+    /// the other's clock again; a
     /// master promoted again while only earlier versions lock on it is not detected by them.
     ///
     /// Trade-offs: after a restart, a failover, a `FLUSHALL`, or the first use of protection

@@ -36,7 +36,8 @@ impl Redlock {
         };
         let mask = tally.for_mask;
         let copy = self.copy_free(key, token, record.clone(), retention, mask);
-        let (stored, errors) = copy.await;
+        // Boxed: a try's future (allocated per lock call) does not carry the copy's state.
+        let (stored, errors) = Box::pin(copy).await;
         *holders &= !stored;
         if stored == mask {
             return true;

@@ -118,13 +118,12 @@ impl Redlock {
 
     /// One try: returns the grant, or an error after releasing what it took.
     ///
-    /// At the decision, the requests still unanswered are no longer polled: nothing is left
-    /// running once the outcome is known. A granted lease keeps them (unpolled) until it is
-    /// released, so that one already handed to its node's connection is written — the lock
-    /// lands on every master that is up and connected — and is followed there, in order, by
-    /// the release; one never handed over (to a connection still being made) is never sent.
-    /// A failed try drops them at once. Either way no SET of
-    /// ours can land after our release (the `Node` contract).
+    /// At the decision, the requests still unanswered are no longer polled: nothing is left running
+    /// once the outcome is known. A granted lease keeps them (unpolled) until it is released. So
+    /// one already handed to its node's connection is written — the lock lands on every master that
+    /// is up and connected — and is followed there, in order, by the release. One never handed over
+    /// (to a connection still being made) is never sent. A failed try drops them at once. Either
+    /// way no SET of ours can land after our release (the `Node` contract).
     ///
     /// With `record_key` (replay), each node is asked the replay acquire: any completion
     /// record ends the try with it, and what the try locked meanwhile is released.
@@ -221,8 +220,9 @@ impl Redlock {
             return Ok(Try::Granted(Granted { grant, parked }));
         }
         drop(sent);
-        let copied = Box::pin(self.copy_answer(key, token, &mut verdict, &mut tally, &mut holders));
-        let copied = copied.await;
+        let copied = self
+            .copy_answer(key, token, &mut verdict, &mut tally, &mut holders)
+            .await;
         // Still guarded: if this future is dropped during the release round, the guard
         // releases everywhere in the background.
         self.release_failed(key, token, holders, tally.for_mask, copied, deadline, ttl)
@@ -252,7 +252,6 @@ impl Redlock {
     }
 }
 
-/// The outcome of a try that did not fail.
 /// A node's answer to the acquire, as a vote (`replay`: the replay acquire was asked).
 fn vote(answer: Acquire, replay: bool) -> Vote {
     match answer {
@@ -268,6 +267,7 @@ fn vote(answer: Acquire, replay: bool) -> Vote {
     }
 }
 
+/// The outcome of a try that did not fail.
 enum Try {
     Granted(Granted),
     /// A node had the completion record (replay acquire).

@@ -75,10 +75,10 @@ pub async fn fencing_counts_up_from_a_raised_counter(node: &dyn Node, _: &dyn Pe
     assert_eq!(token_of(node, "f2", T1).await, BIG + 3);
 }
 
-/// A raise that finds no counter (it expired, or was lost) starts it from the node's clock
-/// when the raise's floor is below it: a release that comes long after its lease — its
-/// counter gone, later tokens issued from a new one that expired too — must not bring the
-/// counter back at its old token, or the next holder's token would go back.
+/// A raise that finds no counter (it expired, or was lost) starts it from the node's clock when the
+/// raise's floor is below it. Take a release that comes long after its lease: its counter gone,
+/// later tokens issued from a new one that expired too. It must not bring the counter back at its
+/// old token, or the next holder's token would go back.
 pub async fn fencing_raise_of_an_absent_counter_starts_from_the_clock(
     node: &dyn Node,
     _: &dyn Peek,
@@ -107,10 +107,10 @@ pub async fn fencing_raise_of_an_absent_counter_starts_from_the_clock(
     assert!(token_of(node, "f8", T2).await > before);
 }
 
-/// The fenced extension raises the counter (only where the key holds the token): a node
-/// that answers `true` without raising it would let the client hand out a lease whose token a
-/// later quorum may not see, and the next token could go back. Here the counter must go to the
-/// floor, and a wrong token's fenced extension must change nothing.
+/// The fenced extension raises the counter (only where the key holds the token). A node that
+/// answers `true` without raising it would let the client hand out a lease whose token a later
+/// quorum may not see, and the next token could go back. Here the counter must go to the floor, and
+/// a wrong token's fenced extension must change nothing.
 pub async fn fencing_extend_raises_the_counter(node: &dyn Node, _: &dyn Peek) {
     let (key, fence) = ("f9", "f9:fence");
     let a = token_of(node, key, T1).await;

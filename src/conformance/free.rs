@@ -1,9 +1,8 @@
-//! The checks of the "if free" completion ([`CompleteRequest::or_if_free`]) on one node
-//! : the record of a lease that may have been lost is stored where
-//! the lock is absent or holds the lease's token — never where another value holds it, nor
-//! over another record — and the plain completion still refuses an absent lock. The replay
-//! acquire tells such a record apart ([`Acquire::CompletedIfFree`]) from one stored under
-//! the lease: the client ranks it lower.
+//! The checks of the "if free" completion ([`CompleteRequest::or_if_free`]) on one node. The record
+//! of a lease that may have been lost is stored where the lock is absent or holds the lease's
+//! token. It is never stored where another value holds it, nor over another record. The plain
+//! completion still refuses an absent lock. The replay acquire tells such a record apart
+//! ([`Acquire::CompletedIfFree`]) from one stored under the lease: the client ranks it lower.
 
 use std::time::Duration;
 

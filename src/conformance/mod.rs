@@ -1,6 +1,6 @@
-//! The conformance kit (feature `conformance`): the checks every [`Node`] must pass, for the
-//! author of a custom node to run against theirs — the same checks the built-in voters pass
-//! (a `MemoryNode`, a `RedisNode` over a master, a Sentinel group and a Cluster, in
+//! The conformance kit (feature `conformance`): the checks every [`Node`] must pass, for the author
+//! of a custom node to run against theirs. They are the same checks the built-in voters pass (a
+//! `MemoryNode`, a `RedisNode` over a master, a Sentinel group and a Cluster, in
 //! `tests/voters/conformance`).
 //!
 //! A check talks to the node through the [`Node`] trait only, and reads what the store holds
@@ -36,13 +36,18 @@
 //! # }
 //! ```
 //!
-//! **Built-in only.** Some promises need control of a server that a kit cannot have: a
-//! restarted or failed-over master abstaining until its tenure is old enough (delayed-restart
-//! protection), a master that may evict refusing to vote, a Sentinel group's majority, a
-//! Cluster slot that moves, the wake-up's subscriptions surviving reconnections, and the
-//! quorum's answers under partitions, skewed clocks and paused processes. The built-in voters
-//! are tested for those with real `redis-server` processes (`tests/voters`, the checker in
-//! `tests/checker.rs`); a custom node that wants them is responsible for its own.
+//! **Built-in only.** Some promises need control of a server that a kit cannot have:
+//!
+//! - a restarted or failed-over master abstaining until its tenure is old enough (delayed-restart
+//!   protection);
+//! - a master that may evict refusing to vote;
+//! - a Sentinel group's majority;
+//! - a Cluster slot that moves;
+//! - the wake-up's subscriptions surviving reconnections;
+//! - the quorum's answers under partitions, skewed clocks and paused processes.
+//!
+//! The built-in voters are tested for those with real `redis-server` processes (`tests/voters`, the
+//! checker in `tests/checker.rs`). A custom node that wants them is responsible for its own.
 //!
 //! **Self-test.** Nodes that get a promise wrong fail the kit (`tests/voters/conformance`):
 //! one that declares fencing but answers a fenced acquire as a plain one, one that extends

@@ -1,9 +1,9 @@
 //! Fenced writes: the storage half of [fencing tokens](crate::RedlockBuilder::fencing).
 //!
-//! A fencing token protects nothing until the storage compares it: the data keeps the
-//! largest token that wrote it, and a write carrying a smaller one is refused — atomically
-//! with the write, so that a holder paused between a check and its write is still refused.
-//! A write with the same token is the same holder writing again: accepted.
+//! A fencing token protects nothing until the storage compares it. The data keeps the largest token
+//! that wrote it, and a write carrying a smaller one is refused. The refusal is atomic with the
+//! write, so that a holder paused between a check and its write is still refused. A write with the
+//! same token is the same holder writing again: accepted.
 //!
 //! A refused write is a [`StaleToken`]: a typed outcome the handler maps to an answer (with
 //! the `axum` or `actix` feature it is one: `409` problem+json `/problems/fencing-token-stale`).
@@ -14,12 +14,12 @@
 //! For rows in PostgreSQL (feature `postgres`): [`postgres::FencedTable`], a row *claimed*
 //! with the token as the first statement of the transaction that reads and writes it.
 //!
-//! A write computed from a read (a balance, a stock count) needs the token checked at the
-//! read, not only at the write: a holder that read before a newer holder and writes after
-//! it would overwrite what the newer one computed from the same old value, and a check at
-//! the write alone lets it through while the newer one has not written yet. Both stores
-//! have a read that raises the stored token first: [`FencedRedis::read_for_write`] and
-//! [`postgres::FencedTable::claim`]. `docs/fencing.md` says what each pattern guarantees.
+//! A write computed from a read (a balance, a stock count) needs the token checked at the read, not
+//! only at the write. Take a holder that read before a newer holder and writes after it. It would
+//! overwrite what the newer one computed from the same old value. A check at the write alone lets
+//! it through while the newer one has not written yet. Both stores have a read that raises the
+//! stored token first: [`FencedRedis::read_for_write`] and [`postgres::FencedTable::claim`].
+//! `docs/fencing.md` says what each pattern guarantees.
 
 use std::fmt;
 

@@ -24,13 +24,13 @@
 //! | `LockLost`: the lease was lost while the handler ran, and the policy aborts ([`OnLost::Abort`](crate::policy::OnLost::Abort)) | `503` | `UNAVAILABLE` (14) + retry hint (at least the ttl) | the call was stopped; what it did is unknown. If the response had begun, its trailers carry this status |
 //! | `OutcomeUnknown` (replay): the call with this key was stopped on a lost lease | `409` | `UNKNOWN` (2) | the outcome of the first call is unknown, and it is not run again |
 //!
-//! The retry hint of `ABORTED` and `UNAVAILABLE` is sent twice: `retry-after` (whole
-//! seconds rounded up, as over HTTP) and `grpc-retry-pushback-ms` (the delay in
-//! milliseconds, rounded up). Pushback is a hint for clients with a retry policy (gRFC A6),
-//! and they honour it only when the code is in the policy's `retryableStatusCodes` —
-//! `UNAVAILABLE` often is, `ABORTED` rarely. tonic has no retry policy: a tonic client sees
-//! both values in `Status::metadata()` and decides itself. `grpc-message` is
-//! [`Rejection::detail`](crate::rejection::Rejection::detail), which never contains the raw key.
+//! The retry hint of `ABORTED` and `UNAVAILABLE` is sent twice: `retry-after` (whole seconds
+//! rounded up, as over HTTP) and `grpc-retry-pushback-ms` (the delay in milliseconds, rounded up).
+//! Pushback is a hint for clients with a retry policy (gRFC A6). They honour it only when the code
+//! is in the policy's `retryableStatusCodes`: `UNAVAILABLE` often is, `ABORTED` rarely. tonic has
+//! no retry policy: a tonic client sees both values in `Status::metadata()` and decides itself.
+//! `grpc-message` is [`Rejection::detail`](crate::rejection::Rejection::detail), which never
+//! contains the raw key.
 //!
 //! A layer on a whole tonic server (`Server::builder().layer(..)`) also sees its health
 //! checks and reflection: give them no key
@@ -183,12 +183,12 @@ impl GrpcCode {
     }
 
     /// The HTTP status of the same meaning, as `google.rpc.Code` maps them (`OK` 200,
-    /// `INVALID_ARGUMENT` 400, `ABORTED` 409, `UNAVAILABLE` 503, …). A replay policy judges
-    /// a trailers-only gRPC response by it (see [`Replay::store_if`](crate::replay::Replay::store_if)),
-    /// except the codes that invite a retry — `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`,
-    /// `RESOURCE_EXHAUSTED`, `UNAVAILABLE` —, judged as `503`: by default a call that failed
-    /// with `UNAVAILABLE`, `ABORTED` or `INTERNAL` is not stored and may run again, one that
-    /// failed with `NOT_FOUND` is stored.
+    /// `INVALID_ARGUMENT` 400, `ABORTED` 409, `UNAVAILABLE` 503, …). A replay policy judges a
+    /// trailers-only gRPC response by it (see
+    /// [`Replay::store_if`](crate::replay::Replay::store_if)). The codes that invite a retry —
+    /// `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`, `RESOURCE_EXHAUSTED`, `UNAVAILABLE` — are
+    /// judged as `503` instead. By default a call that failed with `UNAVAILABLE`, `ABORTED` or
+    /// `INTERNAL` is not stored and may run again. One that failed with `NOT_FOUND` is stored.
     pub fn http_equivalent(self) -> u16 {
         match self {
             Self::Ok => 200,
@@ -274,11 +274,11 @@ pub(crate) fn timeout(wire: Wire, req: &dyn RequestView) -> Option<std::time::Du
     })
 }
 
-/// How long a gRPC caller whose deadline is `d` (its [`timeout`]) may wait for a busy key:
-/// `d` less a tenth of it (at most 1 s) for the answer's way back. The caller's deadline
-/// counts from before the call reached us, and tonic's server cancels the call at it: a
-/// wait that ended at the deadline itself would leave the `ABORTED` answer (with its retry
-/// hint) racing that cancellation on a loaded machine.
+/// How long a gRPC caller whose deadline is `d` (its [`timeout`]) may wait for a busy key: `d` less
+/// a tenth of it (at most 1 s) for the answer's way back. The caller's deadline counts from before
+/// the call reached us, and tonic's server cancels the call at it. A wait that ended at the
+/// deadline itself would leave the `ABORTED` answer (with its retry hint) racing that cancellation
+/// on a loaded machine.
 pub(crate) fn answer_by(d: std::time::Duration) -> std::time::Duration {
     d.saturating_sub((d / 10).min(std::time::Duration::from_secs(1)))
 }
@@ -383,14 +383,14 @@ impl<R: Responder> Responder for GrpcOr<R> {
     }
 }
 
-/// What a replay policy's store decision sees of a response: its status and body length.
-/// A gRPC response (HTTP `200`, a gRPC `content-type`) is judged by its gRPC status: a
-/// trailers-only one by [`GrpcCode::http_equivalent`] of its `grpc-status` header, except
-/// the codes that invite a retry ([`GrpcCode::invites_retry`]), judged as `503` so that the
-/// default policy does not store them (a stored `UNAVAILABLE` would answer every retry with
-/// it); an unknown code as `500`. One whose status is still to come in the trailers is
-/// judged as a `200` whose length is unknown, so it is sent as it is and its key marked
-/// completed (trailers are never stored).
+/// What a replay policy's store decision sees of a response: its status and body length. A gRPC
+/// response (HTTP `200`, a gRPC `content-type`) is judged by its gRPC status. A trailers-only one
+/// is judged by [`GrpcCode::http_equivalent`] of its `grpc-status` header. The codes that invite a
+/// retry ([`GrpcCode::invites_retry`]) are judged as `503` instead, so that the default policy does
+/// not store them. (A stored `UNAVAILABLE` would answer every retry with it.) An unknown code is
+/// judged as `500`. One whose status is still to come in the trailers is judged as a `200` whose
+/// length is unknown. So it is sent as it is and its key marked completed (trailers are never
+/// stored).
 pub(crate) fn replay_view(
     status: u16,
     content_type: Option<&[u8]>,

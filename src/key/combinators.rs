@@ -41,10 +41,10 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
     /// router that matched a wider route (axum matches a tonic service as
     /// `/package.Service/{*rest}`).
     ///
-    /// When the inner extractor finds a key, the path must be a method path: one that is
-    /// not `/service/method` (ASCII letters, digits, `_`, `.`, `-`, `$`) or is longer than
-    /// 255 bytes ([`ScopedByGrpcMethod::max_len`]) is rejected as malformed or too long (gRPC
-    /// `INVALID_ARGUMENT`), never echoed.
+    /// When the inner extractor finds a key, the path must be a method path. A path that is not
+    /// `/service/method` (ASCII letters, digits, `_`, `.`, `-`, `$`) is rejected as malformed. One
+    /// longer than 255 bytes ([`ScopedByGrpcMethod::max_len`]) is rejected as too long. Either is
+    /// rejected with gRPC `INVALID_ARGUMENT`, and never echoed.
     ///
     /// ```
     /// use tower_redlock::key::{IdempotencyKey, KeyExtractor, KeyExtractorExt, SimpleRequest};
@@ -108,11 +108,10 @@ pub trait KeyExtractorExt: KeyExtractor + Sized {
         }
     }
 
-    /// Scopes the key by a request extension an earlier layer put into the request —
-    /// typically the authenticated principal or its tenant — through `scope`: each
-    /// principal has its own key space, so one tenant's key can never meet (or, with
-    /// replay, read) another tenant's. Add the authentication layer *outside* the lock
-    /// middleware so it runs first.
+    /// Scopes the key by a request extension an earlier layer put into the request — typically the
+    /// authenticated principal or its tenant — through `scope`. Each principal has its own key
+    /// space, so one tenant's key can never meet (or, with replay, read) another tenant's. Add the
+    /// authentication layer *outside* the lock middleware so it runs first.
     ///
     /// When the inner extractor finds a key, the extension is required: a request without
     /// it is rejected as missing (`400`): the route is not behind the authentication

@@ -1,10 +1,9 @@
 //! Lock keys from requests: what the middleware locks, read from a framework-neutral view
 //! of the request, hashed before it reaches Redis, logs or `Debug` output.
 //!
-//! Nothing here depends on an HTTP framework or on either major version of the `http`
-//! crate: axum 0.8 speaks `http` 1.x while actix-web 4 speaks `http` 0.2, so the glue for
-//! each framework adapts its own request type to the small [`RequestView`] trait and
-//! everything else is shared.
+//! Nothing here depends on an HTTP framework or on either major version of the `http` crate: axum
+//! 0.8 speaks `http` 1.x while actix-web 4 speaks `http` 0.2. So the glue for each framework adapts
+//! its own request type to the small [`RequestView`] trait. Everything else is shared.
 //!
 //! # The flow
 //!
@@ -30,11 +29,10 @@
 //! 3. With [`replay`](crate::replay) on, the request is fingerprinted (method, path, query, chosen
 //!    headers, the body's digest) and a key that already completed answers with its stored
 //!    response (or `422` when the fingerprint differs) instead of locking.
-//! 4. Extractors never hash on their own: they push *parts* (raw key material
-//!    and scope such as the route, the method or a tenant header) into a
-//!    [`KeyMaterial`], and the material is hashed once, at the end, into the
-//!    [`LockKey`] whose [`as_str`](LockKey::as_str) is the Redis resource
-//!    name. Raw keys never reach Redis, logs or `Debug` output.
+//! 4. Extractors never hash on their own. They push *parts* (raw key material and scope such as the
+//!    route, the method or a tenant header) into a [`KeyMaterial`]. The material is hashed once, at
+//!    the end, into the [`LockKey`] whose [`as_str`](LockKey::as_str) is the Redis resource name.
+//!    Raw keys never reach Redis, logs or `Debug` output.
 //!
 //! # Built-in extractors
 //!

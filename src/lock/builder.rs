@@ -73,40 +73,40 @@ impl RedlockBuilder {
     /// The longest a single node may take to answer one request (default 50 ms). Keep it
     /// well below your ttls: a node that does not answer in time counts as failed.
     ///
-    /// The time is the node's, not this process's: when a request's timer fires late (a
-    /// blocked or CPU-starved runtime), the request gets that time back — up to four node
-    /// timeouts in all, a hundred while the node keeps answering other requests, never more
-    /// than 5 s — before it may time out, so an answer that sat unread meanwhile still
-    /// counts. A try (and so a [`Retry::until`](crate::Retry::until) wait, which starts no
-    /// try after its end but lets the last one finish) can last that much longer.
+    /// The time is the node's, not this process's. When a request's timer fires late (a blocked or
+    /// CPU-starved runtime), the request gets that time back before it may time out. It gets up to
+    /// four node timeouts in all, a hundred while the node keeps answering other requests, and
+    /// never more than 5 s. So an answer that sat unread meanwhile still counts. A try can last
+    /// that much longer. So can a [`Retry::until`](crate::Retry::until) wait, which starts no try
+    /// after its end but lets the last one finish.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.config.node_timeout = timeout;
         self
     }
 
-    /// Fencing tokens (default off): every lease gets a number that grows with every new
-    /// holder of its resource ([`Lease::fencing_token`](crate::Lease::fencing_token)), for
-    /// storage that refuses a write carrying a smaller token than one it has seen — what
-    /// keeps a holder paused past its validity from writing after the next one.
+    /// Fencing tokens (default off): every lease gets a number that grows with every new holder of
+    /// its resource ([`Lease::fencing_token`](crate::Lease::fencing_token)). It serves storage that
+    /// refuses a write carrying a smaller token than one it has seen. That is what keeps a holder
+    /// paused past its validity from writing after the next one.
     ///
-    /// The acquire bumps a counter per resource on each node in the same request (a script
-    /// instead of a plain `SET`); the token is the largest counter among the nodes that
-    /// granted the lock. Before the lease is handed out the token is *settled*: where too
-    /// few granting nodes carry it to share a node with every later quorum, their counters
-    /// are raised to it (one more round trip, rare: only after a node missed a grant or a
-    /// release, or a counter expired). The release raises the counters to the lease's token
-    /// too. So the next holder's token is larger with no clock involved — assuming the nodes
-    /// keep their counters (a restart without persistence is covered by restart protection)
-    /// and their clocks differ by less than a counter's lifetime without use (a counter that
-    /// expired or was lost restarts from the node's clock in microseconds, so tokens look
-    /// like timestamps). Counters expire twice the ttl (at least 10 s) after their last bump
-    /// or raise. Every client fencing the same resources must run this version: the scripts
-    /// and the settling work together. Redis ≥ 5. Every node must support it: Redis nodes
-    /// and `MemoryNode` do; a custom [`Node`] declares [`Capabilities::fencing`] and honours
-    /// the `fence` of every request ([`AcquireRequest::fence`], …). A node without it
-    /// fails every fenced request: its vote is lost (the client then tolerates one failure
-    /// fewer), and without enough votes left a lock fails naming it. See the fencing
-    /// guide (`tower_redlock::guide::fencing`) for the precise assumptions and their tests.
+    /// The acquire bumps a counter per resource on each node in the same request (a script instead
+    /// of a plain `SET`). The token is the largest counter among the nodes that granted the lock.
+    /// Before the lease is handed out the token is *settled*. Where too few granting nodes carry it
+    /// to share a node with every later quorum, their counters are raised to it. That is one more
+    /// round trip, and rare: only after a node missed a grant or a release, or a counter expired.
+    /// The release raises the counters to the lease's token too. So the next holder's token is
+    /// larger with no clock involved. This assumes that the nodes keep their counters (a restart
+    /// without persistence is covered by restart protection). It also assumes that their clocks
+    /// differ by less than a counter's lifetime without use. A counter that expired or was lost
+    /// restarts from the node's clock in microseconds, so tokens look like timestamps. Counters
+    /// expire twice the ttl (at least 10 s) after their last bump or raise. Every client fencing
+    /// the same resources must run this version: the scripts and the settling work together. Redis
+    /// ≥ 5. Every node must support it. Redis nodes and `MemoryNode` do. A custom [`Node`] declares
+    /// [`Capabilities::fencing`] and honours the `fence` of every request
+    /// ([`AcquireRequest::fence`], …). A node without it fails every fenced request. Its vote is
+    /// lost (the client then tolerates one failure fewer). Without enough votes left, a lock fails
+    /// naming it. See the fencing guide (`tower_redlock::guide::fencing`) for the precise
+    /// assumptions and their tests.
     ///
     /// [`Capabilities::fencing`]: crate::node::Capabilities::fencing
     /// [`AcquireRequest::fence`]: crate::node::AcquireRequest::fence
@@ -119,18 +119,17 @@ impl RedlockBuilder {
     /// policy, the middleware's `.wait`, a duplicate waiting for a replay) tries again as
     /// soon as the holder releases it, not only at its polls.
     ///
-    /// Every script that deletes a lock (a release, a completion, a failed try's cleanup, a
-    /// forced release) then publishes `released` on the channel named as the lock's key —
-    /// `PUBLISH` on a master or a Sentinel group's master, `SPUBLISH` (Redis 7, the key's
-    /// shard only) on a Cluster — and each Redis voter keeps one subscriber connection that
-    /// listens on the keys this client's waiters wait for (also on their keyspace channel:
-    /// with `notify-keyspace-events Kx` on a master, an expiry wakes them too). A waiter
-    /// tries again once a quorum of the voters reported the key released. A message is a
-    /// hint: the try decides, as before. The retry policy's polls keep their schedule and
-    /// their count (only they use up retries), so no waiter waits longer than without it for
-    /// a release it did not hear (a lost message, a crashed holder's expiry without keyspace
-    /// notifications, a client that does not publish) — except in the queue
-    /// below.
+    /// Every script that deletes a lock (a release, a completion, a failed try's cleanup, a forced
+    /// release) then publishes `released` on the channel named as the lock's key. That is `PUBLISH`
+    /// on a master or a Sentinel group's master, and `SPUBLISH` (Redis 7, the key's shard only) on
+    /// a Cluster. Each Redis voter keeps one subscriber connection that listens on the keys this
+    /// client's waiters wait for. It also listens on their keyspace channel: with
+    /// `notify-keyspace-events Kx` on a master, an expiry wakes them too. A waiter tries again once
+    /// a quorum of the voters reported the key released. A message is a hint: the try decides, as
+    /// before. The retry policy's polls keep their schedule and their count (only they use up
+    /// retries). So no waiter waits longer than without it for a release it did not hear, except in
+    /// the queue below. Such a release may be a lost message, a crashed holder's expiry without
+    /// keyspace notifications, or one by a client that does not publish.
     ///
     /// Within the client, one waiter per key waits for releases at a time; the others queue
     /// in arrival order (a new caller that may wait behind them). A queued waiter tries when
@@ -202,10 +201,13 @@ impl RedlockBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input), naming the setting: a
-    /// voter URL that does not parse (from [`redis`](Self::redis)), no node or more than the
-    /// client supports, a node timeout of zero or over 60 s, a drift factor outside
-    /// `0.0..1.0`, a key prefix longer than [`Redlock::MAX_RESOURCE_LEN`].
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input), naming the setting, for any of:
+    ///
+    /// - a voter URL that does not parse (from [`redis`](Self::redis));
+    /// - no node, or more than the client supports;
+    /// - a node timeout of zero or over 60 s;
+    /// - a drift factor outside `0.0..1.0`;
+    /// - a key prefix longer than [`Redlock::MAX_RESOURCE_LEN`].
     pub fn build(self) -> crate::Result<Redlock> {
         if let Some(p) = self.problems.into_iter().next() {
             return Err(Error::invalid(p));

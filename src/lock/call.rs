@@ -1,19 +1,18 @@
-//! One request to one voter: a [`Voter`] (a node as the client holds it), and a [`Call`] to
-//! it — the node's call, bounded by the node timeout as this process experiences it, and
-//! reported to the node's health (and counted in the metrics). A suspended voter is probed
-//! here, and what a voter is owed (see `owed.rs`) is paid here when it answers again.
+//! One request to one voter: a [`Voter`] (a node as the client holds it), and a [`Call`] to it. The
+//! call is the node's call, bounded by the node timeout as this process experiences it, and
+//! reported to the node's health (and counted in the metrics). A suspended voter is probed here,
+//! and what a voter is owed (see `owed.rs`) is paid here when it answers again.
 //!
-//! A timer that fires late means this process did not run (a blocked thread, a starved CPU,
-//! a flooded runtime): the node is not blamed for that time, and the request gets it back
-//! before it may time out — up to [`MAX_EXCUSE`] node timeouts in all,
-//! [`MAX_EXCUSE_ANSWERING`] while the node answers other requests meanwhile (its answer to
-//! this one is then queued behind our own backlog). A timer that fires on time while the
-//! node keeps answering other requests waits another node timeout, within the same bound: a
-//! flooded process reads its replies late, on time by its timers. Otherwise a timer on time
-//! gets one last look a few milliseconds later, so that an answer already in the socket,
-//! whose reader may be queued behind this request, still counts. So a master that answers
-//! is neither counted as failed nor suspended because this process was busy: only a node
-//! silent for a whole node timeout is.
+//! A timer that fires late means this process did not run (a blocked thread, a starved CPU, a
+//! flooded runtime). The node is not blamed for that time, and the request gets it back before it
+//! may time out. It gets up to [`MAX_EXCUSE`] node timeouts in all, or [`MAX_EXCUSE_ANSWERING`]
+//! while the node answers other requests meanwhile (its answer to this one is then queued behind
+//! our own backlog). A timer that fires on time while the node keeps answering other requests waits
+//! another node timeout, within the same bound: a flooded process reads its replies late, on time
+//! by its timers. Otherwise a timer on time gets one last look a few milliseconds later. That way
+//! an answer already in the socket, whose reader may be queued behind this request, still counts.
+//! So a master that answers is neither counted as failed nor suspended because this process was
+//! busy: only a node silent for a whole node timeout is.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -20,10 +20,10 @@ impl Lease {
     ///
     /// # Errors
     ///
-    /// - [`Error::is_lost`]: the lease's validity is already over, or runs out before a
-    ///   quorum extended it (the nodes that did extend are then released, so nothing
-    ///   outlives what the error reports), or the nodes no longer carry its token (an expired
-    ///   lock is never re-created).
+    /// - [`Error::is_lost`]: the lease's validity is already over, or runs out before a quorum
+    ///   extended it. (The nodes that did extend are then released, so nothing outlives what the
+    ///   error reports.) Or the nodes no longer carry its token (an expired lock is never
+    ///   re-created).
     /// - [`Error::is_extension_limit`]: the extension cap is reached.
     /// - [`Error::is_unavailable`]: too few nodes answered; the lease keeps its previous
     ///   validity.
@@ -232,10 +232,9 @@ mod tests {
         }
     }
 
-    /// An extension that lands after the lease was found lost (its validity ran out while the
-    /// extension was on its way, and a holder looked) does not bring it back: it answers
-    /// lost, the lease stays lost at the moment it was lost, and the node that extended it
-    /// is released.
+    /// An extension that lands after the lease was found lost does not bring it back. (Its validity
+    /// ran out while the extension was on its way, and a holder looked.) It answers lost, the lease
+    /// stays lost at the moment it was lost, and the node that extended it is released.
     #[tokio::test]
     async fn an_extension_landing_after_the_loss_never_revives_the_lease() {
         let inner = MemoryNode::new();

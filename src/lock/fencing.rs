@@ -8,21 +8,21 @@
 //! microseconds); a lease's token is the largest counter among the nodes that granted it
 //! (counted until the decision; in replay, every vote counted for the grant).
 //!
-//! **Settling the token** (before the lease is handed out): the granting nodes whose counter
-//! is below the token have it raised to the token ([`ExtendRequest::fence`], only where the
-//! lock is still ours), until at least `N − quorum + 1` nodes holding our lock carry it —
-//! enough to share a node with every later quorum. If that cannot be done while the lease is
-//! valid, the try fails (and releases what it took). See `acquire/fence.rs`.
+//! **Settling the token** (before the lease is handed out): the granting nodes whose counter is
+//! below the token have it raised to the token ([`ExtendRequest::fence`], only where the lock is
+//! still ours). This goes on until at least `N − quorum + 1` nodes holding our lock carry it —
+//! enough to share a node with every later quorum. If that cannot be done while the lease is valid,
+//! the try fails (and releases what it took). See `acquire/fence.rs`.
 //!
-//! Why the next holder's token is larger: its quorum shares a node `m` with those that carry
-//! this lease's token, and it can bump `m`'s counter only after this lease's lock is gone
-//! from `m` — after the raise, so its bump is above the token. No clock enters it as long as
-//! the counters live: the fenced release (and completion) raises them again, and a counter
-//! expires only `retention` after its last use (≥ twice the ttl, at least 10 s). A counter
-//! that expired or was lost (a restart without persistence) starts again from the node's
-//! clock, which is above every token it carried as long as the nodes' clocks differ by less
-//! than the time that took: the retention, or the restart protection's window (≥ the
-//! longest ttl) — not the acquisition's duration (`tests/client/fencing.rs`:
+//! Why the next holder's token is larger: its quorum shares a node `m` with those that carry this
+//! lease's token. It can bump `m`'s counter only after this lease's lock is gone from `m` — after
+//! the raise, so its bump is above the token. No clock enters it as long as the counters live. The
+//! fenced release (and completion) raises them again, and a counter expires only `retention` after
+//! its last use (≥ twice the ttl, at least 10 s). A counter that expired or was lost (a restart
+//! without persistence) starts again from the node's clock. That clock is above every token it
+//! carried as long as the nodes' clocks differ by less than the time that took. That time is the
+//! retention, or the restart protection's window (≥ the longest ttl) — not the acquisition's
+//! duration (`tests/client/fencing.rs`:
 //! `fencing_skew_a_master_ahead_by_most_of_a_ttl_never_sends_tokens_back`).
 //!
 //! [`RedlockBuilder::fencing`]: crate::RedlockBuilder::fencing

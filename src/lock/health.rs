@@ -8,10 +8,10 @@
 //! A node is judged by Redis's behaviour, not by this process's scheduling:
 //! - a request whose timer fired late (this process was stalled) is given the time back
 //!   before it may time out at all (see `call::Call`);
-//! - a node is suspended only after `trip_after` timeouts in a row **spanning at least one
-//!   node timeout** without a single answer in between: a burst of requests that queued
-//!   behind this process's own work and timed out together does not suspend a master that
-//!   answers, since its next answer ends the streak.
+//! - a node is suspended only after `trip_after` timeouts in a row **spanning at least one node
+//!   timeout** without a single answer in between. A burst of requests that queued behind this
+//!   process's own work and timed out together does not suspend a master that answers, since its
+//!   next answer ends the streak.
 //!
 //! A suspended node is probed by a task of its own, after 100 ms and then every 200 ms: a
 //! compare-and-delete of a key nobody holds, whose reply — any reply — restores the node. So
@@ -76,9 +76,9 @@ impl Health {
         ms(self.epoch.elapsed()).saturating_add(1)
     }
 
-    /// Whether to send a request that may be skipped (an acquire or an extend): not to a
-    /// suspended node — unless its probe loop has shown no sign of life for a while (it ran on
-    /// a runtime that is gone, or none could be started): then one request goes through as an
+    /// Whether to send a request that may be skipped (an acquire or an extend): not to a suspended
+    /// node. The exception is when its probe loop has shown no sign of life for a while (it ran on
+    /// a runtime that is gone, or none could be started). Then one request goes through as an
     /// in-band probe, so a node is never left suspended for good.
     pub(crate) fn admit(&self) -> bool {
         if !self.suspended.load(Relaxed) {
@@ -252,13 +252,13 @@ impl NodeStatus {
         self.eviction.evicts
     }
 
-    /// Whether the voter abstains — its acquires and extensions fail at once, counting as
-    /// failed votes — because its master [`evicts`](Self::evicts) and its options do not
-    /// [allow eviction](crate::node::RedisNodeOptions::allow_eviction) (it votes again once a
-    /// check finds `noeviction`), or, for a Sentinel voter, because no majority of its
-    /// sentinels named its master within its window (see
-    /// [`Sentinel::refresh_interval`](crate::node::Sentinel::refresh_interval)). Like a
-    /// suspended node, it does not help a quorum.
+    /// Whether the voter abstains: its acquires and extensions fail at once, counting as failed
+    /// votes. One reason is that its master [`evicts`](Self::evicts) and its options do not [allow
+    /// eviction](crate::node::RedisNodeOptions::allow_eviction) (it votes again once a check finds
+    /// `noeviction`). The other, for a Sentinel voter, is that no majority of its sentinels named
+    /// its master within its window (see
+    /// [`Sentinel::refresh_interval`](crate::node::Sentinel::refresh_interval)). Like a suspended
+    /// node, it does not help a quorum.
     pub fn is_abstaining(&self) -> bool {
         self.eviction.abstains
     }

@@ -46,11 +46,11 @@ pub struct Lease {
     /// Whether the release (or the completion) took over the lock: `Drop` then releases
     /// nothing.
     pub(super) released: bool,
-    /// The acquisition's requests still unanswered when the lock was granted, kept (not
-    /// polled) until the release: one already handed to its connection is written — redis-rs
-    /// skips a queued request whose caller is gone — so the lock lands on every master that
-    /// is up and connected; one never handed over (to a connection still being made) is
-    /// never sent. Dropped with the lease.
+    /// The acquisition's requests still unanswered when the lock was granted, kept (not polled)
+    /// until the release. One already handed to its connection is written (redis-rs skips a queued
+    /// request whose caller is gone). So the lock lands on every master that is up and connected.
+    /// One never handed over (to a connection still being made) is never sent. Dropped with the
+    /// lease.
     _parked: Option<Parked>,
 }
 

@@ -33,10 +33,10 @@ pub struct Retry {
     /// One more try, after a random pause of at most 20 ms, when the last one lost a split
     /// vote (contended, yet some node voted for us): the middleware's, inside one lock call.
     split_vote_retry: bool,
-    /// Extra tries, each after a pause of one to two node timeouts, when the tries run out
-    /// on an unreachable quorum that a node's transient failure caused (no answer in time,
-    /// a dropped connection — not a suspended node): the middleware's, so that a stall of
-    /// healthy masters is not answered `503`.
+    /// Extra tries, each after a pause of one to two node timeouts, when the tries run out on an
+    /// unreachable quorum that a node's transient failure caused. Such a failure is no answer in
+    /// time or a dropped connection, not a suspended node. These tries are the middleware's, so
+    /// that a stall of healthy masters is not answered `503`.
     transient_retries: u32,
 }
 

@@ -1,8 +1,8 @@
-//! What a node is owed: the releases and completions that could not reach it while a lock
-//! of ours may still be there — it was suspended, or gave no answer until the caller's
-//! patience and the background's retries ran out. Each node keeps its ledger, paid as soon
-//! as the node answers again (a request's answer, or the probe that restores it), as long as
-//! this client lives: a master that froze and came back keeps none of the locks it was sent.
+//! What a node is owed: the releases and completions that could not reach it while a lock of ours
+//! may still be there. The node was suspended, or gave no answer until the caller's patience and
+//! the background's retries ran out. Each node keeps its ledger, paid as soon as the node answers
+//! again (a request's answer, or the probe that restores it), as long as this client lives. So a
+//! master that froze and came back keeps none of the locks it was sent.
 //!
 //! A debt is small (the key, the token, the fencing token; a completion's record is shared,
 //! not copied) and lapses once the lock can no longer be on the node. A ledger holds at most
@@ -14,10 +14,10 @@
 //! - a debt lapses on this process's clock (the lock's ttl after its validity ended, as this
 //!   process measured it): on a node whose clock runs slow the lock may outlive its debt,
 //!   and then expires with its ttl there;
-//! - debts are paid in parallel, in no particular order, and not in order with the
-//!   requests of the node's next answers: a payment may reach the node after a newer
-//!   request for the same key (a lock of the next holder is untouched by it, and a
-//!   completion's record reaches only a node where the lock is still ours);
+//! - debts are paid in parallel, in no particular order, and not in order with the requests of the
+//!   node's next answers. A payment may reach the node after a newer request for the same key. A
+//!   lock of the next holder is untouched by it, and a completion's record reaches only a node
+//!   where the lock is still ours;
 //! - a ledger lives in the client: a process that exits owes nothing any more.
 
 use std::collections::VecDeque;

@@ -1,12 +1,12 @@
 //! The completion records a replay acquire's nodes answered with, and the one answer they
 //! make ([`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed)).
 //!
-//! A record is stored either under a valid lease (the plain completion, [`Lease::complete`])
-//! or "if free", by a lease that may have been lost (the middleware's `OnLost` paths): on
-//! every node where the lock still holds the lease's token or is absent. Such a record can
-//! land beside another holder's lock, and that holder later stores its own record under a
-//! valid lease on a quorum. So records of one key may differ from node to node, and the
-//! answer must not depend on which node answers first:
+//! A record is stored either under a valid lease (the plain completion, [`Lease::complete`]) or "if
+//! free". An "if free" record is stored by a lease that may have been lost (the middleware's
+//! `OnLost` paths), on every node where the lock still holds the lease's token or is absent. Such a
+//! record can land beside another holder's lock, and that holder later stores its own record under
+//! a valid lease on a quorum. So records of one key may differ from node to node, and the answer
+//! must not depend on which node answers first:
 //!
 //! 1. A record stored under a valid lease found on a quorum of nodes is the answer, at once
 //!    (the fast path: every node agrees).
@@ -24,15 +24,15 @@
 //!    two that differ make the outcome unknown; with a node missing, unavailable (it could
 //!    hold another value, or a valid-lease record that outranks them).
 //!
-//! Rule 5's answer could still change: another lost lease of the key, whose lock had
-//! expired everywhere, may store its own "if free" record later on the nodes that were free
-//! — and duplicates after it would get outcome-unknown where this one got the record. So a
-//! try answered by rule 5 first copies the record, "if free" and for as long as it has left,
-//! to the nodes where it locked (every node that had no record: rule 5 needs every node's
-//! answer, and none said "held"), and only then releases the rest: the key is then taken on
-//! every node, and no later "if free" record lands anywhere (`Records::copy_for`; test
-//! `lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer`). A copy that misses
-//! one of those nodes within the node timeout makes the answer unavailable (try again).
+//! Rule 5's answer could still change. Another lost lease of the key, whose lock had expired
+//! everywhere, may store its own "if free" record later on the nodes that were free. Duplicates
+//! after it would then get outcome-unknown where this one got the record. So a try answered by rule
+//! 5 first copies the record, "if free" and for as long as it has left, to the nodes where it
+//! locked. Those are every node that had no record: rule 5 needs every node's answer, and none said
+//! "held". Only then does it release the rest. The key is then taken on every node, and no later
+//! "if free" record lands anywhere (`Records::copy_for`; test
+//! `lost_lease_one_answer_a_later_lost_lease_cannot_change_an_answer`). A copy that misses one of
+//! those nodes within the node timeout makes the answer unavailable (try again).
 //!
 //! [`Lease::complete`]: crate::Lease::complete
 
@@ -90,12 +90,11 @@ impl Records {
         }
     }
 
-    /// When the answer `record` rests on records stored "if free" alone (rule 5), how long
-    /// to keep the copies the answering try makes of it where it locked (the longest time
-    /// any node said it has left): so that no later "if free" record — of another lost
-    /// lease still storing its own — can land there and change the answer. `None` when a
-    /// record stored under a valid lease answered (no later "if free" record outranks it),
-    /// or no node said how long.
+    /// When the answer `record` rests on records stored "if free" alone (rule 5), how long to keep
+    /// the copies the answering try makes of it where it locked. That is the longest time any node
+    /// said it has left. It is so that no later "if free" record — of another lost lease still
+    /// storing its own — can land there and change the answer. `None` when a record stored under a
+    /// valid lease answered (no later "if free" record outranks it), or no node said how long.
     pub(crate) fn copy_for(&self, record: &Bytes) -> Option<Duration> {
         match &self.seen[..] {
             [one] if one.if_free && one.record == *record => one.remaining,
@@ -307,9 +306,9 @@ mod tests {
         assert_eq!(r.verdict(2, 3, 3, false), Some(Verdict::Unknown));
     }
 
-    /// A valid-lease record on one node (its write missed the quorum) beside two differing
-    /// "if free" ones: whoever hears only the "if free" ones must not answer unknown while
-    /// the third node, which would make the answer the valid record, is missing.
+    /// A valid-lease record on one node (its write missed the quorum) beside two differing "if
+    /// free" ones. Whoever hears only the "if free" ones must not answer unknown while the third
+    /// node is missing. That node would make the answer the valid record.
     #[test]
     fn a_missing_node_could_hold_the_record_that_outranks() {
         let two = of(&[("f1", true), ("f2", true)]);

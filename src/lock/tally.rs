@@ -289,9 +289,10 @@ where
 }
 
 /// Counts the answers of `sent` (requests to `asked` nodes) until the outcome is certain (see
-/// `Tally::done`): `quorum` votes for, or too few nodes left to reach it with a vote against
-/// among the answers — else until every node answered or timed out. The requests still in
-/// flight stay in `sent`; the caller drops them or lets them finish in the background.
+/// `Tally::done`). It is certain at `quorum` votes for, or with too few nodes left to reach it with
+/// a vote against among the answers. Else it counts until every node answered or timed out. The
+/// requests still in flight stay in `sent`; the caller drops them or lets them finish in the
+/// background.
 pub(crate) async fn count<T, S, V>(sent: &mut S, asked: usize, quorum: usize, vote: V) -> Tally
 where
     S: Stream<Item = Answer<T>> + Unpin,

@@ -8,11 +8,11 @@
 //! the lease's span, the crate's [`Error`]) and its own outcome types ([`Votes`],
 //! [`NodeVote`], [`LockOutcome`]), mapped from the lock's at the call site.
 //!
-//! A span is an `Option<Span>` here, `Some` only when a subscriber wants it: without one no
-//! span is built, not even a disabled one (one atomic load), nothing is hashed (a key is
-//! hashed only when a subscriber formats it), and the extra clock reads are only for an
-//! enabled span or for the metrics. What is left costs an in-process lock + release cycle
-//! about 100 ns (+8 %) with all of it off.
+//! A span is an `Option<Span>` here, `Some` only when a subscriber wants it. Without one no span is
+//! built, not even a disabled one (one atomic load). Nothing is hashed (a key is hashed only when a
+//! subscriber formats it), and the extra clock reads are only for an enabled span or for the
+//! metrics. What is left costs an in-process lock + release cycle about 100 ns (+8 %) with all of
+//! it off.
 
 use std::fmt;
 use std::future::Future;

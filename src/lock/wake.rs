@@ -1,25 +1,25 @@
 //! Waking waiters on release (`RedlockBuilder::wake_waiters`): the client's side.
 //!
-//! A caller whose try failed waits before it tries again. Without the wake-up it sleeps the
-//! retry policy's pause (a poll). With it, the polls keep their schedule and their count
-//! (the policy's budget is unchanged), and a release in between makes the waiter try at
-//! once: it registers its interest in the key, the voters' subscribers (`node::wake`, one
-//! connection per voter) listen on the key's channel, and the waiter tries again as soon as
-//! a quorum of the voters reported the key released since its last try began. A release is
-//! a hint, never a grant: the waiter tries, and a try decides as before. A quorum, not one
-//! voter: a holder holds a quorum, and the partial locks a losing try gives back — never a
-//! quorum while someone holds the key — must not wake its own taker, nor anyone, into a loop
-//! of tries. (While nobody holds it, split losers can give back a quorum between them: the
-//! lock loop pauses at random before a woken try after two splits in a row.)
+//! A caller whose try failed waits before it tries again. Without the wake-up it sleeps the retry
+//! policy's pause (a poll). With it, the polls keep their schedule and their count (the policy's
+//! budget is unchanged), and a release in between makes the waiter try at once. The waiter
+//! registers its interest in the key. The voters' subscribers (`node::wake`, one connection per
+//! voter) listen on the key's channel. The waiter tries again as soon as a quorum of the voters
+//! reported the key released since its last try began. A release is a hint, never a grant: the
+//! waiter tries, and a try decides as before. A quorum, not one voter: a holder holds a quorum. The
+//! partial locks a losing try gives back are never a quorum while someone holds the key. They must
+//! not wake its own taker, nor anyone, into a loop of tries. (While nobody holds it, split losers
+//! can give back a quorum between them: the lock loop pauses at random before a woken try after two
+//! splits in a row.)
 //!
-//! **Fairness.** Within one client, one waiter per key waits for releases at a time (the
-//! *turn*, a FIFO queue: tokio's semaphore is fair, and a queued waiter keeps its place
-//! across its polls); the others queue in arrival order, a new caller that may wait behind
-//! them. A queued waiter tries at the turn (the one before it left: the key's state is news)
-//! and at each of its own polls, as without the wake-up — never on another waiter's
-//! schedule: a key freed without a message (a holder that does not publish, an expiry
-//! without keyspace events) is found by whichever waiter polls first. Across clients a
-//! release wakes one waiter in each, and they race for the quorum.
+//! **Fairness.** Within one client, one waiter per key waits for releases at a time. That is the
+//! *turn*, a FIFO queue: tokio's semaphore is fair, and a queued waiter keeps its place across its
+//! polls. The others queue in arrival order, a new caller that may wait behind them. A queued
+//! waiter tries at the turn (the one before it left: the key's state is news) and at each of its
+//! own polls, as without the wake-up. It never tries on another waiter's schedule. A key freed
+//! without a message (a holder that does not publish, an expiry without keyspace events) is found
+//! by whichever waiter polls first. Across clients a release wakes one waiter in each, and they
+//! race for the quorum.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,9 +1,9 @@
-//! The one request flow of both frameworks, for a request that has a key: (with
-//! [replay](crate::replay) on, buffer and fingerprint the body,) claim the key, put the lease
-//! and the fencing token in, run the inner service with keep-alive — stopped if the lease is
-//! lost and the policy says abort (`lost.rs`) —, then release — or store the response — and
-//! answer. The tower and actix-web glue implement [`Glue`] with their own
-//! types and call [`run`]; nothing here knows either framework.
+//! The one request flow of both frameworks, for a request that has a key. With
+//! [replay](crate::replay) on, it buffers and fingerprints the body first. It claims the key, puts
+//! the lease and the fencing token in, and runs the inner service with keep-alive. That run is
+//! stopped if the lease is lost and the policy says abort (`lost.rs`). Then it releases — or stores
+//! the response — and answers. The tower and actix-web glue implement [`Glue`] with their own types
+//! and call [`run`]; nothing here knows either framework.
 
 use std::future::Future;
 use std::time::Instant;

@@ -47,10 +47,10 @@ impl AfterResponse {
     }
 }
 
-/// The end of a response body that holds a lease (release at body end): the last chunk is
-/// held back until the release is done, because a server may stop polling once it has the
-/// last chunk of a body of known length — and a client that has read the whole response
-/// must find the key free. Without a lease it passes everything through.
+/// The end of a response body that holds a lease (release at body end). The last chunk is held back
+/// until the release is done, because a server may stop polling once it has the last chunk of a
+/// body of known length. And a client that has read the whole response must find the key free.
+/// Without a lease it passes everything through.
 ///
 /// Each framework's body polls through [`poll_next`](Self::poll_next), which polls the inner
 /// body and says what to hand over ([`Next`]). Dropping it early (a cancelled response) drops
@@ -78,10 +78,9 @@ impl<T> BodyTail<T> {
         }
     }
 
-    /// One poll of the body: polls the inner body (`poll_inner`: a chunk, and whether the
-    /// inner body says nothing follows it) while no chunk is held back, breaks the body off
-    /// on a known loss (the policy says abort), and holds the last chunk back until the
-    /// release is done.
+    /// One poll of the body. It polls the inner body (`poll_inner`: a chunk, and whether the inner
+    /// body says nothing follows it) while no chunk is held back. It breaks the body off on a known
+    /// loss (the policy says abort), and holds the last chunk back until the release is done.
     pub(crate) fn poll_next<E>(
         &mut self,
         cx: &mut Context<'_>,
@@ -129,10 +128,10 @@ impl<T> BodyTail<T> {
         self.aborted
     }
 
-    /// Whether the lease is known lost and the policy says abort — checked before a chunk is
-    /// handed over and before the release, so that no chunk and no clean end follow a known
-    /// loss: then the client's wire, the lease dropped (its release spawned), and the body
-    /// must end with an error.
+    /// Whether the lease is known lost and the policy says abort. It is checked before a chunk is
+    /// handed over and before the release, so that no chunk and no clean end follow a known loss.
+    /// Then the client's wire, the lease dropped (its release spawned), and the body must end with
+    /// an error.
     fn lost_abort(&mut self) -> Option<Wire> {
         let watch = self.watch.as_mut().filter(|_| self.lease.is_some())?;
         if watch.decide(true) != Some(OnLost::Abort) {

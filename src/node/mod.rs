@@ -5,16 +5,16 @@
 //! or an in-process map ([`MemoryNode`]). [`Redlock`](crate::Redlock) asks every node in parallel and counts
 //! their votes; a node knows nothing of quorums, retries or HTTP.
 //!
-//! Implement [`Node`] yourself to vote with another store: one method per verb (acquire,
-//! extend, release; complete and operate if the node has them), each given a request value
-//! ([`AcquireRequest`], …) whose optional parts — a completion record, a fencing counter —
-//! say which form of the verb it is, and [`Node::capabilities`] to declare, in one place,
-//! which optional verbs and forms the node knows and the longest ttl it takes. A failure is a
-//! [`CallError`], marked as a timeout, an unreachable node or a kind of [`Refusal`] as the
-//! built-in voters' are. The conformance kit ([`conformance`](crate::conformance), feature
-//! `conformance`) checks the semantics every node must keep (owner-only release and extend,
-//! expiry, an expired key never re-created by an extend, records and counters) against
-//! yours, as the built-in voters pass them.
+//! Implement [`Node`] yourself to vote with another store. It has one method per verb: acquire,
+//! extend, release, and complete and operate if the node has them. Each is given a request value
+//! ([`AcquireRequest`], …) whose optional parts — a completion record, a fencing counter — say
+//! which form of the verb it is. Its [`Node::capabilities`] declares, in one place, which optional
+//! verbs and forms the node knows and the longest ttl it takes. A failure is a [`CallError`],
+//! marked as a timeout, an unreachable node or a kind of [`Refusal`] as the built-in voters' are.
+//! The conformance kit ([`conformance`](crate::conformance), feature `conformance`) checks against
+//! yours the semantics every node must keep, as the built-in voters pass them. These are owner-only
+//! release and extend, expiry, an expired key never re-created by an extend, and records and
+//! counters.
 
 use std::fmt;
 use std::future::{ready, Future};
@@ -101,17 +101,17 @@ pub enum Acquire {
 /// [`Node::acquire`]. Implementations need not apply timeouts: the client wraps every call
 /// in its per-node timeout.
 ///
-/// **Capabilities.** Every optional ability is declared by [`Node::capabilities`], and only
-/// then asked for: completion records ([`Node::complete`] and the record forms), fencing
+/// **Capabilities.** Every optional ability is declared by [`Node::capabilities`], and only then
+/// asked for. These are completion records ([`Node::complete`] and the record forms), fencing
 /// counters (the fenced forms), operator calls ([`Node::operate`]), and a longest ttl
 /// (delayed-restart protection: the client refuses longer locks up front).
 ///
-/// **Forms.** A request with a completion record or a fencing counter reaches a node only if
-/// its [`capabilities`](Node::capabilities) name them (for a node that does not, the client
-/// answers an error in its place: its vote is lost, and a release or completion falls back
-/// to the plain form, so that a lock it holds is still freed). A node that declares a form
-/// must honour it: a fenced request carried out without its counter, or a request with a
-/// record without the look, would break the guarantees the forms exist for.
+/// **Forms.** A request with a completion record or a fencing counter reaches a node only if its
+/// [`capabilities`](Node::capabilities) name them. For a node that does not, the client answers an
+/// error in its place. Its vote is lost, and a release or completion falls back to the plain form,
+/// so that a lock it holds is still freed. A node that declares a form must honour it. A fenced
+/// request carried out without its counter, or a request with a record without the look, would
+/// break the guarantees the forms exist for.
 ///
 /// **Order.** The client stops polling an acquire's future once the lock's outcome is
 /// decided without it (and drops it with the failed try, or with the lease), and may then
@@ -165,12 +165,11 @@ pub trait Node: fmt::Debug + Send + Sync + 'static {
     /// Answer [`Acquire::Held`] only when the key holds a different value (see there).
     fn acquire<'a>(&'a self, request: AcquireRequest<'a>) -> NodeFuture<'a, Acquire>;
 
-    /// Set the key's time to live, only if it holds the token (see [`ExtendRequest`]).
-    /// Returns whether it did; an absent (expired) key is never re-created. With a fence, the
-    /// counter is raised in the same step: answer `true` only if it was (a node that extends
-    /// without raising must answer an error instead — the client counts every `true` as a
-    /// node carrying the lease's token; the conformance kit's
-    /// `fencing_extend_raises_the_counter` checks it).
+    /// Set the key's time to live, only if it holds the token (see [`ExtendRequest`]). Returns
+    /// whether it did; an absent (expired) key is never re-created. With a fence, the counter is
+    /// raised in the same step: answer `true` only if it was. A node that extends without raising
+    /// must answer an error instead. The client counts every `true` as a node carrying the lease's
+    /// token. The conformance kit's `fencing_extend_raises_the_counter` checks it.
     fn extend<'a>(&'a self, request: ExtendRequest<'a>) -> NodeFuture<'a, bool>;
 
     /// Delete the key only if it holds the token (see [`ReleaseRequest`]). Returns whether it
@@ -389,11 +388,10 @@ pub(crate) mod tests {
             .unwrap();
     }
 
-    /// The client sends a custom node only the forms its capabilities name. With fencing
-    /// on, a node declaring locks only is never sent a fence: its fenced acquire is refused
-    /// in its place (its vote lost, the lock taken by the two others), and the lease's
-    /// release reaches it in the plain form; the same node declaring fencing is sent the
-    /// fenced forms.
+    /// The client sends a custom node only the forms its capabilities name. With fencing on, a node
+    /// declaring locks only is never sent a fence. Its fenced acquire is refused in its place (its
+    /// vote lost, the lock taken by the two others). The lease's release reaches it in the plain
+    /// form. The same node declaring fencing is sent the fenced forms.
     #[tokio::test]
     async fn a_custom_node_is_sent_only_the_forms_it_declares() {
         let ttl = Duration::from_secs(5);

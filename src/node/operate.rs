@@ -1,7 +1,7 @@
-//! What an operator asks a node, outside the lock's own verbs ([`Node::operate`]): what it
-//! holds at a key ([`Operation::Inspect`]: reads only), the locks under a prefix
-//! ([`Operation::Scan`]), and the deletion of a stuck lock, of a named holder or whatever its
-//! token ([`Operation::ForceRelease`]). The client never sends one on its own;
+//! What an operator asks a node, outside the lock's own verbs ([`Node::operate`]). It may ask what
+//! the node holds at a key ([`Operation::Inspect`]: reads only), or the locks under a prefix
+//! ([`Operation::Scan`]). It may also ask for the deletion of a stuck lock, of a named holder or
+//! whatever its token ([`Operation::ForceRelease`]). The client never sends one on its own;
 //! [`Redlock::inspect`], [`Redlock::scan`] and [`Redlock::force_release`] do, when called.
 //!
 //! [`Redlock::inspect`]: crate::Redlock::inspect
@@ -148,10 +148,10 @@ impl RecordState {
 }
 
 /// [`Operation::ForceRelease`]: delete the lock at `key` — of the holder whose token starts with
-/// [`holder`](Self::holder), or whatever token it holds when none is named — and, with
-/// [`with_record`](Self::with_record), the completion record too: with a holder named, only
-/// in the same call that deleted that holder's lock (a record carries no token, so a re-run
-/// that finds another holder leaves its record). The fencing counter is kept (tokens must
+/// [`holder`](Self::holder), or whatever token it holds when none is named. With
+/// [`with_record`](Self::with_record), delete the completion record too. With a holder named, the
+/// record goes only in the same call that deleted that holder's lock (a record carries no token, so
+/// a re-run that finds another holder leaves its record). The fencing counter is kept (tokens must
 /// keep growing).
 ///
 /// ```

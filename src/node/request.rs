@@ -10,10 +10,9 @@ use std::time::Duration;
 use super::{Acquire, Node};
 
 /// What a node does beyond locks, and the longest ttl it takes. A node declares it in
-/// [`Node::capabilities`]; the client never sends a request with a record or a fence, a
-/// completion or an operator call to a custom node that does not declare it: such a request
-/// fails at once with an error (that node's vote is lost), as it does on a node that answered
-/// it with an error.
+/// [`Node::capabilities`]. The client never sends a request with a record or a fence, a completion
+/// or an operator call to a custom node that does not declare it. Such a request fails at once with
+/// an error (that node's vote is lost), as it does on a node that answered it with an error.
 ///
 /// ```
 /// use std::time::Duration;
@@ -150,12 +149,12 @@ impl<'a> AcquireRequest<'a> {
     }
 }
 
-/// A fenced acquire's counter: when the lock is set, in the same atomic step, the counter at
-/// `key` goes to its value plus one — or, when it has none (it expired or was lost), to the
-/// node's clock in microseconds since 1970, so that it starts again above the tokens it gave —
-/// and is kept for `retention`; the node answers [`Acquire::Fenced`] with the new value.
-/// (Bumping an existing counter to the clock when that is larger is allowed too; the built-in
-/// nodes do not, so that counters kept level by the fenced extension and releases stay
+/// A fenced acquire's counter. When the lock is set, in the same atomic step, the counter at `key`
+/// goes to its value plus one. When it has none (it expired or was lost), it goes to the node's
+/// clock in microseconds since 1970 instead, so that it starts again above the tokens it gave.
+/// Either way it is kept for `retention`, and the node answers [`Acquire::Fenced`] with the new
+/// value. (Bumping an existing counter to the clock when that is larger is allowed too. The
+/// built-in nodes do not, so that counters kept level by the fenced extension and releases stay
 /// level.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -200,10 +199,10 @@ impl<'a> FenceFloor<'a> {
 /// absent (expired) key is never re-created. With a [`fence`](Self::fence), raise that
 /// counter too, in the same atomic step, only if the key holds `token`.
 ///
-/// The client sends the fenced form right after a fenced grant, before it hands the lease
-/// out, to nodes that granted it with a counter below the lease's token (the largest counter
-/// of the grant), so that enough of them to meet every later quorum carry the token: the next
-/// holder's token is then larger whatever the nodes' clocks say.
+/// The client sends the fenced form right after a fenced grant, before it hands the lease out. It
+/// sends it to nodes that granted it with a counter below the lease's token (the largest counter of
+/// the grant). So enough of them to meet every later quorum carry the token. The next holder's
+/// token is then larger whatever the nodes' clocks say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ExtendRequest<'a> {

@@ -13,10 +13,10 @@ use crate::node::{ForceReleaseRequest, Forced};
 /// whether the completion record goes too.
 ///
 /// Name the holder by its token's prefix, as [`Redlock::inspect`] shows it
-/// ([`Holder::token_prefix`](crate::operate::Holder::token_prefix)): a re-run — after a voter did not answer — then deletes
-/// nothing of a holder that took the key meanwhile, and a record only with that holder's
-/// lock. Clearing whatever holds the key is a separate, explicit choice
-/// ([`ForceRelease::any_holder`]); a forced release that makes neither choice is refused.
+/// ([`Holder::token_prefix`](crate::operate::Holder::token_prefix)). A re-run after a voter did not
+/// answer then deletes nothing of a holder that took the key meanwhile. It deletes a record only
+/// with that holder's lock. Clearing whatever holds the key is a separate, explicit choice
+/// ([`ForceRelease::any_holder`]). A forced release that makes neither choice is refused.
 ///
 /// ```
 /// use tower_redlock::operate::ForceRelease;
@@ -156,22 +156,21 @@ impl ForceReleased {
 }
 
 impl Redlock {
-    /// Deletes the lock at `resource`'s key on every voter — the named holder's
-    /// ([`ForceRelease::holder`], the token prefix [`Redlock::inspect`] shows), or whatever
-    /// holds it ([`ForceRelease::any_holder`]) — and with [`ForceRelease::with_record`] its
-    /// completion record (with a holder named, only where its lock was deleted). The
-    /// fencing counter is kept, so fencing tokens keep growing.
+    /// Deletes the lock at `resource`'s key on every voter: the named holder's
+    /// ([`ForceRelease::holder`], the token prefix [`Redlock::inspect`] shows), or whatever holds
+    /// it ([`ForceRelease::any_holder`]). With [`ForceRelease::with_record`] it also deletes its
+    /// completion record (with a holder named, only where its lock was deleted). The fencing
+    /// counter is kept, so fencing tokens keep growing.
     ///
-    /// An operator's act for a key a crashed holder left behind (or a record to forget);
-    /// never done by the crate itself. It is logged at warn with the key's hash and who asked.
-    /// **It breaks mutual exclusion if the holder is alive**: the next request takes the lock
-    /// while the old holder still works (fencing tokens, checked where the data lives, are
-    /// what then refuses the old holder's writes). Every voter is asked in parallel, each
-    /// bounded by five node timeouts, as [`Redlock::inspect`] (an operator's call, no vote:
-    /// a busy machine must not make it fail, and a master whose script cache is empty
-    /// answers it in two round trips); a voter that did not answer is in
-    /// [`ForceReleased::errors`]: run it again when the voter is back — with the holder
-    /// named, the re-run deletes nothing of a holder that took the key meanwhile.
+    /// An operator's act for a key a crashed holder left behind (or a record to forget); never done
+    /// by the crate itself. It is logged at warn with the key's hash and who asked. **It breaks
+    /// mutual exclusion if the holder is alive**: the next request takes the lock while the old
+    /// holder still works. Fencing tokens, checked where the data lives, are what then refuses the
+    /// old holder's writes. Every voter is asked in parallel, each bounded by five node timeouts,
+    /// as [`Redlock::inspect`]. It is an operator's call, no vote: a busy machine must not make it
+    /// fail, and a master whose script cache is empty answers it in two round trips. A voter that
+    /// did not answer is in [`ForceReleased::errors`]. Run it again when the voter is back. With
+    /// the holder named, the re-run deletes nothing of a holder that took the key meanwhile.
     ///
     /// A forced release that names no holder and did not choose
     /// [`any_holder`](ForceRelease::any_holder), or names one by anything but

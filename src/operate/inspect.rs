@@ -70,9 +70,9 @@ pub enum Summary {
     Completed,
     /// One holder's token is on a quorum of the voters: the lock is held.
     Held,
-    /// Locks are on some voters, but no holder has a quorum (a holder whose keys are
-    /// expiring one by one, a try that failed and is being released, or one whose voters
-    /// are down): no one holds the lock, and no one can take it until these expire.
+    /// Locks are on some voters, but no holder has a quorum. It may be a holder whose keys are
+    /// expiring one by one, a try that failed and is being released, or one whose voters are down.
+    /// No one holds the lock, and no one can take it until these expire.
     HeldOnMinority,
     /// Nothing on a quorum of voters that answered: the lock is free.
     Free,

@@ -54,11 +54,11 @@ impl LockPolicyBuilder {
     /// finish sooner cost nothing for it (no task is spawned per request). With
     /// [`ReleaseOn::BodyEnd`], the lock is also kept alive while the body streams.
     ///
-    /// The timer that starts the keep-alive lives in the request's own future, so a handler
-    /// must not block its thread (CPU-bound work or blocking I/O without yielding) for longer
-    /// than ttl/3: run such work with `tokio::task::spawn_blocking` and await it, as Tokio
-    /// asks of any async code. (A keep-alive task spawned from the blocked worker would not
-    /// run either: it waits in that worker's non-stealable LIFO slot.)
+    /// The timer that starts the keep-alive lives in the request's own future. So a handler must
+    /// not block its thread (CPU-bound work or blocking I/O without yielding) for longer than
+    /// ttl/3. Run such work with `tokio::task::spawn_blocking` and await it, as Tokio asks of any
+    /// async code. (A keep-alive task spawned from the blocked worker would not run either: it
+    /// waits in that worker's non-stealable LIFO slot.)
     pub fn keep_alive(mut self, on: bool) -> Self {
         self.inner.keep_alive = on;
         self
@@ -238,11 +238,14 @@ impl LockPolicyBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input), naming the setting:
-    /// settings that contradict each other or the client (a ttl the voters' restart
-    /// protection does not cover, a fencing header on a client without fencing tokens,
-    /// `OnContention::Wait` without a time bound, `repeatable_after_loss` without replay and
-    /// a rule that may abort, …) — reported here, never per request.
+    /// [`Error::is_invalid_input`](crate::Error::is_invalid_input), naming the setting, for
+    /// settings that contradict each other or the client. They are reported here, never per
+    /// request. Among them:
+    ///
+    /// - a ttl the voters' restart protection does not cover;
+    /// - a fencing header on a client without fencing tokens;
+    /// - `OnContention::Wait` without a time bound;
+    /// - `repeatable_after_loss` without replay and a rule that may abort.
     pub fn build(self) -> crate::Result<LockPolicy> {
         if let Some(problem) = self.problem {
             return Err(problem);

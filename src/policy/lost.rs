@@ -13,10 +13,10 @@ use crate::LeaseHandle;
 /// [`OnLost::Finish`]: `Lock-Lost: true`.
 pub const LOCK_LOST_HEADER: &str = "lock-lost";
 
-/// What a request does when its lease is lost while its handler runs (or while its body
-/// streams, with [`ReleaseOn::BodyEnd`](super::ReleaseOn::BodyEnd)): its validity ran out
-/// before an extension landed — a paused process, masters the keep-alive cannot reach — or
-/// an extension found its token gone. Lost is decided once, by the lock's own rule
+/// What a request does when its lease is lost while its handler runs (or while its body streams,
+/// with [`ReleaseOn::BodyEnd`](super::ReleaseOn::BodyEnd)). A lease is lost when its validity ran
+/// out before an extension landed — a paused process, masters the keep-alive cannot reach. It is
+/// also lost when an extension found its token gone. Lost is decided once, by the lock's own rule
 /// ([`LeaseHandle::lost`]), and counted once (`redlock_lost_total`).
 ///
 /// Set with [`LockPolicyBuilder::on_lost`](crate::policy::LockPolicyBuilder::on_lost), or
@@ -106,11 +106,10 @@ impl fmt::Debug for LostLease<'_> {
     }
 }
 
-/// The error a response body ends with when its lease was lost while it streamed and the
-/// policy says [`OnLost::Abort`]: the server then breaks the response off (HTTP/1.1 closes
-/// the connection before the body's end, HTTP/2 resets the stream), so the client sees a
-/// broken response, never a truncated success. A gRPC response ends with `UNAVAILABLE` in
-/// its trailers instead.
+/// The error a response body ends with when its lease was lost while it streamed and the policy
+/// says [`OnLost::Abort`]. The server then breaks the response off: HTTP/1.1 closes the connection
+/// before the body's end, HTTP/2 resets the stream. So the client sees a broken response, never a
+/// truncated success. A gRPC response ends with `UNAVAILABLE` in its trailers instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockLostError;
 

@@ -49,13 +49,12 @@ pub enum OnContention {
     /// split between concurrent requests (no one held a quorum), one quick retry after a
     /// random pause of up to 20 ms comes first.
     Reject,
-    /// Retry as the [`Retry`] says until the lock is acquired, then run; `409` when its tries
-    /// run out, or when no further try can finish within its wait (a try may take two node
-    /// timeouts, plus what [`Retry::until`] says of a stalled process), so the answer never
-    /// comes later than that after the request. The `Retry` must retry (not
-    /// [`Retry::never`]) within a time bound ([`Retry::until`], or
-    /// [`max_wait`](Retry::max_wait)) greater than zero, with a delay that is not zero:
-    /// `build` refuses anything else.
+    /// Retry as the [`Retry`] says until the lock is acquired, then run. The answer is `409` when
+    /// its tries run out, or when no further try can finish within its wait. A try may take two
+    /// node timeouts, plus what [`Retry::until`] says of a stalled process. So the answer never
+    /// comes later than that after the request. The `Retry` must retry (not [`Retry::never`])
+    /// within a time bound ([`Retry::until`], or [`max_wait`](Retry::max_wait)) greater than zero,
+    /// with a delay that is not zero: `build` refuses anything else.
     Wait(Retry),
 }
 
@@ -73,18 +72,17 @@ impl OnContention {
 
 /// What to do when the lock quorum is unreachable (nodes down or timing out).
 ///
-/// "Unreachable" is decided after the middleware's extra tries: when a try misses the
-/// quorum and some master gave no answer in time or dropped a connection (rather than being
-/// suspended or refusing), it is tried again, up to twice, each after a pause of one to two
-/// node timeouts (a busy machine or a stolen CPU stalls healthy masters for a moment; a
-/// `503` for that would be wrong). So a stall of healthy masters of up to a few node
-/// timeouts is ridden out (the middleware guide, `guide::middleware`, names the
-/// tests); a longer one gets the masters
-/// suspended (see [`RedlockBuilder::suspend_after`](crate::RedlockBuilder::suspend_after))
-/// and `503` until they answer again. While masters are down, the first requests learn it
-/// after the extra tries — at most about eight node timeouts more (two pauses of up to two,
-/// two tries of up to two), also before a fail-open handler runs — and once the client has
-/// suspended them, at once. Within a gRPC call's deadline.
+/// "Unreachable" is decided after the middleware's extra tries. A try may miss the quorum while
+/// some master gave no answer in time or dropped a connection (rather than being suspended or
+/// refusing). Then it is tried again, up to twice, each after a pause of one to two node timeouts.
+/// A busy machine or a stolen CPU stalls healthy masters for a moment; a `503` for that would be
+/// wrong. So a stall of healthy masters of up to a few node timeouts is ridden out (the middleware
+/// guide, `guide::middleware`, names the tests). A longer one gets the masters suspended (see
+/// [`RedlockBuilder::suspend_after`](crate::RedlockBuilder::suspend_after)) and `503` until they
+/// answer again. While masters are down, the first requests learn it after the extra tries. That
+/// costs at most about eight node timeouts more (two pauses of up to two, two tries of up to two),
+/// also before a fail-open handler runs. Once the client has suspended them, requests learn it at
+/// once. Within a gRPC call's deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnUnavailable {

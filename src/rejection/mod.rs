@@ -49,10 +49,10 @@ pub enum RejectionKind {
     /// Replay: the request body could not be read (the client went away or sent a broken
     /// body): `400` (gRPC `CANCELLED`).
     BodyUnreadable,
-    /// Replay: a request with this key completed, but its response was not stored (a
-    /// streamed body — every gRPC response whose status comes in trailers —, or larger than
-    /// the response limit), so it cannot be replayed: `409` without `Retry-After` (gRPC
-    /// `ALREADY_EXISTS`) — a retry gets the same answer, and the handler never runs twice.
+    /// Replay: a request with this key completed, but its response was not stored, so it cannot be
+    /// replayed. The response was a streamed body (every gRPC response whose status comes in
+    /// trailers), or larger than the response limit. Answered `409` without `Retry-After` (gRPC
+    /// `ALREADY_EXISTS`): a retry gets the same answer, and the handler never runs twice.
     CompletedNotStored,
     /// The lease was lost while the handler ran (its validity ran out, or the keep-alive
     /// could not extend it on a quorum) and the policy aborts on a lost lease

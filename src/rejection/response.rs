@@ -60,10 +60,10 @@ impl RejectionResponse {
         self
     }
 
-    /// Adds a header. A name that is not an HTTP token, a value with control characters
-    /// (CR, LF, ...), or one of `Content-Type`, `Content-Length`, `Transfer-Encoding` and
-    /// `Retry-After` (set from the constructor and [`with_retry_after`](Self::with_retry_after))
-    /// is dropped and logged at error: a rejection must always be sendable.
+    /// Adds a header. Some headers are dropped and logged at error: a name that is not an HTTP
+    /// token, a value with control characters (CR, LF, ...), or one of `Content-Type`,
+    /// `Content-Length`, `Transfer-Encoding` and `Retry-After`. (Those are set from the constructor
+    /// and [`with_retry_after`](Self::with_retry_after).) A rejection must always be sendable.
     #[must_use]
     pub fn with_header(
         mut self,

@@ -26,28 +26,27 @@
 //! again. [`Replay::transform`] seals what is stored (encrypt, redact) and opens it on
 //! replay (see [`RecordTransform`]).
 //!
-//! **At most once**: once the handler has started, the key is never released for a second
-//! run. When no response can be stored — the inner service returned an error, the response
-//! body failed while it was read (answered `500`), or the request was cancelled (a client
-//! that went away, a timeout layer outside) — the key is marked completed without a
-//! response, and retries get `409` completed-not-stored.
+//! **At most once**: once the handler has started, the key is never released for a second run.
+//! Sometimes no response can be stored. The inner service returned an error, the response body
+//! failed while it was read (answered `500`), or the request was cancelled (a client that went
+//! away, a timeout layer outside). Then the key is marked completed without a response, and retries
+//! get `409` completed-not-stored.
 //!
-//! **Scope**: the stored response is found by the lock key, so scope the key as finely as
-//! responses may be shared — by route, and by principal
-//! ([`scoped_by_extension`](crate::key::KeyExtractorExt::scoped_by_extension) with the
-//! authenticated user, or [`scoped_by_header`](crate::key::KeyExtractorExt::scoped_by_header)
-//! with a tenant header): one tenant never receives another tenant's stored response.
+//! **Scope**: the stored response is found by the lock key. So scope the key as finely as responses
+//! may be shared: by route, and by principal. For the principal, use
+//! [`scoped_by_extension`](crate::key::KeyExtractorExt::scoped_by_extension) with the authenticated
+//! user, or [`scoped_by_header`](crate::key::KeyExtractorExt::scoped_by_header) with a tenant
+//! header. Then one tenant never receives another tenant's stored response.
 //!
-//! **Safety**: the record is written with the lock's token, only where that token still
-//! holds, and counts once a quorum stored it; a read takes any record it finds and
-//! concludes "not done" only from a quorum (fewer answers: `503`). If the record cannot be
-//! stored on a quorum, the lock is not released early: duplicates get `409` until its ttl
-//! ends (logged at warn); after that, a key whose record no master kept runs again. So does
-//! a key whose replica crashed. A request whose lease was lost writes its record (its
-//! response, or the "outcome unknown" mark of an abort) where the key is still its own or
-//! free, never over another holder (`completion_if_free_never_takes_another_holders_lock`): a
-//! duplicate that took the expired key before runs (see
-//! [`OnLost`](crate::policy::OnLost)). Replay is as strong as the lock. See
+//! **Safety**: the record is written with the lock's token, only where that token still holds, and
+//! counts once a quorum stored it. A read takes any record it finds and concludes "not done" only
+//! from a quorum (fewer answers: `503`). If the record cannot be stored on a quorum, the lock is
+//! not released early. Duplicates get `409` until its ttl ends (logged at warn). After that, a key
+//! whose record no master kept runs again. So does a key whose replica crashed. A request whose
+//! lease was lost writes its record (its response, or the "outcome unknown" mark of an abort) where
+//! the key is still its own or free. It never writes over another holder
+//! (`completion_if_free_never_takes_another_holders_lock`). A duplicate that took the expired key
+//! before runs (see [`OnLost`](crate::policy::OnLost)). Replay is as strong as the lock. See
 //! [`Redlock::lock_unless_completed`](crate::Redlock::lock_unless_completed).
 //!
 //! **Costs**: a request body is buffered (up to [`Replay::body_limit`]) before the lock is
@@ -254,16 +253,16 @@ impl Replay {
     /// Which statuses are stored (default: below `500`). A response that is not stored
     /// releases the lock, and a retry runs the handler again.
     ///
-    /// A gRPC response (HTTP `200` with a gRPC `content-type`) reaches `f` as its HTTP
-    /// equivalent: a trailers-only one (a call that failed before its first message) as the
-    /// [`GrpcCode::http_equivalent`](crate::grpc::GrpcCode::http_equivalent) of its
-    /// `grpc-status` — except `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`,
-    /// `RESOURCE_EXHAUSTED` and `UNAVAILABLE`, which invite a retry and reach it as `503`, and
-    /// an unknown code, as `500` —; one whose status comes in the trailers as `200`, but its
-    /// response is never stored (trailers are not): when `f` accepts `200` its key is marked
-    /// completed without a response, else the lock is released.
-    /// `content-type`, `grpc-status` and `grpc-message` of a stored gRPC response are kept
-    /// even if [`drop_header`](Self::drop_header) names them.
+    /// A gRPC response (HTTP `200` with a gRPC `content-type`) reaches `f` as its HTTP equivalent.
+    /// A trailers-only one (a call that failed before its first message) reaches it as the
+    /// [`GrpcCode::http_equivalent`](crate::grpc::GrpcCode::http_equivalent) of its `grpc-status`.
+    /// In that case, `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`, `RESOURCE_EXHAUSTED` and
+    /// `UNAVAILABLE` invite a retry and reach it as `503` instead. An unknown code there reaches it
+    /// as `500`. A response whose status comes in the trailers reaches it as `200`, but its
+    /// response is never stored (trailers are not). When `f` accepts `200` its key is marked
+    /// completed without a response, else the lock is released. `content-type`, `grpc-status` and
+    /// `grpc-message` of a stored gRPC response are kept even if [`drop_header`](Self::drop_header)
+    /// names them.
     pub fn store_if(mut self, f: impl Fn(u16) -> bool + Send + Sync + 'static) -> Self {
         self.store_if = Arc::new(f);
         self

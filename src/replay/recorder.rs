@@ -150,11 +150,10 @@ impl Recorder {
     /// is left to its ttl (duplicates get `409` until then), logged at warn by the
     /// lock; the response is sent either way.
     ///
-    /// A lease found lost (before, or by the write) stores it where its key is still ours
-    /// or free — never over another holder's lock —, trying in the background for
-    /// [`LOST_RECORD_PATIENCE`] (three ttls if longer) until a quorum has it, so that a
-    /// duplicate gets the record rather than a second run; the response waits for that at
-    /// most [`LOST_RECORD_WAIT`].
+    /// A lease found lost (before, or by the write) stores it where its key is still ours or free —
+    /// never over another holder's lock. It tries in the background for [`LOST_RECORD_PATIENCE`]
+    /// (three ttls if longer) until a quorum has it. So a duplicate gets the record rather than a
+    /// second run. The response waits for that at most [`LOST_RECORD_WAIT`].
     pub(crate) async fn complete(&self, lease: Lease, record: Bytes) {
         let started = Instant::now();
         let key = tracing::enabled!(tracing::Level::DEBUG).then(|| hashed(lease.key()).to_string());
@@ -181,11 +180,11 @@ pub(crate) const LOST_RECORD_PATIENCE: Duration = Duration::from_secs(30);
 /// stored (it goes on in the background).
 pub(crate) const LOST_RECORD_WAIT: Duration = Duration::from_secs(1);
 
-/// The lease of a request whose handler has started. Under a replay policy (`recorder`), a
-/// request cancelled from here on — its future dropped while the handler runs or while its
-/// response is read — marks the key completed in the background instead of releasing it:
-/// the handler may have done its work, and must not run again for the key (a retry gets
-/// `409` completed-not-stored). Without one, dropping it releases the lease as always.
+/// The lease of a request whose handler has started. Under a replay policy (`recorder`), a request
+/// may be cancelled from here on: its future dropped while the handler runs or while its response
+/// is read. Such a request marks the key completed in the background instead of releasing it. The
+/// handler may have done its work, and must not run again for the key (a retry gets `409`
+/// completed-not-stored). Without a replay policy, dropping it releases the lease as always.
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) struct Running {
     lease: Option<Lease>,

@@ -18,12 +18,13 @@ pub type TransformError = Box<dyn std::error::Error + Send + Sync>;
 /// must open what any other sealed: rotate keys by opening with the old and the new one for
 /// at least the retention.
 ///
-/// What it gives is confidentiality, not integrity: the record's tag and fingerprint are
-/// not bound to the sealed bytes (use a cipher that authenticates, and know that anyone who
-/// can write to your Redis can move a sealed response under another key). Records stored
-/// unsealed (before the transform was turned on) are still replayed. The replay's
-/// `response_limit` applies to the response before it is sealed; a sealed record over
-/// [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN) is not stored (the key is marked completed).
+/// What it gives is confidentiality, not integrity: the record's tag and fingerprint are not bound
+/// to the sealed bytes. Use a cipher that authenticates. Know too that anyone who can write to your
+/// Redis can move a sealed response under another key. Records stored unsealed (before the
+/// transform was turned on) are still replayed. The replay's `response_limit` applies to the
+/// response before it is sealed. A sealed record over
+/// [`Lease::MAX_RECORD_LEN`](crate::Lease::MAX_RECORD_LEN) is not stored (the key is marked
+/// completed).
 ///
 /// ```
 /// use tower_redlock::replay::{RecordTransform, Replay, TransformError};

@@ -10,9 +10,9 @@ use tokio_postgres::{Error, Row, Transaction};
 use super::StaleToken;
 use crate::rejection::RejectionResponse;
 
-/// A table whose rows carry a fence column (`bigint`): each row is read and written only by
-/// the holder of a fencing token at least the one stored in it — the holder *claims* the
-/// row first, in the transaction that then reads and writes it.
+/// A table whose rows carry a fence column (`bigint`). Each row is read and written only by the
+/// holder of a fencing token at least the one stored in it. The holder *claims* the row first, in
+/// the transaction that then reads and writes it.
 ///
 /// The claim is one statement (with the defaults, key column `id` and fence column
 /// `fence`):
@@ -68,23 +68,22 @@ use crate::rejection::RejectionResponse;
 ///
 /// Per row, with every transaction that reads or writes it starting with a claim:
 /// - **a read-modify-write loses no committed write.** A claim waits for the row's lock, so
-///   transactions of the row run one after the other; each reads what the one before it
-///   committed, and a transaction whose token is older than a committed claim's reads
-///   nothing and writes nothing ([`Refused::Stale`]). A holder paused after its read
-///   (its lease lost meanwhile) still holds the row: its write lands if it commits before a
-///   newer holder claims, and the newer holder then reads it — or its session is ended
-///   (below) and nothing of it lands.
-/// - **tokens only grow**: a committed fence never goes back, so once a holder's claim has
-///   committed, an older one never reads or writes the row again. A claim that rolls back
-///   (its session ended, say) is undone with the rest of its transaction: until a newer
-///   claim commits, an older token may still claim the row — and it then reads what was
-///   committed, so no write is lost either way.
+///   transactions of the row run one after the other. Each reads what the one before it committed.
+///   A transaction whose token is older than a committed claim's reads nothing and writes nothing
+///   ([`Refused::Stale`]). A holder paused after its read (its lease lost meanwhile) still holds
+///   the row. Its write lands if it commits before a newer holder claims, and the newer holder then
+///   reads it. Or else its session is ended (below) and nothing of it lands.
+/// - **tokens only grow**: a committed fence never goes back. So once a holder's claim has
+///   committed, an older one never reads or writes the row again. A claim that rolls back (its
+///   session ended, say) is undone with the rest of its transaction. Until a newer claim commits,
+///   an older token may still claim the row. It then reads what was committed, so no write is lost
+///   either way.
 ///
-/// A write that does not read first (a *blind* write) is protected the same way by a claim
-/// before it; a single `UPDATE … SET …, fence = $token WHERE id = $1 AND fence <= $token`
-/// also protects it (the check is in the write's own `WHERE`), but **not** a
-/// read-modify-write: a holder that read before a newer holder's claim and writes after its
-/// read would overwrite what the newer holder computed from the same old value.
+/// A write that does not read first (a *blind* write) is protected the same way by a claim before
+/// it. A single `UPDATE … SET …, fence = $token WHERE id = $1 AND fence <= $token` also protects it
+/// (the check is in the write's own `WHERE`). It does **not** protect a read-modify-write. A holder
+/// that read before a newer holder's claim and writes after its read would overwrite what the newer
+/// holder computed from the same old value.
 ///
 /// What it assumes: every write of the row goes through a claim (or the fenced `WHERE`),
 /// with tokens from one lock resource (per resource, the crate's tokens only grow).
@@ -93,9 +92,9 @@ use crate::rejection::RejectionResponse;
 ///
 /// A holder paused after its claim (a GC pause, a SIGSTOP, a stalled network) blocks the
 /// next holder's claim until its transaction ends. Bound both sides:
-/// - the idle-in-transaction timeout on the sessions that claim (`SET` below), around the
-///   lock's ttl: the server ends the session of a paused holder, its transaction rolls back
-///   (its commit fails: nothing of it was written) and the row is free for the next holder;
+/// - the idle-in-transaction timeout on the sessions that claim (`SET` below), around the lock's
+///   ttl. The server ends the session of a paused holder, and its transaction rolls back (its
+///   commit fails: nothing of it was written). The row is then free for the next holder;
 /// - `lock_timeout` on the claim, inside the lease's validity: a claim that waited longer
 ///   fails with `55P03`, here [`Refused::Busy`] — answered like a stale token (`409`), and
 ///   its transaction rolls back.

@@ -64,13 +64,13 @@ use super::StaleToken;
 ///
 /// # Read-modify-write
 ///
-/// Fencing the writes is not enough for a write computed from a read (a balance, a stock
-/// count): a holder paused after its read and the next holder read the same value, and the
-/// paused one's write still lands if it comes first, is acknowledged, then replaced. Start
-/// such a write with [`read_for_write`](Self::read_for_write) (a string) or
-/// [`raise_for_write`](Self::raise_for_write) (then read a hash or a stream yourself): they
-/// raise the stored token before the read, so every later write of an older holder is
-/// refused. Tests: `fenced_claim_redis_*` in `tests/fenced_store/claim_redis.rs`.
+/// Fencing the writes is not enough for a write computed from a read (a balance, a stock count). A
+/// holder paused after its read and the next holder read the same value. The paused one's write
+/// still lands if it comes first, is acknowledged, then replaced. Start such a write with
+/// [`read_for_write`](Self::read_for_write) (a string) or
+/// [`raise_for_write`](Self::raise_for_write) (then read a hash or a stream yourself). They raise
+/// the stored token before the read, so every later write of an older holder is refused. Tests:
+/// `fenced_claim_redis_*` in `tests/fenced_store/claim_redis.rs`.
 ///
 /// # What it needs
 ///
@@ -82,9 +82,9 @@ use super::StaleToken;
 ///   (or letting it expire) lets the next write land whatever its token. Delete only the
 ///   data key to empty it. Never write a token key itself as data (a key ending in
 ///   `:fenced-token`): that would reset the fence of the data beside it.
-/// - The data Redis keeps what it acknowledged: the token is stored with the data and shares
-///   its fate (a restart without persistence, a failover to a replica that missed writes
-///   loses both, and a token between the lost and the kept ones may write again).
+/// - The data Redis keeps what it acknowledged: the token is stored with the data and shares its
+///   fate. A restart without persistence, or a failover to a replica that missed writes, loses
+///   both. A token between the lost and the kept ones may then write again.
 ///
 /// # Keys
 ///
@@ -109,16 +109,15 @@ use super::StaleToken;
 ///
 /// # Errors and odd answers
 ///
-/// Every method answers `Result<Result<T, StaleToken>, RedisError>`: the outer error is
-/// Redis' (I/O, `WRONGTYPE` — the data key holds another type than the write's, or the
-/// token key a foreign
-/// value — `CROSSSLOT`, an unexpected reply: never a panic), the inner one the refusal. In a
-/// function returning `Result<_, E>` where `E: From<RedisError> + From<StaleToken>` (e.g.
-/// `Box<dyn Error>`), `.await??` does both. An error can come after the write landed (a reply
-/// lost with its connection): [`fence`](Self::fence) then says whether a token at least yours
-/// is stored. A connection that sends a request again on its own after a dropped connection
-/// (redis-rs' cluster connection) may run a write twice with the same token: `set` and
-/// `hset` do the same thing again, `xadd` appends a second entry.
+/// Every method answers `Result<Result<T, StaleToken>, RedisError>`. The outer error is Redis'
+/// (I/O, `WRONGTYPE`, `CROSSSLOT`, an unexpected reply: never a panic), the inner one the refusal.
+/// `WRONGTYPE` means the data key holds another type than the write's, or the token key a foreign
+/// value. In a function returning `Result<_, E>` where `E: From<RedisError> + From<StaleToken>`
+/// (e.g. `Box<dyn Error>`), `.await??` does both. An error can come after the write landed (a reply
+/// lost with its connection). [`fence`](Self::fence) then says whether a token at least yours is
+/// stored. A connection that sends a request again on its own after a dropped connection (redis-rs'
+/// cluster connection) may run a write twice with the same token. `set` and `hset` do the same
+/// thing again, `xadd` appends a second entry.
 #[derive(Debug, Clone)]
 pub struct FencedRedis<C> {
     conn: C,
@@ -239,14 +238,13 @@ impl<C: ConnectionLike> FencedRedis<C> {
     /// ([`StaleToken`], nothing raised, nothing read) when a newer token is stored. `None`
     /// when the key holds nothing; `WRONGTYPE` when it holds another type than a string.
     ///
-    /// **Start every read-modify-write with it**, not with a plain `GET`: the raise refuses
-    /// every later write of an older holder, so what was read stays what holds until this
-    /// holder writes — or a newer one raises in turn, and this holder's write is refused.
-    /// With a plain read, a holder paused after its read and the next holder both read the
-    /// same value; the paused one's write lands first (the stored token is still older than
-    /// both), is acknowledged, and the next one's write replaces it: a lost update that
-    /// fencing of the writes alone does not see. The fencing guide (`guide::fencing`)
-    /// names the tests that show both.
+    /// **Start every read-modify-write with it**, not with a plain `GET`. The raise refuses every
+    /// later write of an older holder. So what was read stays what holds until this holder writes —
+    /// or a newer one raises in turn, and this holder's write is refused. With a plain read, a
+    /// holder paused after its read and the next holder both read the same value. The paused one's
+    /// write lands first (the stored token is still older than both) and is acknowledged. Then the
+    /// next one's write replaces it: a lost update that fencing of the writes alone does not see.
+    /// The fencing guide (`guide::fencing`) names the tests that show both.
     ///
     /// ```no_run
     /// # async fn run(mut accounts: tower_redlock::fenced::FencedRedis<redis::aio::ConnectionManager>, token: u64)

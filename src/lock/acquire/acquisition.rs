@@ -1,6 +1,7 @@
-//! The acquire request a try sends every node: the acquire script or the plain `SET` (each
-//! packed once for every Redis master that sends it), the replay acquire (the completion record looked at first), the fenced acquire
-//! (the counter's bump), or replay and fenced at once.
+//! The acquire request a try sends every node. It is the acquire script or the plain `SET` (each
+//! packed once for every Redis master that sends it), or the replay acquire (the completion record
+//! looked at first). It may also be the fenced acquire (the counter's bump), or replay and fenced
+//! at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,9 +91,9 @@ impl Acquisition {
     }
 }
 
-/// A fenced acquire's answer: a lock set without a counter (a custom node answering
-/// [`Acquire::Acquired`]) is not a vote — the token must be the largest counter of every
-/// vote for — but a failure (its key is released with the others).
+/// A fenced acquire's answer. A lock set without a counter (a custom node answering
+/// [`Acquire::Acquired`]) is not a vote: the token must be the largest counter of every vote for.
+/// It is a failure instead (its key is released with the others).
 fn checked(answer: Result<Acquire, CallError>) -> Result<Acquire, CallError> {
     match answer {
         Ok(Acquire::Acquired) => Err(CallError::new(

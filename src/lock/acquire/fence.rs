@@ -1,6 +1,6 @@
-//! Settling a fenced grant's token before the lease is handed out: the granting nodes
-//! whose counter is below the token have it raised, until enough of them carry it to share
-//! a node with every later quorum (the scheme, and why it suffices: `fencing.rs`).
+//! Settling a fenced grant's token before the lease is handed out. The granting nodes whose counter
+//! is below the token have it raised, until enough of them carry it to share a node with every
+//! later quorum (the scheme, and why it suffices: `fencing.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,11 +15,12 @@ use crate::lock::Redlock;
 use crate::node::ExtendRequest;
 
 impl Redlock {
-    /// Settles a fenced grant's token (see `fencing.rs`): raises the counters of the
-    /// nodes holding our lock (`holding`: every vote for, also those that came after the
-    /// decision) that do not carry `fence.token` yet (`fences`: the counted votes' counters,
-    /// by node) until at least `N − quorum + 1` of them carry it, before `deadline`. The
-    /// requests still in flight when that is reached finish in the background.
+    /// Settles a fenced grant's token (see `fencing.rs`). It raises the counters of the nodes
+    /// holding our lock that do not carry `fence.token` yet. The nodes holding our lock are
+    /// `holding`: every vote for, also those that came after the decision. Their counters are in
+    /// `fences`: the counted votes' counters, by node. It goes on until at least `N − quorum + 1`
+    /// of them carry it, before `deadline`. The requests still in flight when that is reached
+    /// finish in the background.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn settle_fence(
         &self,

@@ -1,6 +1,6 @@
-//! The pauses of the lock loop: the retry policy's schedule, the extra tries it allows (one
-//! after a split vote, a few after transient failures), and — with the wake-up (see
-//! `wake.rs`) — the queue behind the client's waiters and the wait for the key's release.
+//! The pauses of the lock loop. They are the retry policy's schedule and the extra tries it allows
+//! (one after a split vote, a few after transient failures). With the wake-up (see `wake.rs`), they
+//! are also the queue behind the client's waiters and the wait for the key's release.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,10 +11,10 @@ use crate::lock::wake::{self, Interest, Wakes, Woken};
 
 /// One lock call's pacing between its tries.
 ///
-/// With the wake-up, a caller that may wait queues behind the client's waiters of the key
-/// (one that may not, `Retry::never()`, tries at once), a failed try registers to be woken by
-/// the key's release, and the polls keep their schedule: `poll_at` is the next one, and only
-/// the polls count as retries.
+/// With the wake-up, a caller that may wait queues behind the client's waiters of the key. (One
+/// that may not, `Retry::never()`, tries at once.) A failed try registers to be woken by the key's
+/// release, and the polls keep their schedule. `poll_at` is the next one, and only the polls count
+/// as retries.
 pub(super) struct Pacing<'a> {
     retry: &'a Retry,
     /// The retry policy's time bound, from the call's start.

@@ -85,13 +85,12 @@ pub(super) fn settle_in_background<F>(
 
 /// The answer of [`Redlock::lock_unless_completed`].
 ///
-/// Which record answers when nodes hold different ones (a lease lost while its work ran
-/// stored its record "if free", beside another holder's): a record stored under a valid
-/// lease on a quorum of nodes, wherever a caller finds it first; records of lost leases
-/// that differ, and none stored under a valid lease, answer [`LockOrRecord::OutcomeUnknown`] —
-/// never one or the other by chance. Too few nodes answering to know is an unavailable
-/// error; a live holder beside a minority's record, a contended one (its record may still
-/// come).
+/// Which record answers when nodes hold different ones (a lease lost while its work ran stored its
+/// record "if free", beside another holder's). A record stored under a valid lease on a quorum of
+/// nodes answers, wherever a caller finds it first. Records of lost leases that differ, and none
+/// stored under a valid lease, answer [`LockOrRecord::OutcomeUnknown`] — never one or the other by
+/// chance. Too few nodes answering to know is an unavailable error. A live holder beside a
+/// minority's record is a contended one (its record may still come).
 #[derive(Debug)]
 #[must_use = "a LockOrRecord::Locked holds the lock: dropping it releases the lock at once"]
 pub enum LockOrRecord {

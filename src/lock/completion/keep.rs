@@ -1,6 +1,7 @@
-//! The background part of a completion that lacks its quorum: asked again where the lease's
-//! lock may still hold, the lock extended where the write is refused with an error reply,
-//! owed to the masters suspended meanwhile — also when the caller dropped the completion.
+//! The background part of a completion that lacks its quorum. The nodes where the lease's lock may
+//! still hold are asked again. The lock is extended where the write is refused with an error reply.
+//! The completion is owed to the masters suspended meanwhile. All this goes on also when the caller
+//! dropped the completion.
 
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -97,14 +98,13 @@ impl Drop for KeepOnDrop {
     }
 }
 
-/// Asks the nodes that may still hold the lease's lock to store the record, again and again,
-/// until each has it or can no longer take it — it refused, or the lock has expired
-/// everywhere it was not extended (`keep.until`). Until a quorum has it, a node that answers
-/// the write with an error reply but holds the lock has it extended, so that it keeps
-/// refusing duplicates; past the quorum the others are still asked while their lock may be
-/// there (more copies of the record), no longer extended. Ends early when the client is
-/// dropped. A completion that never reaches its quorum is reported (warn, and
-/// `redlock_record_minority_total`).
+/// Asks the nodes that may still hold the lease's lock to store the record, again and again, until
+/// each has it or can no longer take it. That is, it refused, or the lock has expired everywhere it
+/// was not extended (`keep.until`). Until a quorum has it, a node that answers the write with an
+/// error reply but holds the lock has it extended, so that it keeps refusing duplicates. Past the
+/// quorum the others are still asked while their lock may be there (more copies of the record), no
+/// longer extended. Ends early when the client is dropped. A completion that never reaches its
+/// quorum is reported (warn, and `redlock_record_minority_total`).
 pub(super) async fn keep_completing<F>(
     mut keep: Keep,
     mut progress: Progress,

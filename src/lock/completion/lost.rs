@@ -1,11 +1,11 @@
-//! The completion of a lease that may have been lost while its work ran (its validity ran
-//! out: the lock expired on the masters, or the keep-alive could not extend it): the work's
-//! outcome — its answer, or a marker that it is unknown — must still be recorded, or a
-//! duplicate runs the work again. [`Lease::complete_lost`] stores the record with the "if
-//! free" completion ([`CompleteRequest::or_if_free`](crate::node::CompleteRequest::or_if_free)):
-//! on every node, where the lock still holds the lease's token or is absent — never where
-//! another client holds it (that client is doing the work now, and completes it), nor over
-//! another record.
+//! The completion of a lease that may have been lost while its work ran. Lost means its validity
+//! ran out: the lock expired on the masters, or the keep-alive could not extend it. The work's
+//! outcome — its answer, or a marker that it is unknown — must still be recorded, or a duplicate
+//! runs the work again. [`Lease::complete_lost`] stores the record with the "if free" completion
+//! ([`CompleteRequest::or_if_free`](crate::node::CompleteRequest::or_if_free)). It stores it on
+//! every node where the lock still holds the lease's token or is absent. It never stores it where
+//! another client holds it (that client is doing the work now, and completes it), nor over another
+//! record.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,14 +85,14 @@ impl Lease {
 }
 
 impl Lease {
-    /// The middleware's completion of work that ran under this lease: [`Lease::complete`]
-    /// while the lease holds, and the "if free" completion ([`Lease::complete_lost`]) when it
-    /// was lost already or `complete` finds it lost (its validity ran out meanwhile, its
-    /// token gone from a quorum) — so a lost lease never leaves its work unrecorded. The
-    /// "if free" part runs in a task of its own, kept at for `patience` and waited for here
-    /// at most `wait` (a quorum of unreachable masters does not hold the response back, and
-    /// a caller that goes away does not stop it): past `wait`, an unavailable error while it
-    /// goes on. Tests: `replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write`
+    /// The middleware's completion of work that ran under this lease. It is [`Lease::complete`]
+    /// while the lease holds. It is the "if free" completion ([`Lease::complete_lost`]) when the
+    /// lease was lost already or `complete` finds it lost (its validity ran out meanwhile, its
+    /// token gone from a quorum). So a lost lease never leaves its work unrecorded. The "if free"
+    /// part runs in a task of its own, kept at for `patience` and waited for here at most `wait`. A
+    /// quorum of unreachable masters does not hold the response back, and a caller that goes away
+    /// does not stop it. Past `wait`, this answers an unavailable error while the task goes on.
+    /// Tests: `replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write`
     /// (`completion/tests.rs`), the middleware's `on_lost_*_with_replay_*`.
     pub(crate) async fn complete_or_free(
         self,
@@ -207,18 +207,18 @@ impl Redlock {
 }
 
 impl Redlock {
-    /// Copies `record`, "if free", for `retention`, to the nodes in `mask` — where a
-    /// replay acquire's try (`key`, `token`) locked, and answers with a record that only
-    /// "if free" records made (rule 5 of `records.rs`): stored where the try's lock holds or
-    /// the key is free, never over another holder's lock or another record. One round, each
-    /// node within the node timeout; what is still in flight then finishes in the
-    /// background. Returns the nodes that stored it (or had it already), and an error for
-    /// each node of `mask` that failed or gave no answer within the round (a refusal is
-    /// none: asked again, it would refuse again): the try answers with the record only when
-    /// the copy reached every node of `mask` — the copies keep a later lost lease's "if
-    /// free" record from landing beside it — and otherwise is unavailable with these errors
-    /// (a timeout among them makes it transient: worth another try). `retention` is bounded
-    /// by [`Lease::MAX_RECORD_RETENTION`] (a custom node may report more).
+    /// Copies `record`, "if free", for `retention`, to the nodes in `mask`. Those are the nodes
+    /// where a replay acquire's try (`key`, `token`) locked. That try answers with a record that
+    /// only "if free" records made (rule 5 of `records.rs`). The copy is stored where the try's
+    /// lock holds or the key is free, never over another holder's lock or another record. One
+    /// round, each node within the node timeout; what is still in flight then finishes in the
+    /// background. Returns the nodes that stored it (or had it already). It also returns an error
+    /// for each node of `mask` that failed or gave no answer within the round. A refusal is not one
+    /// of them: asked again, it would refuse again. The try answers with the record only when the
+    /// copy reached every node of `mask`. The copies keep a later lost lease's "if free" record
+    /// from landing beside it. Otherwise the try is unavailable with these errors (a timeout among
+    /// them makes it transient: worth another try). `retention` is bounded by
+    /// [`Lease::MAX_RECORD_RETENTION`] (a custom node may report more).
     pub(crate) async fn copy_free(
         &self,
         key: &Arc<str>,

@@ -4,13 +4,12 @@
 //! record on every node where the lease still holds, ending the lock there, and keeps at it
 //! until a quorum has it.
 //!
-//! A duplicate runs the work again only if a quorum of nodes answers it with neither the
-//! record nor our lock. So while the record lacks its quorum, the nodes that did not store
-//! it must keep our lock: the completion is retried there — past the caller's patience, for
-//! as long as the lock may still hold there — and a node that refuses the write with an error
-//! reply (a master out of memory) but still holds the lock has it extended. What this
-//! leaves open is stated in the crate's Safety docs: a node that does not answer until its
-//! lock has expired can no longer store the record.
+//! A duplicate runs the work again only if a quorum of nodes answers it with neither the record nor
+//! our lock. So while the record lacks its quorum, the nodes that did not store it must keep our
+//! lock. The completion is retried there — past the caller's patience, for as long as the lock may
+//! still hold there. A node that refuses the write with an error reply (a master out of memory) but
+//! still holds the lock has it extended. What this leaves open is stated in the crate's Safety
+//! docs: a node that does not answer until its lock has expired can no longer store the record.
 //!
 //! `lost.rs`: the completion of a lease that may have been lost while its work ran, stored
 //! where its lock holds or has expired (never over another holder).

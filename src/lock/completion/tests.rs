@@ -296,10 +296,10 @@ async fn complete_lost_refuses_an_invalid_record() {
     );
 }
 
-/// The middleware's completion (`Lease::complete_or_free`) of a lease that was valid when
-/// the write started and ran out before the node answered: the plain completion comes too
-/// late (refused where the lock expired), and the "if free" one stores the record — the
-/// duplicate gets it. A lease lost before the write goes straight to the "if free" form.
+/// The middleware's completion (`Lease::complete_or_free`) of a lease that was valid when the write
+/// started and ran out before the node answered. The plain completion comes too late (refused where
+/// the lock expired), and the "if free" one stores the record: the duplicate gets it. A lease lost
+/// before the write goes straight to the "if free" form.
 #[tokio::test]
 async fn replay_a_record_is_stored_even_when_the_lease_ran_out_during_the_write() {
     let node = Scripted::new(&[Step::StoreAfter(Duration::from_millis(700))]);

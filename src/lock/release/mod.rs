@@ -61,10 +61,10 @@ pub(crate) struct Release {
 type Released = (crate::Result<()>, usize, usize);
 
 impl Lease {
-    /// Releases the lock on every node that may hold it (compare-and-delete with this
-    /// lease's token). Returns once a quorum of nodes has released it (or holds nothing of
-    /// ours) — the lock can then be taken by the next client — while the slower nodes'
-    /// releases finish in the background, so a dead minority costs nothing here.
+    /// Releases the lock on every node that may hold it (compare-and-delete with this lease's
+    /// token). Returns once a quorum of nodes has released it (or holds nothing of ours): the lock
+    /// can then be taken by the next client. The slower nodes' releases finish in the background,
+    /// so a dead minority costs nothing here.
     ///
     /// Nodes that fail or do not answer in time are asked again, with a short backoff,
     /// until a quorum is reached, the lease's validity ends, or ten node timeouts have
@@ -220,11 +220,11 @@ impl Redlock {
         }
     }
 
-    /// Hands the rest of a release to a task: the requests in flight (`sent`) finish, and the
-    /// nodes that got no answer (`failed`) are asked again — not for the lock's whole ttl, but
-    /// for at most [`PATIENCE`] more node timeouts, and never a suspended node or one whose
-    /// reply refused (it would refuse again). The task holds the client weakly: dropping the
-    /// client ends it.
+    /// Hands the rest of a release to a task: the requests in flight (`sent`) finish, and the nodes
+    /// that got no answer (`failed`) are asked again. They are not asked for the lock's whole ttl,
+    /// but for at most [`PATIENCE`] more node timeouts. A suspended node, or one whose reply
+    /// refused (it would refuse again), is never asked again. The task holds the client weakly:
+    /// dropping the client ends it.
     fn release_in_background<F>(&self, mut r: Release, sent: tally::Sent<bool, F>, failed: u64)
     where
         F: std::future::Future<Output = Result<bool, CallError>> + Send + 'static,

@@ -90,18 +90,18 @@ async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// The background part of a release retries a node that does not answer for a bounded
 /// time, not for the lock's ttl (an hour), and ends when the client is dropped.
 ///
-/// Bounded: with the client alive, the retries end by themselves — the release is then
-/// owed to the node (`owed.rs`), the retry loop's last act — and the node was asked at
-/// most once plus the retries that fit in the background's [`PATIENCE`] node timeouts
-/// (pauses from [`FIRST_PAUSE`], doubling up to [`MAX_PAUSE`]: 10 + 20 + 40 + 80 ms fit
-/// in 200 ms, so 4). A count, not a time: a loaded machine only makes it fewer.
+/// Bounded: with the client alive, the retries end by themselves. The release is then owed to the
+/// node (`owed.rs`), the retry loop's last act. The node was asked at most once plus the retries
+/// that fit in the background's [`PATIENCE`] node timeouts. The pauses start from [`FIRST_PAUSE`],
+/// doubling up to [`MAX_PAUSE`]: 10 + 20 + 40 + 80 ms fit in 200 ms, so 4. A count, not a time: a
+/// loaded machine only makes it fewer.
 ///
-/// Ends with the client: a second client is dropped as soon as its release returned
-/// (nothing runs in between on this single-threaded runtime), while its background
-/// retries are under way; the test waits until nothing holds the silent node any more
-/// (its count's only other owner is the node), so it can never be asked again, and the
-/// node was asked only the first round's request, already handed to the background
-/// task: a retry needs the client. The 10 s waits are only the failure's deadline.
+/// Ends with the client: a second client is dropped as soon as its release returned (nothing runs
+/// in between on this single-threaded runtime), while its background retries are under way. The
+/// test waits until nothing holds the silent node any more (its count's only other owner is the
+/// node), so it can never be asked again. The node was asked only the first round's request,
+/// already handed to the background task: a retry needs the client. The 10 s waits are only the
+/// failure's deadline.
 #[tokio::test]
 async fn background_release_retries_are_bounded_and_end_with_the_client() {
     let ttl = Duration::from_secs(3600);

@@ -24,14 +24,13 @@ pub(crate) enum Packed {
 }
 
 impl RedisNode {
-    /// The script [`ACQUIRE`], which reads the master's eviction policy atomically with its
-    /// `SET` and refuses on a master that may evict; with delayed-restart protection, the
-    /// guarded script; both return the holder's ttl at once. A voter that allows eviction
-    /// (not behind protection, over a connection that never sends twice) sends the plain
-    /// `SET key token NX PX ttl`, which costs a master less CPU than a script
-    /// (`bench/benches/profile.rs`): a held key answers without the holder's ttl, and the
-    /// client asks one node for it ([`RedisNode::remaining_ttl`]) when a contended error is
-    /// returned, not every node on every try.
+    /// The script [`ACQUIRE`], which reads the master's eviction policy atomically with its `SET`
+    /// and refuses on a master that may evict. With delayed-restart protection, the guarded script.
+    /// Both return the holder's ttl at once. A voter that allows eviction (not behind protection,
+    /// over a connection that never sends twice) sends the plain `SET key token NX PX ttl`. That
+    /// costs a master less CPU than a script (`bench/benches/profile.rs`). A held key then answers
+    /// without the holder's ttl. The client asks one node for it ([`RedisNode::remaining_ttl`])
+    /// when a contended error is returned, not every node on every try.
     ///
     /// With `prepared` (what [`RedisNode::packed_acquire`] names), the `SET` or the script
     /// packed once for every master of a fan-out (measured in `bench/benches/profile.rs`: a command per node cost about a tenth of the
@@ -118,19 +117,20 @@ impl RedisNode {
         script_cmd("EVALSHA", RELEASE.sha1(), &[key], token, [None, None], wake)
     }
 
-    /// Whether this node acquires with the plain `SET` of [`RedisNode::set_cmd`]: a voter
-    /// that allows eviction (else the acquire is the script [`ACQUIRE`], which reads the
-    /// master's policy atomically with its `SET`), not behind tenure protection, and over a
-    /// connection that never sends a request twice (a Cluster's does, after a dropped
-    /// connection: there the script takes our own token for a grant).
+    /// Whether this node acquires with the plain `SET` of [`RedisNode::set_cmd`]. It does for a
+    /// voter that allows eviction, not behind tenure protection, and over a connection that never
+    /// sends a request twice. A voter that does not allow eviction acquires with the script
+    /// [`ACQUIRE`] instead, which reads the master's policy atomically with its `SET`. A Cluster's
+    /// connection does send a request twice, after a dropped connection: there the script takes our
+    /// own token for a grant.
     pub(crate) fn plain_acquire(&self) -> bool {
         self.eviction.allows() && self.guard.is_none() && !self.conn.sends_again()
     }
 
-    /// Which acquire packed once for a fan-out ([`RedisNode::set_cmd`],
-    /// [`RedisNode::acquire_cmd`]) this node sends, if any: not one behind tenure protection
-    /// (its script takes the markers' keys), nor the lenient script of a Cluster voter that
-    /// allows eviction (rare: it packs its own).
+    /// Which acquire packed once for a fan-out ([`RedisNode::set_cmd`], [`RedisNode::acquire_cmd`])
+    /// this node sends, if any. A node behind tenure protection sends none (its script takes the
+    /// markers' keys). Nor does a Cluster voter that allows eviction, with its lenient script
+    /// (rare: it packs its own).
     pub(crate) fn packed_acquire(&self) -> Option<Packed> {
         if self.plain_acquire() {
             Some(Packed::Set)

@@ -195,33 +195,31 @@ impl RedisNode {
     /// failover protection on, for ttls up to
     /// [`RedisNodeOptions::DEFAULT_FAILOVER_MAX_TTL`].
     ///
-    /// The master is discovered through the sentinels (the answer of a majority of the
-    /// group, checked with `ROLE`), re-checked every
-    /// [`Sentinel::refresh_interval`] and at once after a request fails in a way a failover
-    /// explains (the master gone, or `READONLY`): after a failover the voter follows the new
-    /// master without a new client. Until the first discovery ends, requests wait for it
-    /// (bounded by the client's node timeout); while no master is known they fail at once,
-    /// as an unreachable master does. The voter votes only while a majority of its
-    /// sentinels has named its master within its majority window (two refresh intervals
-    /// plus two connect timeouts);
-    /// otherwise it abstains (see [`Sentinel::refresh_interval`]).
+    /// The master is discovered through the sentinels (the answer of a majority of the group,
+    /// checked with `ROLE`). It is re-checked every [`Sentinel::refresh_interval`], and at once
+    /// after a request fails in a way a failover explains (the master gone, or `READONLY`). So
+    /// after a failover the voter follows the new master without a new client. Until the first
+    /// discovery ends, requests wait for it (bounded by the client's node timeout). While no master
+    /// is known they fail at once, as an unreachable master does. The voter votes only while a
+    /// majority of its sentinels has named its master within its majority window (two refresh
+    /// intervals plus two connect timeouts). Otherwise it abstains (see
+    /// [`Sentinel::refresh_interval`]).
     ///
-    /// **The group, not the list.** The voter asks every sentinel listed and every one the
-    /// group names (`SENTINEL SENTINELS`), counts each once (`SENTINEL MYID`), and counts its
-    /// majority over the largest of: the sentinels listed, the group the sentinels report
+    /// **The group, not the list.** The voter asks every sentinel listed and every one the group
+    /// names (`SENTINEL SENTINELS`), and counts each once (`SENTINEL MYID`). It counts its majority
+    /// over the largest of: the sentinels listed, the group the sentinels report
     /// (`num-other-sentinels` + 1), and the largest group it has seen. Two of three listed
-    /// sentinels of a group of five — one side of a zone split — are no majority. A
-    /// sentinel removed from the group still counts until `SENTINEL RESET` is sent to every
-    /// remaining sentinel: while fewer than a majority answer, the voter abstains and warns
-    /// naming the reset. The group a client saw shrinks only when more than half of it
-    /// answers reporting the smaller group (a sentinel restarted without its configuration
-    /// reports a small group too); after removing half or more of a group, reset the rest
-    /// and restart the clients. List each sentinel once, by one address, and take removed
-    /// ones out of the list: each listed address counts. Learned sentinels are reached at
-    /// the address they announce (under TLS, their certificates must name it). The
-    /// sentinels' user needs `+sentinel|get-master-addr-by-name +sentinel|myid
-    /// +sentinel|master +sentinel|sentinels` (Redis 6.2 or later): a sentinel that cannot
-    /// say who it is or how large its group is gives no vote.
+    /// sentinels of a group of five — one side of a zone split — are no majority. A sentinel
+    /// removed from the group still counts until `SENTINEL RESET` is sent to every remaining
+    /// sentinel. While fewer than a majority answer, the voter abstains and warns naming the reset.
+    /// The group a client saw shrinks only when more than half of it answers reporting the smaller
+    /// group. (A sentinel restarted without its configuration reports a small group too.) After
+    /// removing half or more of a group, reset the rest and restart the clients. List each sentinel
+    /// once, by one address, and take removed ones out of the list: each listed address counts.
+    /// Learned sentinels are reached at the address they announce (under TLS, their certificates
+    /// must name it). The sentinels' user needs `+sentinel|get-master-addr-by-name +sentinel|myid
+    /// +sentinel|master +sentinel|sentinels` (Redis 6.2 or later). A sentinel that cannot say who
+    /// it is or how large its group is gives no vote.
     ///
     /// **Failover protection** ([`RedisNodeOptions::restart_protection`]): replication is
     /// asynchronous, so a promoted replica may lack a lock its old master granted; the new
@@ -266,17 +264,16 @@ impl RedisNode {
     /// protection: see
     /// [`RedisNodeOptions::restart_protection`] for what it costs on a Cluster).
     ///
-    /// Each request goes to the master of its key's hash slot; redis-rs' cluster connection
-    /// follows `MOVED`/`ASK` and refreshes the slot map. Keys a script uses next to the lock
-    /// (a completion record, the protection's marker) are put in the lock key's slot. The
-    /// whole cluster is **one** voter: it answers for a key only while that key's slot is
-    /// served (with `cluster-require-full-coverage yes`, Redis' default, while every slot
-    /// is). Its health is the voter's, not a shard's: while one shard is down and the others
-    /// answer, a request to the down shard in a process that stalls is given back the stall
-    /// as for a node that keeps answering (see
-    /// [`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout)) — up to 5 s
-    /// instead of four node timeouts. Must be called inside a Tokio runtime; nothing
-    /// connects until the first request.
+    /// Each request goes to the master of its key's hash slot; redis-rs' cluster connection follows
+    /// `MOVED`/`ASK` and refreshes the slot map. Keys a script uses next to the lock (a completion
+    /// record, the protection's marker) are put in the lock key's slot. The whole cluster is
+    /// **one** voter. It answers for a key only while that key's slot is served (with
+    /// `cluster-require-full-coverage yes`, Redis' default, while every slot is). Its health is the
+    /// voter's, not a shard's. While one shard is down and the others answer, a request to the down
+    /// shard in a process that stalls is given back the stall as for a node that keeps answering
+    /// (see [`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout)). That is up to 5
+    /// s instead of four node timeouts. Must be called inside a Tokio runtime; nothing connects
+    /// until the first request.
     ///
     /// `options`: the connection settings ([`RedisNodeOptions::default`] for the defaults).
     ///
@@ -364,13 +361,12 @@ impl RedisNode {
         reply
     }
 
-    /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given, `[ttl_ms,
-    /// extra]` and `wake` (the wake-up's channel kind, for a script that deletes a lock) as
-    /// the next arguments: `EVALSHA`, then `EVAL` if the master lost its script cache; an
-    /// acquire `EVAL` at once ([`Script::whole`]). With `prepared`, the command packed once
-    /// for every master of a fan-out (a release's `EVALSHA`, an acquire's `EVAL`). A vote
-    /// script is sent with its eviction check unless the voter allows eviction
-    /// ([`Script::for_voter`]).
+    /// Runs `script` with `KEYS = keys`, `ARGV[1] = token` and, when given, `[ttl_ms, extra]` and
+    /// `wake` as the next arguments. `wake` is the wake-up's channel kind, for a script that
+    /// deletes a lock. It sends `EVALSHA`, then `EVAL` if the master lost its script cache; an
+    /// acquire sends `EVAL` at once ([`Script::whole`]). With `prepared`, the command packed once
+    /// for every master of a fan-out (a release's `EVALSHA`, an acquire's `EVAL`). A vote script is
+    /// sent with its eviction check unless the voter allows eviction ([`Script::for_voter`]).
     async fn run(
         &self,
         script: &Script,

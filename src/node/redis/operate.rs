@@ -1,6 +1,6 @@
-//! An operator's verbs on one Redis voter: what it holds at a key (plain reads: `GET`,
-//! `PTTL`, `GETRANGE`, `STRLEN`, so that a user allowed only to read can inspect), the locks
-//! under a prefix (`SCAN`), and the forced deletion of a stuck lock (one script).
+//! An operator's verbs on one Redis voter. One reads what it holds at a key (plain reads: `GET`,
+//! `PTTL`, `GETRANGE`, `STRLEN`, so that a user allowed only to read can inspect). One lists the
+//! locks under a prefix (`SCAN`). One is the forced deletion of a stuck lock (one script).
 
 use std::time::Duration;
 

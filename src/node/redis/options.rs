@@ -7,24 +7,24 @@ use redis::aio::ConnectionManagerConfig;
 /// See [`RedisNodeOptions::DEFAULT_FAILOVER_MAX_TTL`].
 pub(crate) const DEFAULT_FAILOVER_MAX_TTL: Duration = Duration::from_secs(60);
 
-/// Room for this many commands between the callers and a connection's writer (redis-rs
-/// defaults to 50). A request waits for room before it is written, and a request whose node
-/// timeout fires while it waits is never sent at all: under a flood (hundreds of requests in
-/// flight on one replica), a release or a completion that is never written leaves its lock
-/// held for the rest of the ttl, and acquires time out against healthy masters. Written late,
-/// it still takes effect. The room is a bound, not an allocation: slots are allocated as
-/// commands queue.
+/// Room for this many commands between the callers and a connection's writer (redis-rs defaults to
+/// 50). A request waits for room before it is written. A request whose node timeout fires while it
+/// waits is never sent at all. Under a flood (hundreds of requests in flight on one replica), a
+/// release or a completion that is never written leaves its lock held for the rest of the ttl.
+/// Under such a flood, acquires also time out against healthy masters. Written late, a release
+/// or a completion still takes effect. The room is a bound, not an allocation: slots are
+/// allocated as commands queue.
 const PIPELINE_BUFFER: usize = 4096;
 
 /// Connection settings of a [`RedisNode`](super::RedisNode).
 ///
-/// The defaults suit masters on the same network: connect within 1 s, reconnect in the
-/// background with exponential backoff from 10 ms up to 1 s, and no response timeout of the
-/// connection's own: the client's per-node timeout
-/// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout), 50 ms by
-/// default) already bounds every request, and a second timer per request measurably costs
-/// throughput (`bench/benches/profile.rs`). Set one with [`RedisNodeOptions::response_timeout`]
-/// when the node is also used outside a [`Redlock`](crate::Redlock) client.
+/// The defaults suit masters on the same network. A connection connects within 1 s and reconnects
+/// in the background with exponential backoff from 10 ms up to 1 s. It has no response timeout of
+/// its own. The client's per-node timeout
+/// ([`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout), 50 ms by default)
+/// already bounds every request. A second timer per request measurably costs throughput
+/// (`bench/benches/profile.rs`). Set one with [`RedisNodeOptions::response_timeout`] when the node
+/// is also used outside a [`Redlock`](crate::Redlock) client.
 ///
 /// Tenure protection ([`restart_protection`](Self::restart_protection)) is off by default
 /// for a plain master and a Cluster, and on for a Sentinel group (with
@@ -123,19 +123,19 @@ impl RedisNodeOptions {
     /// the master serving it has held its dataset for less than `max_ttl` (the longest ttl
     /// any client uses on it).
     ///
-    /// A master that restarts without persistence forgets its keys, and a replica promoted
-    /// by a failover may lack the newest ones (replication is asynchronous): if a lock it
-    /// should hold is still valid on other voters, a second client could otherwise gain a
-    /// quorum with the forgetful master's vote. With protection on, the acquire script
-    /// itself checks — in one atomic step, on the master's own clock — two marker keys:
-    /// *which server process* (its `run_id`) knows the dataset since when, and since when
-    /// *this replication history* (its `master_replid`, new at every promotion) is served as
-    /// master. A restart (with or without persistence), a flush, a promoted replica (the
-    /// markers it replicated name the old master), or a former master demoted, re-synced
-    /// and promoted again (the same process, a new history) starts the clock again; a
-    /// master whose tenure is younger than `max_ttl` abstains (counts as failed). Locks the
-    /// old master granted were granted before that, with ttls up to `max_ttl`: they are gone
-    /// everywhere when it votes again (`tests/voters/tenure.rs`, `tests/voters/sentinel.rs`).
+    /// A master that restarts without persistence forgets its keys. A replica promoted by a
+    /// failover may lack the newest ones (replication is asynchronous). Say a lock it should hold
+    /// is still valid on other voters. A second client could otherwise gain a quorum with the
+    /// forgetful master's vote. With protection on, the acquire script itself checks two marker
+    /// keys, in one atomic step, on the master's own clock. One says *which server process* (its
+    /// `run_id`) knows the dataset, and since when. The other says since when *this replication
+    /// history* (its `master_replid`, new at every promotion) is served as master. The clock starts
+    /// again on a restart (with or without persistence), a flush, or a promoted replica (the
+    /// markers it replicated name the old master). It also starts again when a former master is
+    /// demoted, re-synced and promoted again (the same process, a new history). A master whose
+    /// tenure is younger than `max_ttl` abstains (counts as failed). Locks the old master granted
+    /// were granted before that, with ttls up to `max_ttl`. They are gone everywhere when it votes
+    /// again (`tests/voters/tenure.rs`, `tests/voters/sentinel.rs`).
     ///
     /// The markers are a format: `tower-redlock:restart-guard:<ms>` holds `<run_id>:<ms>`
     /// (read and written the same way by every version of this crate), and
@@ -181,24 +181,24 @@ impl RedisNodeOptions {
     /// warning when it sees the policy. The right fix is on the master:
     /// `CONFIG SET maxmemory-policy noeviction`, or a Redis of its own for the locks.
     ///
-    /// Every acquire, extension and completion reads the policy with `INFO memory` (usually
-    /// allowed where `CONFIG` is not) inside its own script, atomically with its write: on a master
-    /// made a cache a moment ago (`CONFIG SET maxmemory-policy allkeys-lru`), the very next
-    /// acquire, extension or completion there is refused, and the voter abstains from then
-    /// on. A lease granted before the change keeps its key there, exposed, until its next
-    /// extension (refused) or its end; a completion record stored before it, for its
-    /// retention. The voter also checks the policy for [`NodeStatus`](crate::NodeStatus)
-    /// and to refuse without sending: on first use — beside the first acquires, whose
-    /// answers count only if it lets the voter vote — after every reconnection, after a
-    /// Sentinel failover, and in the background when a request or a status read finds the
-    /// last check older than 30 s (a second while the voter abstains, or after a check that
-    /// got no answer or an error reply: the last verdict stands meanwhile). No round trip is
-    /// added to a lock; an allowed voter's scripts skip the read. `maxmemory 0` means no
-    /// eviction (on 64-bit builds; a 32-bit build reports its implicit 3 GB limit with
-    /// `noeviction`). A master whose `INFO` is denied (an ACL without `+info`) votes
-    /// unchecked, with a warning (its scripts cannot read the policy either). On a Cluster every master's policy counts: one that evicts
-    /// makes the voter abstain (best effort: while a master does not answer, the policy is
-    /// unknown and the voter votes; it is asked again every second).
+    /// Every acquire, extension and completion reads the policy with `INFO memory` (usually allowed
+    /// where `CONFIG` is not) inside its own script, atomically with its write. Say a master was
+    /// made a cache a moment ago (`CONFIG SET maxmemory-policy allkeys-lru`). The very next
+    /// acquire, extension or completion there is refused, and the voter abstains from then on. A
+    /// lease granted before the change keeps its key there, exposed, until its next extension
+    /// (refused) or its end. A completion record stored before it stays there for its retention.
+    /// The voter also checks the policy for [`NodeStatus`](crate::NodeStatus) and to refuse without
+    /// sending. It checks on first use, beside the first acquires, whose answers count only if it
+    /// lets the voter vote. It checks after every reconnection and after a Sentinel failover. It
+    /// also checks in the background when a request or a status read finds the last check older
+    /// than 30 s. That age is a second while the voter abstains, or after a check that got no
+    /// answer or an error reply. Meanwhile the last verdict stands. No round trip is added to a
+    /// lock; an allowed voter's scripts skip the read. `maxmemory 0` means no eviction (on 64-bit
+    /// builds; a 32-bit build reports its implicit 3 GB limit with `noeviction`). A master whose
+    /// `INFO` is denied (an ACL without `+info`) votes unchecked, with a warning (its scripts
+    /// cannot read the policy either). On a Cluster every master's policy counts: one that evicts
+    /// makes the voter abstain. This is best effort. While a master does not answer, the policy is
+    /// unknown and the voter votes; it is asked again every second.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), tower_redlock::Error> {

@@ -1,6 +1,6 @@
-//! Completion records on a Redis master: the replay acquire (a stored record answers instead
-//! of a lock) and the fenced write that stores a record and ends the lock (in its "if free"
-//! form, also where the lock is gone), each one script.
+//! Completion records on a Redis master, each one script. One is the replay acquire (a stored
+//! record answers instead of a lock). The other is the fenced write that stores a record and ends
+//! the lock (in its "if free" form, also where the lock is gone).
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! Whether a voter's master may evict keys: a master with a `maxmemory` and a policy other
-//! than `noeviction` (a Redis shared with a cache) can drop a lock or a completion record
-//! before its ttl under memory pressure, and a second holder or a second run follows.
+//! Whether a voter's master may evict keys. A master with a `maxmemory` and a policy other than
+//! `noeviction` (a Redis shared with a cache) can drop a lock or a completion record before its ttl
+//! under memory pressure. A second holder or a second run then follows.
 //!
 //! The master's `INFO memory` (`maxmemory`, `maxmemory_policy`; `INFO` is usually allowed
 //! where `CONFIG` is not) is read, one check at a time, each bounded by a timeout:
@@ -10,22 +10,21 @@
 //! - so again after a connection error (redis-rs reconnects after one: the new connection
 //!   may reach another server, or one restarted with another configuration), and after a
 //!   Sentinel voter adopts another master;
-//! - in the background, when an acquire, an extension or a status read finds the last
-//!   check older than [`RECHECK_EVERY`] (for a `CONFIG SET` on a live connection), or
-//!   [`RECHECK_ABSTAINING`] while the voter abstains (so that a fixed master votes again
-//!   soon) or after a check that failed; the request goes by the last verdict meanwhile.
+//! - in the background, when an acquire, an extension or a status read finds the last check older
+//!   than [`RECHECK_EVERY`] (for a `CONFIG SET` on a live connection). The age is
+//!   [`RECHECK_ABSTAINING`] instead while the voter abstains (so that a fixed master votes again
+//!   soon) or after a check that failed. The request goes by the last verdict meanwhile.
 //!
-//! The check is for reporting and for refusing early. What keeps a lock safe is in the
-//! scripts: every acquire, extension and completion of a voter that does not allow eviction
-//! is a script that reads `INFO memory` itself, atomically with its write, and refuses
-//! (`-EVICTS` naming the policy) on a master that may evict — a `CONFIG SET` made a moment ago
-//! included. A refusal makes the voter abstain at once, and the check due in
-//! [`RECHECK_ABSTAINING`] sees the master fixed. No command or round trip is added to a
-//! lock: the read is inside the request (`eviction_check_costs_no_round_trip_per_lock`).
-//! What a script cannot see is a lease already granted: one taken before the change keeps
-//! its key on that master, exposed to eviction, until its next extension (refused there)
-//! or its end; a completion record stored before the change, for its retention
-//! (docs/safety.md says what that exposes).
+//! The check is for reporting and for refusing early. What keeps a lock safe is in the scripts.
+//! Every acquire, extension and completion of a voter that does not allow eviction is a script that
+//! reads `INFO memory` itself, atomically with its write. It refuses (`-EVICTS` naming the policy)
+//! on a master that may evict — a `CONFIG SET` made a moment ago included. A refusal makes the
+//! voter abstain at once, and the check due in [`RECHECK_ABSTAINING`] sees the master fixed. No
+//! command or round trip is added to a lock: the read is inside the request
+//! (`eviction_check_costs_no_round_trip_per_lock`). What a script cannot see is a lease already
+//! granted. One taken before the change keeps its key on that master, exposed to eviction, until
+//! its next extension (refused there) or its end. A completion record stored before the change
+//! stays there for its retention (docs/safety.md says what that exposes).
 //!
 //! A check that gets no answer in time, or an error reply (`-BUSY`), leaves the
 //! last verdict standing; with none yet, it fails the requests beside it (on a Cluster,
@@ -152,9 +151,9 @@ impl Eviction {
         self.inner.now() < self.inner.votes_until.load(Ordering::Acquire)
     }
 
-    /// For a request that may not go at once: the check to send it beside (the master was
-    /// not checked), else the last verdict — `Ok` to send it, or why the voter abstains —
-    /// after starting a check in the background if one is due.
+    /// For a request that may not go at once: the check to send it beside (the master was not
+    /// checked). Else the last verdict — `Ok` to send it, or why the voter abstains — after
+    /// starting a check in the background if one is due.
     fn admit(&self, conn: &Conn) -> Result<Option<Check>, CallError> {
         let mut state = self.inner.state();
         match (state.due, &state.verdict) {

@@ -22,12 +22,12 @@ end
     };
 }
 
-/// The fencing counter's bump, for the fenced acquires (after `fence_read_lua!`): `fence`
-/// becomes the counter plus one — or, when there is none (it expired, or was lost in a
-/// restart), the server's clock in microseconds, so that it starts again above the tokens it
-/// gave — kept for `fret` ms. Counters kept level by the settling and the raises bump to the
-/// same value on every master, so a grant rarely needs settling. Lua numbers are doubles:
-/// exact below 2^53 (microseconds since 1970 stay below it until the year 2255); stored with
+/// The fencing counter's bump, for the fenced acquires (after `fence_read_lua!`). `fence` becomes
+/// the counter plus one. When there is none (it expired, or was lost in a restart), it becomes the
+/// server's clock in microseconds, so that it starts again above the tokens it gave. Either way it
+/// is kept for `fret` ms. Counters kept level by the settling and the raises bump to the same value
+/// on every master, so a grant rarely needs settling. Lua numbers are doubles: exact below 2^53
+/// (microseconds since 1970 stay below it until the year 2255). The counter is stored with
 /// `%.0f`, never in exponent form, behind the tag `TRF1:`.
 macro_rules! fence_bump_lua {
     () => {
@@ -42,12 +42,11 @@ redis.call('set', fkey, 'TRF1:' .. string.format('%.0f', fence), 'PX', fret)
     };
 }
 
-/// The raise of the fenced release, completion and extension (after `fence_read_lua!`): the
-/// counter becomes the lease's token `$floor` if it is below, kept for `$ret` ms; a counter
-/// that is gone (it expired, or was lost) starts again from the larger of the token and the
-/// server's clock in microseconds — a raise long after its lease must not bring a counter
-/// back at an old token, below tokens issued since from a counter that expired too. A
-/// foreign value is left alone.
+/// The raise of the fenced release, completion and extension (after `fence_read_lua!`). The counter
+/// becomes the lease's token `$floor` if it is below, kept for `$ret` ms. A counter that is gone
+/// (it expired, or was lost) starts again from the larger of the token and the server's clock in
+/// microseconds. A raise long after its lease must not bring a counter back at an old token, below
+/// tokens issued since from a counter that expired too. A foreign value is left alone.
 macro_rules! fence_raise_lua {
     ($floor:literal, $ret:literal) => {
         concat!(
@@ -69,11 +68,10 @@ macro_rules! fence_raise_lua {
     };
 }
 
-/// The end of the fenced acquires, after the record and tenure checks: `{4}` when the
-/// counter's key is foreign (nothing set); else the lock's set (`set_lua!`) and, when it
-/// set the key, the bump: `{1, fence}` — also when the key already held our token (a
-/// request sent twice: the counter is as its first send left it) — or `{0, PTTL}` when
-/// another value holds it.
+/// The end of the fenced acquires, after the record and tenure checks. `{4}` when the counter's key
+/// is foreign (nothing set). Else the lock's set (`set_lua!`) and, when it set the key, the bump:
+/// `{1, fence}`. That is also the answer when the key already held our token (a request sent twice:
+/// the counter is as its first send left it). Or `{0, PTTL}` when another value holds it.
 macro_rules! fenced_set_lua {
     () => {
         concat!(

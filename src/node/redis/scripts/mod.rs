@@ -58,17 +58,16 @@ impl Script {
     }
 }
 
-/// The eviction check every vote script starts with (acquires, extensions, completions): on a master
-/// that may evict keys — a `maxmemory` and a policy other than `noeviction`, as
-/// `INFO memory` says now, read atomically with the script's write — the script refuses
-/// with `-EVICTS <policy> <maxmemory>` (the digits as `INFO` wrote them: a Lua number
-/// would print a large one as `2e+14`) and writes nothing, whatever the voter's background
-/// check last saw (a `CONFIG SET` on a live connection goes unnoticed by it for up to
-/// 30 s). `INFO` denied (an ACL without `+info`, caught by `pcall`) leaves the policy
-/// unknown: the script goes on, as the voter does. The usual answers (`noeviction`, or no
-/// `maxmemory`) are found by two plain searches, before any pattern: the check costs a
-/// master about 5 µs of CPU, the patterns would cost twice that (measured with
-/// `redis-benchmark`, see BENCHMARKS.md).
+/// The eviction check every vote script starts with (acquires, extensions, completions). A master
+/// may evict keys when it has a `maxmemory` and a policy other than `noeviction`, as `INFO memory`
+/// says now, read atomically with the script's write. On such a master the script refuses with
+/// `-EVICTS <policy> <maxmemory>` and writes nothing. The digits come as `INFO` wrote them: a Lua
+/// number would print a large one as `2e+14`. It refuses whatever the voter's background check last
+/// saw. (A `CONFIG SET` on a live connection goes unnoticed by that check for up to 30 s.) `INFO`
+/// denied (an ACL without `+info`, caught by `pcall`) leaves the policy unknown: the script goes
+/// on, as the voter does. The usual answers (`noeviction`, or no `maxmemory`) are found by two
+/// plain searches, before any pattern. The check costs a master about 5 µs of CPU; the patterns
+/// would cost twice that (measured with `redis-benchmark`, see BENCHMARKS.md).
 macro_rules! eviction_lua {
     () => {
         r#"do
@@ -178,13 +177,13 @@ local young = now - tonumber(since) < tonumber(ARGV[3])
     };
 }
 
-/// The lock's set, shared by the acquire scripts: `held` is the key's value before, and
-/// `mine` whether it already held our token `ARGV[1]` — a request sent again after its
-/// connection dropped, whose first send ran (redis-rs' cluster connection does that), finds
-/// it so, and that is a grant, not "held by another"; else, when the key is free, it is set
-/// to our token for `ARGV[2]` ms (and `set` is true). Reading first also answers "held" for
-/// a held key on a master out of memory, which refuses any `SET`; a key of another type
-/// (`WRONGTYPE`, caught by `pcall`) is held by another value too.
+/// The lock's set, shared by the acquire scripts. `held` is the key's value before, and `mine`
+/// whether it already held our token `ARGV[1]`. A request sent again after its connection dropped,
+/// whose first send ran (redis-rs' cluster connection does that), finds it so. That is a grant, not
+/// "held by another". Else, when the key is free, it is set to our token for `ARGV[2]` ms (and
+/// `set` is true). Reading first also answers "held" for a held key on a master out of memory,
+/// which refuses any `SET`. A key of another type (`WRONGTYPE`, caught by `pcall`) is held by
+/// another value too.
 macro_rules! set_lua {
     () => {
         r#"local held = redis.pcall('get', KEYS[1])
@@ -198,12 +197,12 @@ end
 }
 
 vote_script! {
-    /// `SET key token NX PX ttl` as a script, the acquire of every voter that does not allow
-    /// eviction (its check refuses on a master that may evict) and of one whose connection
-    /// may send a request twice (a Cluster's): answers -3 when the key holds our token — set
-    /// now, or by the first send of this very request — and the holder's `PTTL` when another
-    /// value holds it. (A voter that allows eviction, over one master's connection, which
-    /// never sends a request twice, sends a plain `SET`: see `RedisNode::acquire_key`.)
+    /// `SET key token NX PX ttl` as a script. It is the acquire of every voter that does not allow
+    /// eviction (its check refuses on a master that may evict). It is also the acquire of one whose
+    /// connection may send a request twice (a Cluster's). It answers -3 when the key holds our
+    /// token — set now, or by the first send of this very request. It answers the holder's `PTTL`
+    /// when another value holds it. (A voter that allows eviction, over one master's connection,
+    /// which never sends a request twice, sends a plain `SET`: see `RedisNode::acquire_key`.)
     acquire ACQUIRE / ACQUIRE_LENIENT = ["a5e3cde915dcd47925a996f3bd72db3401b38970", "6ea14a0a47a726d848cf0be414d912cdc7537eea"],
     concat!(
         set_lua!(),
@@ -235,11 +234,12 @@ return redis.call('pttl', KEYS[1])
     )
 }
 
-/// The wake-up of a lock's waiters after a delete of the lock `KEYS[1]` (and only then), when
-/// the script's caller asked for it (`local wake`, the script's last argument: absent, `P` or
-/// `S`): `released` on the channel named as the key — `PUBLISH` on a master or a Sentinel
-/// group's, `SPUBLISH` (sharded, Redis 7) on a Cluster, where it reaches the key's shard only.
-/// With `pcall`: a server or a user that may not publish still releases (its waiters poll).
+/// The wake-up of a lock's waiters after a delete of the lock `KEYS[1]` (and only then). It runs
+/// when the script's caller asked for it (`local wake`, the script's last argument: absent, `P` or
+/// `S`). It sends `released` on the channel named as the key. That is `PUBLISH` on a master or a
+/// Sentinel group's, and `SPUBLISH` (sharded, Redis 7) on a Cluster, where it reaches the key's
+/// shard only. With `pcall`: a server or a user that may not publish still releases (its waiters
+/// poll).
 macro_rules! wake_lua {
     () => {
         "if wake then redis.pcall(wake == 'S' and 'spublish' or 'publish', KEYS[1], 'released') end\n"
@@ -309,16 +309,16 @@ return 0
     };
 }
 
-/// The completion of [`COMPLETE_FREE`] (also the end of [`COMPLETE_FREE_FENCED`]): as
-/// `complete_lua!`, but the record is stored also where the lock `KEYS[1]` is absent; never
-/// where it holds another value (read with `pcall`: a key of another type, `WRONGTYPE`, is
-/// another value too). The record is marked as stored "if free": the mark `KEYS[3]`
-/// (`TRR1\nif-free:` and the SHA-1 of the record's bytes, tagged as ours) lives as long as
-/// the record, and the replay acquire answers such a record apart (`{2, record, 1, PTTL}`) when
-/// the mark names it, so that one stored under a valid lease takes precedence over it. The
-/// digest binds the mark to its record: a mark left beside another record (deleted by a
-/// release that did not know marks) marks nothing. Nothing is stored where the mark's key
-/// holds a value that is not a mark (a lock of a resource named like it). The record's own bytes are those of `COMPLETE`: a client of an
+/// The completion of [`COMPLETE_FREE`] (also the end of [`COMPLETE_FREE_FENCED`]). It works as
+/// `complete_lua!`, but the record is stored also where the lock `KEYS[1]` is absent. It is never
+/// stored where the lock holds another value (read with `pcall`: a key of another type,
+/// `WRONGTYPE`, is another value too). The record is marked as stored "if free". The mark `KEYS[3]`
+/// (`TRR1\nif-free:` and the SHA-1 of the record's bytes, tagged as ours) lives as long as the
+/// record. The replay acquire answers such a record apart (`{2, record, 1, PTTL}`) when the mark
+/// names it. So one stored under a valid lease takes precedence over it. The digest binds the mark
+/// to its record: a mark left beside another record (deleted by a release that did not know marks)
+/// marks nothing. Nothing is stored where the mark's key holds a value that is not a mark (a lock
+/// of a resource named like it). The record's own bytes are those of `COMPLETE`. A client of an
 /// earlier release reads it as it always did (a record: never a second run).
 macro_rules! complete_free_lua {
     () => {
@@ -366,15 +366,16 @@ return 0
 }
 
 vote_script! {
-    /// The replay acquire: answers `{2, record}` when the completion record `KEYS[2]` exists
-    /// (nothing is locked: the work is done), `{2, record, 1, PTTL}` when it was stored "if free"
-    /// (its mark `KEYS[3]` names it: see `complete_free_lua!`). A record is stored behind the format tag
-    /// `TRR1\n` (version 1), so a value someone else put at that key (a lock of a resource
-    /// that happens to be named `…:record`) is never taken for one. Otherwise the lock's set
-    /// (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds it. With the two tenure markers as fourth and fifth keys, behind tenure protection
-    /// (as [`ACQUIRE_GUARDED`]): a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing —
-    /// after it has shown any record it has (a record is only ever written by a holder, so one
-    /// that survived is an answer; only "no record" needs a dataset old enough to trust).
+    /// The replay acquire. It answers `{2, record}` when the completion record `KEYS[2]` exists
+    /// (nothing is locked: the work is done). It answers `{2, record, 1, PTTL}` when the record was
+    /// stored "if free" (its mark `KEYS[3]` names it: see `complete_free_lua!`). A record is stored
+    /// behind the format tag `TRR1\n` (version 1). So a value someone else put at that key (a lock
+    /// of a resource that happens to be named `…:record`) is never taken for one. Otherwise the
+    /// lock's set (`set_lua!`: our token there → `{1}`), or `{0, PTTL}` when another value holds
+    /// it. With the two tenure markers as fourth and fifth keys, behind tenure protection (as
+    /// [`ACQUIRE_GUARDED`]), a tenure younger than `ARGV[3]` ms answers `{3}` and sets nothing. It
+    /// does so after it has shown any record it has. A record is only ever written by a holder, so
+    /// one that survived is an answer; only "no record" needs a dataset old enough to trust.
     acquire ACQUIRE_UNLESS_COMPLETED / ACQUIRE_UNLESS_COMPLETED_LENIENT = ["58d36bf78055fd6a69ecc1e1506a7e48ac0ec23a", "7eb33a6672015e35f2b020e2060129f47d94e778"],
     concat!(
         r#"local record = redis.call('get', KEYS[2])
@@ -414,22 +415,21 @@ vote_script! {
 }
 
 vote_script! {
-    /// Completes the work of a lease that may have been lost (its lock expired while the work
-    /// ran): as [`COMPLETE`], and also where `KEYS[1]` is absent — never where another value
-    /// holds it (that holder keeps its lock), and marked as stored "if free". KEYS lock,
-    /// record, its "if free" mark; ARGV token, retention, record.
+    /// Completes the work of a lease that may have been lost (its lock expired while the work ran).
+    /// It acts as [`COMPLETE`], and also where `KEYS[1]` is absent. It never acts where another
+    /// value holds it (that holder keeps its lock). The record is marked as stored "if free". KEYS
+    /// lock, record, its "if free" mark; ARGV token, retention, record.
     complete COMPLETE_FREE / COMPLETE_FREE_LENIENT = ["87954d3d1adb21e5d01eec64261fce86c54df951", "ff79058c67e96c099e4f46db6f88c513f2d264d4"],
     concat!("local wake = ARGV[4]\n", complete_free_lua!())
 }
 
-/// An operator's forced release (`Redlock::force_release`): deletes the lock of the holder
-/// named by its token's prefix (or, with an empty prefix, whatever holds it), and the
-/// completion record when asked — the record only in the call that deleted that holder's
-/// lock (a record carries no token: a re-run that finds another holder leaves its record) —
-/// and never a value tagged as one of ours (a fencing counter, a record, a tenure marker,
-/// the first tenure marker's `run_id:ms`), so that forcing a resource named like one
-/// (`job:fence`) cannot delete it, nor a record key holding another resource's lock. Not a
-/// vote.
+/// An operator's forced release (`Redlock::force_release`). It deletes the lock of the holder named
+/// by its token's prefix (or, with an empty prefix, whatever holds it). It deletes the completion
+/// record when asked, but only in the call that deleted that holder's lock. (A record carries no
+/// token: a re-run that finds another holder leaves its record.) It never deletes a value tagged as
+/// one of ours: a fencing counter, a record, a tenure marker, the first tenure marker's
+/// `run_id:ms`. So forcing a resource named like one (`job:fence`) cannot delete it. Nor can it
+/// delete a record key holding another resource's lock. Not a vote.
 pub(crate) static FORCE_RELEASE: Script = Script {
     source: concat!(
         r#"-- KEYS[1] the lock; KEYS[2], when given, its completion record (KEYS[3], its "if free"

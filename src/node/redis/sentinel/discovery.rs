@@ -1,7 +1,7 @@
-//! The voter's connection to the current master, and the background discovery that finds
-//! it: a majority of the sentinels asked every refresh interval (and at once after a request
-//! failed the way a failover does), the master checked with `ROLE`, each confirmation dated
-//! for the majority window.
+//! The voter's connection to the current master, and the background discovery that finds it. A
+//! majority of the sentinels is asked every refresh interval (and at once after a request failed
+//! the way a failover does). The master is checked with `ROLE`, and each confirmation is dated for
+//! the majority window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -110,10 +110,10 @@ impl SentinelConn {
     /// way (the client's node timeout bounds the wait). A failure a failover explains (the
     /// master gone, or demoted: `READONLY`) wakes the discovery.
     ///
-    /// A request that `votes` (an acquire, an extension, a completion: anything but a
-    /// release) is refused unless a majority of the sentinels named this master within the
-    /// window (see [`Sentinel::refresh_interval`]): the voter abstains — an answer, not an
-    /// outage, so it does not count toward the voter's suspension.
+    /// A request that `votes` (an acquire, an extension, a completion: anything but a release) is
+    /// refused unless a majority of the sentinels named this master within the window (see
+    /// [`Sentinel::refresh_interval`]). The voter then abstains. That is an answer, not an outage,
+    /// so it does not count toward the voter's suspension.
     pub(crate) async fn query(&self, cmd: &Cmd, votes: bool) -> RedisResult<Value> {
         let mut conn = self.master().await?;
         if votes && !self.majority_is_recent() {

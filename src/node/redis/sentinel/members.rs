@@ -1,18 +1,18 @@
 //! The sentinels a voter asks, and how their answers are counted.
 //!
-//! A client's list of sentinels is a seed, not the group: sentinels are added later, and a
-//! list of 3 of a group of 5 would let 2 of those 3 — one side of a zone split — confirm a
-//! master the other 3 have failed over. So the voter asks every sentinel it knows of (those
-//! listed and those the group names, `SENTINEL SENTINELS`), counts each once (by its id,
-//! `SENTINEL MYID`, whatever address it was reached by), and needs a majority of the
-//! **group**: the largest of the sentinels listed, the group each answer reports
-//! (`num-other-sentinels` + 1, and the peers it names + 1) and the largest group seen so far.
+//! A client's list of sentinels is a seed, not the group: sentinels are added later. A list of 3 of
+//! a group of 5 would let 2 of those 3 — one side of a zone split — confirm a master the other 3
+//! have failed over. So the voter asks every sentinel it knows of (those listed and those the group
+//! names, `SENTINEL SENTINELS`). It counts each once (by its id, `SENTINEL MYID`, whatever address
+//! it was reached by). It needs a majority of the **group**. The group is the largest of the
+//! sentinels listed, the group each answer reports (`num-other-sentinels` + 1, and the peers it
+//! names + 1) and the largest group seen so far.
 //!
-//! A sentinel never forgets a peer until `SENTINEL RESET`, so a removed sentinel still counts
-//! — the safe side: the voter abstains when fewer than a majority of the group answer, and
-//! says that a reset is how a removed sentinel leaves. The largest group seen shrinks only
-//! when a majority of it answers reporting the smaller group (after the reset): a sentinel
-//! restarted without its configuration, which knows no peer for a while, cannot shrink it.
+//! A sentinel never forgets a peer until `SENTINEL RESET`, so a removed sentinel still counts. That
+//! is the safe side. The voter abstains when fewer than a majority of the group answer, and says
+//! that a reset is how a removed sentinel leaves. The largest group seen shrinks only when a
+//! majority of it answers reporting the smaller group (after the reset). A sentinel restarted
+//! without its configuration, which knows no peer for a while, cannot shrink it.
 
 use std::collections::HashSet;
 
@@ -67,10 +67,10 @@ impl Members {
         })
     }
 
-    /// Asks every known sentinel at once which master is current; answers as soon as a
-    /// majority of the group (as known so far, each answer's report included) agree on an
-    /// address, else — when all have answered or timed out — an error saying why, in words
-    /// an operator can act on. Learns the sentinels the answers name, for the next time.
+    /// Asks every known sentinel at once which master is current. Answers as soon as a majority of
+    /// the group (as known so far, each answer's report included) agree on an address. Else, when
+    /// all have answered or timed out, answers an error saying why, in words an operator can act
+    /// on. Learns the sentinels the answers name, for the next time.
     pub(super) async fn ask(
         &mut self,
         group: &Sentinel,

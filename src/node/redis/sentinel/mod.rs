@@ -140,33 +140,30 @@ impl Sentinel {
     /// after a failed request (default 1 s; at least 50 ms). A shorter period notices a
     /// failover sooner.
     ///
-    /// It also sets the voter's **majority window**: twice this period plus twice the
-    /// connect timeout ([`RedisNodeOptions::connect_timeout`], which bounds each question to
-    /// the sentinels and to the master) — 4 s by default. The voter grants, extends and
-    /// completes only while a majority of its sentinels (of the whole group, not only those
-    /// listed: see [`RedisNode::sentinel`](super::RedisNode::sentinel)) has named its
-    /// master within the window; otherwise it abstains — a voter cut off from most of its
-    /// sentinels (a zone split) stops voting within the window, whatever the sentinels it
-    /// still hears say. Releases always go through. The failover protection of a promoted
-    /// master covers this window on top of the longest ttl (see
-    /// [`RedisNode::sentinel`](super::RedisNode::sentinel)): **every client of a group must
-    /// use the same refresh interval, connect timeout and protection window**, or the
-    /// promoted master may vote while a client with a longer window still votes on the old
-    /// one.
+    /// It also sets the voter's **majority window**: twice this period plus twice the connect
+    /// timeout ([`RedisNodeOptions::connect_timeout`], which bounds each question to the sentinels
+    /// and to the master) — 4 s by default. The voter grants, extends and completes only while a
+    /// majority of its sentinels has named its master within the window. That is a majority of the
+    /// whole group, not only those listed: see [`RedisNode::sentinel`](super::RedisNode::sentinel).
+    /// Otherwise it abstains. A voter cut off from most of its sentinels (a zone split) stops
+    /// voting within the window, whatever the sentinels it still hears say. Releases always go
+    /// through. The failover protection of a promoted master covers this window on top of the
+    /// longest ttl (see [`RedisNode::sentinel`](super::RedisNode::sentinel)). **Every client of a
+    /// group must use the same refresh interval, connect timeout and protection window.** Otherwise
+    /// the promoted master may vote while a client with a longer window still votes on the old one.
     pub fn refresh_interval(mut self, every: Duration) -> Self {
         self.refresh = every.max(MIN_GAP);
         self
     }
 
-    /// The majority window (see [`Sentinel::refresh_interval`]). A confirmation is dated
-    /// when its discovery starts; the next lands a refresh interval and two discoveries
-    /// later. A discovery is two questions (the sentinels, then the master's `ROLE`), each
-    /// bounded by the connect timeout, so two take up to four connect timeouts: the window
-    /// lapses in a group whose two discoveries in a row take more than a refresh interval
-    /// plus two connect timeouts (3 s by default; a healthy group answers in milliseconds).
-    /// Then the voter abstains until the next confirmation: safe, counted as unavailable.
-    /// A window covering four connect timeouts would never lapse, at the cost of a longer
-    /// failover protection.
+    /// The majority window (see [`Sentinel::refresh_interval`]). A confirmation is dated when its
+    /// discovery starts; the next lands a refresh interval and two discoveries later. A discovery
+    /// is two questions (the sentinels, then the master's `ROLE`), each bounded by the connect
+    /// timeout. So two take up to four connect timeouts. The window lapses in a group whose two
+    /// discoveries in a row take more than a refresh interval plus two connect timeouts (3 s by
+    /// default; a healthy group answers in milliseconds). Then the voter abstains until the next
+    /// confirmation: safe, counted as unavailable. A window covering four connect timeouts would
+    /// never lapse, at the cost of a longer failover protection.
     pub(super) fn window(&self, options: &RedisNodeOptions) -> Duration {
         self.refresh * 2 + options.connect_timeout * 2
     }

@@ -2,13 +2,13 @@
 //! (`smessage`: a release in a key's slot) go to the listener; `SSUBSCRIBE`/`SUNSUBSCRIBE` as
 //! the keys come and go, concurrently (channels of different slots cannot share a command).
 //!
-//! - After a node's connection dropped (a disconnection push), every listed key is
-//!   subscribed again, one `SSUBSCRIBE` each — at once, and again 1 and 3 s later, once
-//!   redis-rs has replaced the connection (a subscription confirmed on the way may have been
-//!   on the one it drops): redis-rs's own resubscription sends a node's channels in one
-//!   command, refused with `CROSSSLOT` when they span several slots. The push counts as a
-//!   release for every key's waiters (releases may have been missed) — before the
-//!   resubscription: one between the two is the poll's.
+//! - After a node's connection dropped (a disconnection push), every listed key is subscribed
+//!   again, one `SSUBSCRIBE` each. That happens at once, and again 1 and 3 s later, once redis-rs
+//!   has replaced the connection (a subscription confirmed on the way may have been on the one it
+//!   drops). Redis-rs's own resubscription sends a node's channels in one command, refused with
+//!   `CROSSSLOT` when they span several slots. The push counts as a release for every key's waiters
+//!   (releases may have been missed) — before the resubscription: one between the two is the
+//!   poll's.
 //! - A slot that moves (a migration, a failover) ends its keys' subscriptions: the server
 //!   pushes `sunsubscribe`, and redis-rs forgets the channel. A key that still has waiters
 //!   is subscribed again — the cluster connection follows `MOVED` to the slot's new owner —
@@ -211,9 +211,9 @@ impl Sub {
         self.each_new(listen).await;
     }
 
-    /// `SSUBSCRIBE` the keys that just got waiters — except one whose waiters left by the
-    /// time its turn comes (its word waits in the feed: the subscriber may have waited long on
-    /// a slow node), which is taken off the list unsubscribed, so that a waiter coming back
+    /// `SSUBSCRIBE` the keys that just got waiters. The exception is a key whose waiters left by
+    /// the time its turn comes (its word waits in the feed: the subscriber may have waited long on
+    /// a slow node). That key is taken off the list unsubscribed, so that a waiter coming back
     /// lists and subscribes it again.
     async fn each_new(&self, keys: Vec<Arc<str>>) {
         self.ask_each(keys, true, true).await;
@@ -309,14 +309,14 @@ impl Sub {
     }
 }
 
-/// Asks again for the `SUNSUBSCRIBE`s of `left` that failed — an error, or a timeout (redis-rs
-/// drops a request whose caller stopped waiting before it was sent) — for the keys that are
-/// still unlisted, after a pause that doubles, up to [`UNSUBSCRIBE_AGAIN`] times. One that
-/// never lands leaves the channel in redis-rs's tracker, and subscribed if the server had it;
-/// redis-rs would make it again after every reconnection, and where the node's tracked
-/// channels span several slots that resubscription is refused whole (`CROSSSLOT`), so no
-/// `ssubscribe` push ever reports it. A key listed again meanwhile is left alone (one listed
-/// after the check and unsubscribed by a late retry is subscribed again by the push handler).
+/// Asks again for the `SUNSUBSCRIBE`s of `left` that failed, for the keys that are still unlisted.
+/// A failure is an error, or a timeout (redis-rs drops a request whose caller stopped waiting
+/// before it was sent). It asks after a pause that doubles, up to [`UNSUBSCRIBE_AGAIN`] times. One
+/// that never lands leaves the channel in redis-rs's tracker, and subscribed if the server had it.
+/// Redis-rs would make it again after every reconnection. Where the node's tracked channels span
+/// several slots, that resubscription is refused whole (`CROSSSLOT`), so no `ssubscribe` push ever
+/// reports it. A key listed again meanwhile is left alone. (One listed after the check and
+/// unsubscribed by a late retry is subscribed again by the push handler.)
 async fn unsubscribe_later(
     conn: ClusterConnection,
     keys: Arc<Keys>,

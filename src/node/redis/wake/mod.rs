@@ -2,21 +2,21 @@
 //! the channels of the keys the client's waiters wait for, and tells the client each release
 //! it hears.
 //!
-//! On a master or a Sentinel group's master: a RESP2 pub/sub connection, `SUBSCRIBE` to the
-//! key (the scripts' `PUBLISH`) and to its keyspace channel `__keyspace@<db>__:<key>` (an
-//! `expired` there is a release too, where the master has `notify-keyspace-events Kx`: the
-//! keyspace channel of each key waited for, not every expiry of the database). It is
-//! made again after it drops, after an idle `PING` goes unanswered, and — for a Sentinel
-//! group — when the sentinels name another master; every subscription on a new connection
-//! counts as a release for the keys' waiters (releases may have been missed meanwhile). On a Cluster: redis-rs' cluster
-//! connection (RESP3), `SSUBSCRIBE` to the key (the scripts' `SPUBLISH`, in the key's slot).
-//! Every wait here is bounded by the voter's connect or response timeout; nothing here is
-//! on a lock's path.
+//! On a master or a Sentinel group's master: a RESP2 pub/sub connection, `SUBSCRIBE` to the key
+//! (the scripts' `PUBLISH`) and to its keyspace channel `__keyspace@<db>__:<key>`. An `expired`
+//! there is a release too, where the master has `notify-keyspace-events Kx`. That is the keyspace
+//! channel of each key waited for, not every expiry of the database. The connection is made again
+//! after it drops, after an idle `PING` goes unanswered, and — for a Sentinel group — when the
+//! sentinels name another master. Every subscription on a new connection counts as a release for
+//! the keys' waiters (releases may have been missed meanwhile). On a Cluster: redis-rs' cluster
+//! connection (RESP3), `SSUBSCRIBE` to the key (the scripts' `SPUBLISH`, in the key's slot). Every
+//! wait here is bounded by the voter's connect or response timeout; nothing here is on a lock's
+//! path.
 //!
 //! The keys come from the client's [`Feed`]: a bounded queue of the latest word per key
-//! (`node::wake`), taken in batches of up to [`BATCH`] keys — one `SUBSCRIBE` (and one for
-//! the keyspace channels) or `UNSUBSCRIBE` per batch on a master; concurrent `SSUBSCRIBE`s
-//! on a Cluster, whose channels of different slots cannot share a command.
+//! (`node::wake`). They are taken in batches of up to [`BATCH`] keys. On a master that is one
+//! `SUBSCRIBE` (and one for the keyspace channels) or `UNSUBSCRIBE` per batch. On a Cluster it is
+//! concurrent `SSUBSCRIBE`s: a Cluster's channels of different slots cannot share a command.
 
 #[cfg(feature = "cluster")]
 mod cluster;

@@ -18,5 +18,9 @@ test=(cargo test --all-features --locked)
 if [ $# -gt 0 ]; then
   exec "${test[@]}" -p tower-redlock -p tower-redlock-cli "$@"
 fi
-"${test[@]}" -p tower-redlock -p tower-redlock-cli --tests
+# Four tests at once per binary (unless RUST_TEST_THREADS says otherwise): the integration
+# binaries mostly wait — on redis-server, on timers, on paused masters — and leave two cores
+# idle at two. The CPU-bound tests take turns inside their binary whatever this says: the
+# floods one at a time, the checker's multi-process runs two at a time.
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-4} "${test[@]}" -p tower-redlock -p tower-redlock-cli --tests
 exec "${test[@]}" -p tower-redlock --doc

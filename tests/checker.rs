@@ -21,6 +21,7 @@
 use tower_redlock_testkit::checker as soak;
 
 use std::process::Command;
+use std::sync::{Condvar, Mutex};
 
 use soak::{check, Section};
 
@@ -32,8 +33,40 @@ fn worker_entry() {
     }
 }
 
-/// Runs the checker with `args` over the CI settings (flags win over `CHECKER_*`).
+/// How many checker runs go at once in this process, whatever the test threads: a run is
+/// several worker processes and a nemesis, sized for two at a time on two cores (the test
+/// command may run more tests at once for the binaries that mostly wait on I/O).
+const RUNS_AT_ONCE: usize = 2;
+
+/// A place among the [`RUNS_AT_ONCE`] checker runs, held until dropped.
+struct Slot;
+
+static SLOTS: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+impl Slot {
+    fn take() -> Self {
+        let (taken, freed) = &SLOTS;
+        let mut taken = taken.lock().unwrap_or_else(|e| e.into_inner());
+        while *taken >= RUNS_AT_ONCE {
+            taken = freed.wait(taken).unwrap_or_else(|e| e.into_inner());
+        }
+        *taken += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (taken, freed) = &SLOTS;
+        *taken.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        freed.notify_one();
+    }
+}
+
+/// Runs the checker with `args` over the CI settings (flags win over `CHECKER_*`), in one of
+/// the [`RUNS_AT_ONCE`] slots.
 fn run_checker(args: &[&str]) -> soak::Report {
+    let _slot = Slot::take();
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let settings = soak::Settings::ci().with_overrides(&args);
     let exe = std::env::current_exe().expect("the path of this test binary");

@@ -32,6 +32,7 @@ pub mod actix;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
+pub mod durable;
 mod error;
 pub mod fenced;
 pub mod grpc;

@@ -27,6 +27,7 @@
 //! | [`redlock_node_timeouts_total`](NODE_TIMEOUTS) | counter | `node` | node requests that got no answer within the node timeout |
 //! | [`redlock_node_suspended`](NODE_SUSPENDED) | gauge | `node` | 1 while the node is suspended (see [`Redlock::node_status`](crate::Redlock::node_status)), else 0 |
 //! | [`redlock_wake_queue_full_total`](WAKE_QUEUE_FULL) | counter | `node` | contended keys the node's wake-up subscriber did not listen on because its queue held its capacity (4,096 keys) already: their waiters poll there ([`RedlockBuilder::wake_waiters`](crate::RedlockBuilder::wake_waiters)) |
+//! | [`redlock_durable_rows_total`](DURABLE_ROWS) | counter | `outcome`: `replayed` (answered from a key's row), `not_stored` (a row without its response), `stored` (a response stored in a row), `store_failed`, `lookup_failed` (answered `503`), `busy` (a lock timeout, serialization failure or deadlock: `409`), `duplicate` (a handler's insert met the committed row), `unrecorded` (a handler under durable replay that did not record the row) | [durable replay](crate::durable)'s steps |
 //!
 //! `node` is the node's name as [`NodeStatus::name`](crate::NodeStatus::name) reports it:
 //! `host:port` of a master (never a password), `sentinel:<master name>`,
@@ -99,6 +100,8 @@ pub const NODE_SUSPENDED: &str = "redlock_node_suspended";
 /// Counter, label `node`: keys not listened on at the node for the wake-up because its
 /// subscriber's queue was full: their waiters poll there.
 pub const WAKE_QUEUE_FULL: &str = "redlock_wake_queue_full_total";
+/// Counter, by `outcome`: durable replay's steps (see the table above).
+pub const DURABLE_ROWS: &str = "redlock_durable_rows_total";
 
 /// Registers the unit and a description of every metric with the installed recorder (the
 /// `# HELP` lines of Prometheus). Building a [`Redlock`](crate::Redlock) does it too; call
@@ -144,6 +147,7 @@ pub fn describe() {
             "Validity a lease had left at its release or completion."
         );
         describe_counter!(NODE_ERRORS, "Node requests that failed.");
+        describe_counter!(DURABLE_ROWS, "Durable replay's row steps, by outcome.");
         describe_counter!(NODE_TIMEOUTS, "Node requests that got no answer in time.");
         describe_gauge!(NODE_SUSPENDED, "1 while the node is suspended, else 0.");
         describe_counter!(
@@ -234,6 +238,12 @@ pub(crate) fn record_minority() {
 pub(crate) fn replayed() {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(REPLAYED).increment(1);
+}
+
+/// A step of durable replay ended with `outcome` (a fixed name; see [`DURABLE_ROWS`]).
+pub(crate) fn durable_row(outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(DURABLE_ROWS, "outcome" => outcome).increment(1);
 }
 
 /// A request to the node `name` failed: no answer in time (`timeout`), or an error.

@@ -10,14 +10,17 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::durable;
+pub(crate) use super::answer::FullResponse;
 use super::watch::{LossWatch, Watched, WatchedFuture};
 use super::{AfterResponse, KeptAlive};
+use crate::durable::{KeyRow, RowKey};
 use crate::key::{LockKey, RequestView};
 use crate::policy::{Decision, LockPolicy};
 use crate::policy::{OnLost, LOCK_LOST_HEADER};
 use crate::rejection::{RejectionKind, RejectionResponse, Wire};
 use crate::replay::{Fingerprint, FingerprintBuilder};
-use crate::replay::{Plan, Running, StoredResponse, REPLAYED_HEADER};
+use crate::replay::{Plan, Running};
 use crate::{Lease, LeaseHandle};
 
 /// What a framework's glue gives the flow: its request and response types and the few
@@ -50,6 +53,9 @@ pub(crate) trait Glue {
     /// Hands the lease to the inner service: its handle in the request extensions, and the
     /// fencing token in `fencing.0`'s header.
     fn lend(req: &mut Self::Request, handle: LeaseHandle, fencing: Option<(&str, u64)>);
+
+    /// Hands durable replay's key row to the inner service (its request extensions).
+    fn lend_row(req: &mut Self::Request, row: KeyRow);
 
     /// Marks a request let through without a lock (fail-open).
     fn unlocked(req: &mut Self::Request);
@@ -107,49 +113,6 @@ pub(crate) trait Glue {
     /// answer, returns it as an error whose response it is (a clone of the request kept
     /// meanwhile would make actix-web's routing and `headers_mut` panic inside).
     fn answer_dropped(res: FullResponse) -> Result<Self::Output, Self::Error>;
-}
-
-/// An answer made whole by the middleware: a rejection or a replayed response.
-#[derive(Debug)]
-pub(crate) struct FullResponse {
-    pub(crate) status: u16,
-    /// Lower-case names; the values were checked when they were made or stored.
-    pub(crate) headers: Vec<(String, Bytes)>,
-    pub(crate) body: Bytes,
-}
-
-impl FullResponse {
-    /// The rejection as a response: its `Content-Type`, `Retry-After` and own headers.
-    pub(crate) fn rejection(r: RejectionResponse) -> Self {
-        let mut headers = vec![(
-            "content-type".to_owned(),
-            Bytes::copy_from_slice(r.content_type().as_bytes()),
-        )];
-        if let Some(secs) = r.retry_after() {
-            headers.push(("retry-after".to_owned(), Bytes::from(secs.to_string())));
-        }
-        headers.extend(
-            r.headers()
-                .map(|(n, v)| (n.to_owned(), Bytes::copy_from_slice(v.as_bytes()))),
-        );
-        Self {
-            status: r.status(),
-            headers,
-            body: r.into_body(),
-        }
-    }
-
-    /// The stored response, replayed: its status, headers and body, and
-    /// `Idempotency-Replayed: true`.
-    pub(crate) fn replay(stored: StoredResponse) -> Self {
-        let mut headers = stored.headers;
-        headers.push((REPLAYED_HEADER.to_owned(), Bytes::from_static(b"true")));
-        Self {
-            status: stored.status,
-            headers,
-            body: stored.body,
-        }
-    }
 }
 
 /// What the middleware does with a request, decided from its view before anything else.
@@ -211,7 +174,12 @@ pub(crate) async fn run<G: Glue>(
             return Ok(G::full(req, answer));
         }
     };
-    let (lease, recorder) = match policy
+    // Durable replay's row key, from the lock key (which the lock call takes).
+    let row_key = policy
+        .replay()
+        .is_some_and(|r| r.durable.is_some())
+        .then(|| RowKey::of(key.as_str()));
+    let mut running = match policy
         .clone()
         .acquire(key, fingerprint, wire, deadline)
         .await
@@ -222,22 +190,32 @@ pub(crate) async fn run<G: Glue>(
             G::unlocked(&mut req);
             return Ok(G::pass(glue.call(req).await?, None, None));
         }
-        Decision::Locked(lease, recorder) => {
-            let fencing = policy.fencing_header().zip(lease.fencing_token());
-            G::lend(&mut req, lease.handle(), fencing);
-            (lease, recorder)
-        }
+        // A cancelled request drops `running` from here on: without replay that releases
+        // the lease in the background, with replay it marks the key completed (see
+        // `Running`).
+        Decision::Locked(lease, recorder) => Running::new(lease, recorder),
     };
-    // A cancelled request drops `running` from here on: without replay that releases the
-    // lease in the background, with replay it marks the key completed (see `Running`). The
-    // keep-alive starts only if the handler outlives ttl/3.
-    let due = Instant::now() + lease.ttl() / 3;
+    // The keep-alive starts only if the handler outlives ttl/3.
+    let due = Instant::now() + running.lease_mut().ttl() / 3;
+    let mut row = None;
+    if let Some(row_key) = row_key.filter(|_| running.recorder().is_some()) {
+        match durable::before(running, row_key, &policy, wire).await {
+            durable::Before::Run(r, key_row) => {
+                running = r;
+                G::lend_row(&mut req, key_row.clone());
+                row = Some(key_row);
+            }
+            durable::Before::Answered(answer) => return Ok(G::full(req, answer)),
+        }
+    }
+    let lease = running.lease_mut();
+    let fencing = policy.fencing_header().zip(lease.fencing_token());
+    G::lend(&mut req, lease.handle(), fencing);
     let rule = policy.lost_rule();
     // Watched only when a loss may stop it; otherwise the loss is looked at once, below.
     let mut watch = rule
         .may_abort()
         .then(|| LossWatch::new(lease.handle(), rule.clone(), wire));
-    let mut running = Running::new(lease, recorder);
     let call = KeptAlive::new(glue.call(req), running.lease_mut(), policy.keep_alive());
     let mut res = match WatchedFuture::new(call, watch.as_mut()).await {
         Watched::Done(Ok(res)) => res,
@@ -269,6 +247,7 @@ pub(crate) async fn run<G: Glue>(
         watch,
         due,
         wire,
+        row,
     };
     after.answer::<G>(res).await
 }
@@ -302,10 +281,18 @@ struct After<'a> {
     /// When the keep-alive is due (ttl/3 after the lock).
     due: Instant,
     wire: Wire,
+    /// Under durable replay: the key's row the handler was given.
+    row: Option<KeyRow>,
 }
 
 impl After<'_> {
-    async fn answer<G: Glue>(self, res: G::Response) -> Result<G::Output, G::Error> {
+    async fn answer<G: Glue>(mut self, res: G::Response) -> Result<G::Output, G::Error> {
+        if let Some(row) = &self.row {
+            match durable::after(self.running, row, self.policy, self.wire).await {
+                Ok(running) => self.running = running,
+                Err(answer) => return Ok(G::replace(res, answer)),
+            }
+        }
         let status = G::status(&res);
         let plan = self.running.recorder().map_or(Plan::Release, |recorder| {
             recorder.plan_response(status, G::headers(&res), G::body_len(&res))
@@ -369,10 +356,13 @@ impl After<'_> {
         let record = self
             .running
             .recorder()
-            .map(|recorder| recorder.response(status, G::head_headers(&head), &bytes));
-        self.running
-            .complete(record.expect("a plan to store has a recorder"))
-            .await;
+            .map(|recorder| recorder.response(status, G::head_headers(&head), &bytes))
+            .expect("a plan to store has a recorder");
+        if let Some(row) = &self.row {
+            // In the database first: a crash before the Redis record replays from the row.
+            durable::store(&self.running, row, &record).await;
+        }
+        self.running.complete(record).await;
         Ok(G::rebuild(head, bytes))
     }
 }

@@ -6,6 +6,8 @@
 //! adapts its request to [`RequestView`](crate::key::RequestView) and its response to
 //! [`flow::Glue`]; everything else is here.
 
+mod answer;
+mod durable;
 pub(crate) mod flow;
 mod keep_alive;
 mod release;

@@ -282,6 +282,11 @@ impl LockPolicy {
 
     /// The answer for a replay step's rejection (`413`, `400` for an unreadable body) to a
     /// client on `wire`.
+    /// The policy's answer to `rejection`.
+    pub(crate) fn respond(&self, rejection: &Rejection) -> RejectionResponse {
+        self.inner.responder.respond(rejection)
+    }
+
     pub(crate) fn reject(&self, kind: RejectionKind, wire: Wire) -> RejectionResponse {
         self.inner
             .responder

@@ -144,6 +144,15 @@ impl Rejection {
         }
     }
 
+    /// A rejection of the replay step that the client may retry after `after`
+    /// (`Contended` and `Unavailable` of durable replay).
+    pub(crate) fn retry(kind: RejectionKind, after: Duration) -> Self {
+        Self {
+            retry_after: Some(after),
+            ..Self::replay(kind)
+        }
+    }
+
     /// The rejection of a request that came over `wire` (see [`Wire::of`]).
     #[must_use]
     pub(crate) fn on(mut self, wire: Wire) -> Self {

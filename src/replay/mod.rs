@@ -161,6 +161,7 @@ pub struct Replay {
     pub(crate) dropped_headers: Vec<Box<str>>,
     pub(crate) store_if: Arc<dyn Fn(u16) -> bool + Send + Sync>,
     pub(crate) transform: Option<Arc<dyn RecordTransform>>,
+    pub(crate) durable: Option<crate::durable::Durable>,
 }
 
 impl Default for Replay {
@@ -177,6 +178,7 @@ impl fmt::Debug for Replay {
             .field("response_limit", &self.response_limit)
             .field("fingerprint_headers", &self.fingerprint_headers)
             .field("dropped_headers", &self.dropped_headers)
+            .field("durable", &self.durable)
             .finish_non_exhaustive()
     }
 }
@@ -205,6 +207,7 @@ impl Replay {
             dropped_headers: vec!["set-cookie".into()],
             store_if: Arc::new(|status| status < 500),
             transform: None,
+            durable: None,
         }
     }
 
@@ -292,6 +295,14 @@ impl Replay {
         self
     }
 
+    /// Keeps every completed key in a row of the handler's own database as well, written in
+    /// the handler's transaction: a crash after the commit, a Redis restart or a flush no
+    /// longer means a second run. See [`durable`](crate::durable).
+    pub fn durable(mut self, durable: crate::durable::Durable) -> Self {
+        self.durable = Some(durable);
+        self
+    }
+
     /// Whether responses with `status` are stored.
     pub fn stores(&self, status: u16) -> bool {
         (self.store_if)(status)
@@ -331,6 +342,9 @@ impl Replay {
             return Err(crate::Error::invalid(format!(
                 "{bad:?} is not a header name (a token: letters, digits, !#$%&'*+-.^_`|~)"
             )));
+        }
+        if let Some(durable) = &self.durable {
+            durable.check()?;
         }
         Ok(())
     }

@@ -52,6 +52,16 @@ impl Recorder {
         }
     }
 
+    /// The replay settings.
+    pub(crate) fn replay(&self) -> &Replay {
+        &self.replay
+    }
+
+    /// The request's fingerprint (keyed, under the policy's `hmac_key`).
+    pub(crate) fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
     /// The response headers that are stored, from all of them: not those the replay leaves
     /// out, nor those the `Connection` header names (hop-by-hop, RFC 9110 §7.6.1). A gRPC
     /// response (a gRPC `content-type`) always keeps [`GRPC_KEPT`]: without them its replay

@@ -119,6 +119,10 @@ where
         req.extensions_mut().insert(handle);
     }
 
+    fn lend_row(req: &mut Self::Request, row: crate::durable::KeyRow) {
+        req.extensions_mut().insert(row);
+    }
+
     fn unlocked(req: &mut Self::Request) {
         req.extensions_mut().insert(Unlocked);
     }

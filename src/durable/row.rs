@@ -1,0 +1,268 @@
+//! The handler's side: [`KeyRow`], the value it records the key's row through, and the
+//! errors of a row's statements ([`RowError`]).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The key's row for one request, given to the handler by the middleware (an axum
+/// extractor) when the policy's replay is [durable](crate::durable::Durable). The handler
+/// records it as the **first statement of its own transaction** — with sqlx,
+/// `row.insert_in(&mut tx)` (feature `sqlx-0_8`) — so that the row commits with the work or
+/// not at all. See the [module](crate::durable) for the whole pattern.
+///
+/// It holds the key's hash, never the key. Clones share one state: what the handler's
+/// statements found ([`recorded`](Self::recorded)) is what the middleware reads after
+/// the handler.
+#[derive(Clone)]
+pub struct KeyRow {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    key: RowKey,
+    fingerprint: [u8; 32],
+    retention: Duration,
+    lock_timeout: Duration,
+    insert_sql: Arc<str>,
+    state: AtomicU8,
+}
+
+/// What the handler's statements found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowState {
+    /// The handler has not recorded the row (yet).
+    Unrecorded = 0,
+    /// Inserted in the handler's transaction (committed or not: the store finds out).
+    Recorded = 1,
+    /// The key's row had committed: the work ran before, the handler's must not commit.
+    Completed = 2,
+    /// A lock timeout, a serialization failure or a deadlock: nothing committed.
+    Busy = 3,
+}
+
+impl fmt::Debug for KeyRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyRow")
+            .field("key_hash", &self.key_hash())
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyRow {
+    pub(crate) fn new(
+        key: RowKey,
+        fingerprint: [u8; 32],
+        retention: Duration,
+        lock_timeout: Duration,
+        insert_sql: Arc<str>,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                key,
+                fingerprint,
+                retention,
+                lock_timeout,
+                insert_sql,
+                state: AtomicU8::new(RowState::Unrecorded as u8),
+            }),
+        }
+    }
+
+    /// The key's hash in hex (64 characters): the row's `key_hash`. Keep it beside the
+    /// business data the request makes if a [rebuild](crate::durable) should find it.
+    pub fn key_hash(&self) -> String {
+        self.shared.key.hex()
+    }
+
+    /// Whether the handler's insert recorded the row (in a transaction that may still roll
+    /// back).
+    pub fn recorded(&self) -> bool {
+        self.state() == RowState::Recorded
+    }
+
+    pub(crate) fn key(&self) -> &RowKey {
+        &self.shared.key
+    }
+
+    pub(crate) fn state(&self) -> RowState {
+        match self.shared.state.load(Ordering::Acquire) {
+            1 => RowState::Recorded,
+            2 => RowState::Completed,
+            3 => RowState::Busy,
+            _ => RowState::Unrecorded,
+        }
+    }
+
+    pub(crate) fn set(&self, state: RowState) {
+        self.shared.state.store(state as u8, Ordering::Release);
+    }
+
+    /// The insert's parameters, in order: key hash, fingerprint, retention (ms), lock
+    /// timeout (`"<ms>ms"`), and the statement ([`Table::insert_sql`](super::Table::insert_sql)).
+    pub(crate) fn insert_params(&self) -> (&[u8], &[u8], i64, String, &str) {
+        let s = &*self.shared;
+        (
+            &s.key.0,
+            &s.fingerprint,
+            millis(s.retention),
+            format!("{}ms", millis(s.lock_timeout)),
+            &s.insert_sql,
+        )
+    }
+
+    /// Reads what a statement's error means for the key: a lock timeout, a serialization
+    /// failure or a deadlock marks the request busy (the middleware answers `409` +
+    /// `Retry-After`, whatever the handler answers).
+    pub(crate) fn observe(&self, error: RowError) -> RowError {
+        match error.kind {
+            RowErrorKind::Busy => self.set(RowState::Busy),
+            RowErrorKind::Completed => self.set(RowState::Completed),
+            _ => {}
+        }
+        error
+    }
+}
+
+/// Milliseconds, at least 1, in an `int8`.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+/// A row's key: the SHA-256 of the middleware's lock key (itself a hash of the scoped
+/// request key).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RowKey(pub(crate) [u8; 32]);
+
+impl RowKey {
+    pub(crate) fn of(lock_key: &str) -> Self {
+        use sha2::{Digest, Sha256};
+        Self(Sha256::digest(lock_key.as_bytes()).into())
+    }
+
+    pub(crate) fn hex(&self) -> String {
+        use std::fmt::Write;
+        self.0.iter().fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    }
+}
+
+/// The SQLSTATEs that mean "try again later": `55P03` lock not available (the
+/// `lock_timeout`), `40001` serialization failure, `40P01` deadlock detected.
+const BUSY: [&str; 3] = ["55P03", "40001", "40P01"];
+/// `23505` unique violation: the key's row committed in another transaction.
+const UNIQUE_VIOLATION: &str = "23505";
+
+/// An error of a key row's statement, or of the middleware's lookup or store. The kind
+/// tells the handler what to do; the middleware answers by it whatever the handler
+/// returns (see the [module](crate::durable)).
+#[derive(Debug)]
+pub struct RowError {
+    kind: RowErrorKind,
+    sqlstate: Option<Box<str>>,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// What a [`RowError`] means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RowErrorKind {
+    /// The key's row had committed: the work ran before. Roll back (drop the
+    /// transaction); the middleware answers from the row.
+    Completed,
+    /// A lock timeout, a serialization failure or a deadlock (SQLSTATE `55P03`, `40001`,
+    /// `40P01`): roll back; the middleware answers `409` + `Retry-After`.
+    Busy,
+    /// The statement did not answer in time.
+    Timeout,
+    /// Any other database error.
+    Database,
+}
+
+impl RowError {
+    /// The error of a driver: classified by its SQLSTATE, when it has one. For adapters
+    /// of other drivers.
+    pub fn database(
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        sqlstate: Option<&str>,
+    ) -> Self {
+        let kind = match sqlstate {
+            Some(code) if BUSY.contains(&code) => RowErrorKind::Busy,
+            Some(UNIQUE_VIOLATION) => RowErrorKind::Completed,
+            _ => RowErrorKind::Database,
+        };
+        Self {
+            kind,
+            sqlstate: sqlstate.map(Into::into),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A statement that did not answer within `after`.
+    pub fn timeout(after: Duration) -> Self {
+        Self {
+            kind: RowErrorKind::Timeout,
+            sqlstate: None,
+            source: Some(format!("no answer within {after:?}").into()),
+        }
+    }
+
+    pub(crate) fn completed() -> Self {
+        Self {
+            kind: RowErrorKind::Completed,
+            sqlstate: None,
+            source: None,
+        }
+    }
+
+    /// What it means.
+    pub fn kind(&self) -> RowErrorKind {
+        self.kind
+    }
+
+    /// The key's row had committed before ([`RowErrorKind::Completed`]).
+    pub fn is_completed(&self) -> bool {
+        self.kind == RowErrorKind::Completed
+    }
+
+    /// Try again later ([`RowErrorKind::Busy`]).
+    pub fn is_busy(&self) -> bool {
+        self.kind == RowErrorKind::Busy
+    }
+
+    /// The SQLSTATE the database answered, if any.
+    pub fn sqlstate(&self) -> Option<&str> {
+        self.sqlstate.as_deref()
+    }
+}
+
+impl fmt::Display for RowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            RowErrorKind::Completed => {
+                f.write_str("the idempotency key's row has committed before")?
+            }
+            RowErrorKind::Busy => {
+                f.write_str("the idempotency key's row is busy: try again later")?
+            }
+            RowErrorKind::Timeout => {
+                f.write_str("the idempotency key's row did not answer in time")?
+            }
+            RowErrorKind::Database => f.write_str("the idempotency key's row failed")?,
+        }
+        if let Some(code) = &self.sqlstate {
+            write!(f, " (SQLSTATE {code})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for RowError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as _)
+    }
+}

@@ -1,0 +1,198 @@
+//! The sqlx 0.8 adapter (feature `sqlx-0_8`, PostgreSQL): [`SqlxStore`] for the middleware,
+//! and the [`KeyRow`] statements a handler runs in its own transaction.
+
+use std::fmt;
+
+use sqlx::postgres::{PgConnection, PgPool, Postgres};
+use sqlx::{Row, Transaction};
+
+use super::row::RowState;
+use super::{FoundRow, KeyRow, NewRecord, RowError, RowFuture, RowStore, Table};
+
+/// A sqlx error as a [`RowError`], by its SQLSTATE.
+fn row_error(e: sqlx::Error) -> RowError {
+    let code = match &e {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    };
+    RowError::database(e, code.as_deref())
+}
+
+/// Key rows in PostgreSQL through a sqlx pool: what [`Durable::new`](super::Durable::new)
+/// takes.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tower_redlock::durable::{sqlx_0_8::SqlxStore, Durable, Table};
+///
+/// let pool = sqlx::PgPool::connect("postgres://app@127.0.0.1/app").await?;
+/// let store = SqlxStore::new(pool).table(Table::new("idempotency_keys")?);
+/// store.migrate().await?; // or apply `Table::migration()` with your own tool
+/// let durable = Durable::new(store.clone());
+/// // Once a day, say: expired rows, 1,000 per statement.
+/// let swept = store.sweep(1_000).await?;
+/// # let _ = (durable, swept); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqlxStore {
+    pool: PgPool,
+    table: Table,
+    find_sql: String,
+    store_sql: String,
+}
+
+impl fmt::Debug for SqlxStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlxStore")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqlxStore {
+    /// Rows in the default table (`tower_redlock_keys`) of `pool`'s database.
+    pub fn new(pool: PgPool) -> Self {
+        Self::with_table(pool, Table::default())
+    }
+
+    /// The same pool, rows in `table`.
+    pub fn table(self, table: Table) -> Self {
+        Self::with_table(self.pool, table)
+    }
+
+    fn with_table(pool: PgPool, table: Table) -> Self {
+        Self {
+            find_sql: table.find_sql(),
+            store_sql: table.store_sql(),
+            pool,
+            table,
+        }
+    }
+
+    /// Applies [`Table::migration`] (idempotent): for tests and demos; a service applies it
+    /// with its migration tool.
+    ///
+    /// # Errors
+    ///
+    /// The database's error.
+    pub async fn migrate(&self) -> Result<(), RowError> {
+        sqlx::raw_sql(&self.table.migration())
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(row_error)
+    }
+
+    /// The retention sweep: deletes every expired row, `batch` per statement (each its own
+    /// short transaction, skipping rows another transaction holds), and returns how many.
+    ///
+    /// # Errors
+    ///
+    /// The database's error (the batches before it stay deleted).
+    pub async fn sweep(&self, batch: u32) -> Result<u64, RowError> {
+        let batch = i64::from(batch.max(1));
+        let sql = self.table.sweep_sql();
+        let mut total = 0;
+        loop {
+            let done = sqlx::query(&sql)
+                .bind(batch)
+                .execute(&self.pool)
+                .await
+                .map_err(row_error)?
+                .rows_affected();
+            total += done;
+            if done < batch as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+impl RowStore for SqlxStore {
+    fn table(&self) -> &Table {
+        &self.table
+    }
+
+    fn find<'a>(&'a self, key_hash: &'a [u8]) -> RowFuture<'a, Option<FoundRow>> {
+        Box::pin(async move {
+            let row = sqlx::query(&self.find_sql)
+                .bind(key_hash)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(row_error)?;
+            let Some(row) = row else { return Ok(None) };
+            let fingerprint: Vec<u8> = row.try_get("fingerprint").map_err(row_error)?;
+            let record: Option<Vec<u8>> = row.try_get("record").map_err(row_error)?;
+            Ok(Some(FoundRow {
+                fingerprint: fingerprint.into(),
+                record: record.map(Into::into),
+            }))
+        })
+    }
+
+    fn store<'a>(&'a self, r: NewRecord<'a>) -> RowFuture<'a, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(&self.store_sql)
+                .bind(r.key_hash)
+                .bind(r.fingerprint)
+                .bind(r.record)
+                .bind(r.retention_ms)
+                .bind(r.lock_timeout)
+                .execute(&self.pool)
+                .await
+                .map_err(row_error)?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+}
+
+/// The handler's statements, with sqlx.
+impl KeyRow {
+    /// Records the key's row: run it as the **first statement of the transaction** that
+    /// does the work (`row.insert_in(&mut tx)`), so that the row commits with the work or
+    /// not at all. It sets the transaction's `lock_timeout`
+    /// ([`Durable::lock_timeout`](super::Durable::lock_timeout)) for the statements after it.
+    ///
+    /// # Errors
+    ///
+    /// [`RowError::is_completed`]: the key's row had committed (another request ran the
+    /// work; this one waited for its transaction) — drop the transaction, the middleware
+    /// answers from the row. [`RowError::is_busy`]: the wait passed the `lock_timeout`, or
+    /// a serialization failure or deadlock — drop it, the middleware answers `409` +
+    /// `Retry-After`. Any other: the database's error.
+    pub async fn insert_in(&self, conn: &mut PgConnection) -> Result<(), RowError> {
+        let (key, fingerprint, retention, lock_timeout, sql) = self.insert_params();
+        let done = sqlx::query(sql)
+            .bind(key)
+            .bind(fingerprint)
+            .bind(retention)
+            .bind(lock_timeout)
+            .execute(conn)
+            .await;
+        match done {
+            Ok(done) if done.rows_affected() == 1 => {
+                self.set(RowState::Recorded);
+                Ok(())
+            }
+            Ok(_) => Err(self.observe(RowError::completed())),
+            Err(e) => Err(self.observe(row_error(e))),
+        }
+    }
+
+    /// Commits `tx`: a serialization failure or deadlock at commit is
+    /// [`RowError::is_busy`], answered `409` + `Retry-After` by the middleware.
+    ///
+    /// # Errors
+    ///
+    /// The commit's error, classified as [`insert_in`](Self::insert_in)'s.
+    pub async fn commit(&self, tx: Transaction<'_, Postgres>) -> Result<(), RowError> {
+        tx.commit().await.map_err(|e| self.observe(row_error(e)))
+    }
+
+    /// Any statement's error in the row's transaction, classified: a lock timeout, a
+    /// serialization failure or a deadlock there also makes the middleware answer `409` +
+    /// `Retry-After` (the transaction rolls back, so nothing ran).
+    pub fn check(&self, error: sqlx::Error) -> RowError {
+        self.observe(row_error(error))
+    }
+}

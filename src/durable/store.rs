@@ -1,0 +1,133 @@
+//! The middleware's side: [`RowStore`], the two statements it runs around the handler, and
+//! [`Durable`], the replay setting that turns the row on.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{RowError, Table};
+
+/// A boxed future of a [`RowStore`] statement.
+pub type RowFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, RowError>> + Send + 'a>>;
+
+/// A committed key row, as the middleware's lookup found it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FoundRow {
+    /// The fingerprint of the request that committed it.
+    pub fingerprint: Bytes,
+    /// Its stored response (the replay record), `None` until it is stored.
+    pub record: Option<Bytes>,
+}
+
+impl fmt::Debug for FoundRow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FoundRow")
+            .field("record_len", &self.record.as_ref().map(Bytes::len))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A response to store in a key's row ([`Table::store_sql`]'s parameters).
+#[derive(Debug, Clone, Copy)]
+pub struct NewRecord<'a> {
+    /// The key hash (32 bytes).
+    pub key_hash: &'a [u8],
+    /// The request's fingerprint.
+    pub fingerprint: &'a [u8],
+    /// The replay record.
+    pub record: &'a [u8],
+    /// How long the row is kept, in milliseconds.
+    pub retention_ms: i64,
+    /// The statement's `lock_timeout` (`"<ms>ms"`).
+    pub lock_timeout: &'a str,
+}
+
+/// Where the middleware reads and completes key rows: an adapter runs the [`Table`]'s
+/// statements with its driver. The crate's is [`sqlx_0_8::SqlxStore`](super::sqlx_0_8)
+/// (feature `sqlx-0_8`); another driver implements these two methods with
+/// [`Table::find_sql`] and [`Table::store_sql`].
+pub trait RowStore: Send + Sync + 'static {
+    /// The table.
+    fn table(&self) -> &Table;
+
+    /// [`Table::find_sql`]: the key's row, if one committed and has not expired.
+    fn find<'a>(&'a self, key_hash: &'a [u8]) -> RowFuture<'a, Option<FoundRow>>;
+
+    /// [`Table::store_sql`], in a transaction of its own: `true` when it stored the record.
+    fn store<'a>(&'a self, record: NewRecord<'a>) -> RowFuture<'a, bool>;
+}
+
+/// Durable replay: a [`Replay`](crate::replay::Replay) setting
+/// ([`Replay::durable`](crate::replay::Replay::durable)) that keeps every completed key in a
+/// row of the handler's own database as well as on the Redis voters. See the
+/// [module](crate::durable).
+#[derive(Clone)]
+#[must_use = "durable settings do nothing until given to a Replay"]
+pub struct Durable {
+    pub(crate) store: Arc<dyn RowStore>,
+    pub(crate) insert_sql: Arc<str>,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) timeout: Duration,
+}
+
+impl fmt::Debug for Durable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Durable")
+            .field("table", self.store.table())
+            .field("lock_timeout", &self.lock_timeout)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Durable {
+    /// The default [`lock_timeout`](Self::lock_timeout): 5 s.
+    pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The default [`timeout`](Self::timeout): 5 s.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Rows kept by `store`.
+    pub fn new(store: impl RowStore) -> Self {
+        let insert_sql = store.table().insert_sql().into();
+        Self {
+            store: Arc::new(store),
+            insert_sql,
+            lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The `lock_timeout` of the handler's transaction, set by its insert (and of the
+    /// middleware's store): the longest a duplicate waits on another transaction's row
+    /// before it is answered `409` + `Retry-After`.
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// The longest the middleware waits for its lookup or its store. A lookup that does not
+    /// answer in time is answered `503` (nothing ran); a store, logged (the response is
+    /// still kept on the Redis voters).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub(crate) fn check(&self) -> crate::Result<()> {
+        for (what, d) in [
+            ("lock_timeout", self.lock_timeout),
+            ("timeout", self.timeout),
+        ] {
+            if d < Duration::from_millis(1) {
+                return Err(crate::Error::invalid(format!(
+                    "the durable replay's {what} must be at least 1 ms"
+                )));
+            }
+        }
+        Ok(())
+    }
+}

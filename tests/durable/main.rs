@@ -1,0 +1,202 @@
+//! Durable replay ([`tower_redlock::durable`]) on axum, against a real PostgreSQL (a throwaway
+//! cluster from the test kit) and three real `redis-server` masters. Every test name starts
+//! with `durable_`; what each one shows is in its doc line. The work is `app.rs`'s handler:
+//! the key's row first in its transaction, then a payment row, then commit.
+//!
+//! - [`crash`]: a replica process killed (`SIGKILL`) after its commit — before the Redis
+//!   record, or even before the response reached the row;
+//! - [`races`]: a duplicate that runs because the lease was lost waits on the row, and the
+//!   three SQLSTATEs that mean "later" (`55P03`, `40001`, `40P01`) are `409` + `Retry-After`;
+//! - below: the row survives the Redis voters, outcomes without a commit, `422`, a handler
+//!   that never records the row, the sweep and the migration.
+
+mod app;
+mod crash;
+mod races;
+
+use std::time::Duration;
+
+use tower_redlock::durable::sqlx_0_8::SqlxStore;
+use tower_redlock::durable::{FoundRow, RowStore, Table};
+use tower_redlock_testkit as support;
+
+use support::http::Reply;
+use support::Masters;
+
+/// A replica of the service, in this process, over `masters` and `db`.
+pub struct Replica {
+    pub app: support::HttpApp,
+    pub hooks: app::Hooks,
+    pub reached: tokio::sync::mpsc::UnboundedReceiver<&'static str>,
+}
+
+impl Replica {
+    pub async fn start(masters: &Masters, db: &app::Db, lock_timeout: Duration) -> Self {
+        let (hooks, reached) = app::Hooks::new();
+        let policy = app::policy(masters.client(), &db.pool, lock_timeout);
+        let router = app::router(policy, db.pool.clone(), hooks.clone());
+        let app = support::HttpApp::serve(router).await;
+        Self {
+            app,
+            hooks,
+            reached,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.app.url("/payments")
+    }
+
+    /// Waits for the handler to reach `what`.
+    pub async fn reached(&mut self, what: &str) {
+        let got = support::http::within(what.to_owned(), self.reached.recv()).await;
+        assert_eq!(got, Some(what), "the handler reached another point");
+    }
+}
+
+/// `POST url` with `key`, `body` and `x-mode: mode`, read to its end.
+pub async fn pay(url: &str, key: &str, body: &str, mode: &str) -> Reply {
+    let request = support::http::http_client()
+        .post(url)
+        .header("idempotency-key", format!("\"{key}\""))
+        .header("x-mode", mode)
+        .body(body.to_owned());
+    support::http::reply(request).await
+}
+
+/// Flushes every master and restarts it with an empty dataset.
+pub fn flush_and_restart(masters: &Masters) {
+    for master in masters.iter() {
+        master.restart();
+    }
+}
+
+/// Asserts a replay of `first`: the same status and body, marked replayed.
+#[track_caller]
+pub fn assert_replayed(reply: &Reply, first: &Reply) {
+    assert_eq!(reply.status, first.status, "{}", reply.text());
+    assert_eq!(reply.body, first.body);
+    assert_eq!(reply.header("idempotency-replayed"), Some("true"));
+}
+
+/// A completed request's retry after every Redis voter lost its data (a flush and a restart
+/// without persistence) is replayed from the row — the same payment — and the record is
+/// back on the voters, so the next retry is replayed from Redis.
+#[tokio::test]
+async fn durable_replays_from_the_row_after_every_voter_was_flushed_and_restarted() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+    let first = pay(&replica.url(), "k-1", "10 EUR", "ok").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(db.key_rows().await, (1, 1), "the row holds the response");
+
+    flush_and_restart(&masters);
+    assert_eq!(masters.dbsizes().await, vec![0, 0, 0]);
+    let retry = pay(&replica.url(), "k-1", "10 EUR", "ok").await;
+    assert_replayed(&retry, &first);
+    assert_eq!(db.payments().await, 1, "the work ran once");
+    assert!(
+        masters.dbsizes().await.iter().all(|&n| n >= 1),
+        "the record is restored on every voter"
+    );
+    // Even with the row gone now, the Redis record answers.
+    sqlx::query("DELETE FROM tower_redlock_keys")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_replayed(&pay(&replica.url(), "k-1", "10 EUR", "ok").await, &first);
+}
+
+/// Outcomes without a commit: a rollback answered `500` leaves no row and the key runs again
+/// (once); a rollback answered `402` is stored in a row of its own, so a flush of every
+/// voter still replays the `402` instead of running the key.
+#[tokio::test]
+async fn durable_a_rollback_is_run_again_after_a_5xx_and_replayed_after_a_402() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+
+    let failed = pay(&replica.url(), "k-500", "1 EUR", "rollback-500").await;
+    assert_eq!(failed.status, 500);
+    assert_eq!(db.key_rows().await, (0, 0), "a 5xx leaves no row");
+    let ran = pay(&replica.url(), "k-500", "1 EUR", "ok").await;
+    assert_eq!(ran.status, 201, "{}", ran.text());
+    assert_replayed(&pay(&replica.url(), "k-500", "1 EUR", "ok").await, &ran);
+    assert_eq!(db.payments().await, 1, "the key ran once after its 5xx");
+
+    let declined = pay(&replica.url(), "k-402", "2 EUR", "rollback-402").await;
+    assert_eq!(declined.status, 402);
+    assert_eq!(db.key_rows().await, (2, 2), "the 402 has a row of its own");
+    flush_and_restart(&masters);
+    let retry = pay(&replica.url(), "k-402", "2 EUR", "ok").await;
+    assert_replayed(&retry, &declined);
+    assert_eq!(db.payments().await, 1, "the 402 key never committed work");
+}
+
+/// Another payload under a key whose row holds a response is `422`, from the Redis record
+/// and, after a flush, from the row; the handler does not run.
+#[tokio::test]
+async fn durable_another_payload_under_a_stored_key_is_422() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+    let first = pay(&replica.url(), "k-1", "10 EUR", "ok").await;
+    assert_eq!(first.status, 201);
+    assert_eq!(pay(&replica.url(), "k-1", "99 EUR", "ok").await.status, 422);
+    flush_and_restart(&masters);
+    let reused = pay(&replica.url(), "k-1", "99 EUR", "ok").await;
+    assert_eq!(reused.status, 422, "{}", reused.text());
+    assert_eq!(db.payments().await, 1);
+}
+
+/// A handler that never records the row (a wiring mistake) is still locked and replayed
+/// from the Redis record; no row is written for it.
+#[tokio::test]
+async fn durable_a_handler_that_never_records_the_row_is_replayed_from_redis() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+    let first = pay(&replica.url(), "k-1", "10 EUR", "unrecorded").await;
+    assert_eq!(first.status, 201);
+    assert_eq!(db.key_rows().await, (0, 0));
+    assert_replayed(&pay(&replica.url(), "k-1", "10 EUR", "ok").await, &first);
+    assert_eq!(db.payments().await, 1);
+}
+
+/// The sweep deletes expired rows in batches and keeps the others; the lookup never
+/// answers from an expired row; a custom table name gets its own schema.
+#[tokio::test]
+async fn durable_the_sweep_deletes_expired_rows_only() {
+    let db = app::Db::start().await;
+    let store = SqlxStore::new(db.pool.clone());
+    for (i, expired) in [(1_u8, true), (2, true), (3, true), (4, false)] {
+        let sql = "INSERT INTO tower_redlock_keys (key_hash, fingerprint, record, expires_at) \
+                   VALUES ($1, $2, $3, now() + $4 * interval '1 hour')";
+        sqlx::query(sql)
+            .bind(vec![i; 32])
+            .bind(vec![0_u8; 32])
+            .bind(vec![i])
+            .bind(if expired { -1.0_f64 } else { 1.0 })
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.find(&[1; 32]).await.unwrap(), None, "expired");
+    let live = store.find(&[4; 32]).await.unwrap();
+    assert_eq!(
+        live,
+        Some(FoundRow {
+            fingerprint: vec![0; 32].into(),
+            record: Some(vec![4].into())
+        })
+    );
+    assert_eq!(
+        store.sweep(2).await.unwrap(),
+        3,
+        "three expired, in two batches"
+    );
+    assert_eq!(db.key_rows().await, (1, 1));
+    assert_eq!(store.sweep(2).await.unwrap(), 0);
+
+    let custom = SqlxStore::new(db.pool.clone()).table(Table::new("billing_keys").unwrap());
+    custom.migrate().await.unwrap();
+    custom.migrate().await.expect("the migration is idempotent");
+    assert_eq!(custom.find(&[4; 32]).await.unwrap(), None);
+}

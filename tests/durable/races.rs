@@ -1,0 +1,162 @@
+//! Races inside the database: a duplicate that runs because the first's lease was lost (here:
+//! every voter flushed while the first holds its transaction open) meets the first's
+//! uncommitted row and waits; and the errors that mean "try later" are `409` +
+//! `Retry-After`, never a `500` nor a second commit.
+
+use std::time::Duration;
+
+use super::{app, flush_and_restart, pay, Replica};
+use tower_redlock_testkit as support;
+
+use support::Masters;
+
+/// Waits until `n` backends wait on a lock (a row's insert, an advisory lock).
+async fn until_waiting(db: &app::Db, n: i64) {
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
+    support::http::within(format!("{n} backends waiting on a lock"), async {
+        loop {
+            let waiting: i64 = sqlx::query_scalar(sql).fetch_one(&db.pool).await.unwrap();
+            if waiting >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// Retries `key` until it is not `409` (a ttl, a store in flight), within the deadline.
+async fn settled(url: &str, key: &str, body: &str) -> support::http::Reply {
+    support::http::within("an answer other than 409", async {
+        loop {
+            let reply = pay(url, key, body, "ok").await;
+            if reply.status != 409 {
+                return reply;
+            }
+            let _ = reply.retry_after();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// The first request holds its transaction open; every voter is flushed (its lease is
+/// gone), so a duplicate takes the lock and runs. Its insert waits on the first's row; when
+/// the first commits, the duplicate's insert finds the row and it answers from it (the
+/// stored response, or `409` + `Retry-After` while the first stores it) — its own payment
+/// rolls back: exactly one payment exists.
+#[tokio::test]
+async fn durable_a_duplicate_after_a_lost_lease_waits_on_the_row_and_replays() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let mut replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
+    let url = replica.url();
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "hold").await }
+    });
+    replica.reached("hold").await;
+    flush_and_restart(&masters);
+    let duplicate = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "ok").await }
+    });
+    until_waiting(&db, 1).await;
+    replica.hooks.go.add_permits(1);
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 201, "{}", first.text());
+    let duplicate = duplicate.await.unwrap();
+    match duplicate.status {
+        409 => assert!(duplicate.retry_after() >= 1),
+        _ => super::assert_replayed(&duplicate, &first),
+    }
+    let retry = settled(&url, "k-1", "10 EUR").await;
+    super::assert_replayed(&retry, &first);
+    assert_eq!(
+        db.payments().await,
+        1,
+        "the duplicate's work never committed"
+    );
+}
+
+/// SQLSTATE `55P03`: a duplicate whose wait on the first's row passes the `lock_timeout` is
+/// `409` + `Retry-After`; nothing of it commits, and the key completes once.
+#[tokio::test]
+async fn durable_a_lock_timeout_is_409_with_retry_after() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let mut replica = Replica::start(&masters, &db, Duration::from_millis(300)).await;
+    let url = replica.url();
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "hold").await }
+    });
+    replica.reached("hold").await;
+    flush_and_restart(&masters);
+    let duplicate = pay(&url, "k-1", "10 EUR", "ok").await;
+    assert_eq!(duplicate.status, 409, "{}", duplicate.text());
+    assert!(duplicate.retry_after() >= 1);
+    replica.hooks.go.add_permits(1);
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 201, "{}", first.text());
+    super::assert_replayed(&settled(&url, "k-1", "10 EUR").await, &first);
+    assert_eq!(db.payments().await, 1);
+}
+
+/// SQLSTATE `40001`: a duplicate in a repeatable-read transaction that waited on the first's
+/// row fails to serialize when the first commits: `409` + `Retry-After`, never a `500`.
+#[tokio::test]
+async fn durable_a_serialization_failure_is_409_with_retry_after() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let mut replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
+    let url = replica.url();
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "hold").await }
+    });
+    replica.reached("hold").await;
+    flush_and_restart(&masters);
+    let duplicate = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "repeatable").await }
+    });
+    until_waiting(&db, 1).await;
+    replica.hooks.go.add_permits(1);
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 201, "{}", first.text());
+    let duplicate = duplicate.await.unwrap();
+    assert_eq!(duplicate.status, 409, "{}", duplicate.text());
+    assert!(duplicate.retry_after() >= 1);
+    assert_eq!(db.payments().await, 1);
+}
+
+/// SQLSTATE `40P01`: a handler in a deadlock (it holds advisory lock 1 and waits for 2,
+/// which another transaction holds while it waits for 1) is `409` + `Retry-After`; its
+/// transaction rolled back, so nothing of it is left, and the key's retry runs.
+#[tokio::test]
+async fn durable_a_deadlock_is_409_with_retry_after() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
+    let mut other = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(2)")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let url = replica.url();
+    let deadlocked = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "deadlock").await }
+    });
+    until_waiting(&db, 1).await;
+    // Now close the cycle: the handler's backend, which waited first, detects it.
+    sqlx::query("SELECT pg_advisory_xact_lock(1)")
+        .execute(&mut *other)
+        .await
+        .expect("granted once the handler's transaction rolled back");
+    other.commit().await.unwrap();
+    let deadlocked = deadlocked.await.unwrap();
+    assert_eq!(deadlocked.status, 409, "{}", deadlocked.text());
+    assert!(deadlocked.retry_after() >= 1);
+    assert_eq!(db.payments().await, 0);
+    assert_eq!(db.key_rows().await, (0, 0));
+    let ran = pay(&url, "k-1", "10 EUR", "ok").await;
+    assert_eq!(ran.status, 201, "{}", ran.text());
+}

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::durable;
 pub(crate) use super::answer::FullResponse;
+use super::durable;
 use super::watch::{LossWatch, Watched, WatchedFuture};
 use super::{AfterResponse, KeptAlive};
 use crate::durable::{KeyRow, RowKey};

@@ -42,7 +42,8 @@
 //! counts once a quorum stored it. A read takes any record it finds and concludes "not done" only
 //! from a quorum (fewer answers: `503`). If the record cannot be stored on a quorum, the lock is
 //! not released early. Duplicates get `409` until its ttl ends (logged at warn). After that, a key
-//! whose record no master kept runs again. So does a key whose replica crashed. A request whose
+//! whose record no master kept runs again. So does a key whose replica crashed — unless the
+//! key is also kept in the handler's database ([`Replay::durable`]). A request whose
 //! lease was lost writes its record (its response, or the "outcome unknown" mark of an abort) where
 //! the key is still its own or free. It never writes over another holder
 //! (`completion_if_free_never_takes_another_holders_lock`). A duplicate that took the expired key

@@ -200,3 +200,68 @@ async fn durable_the_sweep_deletes_expired_rows_only() {
     custom.migrate().await.expect("the migration is idempotent");
     assert_eq!(custom.find(&[4; 32]).await.unwrap(), None);
 }
+
+/// Golden: the row format other versions read during a rolling deploy (CHANGELOG.md, *Stable
+/// formats*): the table's columns and types, `key_hash` = SHA-256 of the policy's lock key
+/// (never the raw key), `record` = the very bytes of the Redis record (`TRH1` after `TRR1\n`, at
+/// `<lock key>:record`).
+#[tokio::test]
+async fn durable_golden_row_format() {
+    use sha2::{Digest, Sha256};
+    use tower_redlock::key::SimpleRequest;
+
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+    assert_eq!(pay(&replica.url(), "k-1", "10 EUR", "ok").await.status, 201);
+
+    let columns: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT column_name::text, data_type::text, is_nullable::text FROM information_schema.columns \
+         WHERE table_name = 'tower_redlock_keys' ORDER BY ordinal_position",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let expected = [
+        ("key_hash", "bytea", "NO"),
+        ("fingerprint", "bytea", "NO"),
+        ("record", "bytea", "YES"),
+        ("created_at", "timestamp with time zone", "NO"),
+        ("expires_at", "timestamp with time zone", "NO"),
+    ];
+    let columns: Vec<(&str, &str, &str)> = columns
+        .iter()
+        .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()))
+        .collect();
+    assert_eq!(columns, expected);
+
+    let policy = app::policy(masters.client(), &db.pool, Duration::from_secs(5));
+    let req = SimpleRequest::new("POST", "/payments")
+        .route("/payments")
+        .header("idempotency-key", "\"k-1\"");
+    let lock_key = policy.resource(&req).unwrap().expect("a key");
+    let (key_hash, record): (Vec<u8>, Vec<u8>) =
+        sqlx::query_as("SELECT key_hash, record FROM tower_redlock_keys")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        key_hash,
+        Sha256::digest(lock_key.as_str().as_bytes()).to_vec()
+    );
+    assert!(!String::from_utf8_lossy(&record).contains("k-1"));
+    assert_eq!(&record[..4], b"TRH1");
+    let redis_key = masters
+        .client()
+        .redis_key(&format!("{}:record", lock_key.as_str()));
+    let in_redis: Vec<u8> = masters
+        .iter()
+        .next()
+        .unwrap()
+        .query(redis::cmd("GET").arg(&redis_key))
+        .await;
+    assert_eq!(
+        in_redis,
+        [b"TRR1\n".as_slice(), &record].concat(),
+        "the row keeps the Redis record's bytes"
+    );
+}

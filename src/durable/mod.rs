@@ -10,7 +10,8 @@
 //! 1. After the lock, and when no Redis voter has a record of the key, the middleware looks
 //!    the key's row up ([`RowStore::find`]). A row with a response is replayed (and the
 //!    Redis record restored); a row without one (a crash between the commit and the store)
-//!    is answered `409` completed-not-stored. Either way the handler does not run.
+//!    is answered `409` completed-not-stored, or rebuilt from the business data by a hook of
+//!    yours ([`Durable::rebuild`]). Either way the handler does not run.
 //! 2. Otherwise the handler gets a [`KeyRow`] (an axum extractor) and records it as the
 //!    first statement of the transaction that does the work (`row.insert_in(&mut tx)`,
 //!    feature `sqlx-0_8`). The row commits with the work or not at all.
@@ -69,5 +70,5 @@ mod table;
 
 pub(crate) use row::{millis, RowKey, RowState};
 pub use row::{KeyRow, RowError, RowErrorKind};
-pub use store::{Durable, FoundRow, NewRecord, RowFuture, RowStore};
+pub use store::{Durable, FoundRow, NewRecord, RebuildFuture, Rebuilt, RowFuture, RowStore};
 pub use table::Table;

@@ -61,6 +61,42 @@ pub trait RowStore: Send + Sync + 'static {
     fn store<'a>(&'a self, record: NewRecord<'a>) -> RowFuture<'a, bool>;
 }
 
+/// A response rebuilt from the business data by [`Durable::rebuild`]'s hook, for a key whose
+/// row committed without its response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// The status.
+    pub status: u16,
+    /// The headers (those replay never stores are left out, as from a handler).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Bytes,
+}
+
+impl Rebuilt {
+    /// A response with `status` and `body`, no headers.
+    pub fn new(status: u16, body: impl Into<Bytes>) -> Self {
+        Self {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// With the header `name: value`.
+    #[must_use]
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers
+            .push((name.into().to_ascii_lowercase(), value.into()));
+        self
+    }
+}
+
+/// The future of [`Durable::rebuild`]'s hook.
+pub type RebuildFuture = Pin<Box<dyn Future<Output = Option<Rebuilt>> + Send>>;
+
+type RebuildHook = Arc<dyn Fn(String) -> RebuildFuture + Send + Sync>;
+
 /// Durable replay: a [`Replay`](crate::replay::Replay) setting
 /// ([`Replay::durable`](crate::replay::Replay::durable)) that keeps every completed key in a
 /// row of the handler's own database as well as on the Redis voters. See the
@@ -72,6 +108,7 @@ pub struct Durable {
     pub(crate) insert_sql: Arc<str>,
     pub(crate) lock_timeout: Duration,
     pub(crate) timeout: Duration,
+    pub(crate) rebuild: Option<RebuildHook>,
 }
 
 impl fmt::Debug for Durable {
@@ -80,6 +117,7 @@ impl fmt::Debug for Durable {
             .field("table", self.store.table())
             .field("lock_timeout", &self.lock_timeout)
             .field("timeout", &self.timeout)
+            .field("rebuild", &self.rebuild.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +136,23 @@ impl Durable {
             insert_sql,
             lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
             timeout: Self::DEFAULT_TIMEOUT,
+            rebuild: None,
         }
+    }
+
+    /// Rebuilds the response of a key whose row committed without one (its replica died
+    /// between the commit and the store) from the business data: `hook` gets the key's hash
+    /// in hex ([`KeyRow::key_hash`](super::KeyRow::key_hash), kept beside that data by the
+    /// handler) and returns the response, or `None` to answer `409` completed-not-stored.
+    /// A rebuilt response is stored in the row and on the voters, and replayed; the handler
+    /// never runs again. The hook is bounded by [`timeout`](Self::timeout).
+    pub fn rebuild<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<Rebuilt>> + Send + 'static,
+    {
+        self.rebuild = Some(Arc::new(move |key| Box::pin(hook(key))));
+        self
     }
 
     /// The `lock_timeout` of the handler's transaction, set by its insert (and of the

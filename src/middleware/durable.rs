@@ -53,7 +53,9 @@ pub(crate) async fn before(
             );
             Before::Run(running, row)
         }
-        Ok(Ok(Some(found))) => Before::Answered(answer(running, found, false, policy, wire).await),
+        Ok(Ok(Some(found))) => {
+            Before::Answered(answer(running, &row_key, found, false, policy, wire).await)
+        }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "the key's row could not be looked up: answered 503");
             Before::Answered(unavailable(running, policy, wire).await)
@@ -73,6 +75,7 @@ pub(crate) async fn before(
 /// response once it is stored.
 async fn answer(
     running: Running,
+    row_key: &RowKey,
     found: FoundRow,
     in_flight: bool,
     policy: &LockPolicy,
@@ -80,7 +83,12 @@ async fn answer(
 ) -> FullResponse {
     let (recorder, _) = durable_of(&running).expect("under durable replay");
     let fingerprint = *recorder.fingerprint();
-    match found.record {
+    let mut record = found.record;
+    let same = found.fingerprint[..] == fingerprint.0[..];
+    if record.is_none() && same && !in_flight {
+        record = rebuild(&running, row_key).await;
+    }
+    match record {
         Some(record) => {
             let transform = recorder.replay().transform.clone();
             running.complete(record.clone()).await;
@@ -94,7 +102,7 @@ async fn answer(
         }
         None => {
             super::release(running.into_lease()).await;
-            if found.fingerprint[..] != fingerprint.0[..] {
+            if !same {
                 return FullResponse::rejection(policy.reject(RejectionKind::Mismatch, wire));
             }
             durable_row("not_stored");
@@ -104,6 +112,25 @@ async fn answer(
             FullResponse::rejection(policy.reject(RejectionKind::CompletedNotStored, wire))
         }
     }
+}
+
+/// The record of the response [`Durable::rebuild`]'s hook made from the business data, stored
+/// in the row; `None` without a hook, or when it had none (or did not answer in time).
+async fn rebuild(running: &Running, row_key: &RowKey) -> Option<Bytes> {
+    let (recorder, durable) = durable_of(running)?;
+    let hook = durable.rebuild.as_ref()?;
+    let rebuilt = tokio::time::timeout(durable.timeout, hook(row_key.hex()));
+    let Ok(Some(rebuilt)) = rebuilt.await else {
+        return None;
+    };
+    let headers = rebuilt
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_bytes()));
+    let record = recorder.response(rebuilt.status, headers, &rebuilt.body);
+    durable_row("rebuilt");
+    store_record(durable, recorder, row_key, &record).await;
+    Some(record)
 }
 
 /// `503` + `Retry-After`: the row could not be read, so whether the key completed is not
@@ -152,7 +179,9 @@ pub(crate) async fn after(
             let found =
                 tokio::time::timeout(durable.timeout, durable.store.find(&row.key().0)).await;
             match found {
-                Ok(Ok(Some(found))) => Err(answer(running, found, true, policy, wire).await),
+                Ok(Ok(Some(found))) => {
+                    Err(answer(running, row.key(), found, true, policy, wire).await)
+                }
                 _ => {
                     super::release(running.into_lease()).await;
                     Err(busy(policy, wire))
@@ -170,12 +199,17 @@ pub(crate) async fn store(running: &Running, row: &KeyRow, record: &Bytes) {
     let Some((recorder, durable)) = durable_of(running) else {
         return;
     };
-    if row.state() != RowState::Recorded {
-        return;
+    if row.state() == RowState::Recorded {
+        store_record(durable, recorder, row.key(), record).await;
     }
+}
+
+/// [`RowStore::store`](crate::durable::RowStore::store), bounded by the durable timeout;
+/// logged and counted.
+async fn store_record(durable: &Durable, recorder: &Recorder, key: &RowKey, record: &Bytes) {
     let lock_timeout = format!("{}ms", millis(durable.lock_timeout));
     let new = NewRecord {
-        key_hash: &row.key().0,
+        key_hash: &key.0,
         fingerprint: &recorder.fingerprint().0,
         record,
         retention_ms: millis(recorder.replay().retention),

@@ -13,7 +13,7 @@ use axum::Router;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::{mpsc, Semaphore};
 use tower_redlock::durable::sqlx_0_8::SqlxStore;
-use tower_redlock::durable::{Durable, KeyRow};
+use tower_redlock::durable::{Durable, KeyRow, Rebuilt};
 use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::replay::Replay;
@@ -104,11 +104,36 @@ struct App {
 /// short ttl (a killed replica's lock ends soon), the given `lock_timeout`.
 pub fn policy(redlock: Redlock, pool: &PgPool, lock_timeout: Duration) -> LockPolicy {
     let durable = Durable::new(SqlxStore::new(pool.clone())).lock_timeout(lock_timeout);
+    policy_of(redlock, durable)
+}
+
+/// [`policy`] with these durable settings.
+pub fn policy_of(redlock: Redlock, durable: Durable) -> LockPolicy {
     LockPolicy::builder(redlock, IdempotencyKey::required().scoped_by_route())
         .ttl(Duration::from_secs(2))
         .replay(Replay::new().durable(durable))
         .build()
         .expect("valid policy")
+}
+
+/// Durable settings whose rebuild hook answers a key's payment from the `payments` table
+/// (`201`, `payment <id>`, as the handler does).
+pub fn rebuilding(pool: &PgPool) -> Durable {
+    let db = pool.clone();
+    Durable::new(SqlxStore::new(pool.clone())).rebuild(move |key_hash| {
+        let db = db.clone();
+        async move {
+            let id: i64 = sqlx::query_scalar("SELECT id FROM payments WHERE key_hash = $1")
+                .bind(key_hash)
+                .fetch_optional(&db)
+                .await
+                .ok()??;
+            Some(
+                Rebuilt::new(201, format!("payment {id}"))
+                    .header("content-type", "text/plain; charset=utf-8"),
+            )
+        }
+    })
 }
 
 pub fn router(policy: LockPolicy, pool: PgPool, hooks: Hooks) -> Router {

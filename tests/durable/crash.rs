@@ -235,3 +235,38 @@ async fn durable_a_replica_killed_right_after_its_commit_never_runs_again() {
     assert!(retry.text().contains("idempotency-completed-not-stored"));
     assert_eq!(db.payments().await, 1, "never a second run");
 }
+
+/// As above, with a rebuild hook ([`Durable::rebuild`](tower_redlock::durable::Durable::rebuild))
+/// that reads the payment by the key's hash: the retry gets the payment's response, rebuilt
+/// and replayed — stored in the row and on the voters, so the next retry replays it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_a_row_without_its_response_is_rebuilt_by_the_hook() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let mut replica = ReplicaProcess::start(&masters, &db);
+    let first = tokio::spawn({
+        let url = replica.url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "commit-then-wait").await }
+    });
+    assert_eq!(replica.line("REACHED "), "committed");
+    replica.kill();
+    first.abort();
+    assert_eq!(db.key_rows().await, (1, 0), "committed, no response");
+
+    let policy = app::policy_of(masters.client(), app::rebuilding(&db.pool));
+    let here = Replica::with_policy(&db, policy).await;
+    let retry = after_the_ttl(&here.url()).await;
+    let id: i64 = sqlx::query_scalar("SELECT id FROM payments")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.text(), format!("payment {id}"));
+    assert_eq!(retry.header("idempotency-replayed"), Some("true"));
+    assert_eq!(
+        db.key_rows().await,
+        (1, 1),
+        "the rebuilt response is in the row"
+    );
+    super::assert_replayed(&pay(&here.url(), "k-1", "10 EUR", "ok").await, &retry);
+    assert_eq!(db.payments().await, 1, "never a second run");
+}

@@ -32,8 +32,12 @@ pub struct Replica {
 
 impl Replica {
     pub async fn start(masters: &Masters, db: &app::Db, lock_timeout: Duration) -> Self {
-        let (hooks, reached) = app::Hooks::new();
         let policy = app::policy(masters.client(), &db.pool, lock_timeout);
+        Self::with_policy(db, policy).await
+    }
+
+    pub async fn with_policy(db: &app::Db, policy: tower_redlock::policy::LockPolicy) -> Self {
+        let (hooks, reached) = app::Hooks::new();
         let router = app::router(policy, db.pool.clone(), hooks.clone());
         let app = support::HttpApp::serve(router).await;
         Self {

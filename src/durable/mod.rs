@@ -17,7 +17,8 @@
 //!    feature `sqlx-0_8`). The row commits with the work or not at all.
 //! 3. After the handler, the middleware stores the response in that row, in a short
 //!    transaction of its own ([`RowStore::store`]), then on the Redis voters. A response
-//!    below 500 from a handler that rolled back (a `402`, say) gets a row of its own there.
+//!    below 500 from a handler that rolled back (a `402`, say) or recorded no row gets a row
+//!    of its own there — never another execution's row.
 //!
 //! The schema is [`Table::migration`] (also `src/durable/schema.sql`); apply it with your
 //! migration tool. The retention sweep is one call (`SqlxStore::sweep`).

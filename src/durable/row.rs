@@ -22,6 +22,8 @@ pub struct KeyRow {
 
 struct Shared {
     key: RowKey,
+    /// This execution's id (a random UUID): only it stores its response in its row.
+    run_id: [u8; 16],
     fingerprint: [u8; 32],
     retention: Duration,
     lock_timeout: Duration,
@@ -36,6 +38,9 @@ pub(crate) enum RowState {
     Unrecorded = 0,
     /// Inserted in the handler's transaction (committed or not: the store finds out).
     Recorded = 1,
+    /// Inserted and committed (`KeyRow::commit`): what the handler's statements found
+    /// before no longer matters.
+    Committed = 4,
     /// The key's row had committed: the work ran before, the handler's must not commit.
     Completed = 2,
     /// A lock timeout, a serialization failure or a deadlock: nothing committed.
@@ -62,6 +67,7 @@ impl KeyRow {
         Self {
             shared: Arc::new(Shared {
                 key,
+                run_id: *uuid::Uuid::new_v4().as_bytes(),
                 fingerprint,
                 retention,
                 lock_timeout,
@@ -78,9 +84,14 @@ impl KeyRow {
     }
 
     /// Whether the handler's insert recorded the row (in a transaction that may still roll
-    /// back).
+    /// back, or committed with [`commit`](Self::commit)).
     pub fn recorded(&self) -> bool {
-        self.state() == RowState::Recorded
+        matches!(self.state(), RowState::Recorded | RowState::Committed)
+    }
+
+    /// This execution's run id: the row's `run_id`.
+    pub(crate) fn run_id(&self) -> &[u8; 16] {
+        &self.shared.run_id
     }
 
     pub(crate) fn key(&self) -> &RowKey {
@@ -92,6 +103,7 @@ impl KeyRow {
             1 => RowState::Recorded,
             2 => RowState::Completed,
             3 => RowState::Busy,
+            4 => RowState::Committed,
             _ => RowState::Unrecorded,
         }
     }
@@ -101,21 +113,24 @@ impl KeyRow {
     }
 
     /// The insert's parameters, in order: key hash, fingerprint, retention (ms), lock
-    /// timeout (`"<ms>ms"`), and the statement ([`Table::insert_sql`](super::Table::insert_sql)).
-    pub(crate) fn insert_params(&self) -> (&[u8], &[u8], i64, String, &str) {
+    /// timeout (`"<ms>ms"`), run id, and the statement
+    /// ([`Table::insert_sql`](super::Table::insert_sql)).
+    pub(crate) fn insert_params(&self) -> (&[u8], &[u8], i64, String, &[u8], &str) {
         let s = &*self.shared;
         (
             &s.key.0,
             &s.fingerprint,
             millis(s.retention),
             format!("{}ms", millis(s.lock_timeout)),
+            &s.run_id,
             &s.insert_sql,
         )
     }
 
     /// Reads what a statement's error means for the key: a lock timeout, a serialization
     /// failure or a deadlock marks the request busy (the middleware answers `409` +
-    /// `Retry-After`, whatever the handler answers).
+    /// `Retry-After`, whatever the handler answers — unless the handler recovers, in a
+    /// savepoint, and commits with [`commit`](Self::commit)).
     pub(crate) fn observe(&self, error: RowError) -> RowError {
         match error.kind {
             RowErrorKind::Busy => self.set(RowState::Busy),
@@ -154,8 +169,6 @@ impl RowKey {
 /// The SQLSTATEs that mean "try again later": `55P03` lock not available (the
 /// `lock_timeout`), `40001` serialization failure, `40P01` deadlock detected.
 const BUSY: [&str; 3] = ["55P03", "40001", "40P01"];
-/// `23505` unique violation: the key's row committed in another transaction.
-const UNIQUE_VIOLATION: &str = "23505";
 
 /// An error of a key row's statement, or of the middleware's lookup or store. The kind
 /// tells the handler what to do; the middleware answers by it whatever the handler
@@ -172,7 +185,8 @@ pub struct RowError {
 #[non_exhaustive]
 pub enum RowErrorKind {
     /// The key's row had committed: the work ran before. Roll back (drop the
-    /// transaction); the middleware answers from the row.
+    /// transaction; [`KeyRow::commit`] refuses to commit it); the middleware answers from
+    /// the row.
     Completed,
     /// A lock timeout, a serialization failure or a deadlock (SQLSTATE `55P03`, `40001`,
     /// `40P01`): roll back; the middleware answers `409` + `Retry-After`.
@@ -192,7 +206,6 @@ impl RowError {
     ) -> Self {
         let kind = match sqlstate {
             Some(code) if BUSY.contains(&code) => RowErrorKind::Busy,
-            Some(UNIQUE_VIOLATION) => RowErrorKind::Completed,
             _ => RowErrorKind::Database,
         };
         Self {

@@ -2,6 +2,7 @@
 //! and the [`KeyRow`] statements a handler runs in its own transaction.
 
 use std::fmt;
+use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgPool, Postgres};
 use sqlx::{Row, Transaction};
@@ -123,25 +124,34 @@ impl RowStore for SqlxStore {
             let Some(row) = row else { return Ok(None) };
             let fingerprint: Vec<u8> = row.try_get("fingerprint").map_err(row_error)?;
             let record: Option<Vec<u8>> = row.try_get("record").map_err(row_error)?;
+            let run_id: Vec<u8> = row.try_get("run_id").map_err(row_error)?;
+            let ms = |column: &str| -> Result<Duration, RowError> {
+                let ms: i64 = row.try_get(column).map_err(row_error)?;
+                Ok(Duration::from_millis(ms.max(0).unsigned_abs()))
+            };
             Ok(Some(FoundRow {
                 fingerprint: fingerprint.into(),
                 record: record.map(Into::into),
+                run_id: run_id.into(),
+                age: ms("age_ms")?,
+                left: ms("left_ms")?,
             }))
         })
     }
 
     fn store<'a>(&'a self, r: NewRecord<'a>) -> RowFuture<'a, bool> {
         Box::pin(async move {
-            let done = sqlx::query(&self.store_sql)
+            let stored: i64 = sqlx::query_scalar(&self.store_sql)
                 .bind(r.key_hash)
                 .bind(r.fingerprint)
                 .bind(r.record)
                 .bind(r.retention_ms)
                 .bind(r.lock_timeout)
-                .execute(&self.pool)
+                .bind(r.run_id)
+                .fetch_one(&self.pool)
                 .await
                 .map_err(row_error)?;
-            Ok(done.rows_affected() == 1)
+            Ok(stored == 1)
         })
     }
 }
@@ -151,7 +161,8 @@ impl KeyRow {
     /// Records the key's row: run it as the **first statement of the transaction** that
     /// does the work (`row.insert_in(&mut tx)`), so that the row commits with the work or
     /// not at all. It sets the transaction's `lock_timeout`
-    /// ([`Durable::lock_timeout`](super::Durable::lock_timeout)) for the statements after it.
+    /// ([`Durable::lock_timeout`](super::Durable::lock_timeout)) for the statements after it,
+    /// in place of any the transaction had.
     ///
     /// # Errors
     ///
@@ -160,13 +171,15 @@ impl KeyRow {
     /// answers from the row. [`RowError::is_busy`]: the wait passed the `lock_timeout`, or
     /// a serialization failure or deadlock — drop it, the middleware answers `409` +
     /// `Retry-After`. Any other: the database's error.
-    pub async fn insert_in(&self, conn: &mut PgConnection) -> Result<(), RowError> {
-        let (key, fingerprint, retention, lock_timeout, sql) = self.insert_params();
+    pub async fn insert_in(&self, tx: &mut Transaction<'_, Postgres>) -> Result<(), RowError> {
+        let (key, fingerprint, retention, lock_timeout, run_id, sql) = self.insert_params();
+        let conn: &mut PgConnection = tx;
         let done = sqlx::query(sql)
             .bind(key)
             .bind(fingerprint)
             .bind(retention)
             .bind(lock_timeout)
+            .bind(run_id)
             .execute(conn)
             .await;
         match done {
@@ -179,14 +192,28 @@ impl KeyRow {
         }
     }
 
-    /// Commits `tx`: a serialization failure or deadlock at commit is
-    /// [`RowError::is_busy`], answered `409` + `Retry-After` by the middleware.
+    /// Commits `tx`, the transaction the row was recorded in; the middleware then trusts
+    /// that the work committed, whatever errors the handler met before (and recovered from).
+    /// A transaction whose insert found the key's row committed before is rolled back
+    /// instead: its work must not commit.
     ///
     /// # Errors
     ///
-    /// The commit's error, classified as [`insert_in`](Self::insert_in)'s.
+    /// [`RowError::is_completed`] for such a transaction (rolled back). Otherwise the
+    /// commit's error, classified as [`insert_in`](Self::insert_in)'s: a serialization
+    /// failure or deadlock at commit is [`RowError::is_busy`], answered `409` +
+    /// `Retry-After` by the middleware.
     pub async fn commit(&self, tx: Transaction<'_, Postgres>) -> Result<(), RowError> {
-        tx.commit().await.map_err(|e| self.observe(row_error(e)))
+        if self.state() == RowState::Completed {
+            drop(tx.rollback().await);
+            return Err(RowError::completed());
+        }
+        let recorded = self.recorded();
+        tx.commit().await.map_err(|e| self.observe(row_error(e)))?;
+        if recorded {
+            self.set(RowState::Committed);
+        }
+        Ok(())
     }
 
     /// Any statement's error in the row's transaction, classified: a lock timeout, a

@@ -21,12 +21,20 @@ pub struct FoundRow {
     pub fingerprint: Bytes,
     /// Its stored response (the replay record), `None` until it is stored.
     pub record: Option<Bytes>,
+    /// The id of the execution that wrote it.
+    pub run_id: Bytes,
+    /// Since its transaction began.
+    pub age: Duration,
+    /// Until it expires.
+    pub left: Duration,
 }
 
 impl fmt::Debug for FoundRow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FoundRow")
             .field("record_len", &self.record.as_ref().map(Bytes::len))
+            .field("age", &self.age)
+            .field("left", &self.left)
             .finish_non_exhaustive()
     }
 }
@@ -44,6 +52,8 @@ pub struct NewRecord<'a> {
     pub retention_ms: i64,
     /// The statement's `lock_timeout` (`"<ms>ms"`).
     pub lock_timeout: &'a str,
+    /// The execution whose row it goes into (or whose own row it makes).
+    pub run_id: &'a [u8],
 }
 
 /// Where the middleware reads and completes key rows: an adapter runs the [`Table`]'s
@@ -57,7 +67,8 @@ pub trait RowStore: Send + Sync + 'static {
     /// [`Table::find_sql`]: the key's row, if one committed and has not expired.
     fn find<'a>(&'a self, key_hash: &'a [u8]) -> RowFuture<'a, Option<FoundRow>>;
 
-    /// [`Table::store_sql`], in a transaction of its own: `true` when it stored the record.
+    /// [`Table::store_sql`], in a transaction of its own: `true` when it stored the record
+    /// (its `stored` column is 1).
     fn store<'a>(&'a self, record: NewRecord<'a>) -> RowFuture<'a, bool>;
 }
 

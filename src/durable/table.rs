@@ -90,48 +90,58 @@ impl Table {
     /// finds it taken. Parameters: `$1` the key hash (`bytea`, 32 bytes), `$2` the
     /// fingerprint (`bytea`), `$3` the retention in milliseconds (`int8`), `$4` the
     /// transaction's `lock_timeout` (`text`, e.g. `'5000ms'`; set for the rest of the
-    /// transaction). One row affected: recorded. None: the key's row has committed before
-    /// (an expired one is taken over). It waits, up to the `lock_timeout`, for another
-    /// transaction that inserted the same key.
+    /// transaction), `$5` the execution's run id (`bytea`, 16 bytes). One row affected:
+    /// recorded. None: the key's row has committed before (an expired one is taken over).
+    /// It waits, up to the `lock_timeout`, for another transaction that inserted the same key.
     pub fn insert_sql(&self) -> String {
         format!(
             "WITH timeout AS (SELECT set_config('lock_timeout', $4, true)) \
-             INSERT INTO {t} AS t (key_hash, fingerprint, expires_at) \
-             SELECT $1, $2, now() + $3::int8 * interval '1 millisecond' FROM timeout \
+             INSERT INTO {t} AS t (key_hash, fingerprint, run_id, expires_at) \
+             SELECT $1, $2, $5, now() + $3::int8 * interval '1 millisecond' FROM timeout \
              ON CONFLICT (key_hash) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
-             record = NULL, created_at = now(), expires_at = EXCLUDED.expires_at \
-             WHERE t.expires_at <= now()",
+             record = NULL, run_id = EXCLUDED.run_id, created_at = now(), \
+             expires_at = EXCLUDED.expires_at WHERE t.expires_at <= now()",
             t = self.name
         )
     }
 
     /// The middleware's lookup: the row of a key, if one committed and has not expired.
     /// Parameter: `$1` the key hash. Columns: `fingerprint` (`bytea`), `record` (`bytea`,
-    /// `NULL` until the response is stored). It never waits on an uncommitted row.
+    /// `NULL` until the response is stored), `run_id` (`bytea`), `age_ms` (`int8`, since the
+    /// row's transaction began), `left_ms` (`int8`, until it expires). It never waits on an
+    /// uncommitted row.
     pub fn find_sql(&self) -> String {
         format!(
-            "SELECT fingerprint, record FROM {t} WHERE key_hash = $1 AND expires_at > now()",
+            "SELECT fingerprint, record, run_id, \
+             (extract(epoch FROM now() - created_at) * 1000)::int8 AS age_ms, \
+             (extract(epoch FROM expires_at - now()) * 1000)::int8 AS left_ms \
+             FROM {t} WHERE key_hash = $1 AND expires_at > now()",
             t = self.name
         )
     }
 
     /// The middleware's store, in a transaction of its own after the handler's: the
-    /// response's record goes into the handler's row (committed without one), or into a
-    /// row of its own when the handler's rolled back. Parameters: `$1` the key hash, `$2`
-    /// the fingerprint, `$3` the record (`bytea`), `$4` the retention in milliseconds,
-    /// `$5` the `lock_timeout`. One row affected: stored. None: the key's row holds
-    /// another request's fingerprint or a record already (left as it is).
+    /// response's record goes into the row the execution `$6` wrote (committed without a
+    /// response), or, when that execution's row did not commit, into a row of its own —
+    /// never over another execution's row (an expired one is taken over). The row is kept
+    /// for the retention from now. Parameters: `$1`
+    /// the key hash, `$2` the fingerprint, `$3` the record (`bytea`), `$4` the retention in
+    /// milliseconds, `$5` the `lock_timeout`, `$6` the run id. One column, `stored`
+    /// (`int8`): 1 when it stored the record, 0 when another execution's row is there.
     pub fn store_sql(&self) -> String {
         format!(
-            "WITH timeout AS (SELECT set_config('lock_timeout', $5, true)) \
-             INSERT INTO {t} AS t (key_hash, fingerprint, record, expires_at) \
-             SELECT $1, $2, $3, now() + $4::int8 * interval '1 millisecond' FROM timeout \
+            "WITH timeout AS (SELECT set_config('lock_timeout', $5, true)), \
+             upd AS (UPDATE {t} AS t SET record = $3, expires_at = \
+             greatest(t.expires_at, now() + $4::int8 * interval '1 millisecond') FROM timeout \
+             WHERE t.key_hash = $1 AND t.run_id = $6 AND t.record IS NULL \
+             AND t.expires_at > now() RETURNING 1), \
+             ins AS (INSERT INTO {t} AS t (key_hash, fingerprint, record, run_id, expires_at) \
+             SELECT $1, $2, $3, $6, now() + $4::int8 * interval '1 millisecond' FROM timeout \
+             WHERE NOT EXISTS (SELECT 1 FROM upd) \
              ON CONFLICT (key_hash) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
-             record = EXCLUDED.record, \
-             created_at = CASE WHEN t.expires_at <= now() THEN now() ELSE t.created_at END, \
-             expires_at = GREATEST(t.expires_at, EXCLUDED.expires_at) \
-             WHERE (t.record IS NULL AND t.fingerprint = EXCLUDED.fingerprint) \
-             OR t.expires_at <= now()",
+             record = EXCLUDED.record, run_id = EXCLUDED.run_id, created_at = now(), \
+             expires_at = EXCLUDED.expires_at WHERE t.expires_at <= now() RETURNING 1) \
+             SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins) AS stored",
             t = self.name
         )
     }

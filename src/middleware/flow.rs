@@ -179,7 +179,7 @@ pub(crate) async fn run<G: Glue>(
         .replay()
         .is_some_and(|r| r.durable.is_some())
         .then(|| RowKey::of(key.as_str()));
-    let mut running = match policy
+    let (lease, mut recorder) = match policy
         .clone()
         .acquire(key, fingerprint, wire, deadline)
         .await
@@ -190,24 +190,28 @@ pub(crate) async fn run<G: Glue>(
             G::unlocked(&mut req);
             return Ok(G::pass(glue.call(req).await?, None, None));
         }
-        // A cancelled request drops `running` from here on: without replay that releases
-        // the lease in the background, with replay it marks the key completed (see
-        // `Running`).
-        Decision::Locked(lease, recorder) => Running::new(lease, recorder),
+        Decision::Locked(lease, recorder) => (lease, recorder),
     };
-    // The keep-alive starts only if the handler outlives ttl/3.
-    let due = Instant::now() + running.lease_mut().ttl() / 3;
+    // The keep-alive starts only if the handler outlives ttl/3 from the lock.
+    let due = Instant::now() + lease.ttl() / 3;
+    let mut lease = lease;
     let mut row = None;
-    if let Some(row_key) = row_key.filter(|_| running.recorder().is_some()) {
-        match durable::before(running, row_key, &policy, wire).await {
-            durable::Before::Run(r, key_row) => {
-                running = r;
+    // The recorder moves into the lookup only under durable replay.
+    let durable = row_key.and_then(|k| Some((k, recorder.take()?)));
+    if let Some((row_key, r)) = durable {
+        // Nothing has run yet: a request cancelled during the lookup releases the lease.
+        match durable::before(lease, r, row_key, &policy, wire).await {
+            durable::Before::Run(l, r, key_row) => {
+                (lease, recorder) = (l, Some(r));
                 G::lend_row(&mut req, key_row.clone());
                 row = Some(key_row);
             }
             durable::Before::Answered(answer) => return Ok(G::full(req, answer)),
         }
     }
+    // A cancelled request drops `running` from here on: without replay that releases the
+    // lease in the background, with replay it marks the key completed (see `Running`).
+    let mut running = Running::new(lease, recorder);
     let lease = running.lease_mut();
     let fencing = policy.fencing_header().zip(lease.fencing_token());
     G::lend(&mut req, lease.handle(), fencing);
@@ -216,7 +220,8 @@ pub(crate) async fn run<G: Glue>(
     let mut watch = rule
         .may_abort()
         .then(|| LossWatch::new(lease.handle(), rule.clone(), wire));
-    let call = KeptAlive::new(glue.call(req), running.lease_mut(), policy.keep_alive());
+    let keep_alive = policy.keep_alive().then_some(due);
+    let call = KeptAlive::new(glue.call(req), running.lease_mut(), keep_alive);
     let mut res = match WatchedFuture::new(call, watch.as_mut()).await {
         Watched::Done(Ok(res)) => res,
         Watched::Done(Err(e)) => {

@@ -26,11 +26,8 @@ pub(crate) struct KeepAliveTimer {
 }
 
 impl KeepAliveTimer {
-    /// A timer for `lease` (none when there is no lease or keep-alive is off).
-    pub(crate) fn new(lease: Option<&Lease>, on: bool) -> Self {
-        let due = lease
-            .filter(|_| on)
-            .and_then(|l| Instant::now().checked_add(l.ttl() / 3));
+    /// A timer that starts the keep-alive at `due` (none: keep-alive off).
+    pub(crate) fn new(due: Option<Instant>) -> Self {
         Self { sleep: None, due }
     }
 
@@ -67,10 +64,12 @@ pub(crate) struct KeptAlive<'a, F> {
 }
 
 impl<'a, F: Future> KeptAlive<'a, F> {
-    pub(crate) fn new(fut: F, lease: &'a mut Lease, on: bool) -> Self {
+    /// `fut`, the keep-alive of `lease` started at `due` (ttl/3 after the lock was taken)
+    /// if `fut` is still running then; `None`: keep-alive off.
+    pub(crate) fn new(fut: F, lease: &'a mut Lease, due: Option<Instant>) -> Self {
         Self {
             fut,
-            timer: KeepAliveTimer::new(Some(lease), on),
+            timer: KeepAliveTimer::new(due),
             lease,
         }
     }

@@ -165,11 +165,18 @@ impl Recorder {
     /// (three ttls if longer) until a quorum has it. So a duplicate gets the record rather than a
     /// second run. The response waits for that at most [`LOST_RECORD_WAIT`].
     pub(crate) async fn complete(&self, lease: Lease, record: Bytes) {
+        self.complete_for(lease, record, self.replay.retention)
+            .await;
+    }
+
+    /// [`complete`](Self::complete), the record kept for `retention` (a record restored from
+    /// a durable row: for as long as the row has left).
+    pub(crate) async fn complete_for(&self, lease: Lease, record: Bytes, retention: Duration) {
         let started = Instant::now();
         let key = tracing::enabled!(tracing::Level::DEBUG).then(|| hashed(lease.key()).to_string());
         let patience = LOST_RECORD_PATIENCE.max(lease.ttl().saturating_mul(3));
         let stored = lease
-            .complete_or_free(record, self.replay.retention, patience, LOST_RECORD_WAIT)
+            .complete_or_free(record, retention, patience, LOST_RECORD_WAIT)
             .await;
         match stored {
             Ok(()) => {
@@ -220,6 +227,12 @@ impl Running {
     /// The recorder, under a replay policy.
     pub(crate) fn recorder(&self) -> Option<&Recorder> {
         self.recorder.as_ref()
+    }
+
+    /// The lease and the recorder, out of the guard: what happens to the key is the
+    /// caller's.
+    pub(crate) fn into_parts(mut self) -> (Lease, Option<Recorder>) {
+        (self.lease.take().expect("taken once"), self.recorder.take())
     }
 
     /// The lease, out of the guard (a response not stored: released as without replay).

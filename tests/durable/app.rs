@@ -13,7 +13,7 @@ use axum::Router;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::{mpsc, Semaphore};
 use tower_redlock::durable::sqlx_0_8::SqlxStore;
-use tower_redlock::durable::{Durable, KeyRow, Rebuilt};
+use tower_redlock::durable::{Durable, KeyRow, Rebuilt, RowError};
 use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::replay::Replay;
@@ -22,7 +22,8 @@ use tower_redlock_testkit as support;
 
 /// The business table: one row per run of the work.
 pub const PAYMENTS: &str = "CREATE TABLE IF NOT EXISTS payments (
-    id bigserial PRIMARY KEY, key_hash text NOT NULL, body text NOT NULL)";
+    id bigserial PRIMARY KEY, key_hash text NOT NULL, body text NOT NULL);
+    CREATE TABLE IF NOT EXISTS coupons (code text PRIMARY KEY)";
 
 /// A PostgreSQL with the keys' table and `payments`, and a pool on it.
 pub struct Db {
@@ -76,15 +77,15 @@ pub async fn pool(url: &str) -> PgPool {
 /// What the handler tells the test, and waits for, in the modes that stop half-way.
 #[derive(Clone)]
 pub struct Hooks {
-    /// `hold`: sent after the payment's insert, before the commit; `commit-then-wait`:
-    /// after the commit.
-    pub reached: mpsc::UnboundedSender<&'static str>,
+    /// `hold`: sent after the payment's insert, before the commit; `committed`
+    /// (`commit-then-wait`): after the commit; `sqlstate <code>`: a statement's error.
+    pub reached: mpsc::UnboundedSender<String>,
     /// What a stopped handler waits for (a permit) before it goes on.
     pub go: Arc<Semaphore>,
 }
 
 impl Hooks {
-    pub fn new() -> (Self, mpsc::UnboundedReceiver<&'static str>) {
+    pub fn new() -> (Self, mpsc::UnboundedReceiver<String>) {
         let (reached, rx) = mpsc::unbounded_channel();
         let hooks = Self {
             reached,
@@ -103,8 +104,13 @@ struct App {
 /// The policy: the `Idempotency-Key` header, replay with the row in `pool`'s database, a
 /// short ttl (a killed replica's lock ends soon), the given `lock_timeout`.
 pub fn policy(redlock: Redlock, pool: &PgPool, lock_timeout: Duration) -> LockPolicy {
-    let durable = Durable::new(SqlxStore::new(pool.clone())).lock_timeout(lock_timeout);
-    policy_of(redlock, durable)
+    policy_of(redlock, durable(pool).lock_timeout(lock_timeout))
+}
+
+/// The tests' durable settings: a 1 s timeout (a row without its response is in flight
+/// for the ttl and that second).
+pub fn durable(pool: &PgPool) -> Durable {
+    Durable::new(SqlxStore::new(pool.clone())).timeout(Duration::from_secs(1))
 }
 
 /// [`policy`] with these durable settings.
@@ -120,7 +126,7 @@ pub fn policy_of(redlock: Redlock, durable: Durable) -> LockPolicy {
 /// (`201`, `payment <id>`, as the handler does).
 pub fn rebuilding(pool: &PgPool) -> Durable {
     let db = pool.clone();
-    Durable::new(SqlxStore::new(pool.clone())).rebuild(move |key_hash| {
+    durable(pool).rebuild(move |key_hash| {
         let db = db.clone();
         async move {
             let id: i64 = sqlx::query_scalar("SELECT id FROM payments WHERE key_hash = $1")
@@ -145,28 +151,36 @@ pub fn router(policy: LockPolicy, pool: PgPool, hooks: Hooks) -> Router {
 
 /// The work: the key's row, then a payment, then commit; `201` with `payment <id>`.
 /// `x-mode`: `unrecorded` (no key row), `rollback-402` / `rollback-500` (roll back and
-/// answer that), `hold` (stop before the commit until let go), `commit-then-wait` (stop
-/// after the commit until let go), `repeatable` (repeatable read), `deadlock` (take
-/// advisory locks 1 then 2 after the payment).
+/// answer that), `hold` (stop before the commit until let go), `hold-then-402` (stop, then
+/// roll back and answer `402`), `commit-then-wait` (stop after the commit until let go),
+/// `repeatable` (repeatable read), `deadlock` (take advisory locks 1 then 2 after the
+/// payment), `coupon` (a unique violation of the business data, recovered in a savepoint).
 async fn pay(State(app): State<App>, row: KeyRow, headers: HeaderMap, body: String) -> Response {
     let mode = headers
         .get("x-mode")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("ok")
         .to_owned();
+    // A statement's error, told to the test, then answered as the handler would.
+    let failed = |e: RowError| {
+        if let Some(code) = e.sqlstate() {
+            let _ = app.hooks.reached.send(format!("sqlstate {code}"));
+        }
+        e.into_response()
+    };
     let mut tx = match app.pool.begin().await {
         Ok(tx) => tx,
-        Err(e) => return row.check(e).into_response(),
+        Err(e) => return failed(row.check(e)),
     };
     if mode == "repeatable" {
         let set = sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
         if let Err(e) = set.execute(&mut *tx).await {
-            return row.check(e).into_response();
+            return failed(row.check(e));
         }
     }
     if mode != "unrecorded" {
         if let Err(e) = row.insert_in(&mut tx).await {
-            return e.into_response();
+            return failed(e);
         }
     }
     let id: i64 = match sqlx::query_scalar(
@@ -178,31 +192,45 @@ async fn pay(State(app): State<App>, row: KeyRow, headers: HeaderMap, body: Stri
     .await
     {
         Ok(id) => id,
-        Err(e) => return row.check(e).into_response(),
+        Err(e) => return failed(row.check(e)),
     };
     match mode.as_str() {
         "rollback-402" => return (StatusCode::PAYMENT_REQUIRED, "declined").into_response(),
         "rollback-500" => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-        "hold" => {
-            let _ = app.hooks.reached.send("hold");
+        "hold" | "hold-then-402" => {
+            let _ = app.hooks.reached.send("hold".to_owned());
             app.hooks.go.acquire().await.expect("open").forget();
+            if mode == "hold-then-402" {
+                return (StatusCode::PAYMENT_REQUIRED, "declined").into_response();
+            }
         }
         "deadlock" => {
-            let _ = app.hooks.reached.send("deadlock");
             for lock in [1_i64, 2] {
                 let take = sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(lock);
                 if let Err(e) = take.execute(&mut *tx).await {
-                    return row.check(e).into_response();
+                    return failed(row.check(e));
                 }
             }
+        }
+        "coupon" => {
+            // The coupon is taken twice: the second insert's unique violation is the
+            // business's own error, recovered from in a savepoint.
+            for sql in ["SAVEPOINT coupon", "INSERT INTO coupons VALUES ('c')"] {
+                sqlx::query(sql).execute(&mut *tx).await.unwrap();
+            }
+            let again = sqlx::query("INSERT INTO coupons VALUES ('c')").execute(&mut *tx);
+            let error = row.check(again.await.expect_err("a unique violation"));
+            assert_eq!(error.sqlstate(), Some("23505"));
+            let undo = sqlx::query("ROLLBACK TO SAVEPOINT coupon");
+            undo.execute(&mut *tx).await.unwrap();
         }
         _ => {}
     }
     if let Err(e) = row.commit(tx).await {
-        return e.into_response();
+        return failed(e);
     }
     if mode == "commit-then-wait" {
-        let _ = app.hooks.reached.send("committed");
+        let _ = app.hooks.reached.send("committed".to_owned());
         app.hooks.go.acquire().await.expect("open").forget();
     }
     (StatusCode::CREATED, format!("payment {id}")).into_response()

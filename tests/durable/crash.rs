@@ -155,10 +155,10 @@ async fn until_stored(db: &app::Db) {
 }
 
 /// Retries until the answer is not `409` in flight (the killed replica's lock lasts its ttl).
-async fn after_the_ttl(url: &str) -> support::http::Reply {
+async fn after_the_ttl(url: &str, body: &str) -> support::http::Reply {
     support::http::within("an answer after the killed replica's lock", async {
         loop {
-            let reply = pay(url, "k-1", "10 EUR", "ok").await;
+            let reply = pay(url, "k-1", body, "ok").await;
             let in_flight = reply.status == 409 && reply.header("retry-after").is_some();
             if !in_flight {
                 return reply;
@@ -196,7 +196,7 @@ async fn durable_a_replica_killed_after_its_commit_and_before_the_redis_record_i
     assert!(!stored.is_empty());
 
     let here = Replica::start(&masters, &db, Duration::from_secs(5)).await;
-    let retry = after_the_ttl(&here.url()).await;
+    let retry = after_the_ttl(&here.url(), "10 EUR").await;
     assert_eq!(retry.status, 201, "{}", retry.text());
     assert_eq!(retry.header("idempotency-replayed"), Some("true"));
     let id: i64 = sqlx::query_scalar("SELECT id FROM payments")
@@ -212,8 +212,9 @@ async fn durable_a_replica_killed_after_its_commit_and_before_the_redis_record_i
 }
 
 /// The replica is killed (`SIGKILL`) right after its commit, before the response reached
-/// the row: the retry finds the row without a response and is `409` completed-not-stored,
-/// never a second run.
+/// the row: a retry finds the row without a response — `409` + `Retry-After` while the
+/// response may still come (the lock's ttl and the store's timeout), then `409`
+/// completed-not-stored — never a second run; another payload is `422`.
 // Multi-threaded: the test's blocking reads of the child's lines leave a worker to send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_a_replica_killed_right_after_its_commit_never_runs_again() {
@@ -229,7 +230,9 @@ async fn durable_a_replica_killed_right_after_its_commit_never_runs_again() {
     assert_eq!(db.key_rows().await, (1, 0), "committed, no response");
 
     let here = Replica::start(&masters, &db, Duration::from_secs(5)).await;
-    let retry = after_the_ttl(&here.url()).await;
+    let reused = after_the_ttl(&here.url(), "99 EUR").await;
+    assert_eq!(reused.status, 422, "another payload: {}", reused.text());
+    let retry = after_the_ttl(&here.url(), "10 EUR").await;
     assert_eq!(retry.status, 409, "{}", retry.text());
     assert!(retry.header("retry-after").is_none());
     assert!(retry.text().contains("idempotency-completed-not-stored"));
@@ -254,7 +257,7 @@ async fn durable_a_row_without_its_response_is_rebuilt_by_the_hook() {
 
     let policy = app::policy_of(masters.client(), app::rebuilding(&db.pool));
     let here = Replica::with_policy(&db, policy).await;
-    let retry = after_the_ttl(&here.url()).await;
+    let retry = after_the_ttl(&here.url(), "10 EUR").await;
     let id: i64 = sqlx::query_scalar("SELECT id FROM payments")
         .fetch_one(&db.pool)
         .await

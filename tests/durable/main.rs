@@ -27,7 +27,7 @@ use support::Masters;
 pub struct Replica {
     pub app: support::HttpApp,
     pub hooks: app::Hooks,
-    pub reached: tokio::sync::mpsc::UnboundedReceiver<&'static str>,
+    pub reached: tokio::sync::mpsc::UnboundedReceiver<String>,
 }
 
 impl Replica {
@@ -54,7 +54,11 @@ impl Replica {
     /// Waits for the handler to reach `what`.
     pub async fn reached(&mut self, what: &str) {
         let got = support::http::within(what.to_owned(), self.reached.recv()).await;
-        assert_eq!(got, Some(what), "the handler reached another point");
+        assert_eq!(
+            got.as_deref(),
+            Some(what),
+            "the handler reached another point"
+        );
     }
 }
 
@@ -151,15 +155,19 @@ async fn durable_another_payload_under_a_stored_key_is_422() {
     assert_eq!(db.payments().await, 1);
 }
 
-/// A handler that never records the row (a wiring mistake) is still locked and replayed
-/// from the Redis record; no row is written for it.
+/// A handler that never records the row (a wiring mistake, or an answer before its
+/// transaction) is still locked and replayed; the middleware writes the key's row after its
+/// response (not atomic with any work — logged and counted), so a flush of every voter still
+/// replays it.
 #[tokio::test]
-async fn durable_a_handler_that_never_records_the_row_is_replayed_from_redis() {
+async fn durable_a_handler_that_never_records_the_row_gets_one_after_its_response() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
     let first = pay(&replica.url(), "k-1", "10 EUR", "unrecorded").await;
     assert_eq!(first.status, 201);
-    assert_eq!(db.key_rows().await, (0, 0));
+    assert_eq!(db.key_rows().await, (1, 1), "the middleware's row");
+    assert_replayed(&pay(&replica.url(), "k-1", "10 EUR", "ok").await, &first);
+    flush_and_restart(&masters);
     assert_replayed(&pay(&replica.url(), "k-1", "10 EUR", "ok").await, &first);
     assert_eq!(db.payments().await, 1);
 }
@@ -171,8 +179,8 @@ async fn durable_the_sweep_deletes_expired_rows_only() {
     let db = app::Db::start().await;
     let store = SqlxStore::new(db.pool.clone());
     for (i, expired) in [(1_u8, true), (2, true), (3, true), (4, false)] {
-        let sql = "INSERT INTO tower_redlock_keys (key_hash, fingerprint, record, expires_at) \
-                   VALUES ($1, $2, $3, now() + $4 * interval '1 hour')";
+        let sql = "INSERT INTO tower_redlock_keys (key_hash, fingerprint, record, run_id, \
+                   expires_at) VALUES ($1, $2, $3, $1, now() + $4 * interval '1 hour')";
         sqlx::query(sql)
             .bind(vec![i; 32])
             .bind(vec![0_u8; 32])
@@ -183,14 +191,11 @@ async fn durable_the_sweep_deletes_expired_rows_only() {
             .unwrap();
     }
     assert_eq!(store.find(&[1; 32]).await.unwrap(), None, "expired");
-    let live = store.find(&[4; 32]).await.unwrap();
-    assert_eq!(
-        live,
-        Some(FoundRow {
-            fingerprint: vec![0; 32].into(),
-            record: Some(vec![4].into())
-        })
-    );
+    let live: FoundRow = store.find(&[4; 32]).await.unwrap().expect("live");
+    assert_eq!(live.fingerprint, vec![0; 32]);
+    assert_eq!(live.record.as_deref(), Some(&[4][..]));
+    assert!(live.left > Duration::from_secs(3000) && live.left <= Duration::from_secs(3600));
+    assert!(live.age < Duration::from_secs(60));
     assert_eq!(
         store.sweep(2).await.unwrap(),
         3,
@@ -229,6 +234,7 @@ async fn durable_golden_row_format() {
         ("key_hash", "bytea", "NO"),
         ("fingerprint", "bytea", "NO"),
         ("record", "bytea", "YES"),
+        ("run_id", "bytea", "NO"),
         ("created_at", "timestamp with time zone", "NO"),
         ("expires_at", "timestamp with time zone", "NO"),
     ];
@@ -268,4 +274,54 @@ async fn durable_golden_row_format() {
         [b"TRR1\n".as_slice(), &record].concat(),
         "the row keeps the Redis record's bytes"
     );
+}
+
+/// A request cancelled while its row is looked up (the client went away; here the lookup
+/// waits on a lock of the whole table) ran nothing: its lock is released, and the key's
+/// retry runs — not `409` completed-not-stored.
+#[tokio::test]
+async fn durable_a_request_cancelled_during_the_lookup_leaves_the_key_free() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+    let mut lock = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE tower_redlock_keys IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let impatient = support::http::http_client()
+        .post(replica.url())
+        .header("idempotency-key", "\"k-1\"")
+        .timeout(Duration::from_millis(300))
+        .body("10 EUR")
+        .send()
+        .await;
+    assert!(impatient.unwrap_err().is_timeout());
+    lock.rollback().await.unwrap();
+    let ran = support::http::within("the retry", async {
+        loop {
+            let reply = pay(&replica.url(), "k-1", "10 EUR", "ok").await;
+            // The cancelled request's lock is released in the background.
+            if reply.status != 409 {
+                return reply;
+            }
+            assert!(reply.header("retry-after").is_some(), "{}", reply.text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(ran.status, 201, "{}", ran.text());
+    assert_eq!(db.payments().await, 1);
+}
+
+/// The business's own errors are the handler's: a unique violation recovered from in a
+/// savepoint, then `row.commit`, is the handler's `201`, stored in the row and replayed.
+#[tokio::test]
+async fn durable_a_business_error_recovered_in_a_savepoint_is_the_handlers_answer() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+    let first = pay(&replica.url(), "k-1", "10 EUR", "coupon").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(db.key_rows().await, (1, 1));
+    flush_and_restart(&masters);
+    assert_replayed(&pay(&replica.url(), "k-1", "10 EUR", "ok").await, &first);
 }

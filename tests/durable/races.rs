@@ -94,6 +94,7 @@ async fn durable_a_lock_timeout_is_409_with_retry_after() {
     let duplicate = pay(&url, "k-1", "10 EUR", "ok").await;
     assert_eq!(duplicate.status, 409, "{}", duplicate.text());
     assert!(duplicate.retry_after() >= 1);
+    replica.reached("sqlstate 55P03").await;
     replica.hooks.go.add_permits(1);
     let first = first.await.unwrap();
     assert_eq!(first.status, 201, "{}", first.text());
@@ -125,6 +126,7 @@ async fn durable_a_serialization_failure_is_409_with_retry_after() {
     let duplicate = duplicate.await.unwrap();
     assert_eq!(duplicate.status, 409, "{}", duplicate.text());
     assert!(duplicate.retry_after() >= 1);
+    replica.reached("sqlstate 40001").await;
     assert_eq!(db.payments().await, 1);
 }
 
@@ -134,7 +136,7 @@ async fn durable_a_serialization_failure_is_409_with_retry_after() {
 #[tokio::test]
 async fn durable_a_deadlock_is_409_with_retry_after() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
-    let replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
+    let mut replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
     let mut other = db.pool.begin().await.unwrap();
     sqlx::query("SELECT pg_advisory_xact_lock(2)")
         .execute(&mut *other)
@@ -155,8 +157,41 @@ async fn durable_a_deadlock_is_409_with_retry_after() {
     let deadlocked = deadlocked.await.unwrap();
     assert_eq!(deadlocked.status, 409, "{}", deadlocked.text());
     assert!(deadlocked.retry_after() >= 1);
+    replica.reached("sqlstate 40P01").await;
     assert_eq!(db.payments().await, 0);
     assert_eq!(db.key_rows().await, (0, 0));
     let ran = pay(&url, "k-1", "10 EUR", "ok").await;
     assert_eq!(ran.status, 201, "{}", ran.text());
+}
+
+/// The first request's lease is lost while it holds its transaction; a duplicate runs, waits
+/// on the first's row, and commits once the first rolls back and answers `402`. The first's
+/// `402` goes into no row (the key's row is the duplicate's, and only an execution stores
+/// into its own row): after a flush of every voter the key replays the duplicate's `201`,
+/// the payment that committed.
+#[tokio::test]
+async fn durable_a_rolled_back_answer_never_lands_in_another_executions_row() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let mut replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
+    let url = replica.url();
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "hold-then-402").await }
+    });
+    replica.reached("hold").await;
+    flush_and_restart(&masters);
+    let duplicate = tokio::spawn({
+        let url = url.clone();
+        async move { pay(&url, "k-1", "10 EUR", "ok").await }
+    });
+    until_waiting(&db, 1).await;
+    replica.hooks.go.add_permits(1);
+    assert_eq!(first.await.unwrap().status, 402);
+    let duplicate = duplicate.await.unwrap();
+    assert_eq!(duplicate.status, 201, "{}", duplicate.text());
+    assert_eq!(db.key_rows().await, (1, 1));
+    flush_and_restart(&masters);
+    let retry = settled(&url, "k-1", "10 EUR").await;
+    super::assert_replayed(&retry, &duplicate);
+    assert_eq!(db.payments().await, 1);
 }

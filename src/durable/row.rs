@@ -2,7 +2,7 @@
 //! errors of a row's statements ([`RowError`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +27,27 @@ struct Shared {
     fingerprint: [u8; 32],
     retention: Duration,
     lock_timeout: Duration,
-    insert_sql: Arc<str>,
+    sql: Arc<RowSql>,
+    /// Whether the handler's insert recorded the row (in a transaction that may still
+    /// roll back).
+    inserted: AtomicBool,
     state: AtomicU8,
+}
+
+/// The handler's statements, made once per policy from its [`Table`](super::Table).
+#[derive(Debug)]
+pub(crate) struct RowSql {
+    pub(crate) insert: String,
+    pub(crate) commit_check: String,
+}
+
+impl RowSql {
+    pub(crate) fn of(table: &super::Table) -> Self {
+        Self {
+            insert: table.insert_sql(),
+            commit_check: table.commit_check_sql(),
+        }
+    }
 }
 
 /// What the handler's statements found.
@@ -38,8 +57,8 @@ pub(crate) enum RowState {
     Unrecorded = 0,
     /// Inserted in the handler's transaction (committed or not: the store finds out).
     Recorded = 1,
-    /// Inserted and committed (`KeyRow::commit`): what the handler's statements found
-    /// before no longer matters.
+    /// Inserted, checked and committed (`KeyRow::commit`): what the handler's statements
+    /// found before (and recovered from) no longer matters.
     Committed = 4,
     /// The key's row had committed: the work ran before, the handler's must not commit.
     Completed = 2,
@@ -62,7 +81,7 @@ impl KeyRow {
         fingerprint: [u8; 32],
         retention: Duration,
         lock_timeout: Duration,
-        insert_sql: Arc<str>,
+        sql: Arc<RowSql>,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -71,7 +90,8 @@ impl KeyRow {
                 fingerprint,
                 retention,
                 lock_timeout,
-                insert_sql,
+                sql,
+                inserted: AtomicBool::new(false),
                 state: AtomicU8::new(RowState::Unrecorded as u8),
             }),
         }
@@ -86,7 +106,13 @@ impl KeyRow {
     /// Whether the handler's insert recorded the row (in a transaction that may still roll
     /// back, or committed with [`commit`](Self::commit)).
     pub fn recorded(&self) -> bool {
-        matches!(self.state(), RowState::Recorded | RowState::Committed)
+        self.shared.inserted.load(Ordering::Acquire)
+    }
+
+    /// The insert recorded the row.
+    pub(crate) fn set_inserted(&self) {
+        self.shared.inserted.store(true, Ordering::Release);
+        self.set(RowState::Recorded);
     }
 
     /// This execution's run id: the row's `run_id`.
@@ -115,7 +141,7 @@ impl KeyRow {
     /// The insert's parameters, in order: key hash, fingerprint, retention (ms), lock
     /// timeout (`"<ms>ms"`), run id, and the statement
     /// ([`Table::insert_sql`](super::Table::insert_sql)).
-    pub(crate) fn insert_params(&self) -> (&[u8], &[u8], i64, String, &[u8], &str) {
+    pub(crate) fn insert_params(&self) -> (&[u8], &[u8], i64, String, &[u8], &RowSql) {
         let s = &*self.shared;
         (
             &s.key.0,
@@ -123,7 +149,7 @@ impl KeyRow {
             millis(s.retention),
             format!("{}ms", millis(s.lock_timeout)),
             &s.run_id,
-            &s.insert_sql,
+            &s.sql,
         )
     }
 

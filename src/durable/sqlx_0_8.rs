@@ -141,17 +141,17 @@ impl RowStore for SqlxStore {
 
     fn store<'a>(&'a self, r: NewRecord<'a>) -> RowFuture<'a, bool> {
         Box::pin(async move {
-            let stored: i64 = sqlx::query_scalar(&self.store_sql)
+            let done = sqlx::query(&self.store_sql)
                 .bind(r.key_hash)
                 .bind(r.fingerprint)
                 .bind(r.record)
                 .bind(r.retention_ms)
                 .bind(r.lock_timeout)
                 .bind(r.run_id)
-                .fetch_one(&self.pool)
+                .execute(&self.pool)
                 .await
                 .map_err(row_error)?;
-            Ok(stored == 1)
+            Ok(done.rows_affected() == 1)
         })
     }
 }
@@ -162,7 +162,9 @@ impl KeyRow {
     /// does the work (`row.insert_in(&mut tx)`), so that the row commits with the work or
     /// not at all. It sets the transaction's `lock_timeout`
     /// ([`Durable::lock_timeout`](super::Durable::lock_timeout)) for the statements after it,
-    /// in place of any the transaction had.
+    /// in place of any the transaction had. On [`RowError::is_completed`], drop the
+    /// transaction at once: until it ends it holds the key's row locked, which the first
+    /// execution's store waits for.
     ///
     /// # Errors
     ///
@@ -173,6 +175,7 @@ impl KeyRow {
     /// `Retry-After`. Any other: the database's error.
     pub async fn insert_in(&self, tx: &mut Transaction<'_, Postgres>) -> Result<(), RowError> {
         let (key, fingerprint, retention, lock_timeout, run_id, sql) = self.insert_params();
+        let sql = &sql.insert;
         let conn: &mut PgConnection = tx;
         let done = sqlx::query(sql)
             .bind(key)
@@ -184,7 +187,7 @@ impl KeyRow {
             .await;
         match done {
             Ok(done) if done.rows_affected() == 1 => {
-                self.set(RowState::Recorded);
+                self.set_inserted();
                 Ok(())
             }
             Ok(_) => Err(self.observe(RowError::completed())),
@@ -193,9 +196,11 @@ impl KeyRow {
     }
 
     /// Commits `tx`, the transaction the row was recorded in; the middleware then trusts
-    /// that the work committed, whatever errors the handler met before (and recovered from).
-    /// A transaction whose insert found the key's row committed before is rolled back
-    /// instead: its work must not commit.
+    /// that the work committed, whatever errors the handler met before (and recovered from,
+    /// in a savepoint). It first checks, in the transaction, that the row is still there
+    /// (one statement). A transaction whose insert found the key's row committed before is
+    /// rolled back instead: its work must not commit. Give it the outer transaction: a
+    /// nested one (a savepoint) has the same type, but its "commit" commits nothing.
     ///
     /// # Errors
     ///
@@ -203,16 +208,33 @@ impl KeyRow {
     /// commit's error, classified as [`insert_in`](Self::insert_in)'s: a serialization
     /// failure or deadlock at commit is [`RowError::is_busy`], answered `409` +
     /// `Retry-After` by the middleware.
-    pub async fn commit(&self, tx: Transaction<'_, Postgres>) -> Result<(), RowError> {
+    pub async fn commit(&self, mut tx: Transaction<'_, Postgres>) -> Result<(), RowError> {
         if self.state() == RowState::Completed {
             drop(tx.rollback().await);
             return Err(RowError::completed());
         }
-        let recorded = self.recorded();
-        tx.commit().await.map_err(|e| self.observe(row_error(e)))?;
-        if recorded {
-            self.set(RowState::Committed);
+        if !self.recorded() {
+            return tx.commit().await.map_err(|e| self.observe(row_error(e)));
         }
+        // Before the commit: the row is there and the transaction healthy (PostgreSQL
+        // answers the COMMIT of an aborted transaction with a silent rollback).
+        let (key, _, _, _, run_id, sql) = self.insert_params();
+        let conn: &mut PgConnection = &mut tx;
+        let checked = sqlx::query(&sql.commit_check)
+            .bind(key)
+            .bind(run_id)
+            .execute(conn)
+            .await
+            .map_err(|e| self.observe(row_error(e)))?;
+        if checked.rows_affected() != 1 {
+            drop(tx.rollback().await);
+            return Err(RowError::database(
+                "the key's row is gone from its transaction",
+                None,
+            ));
+        }
+        tx.commit().await.map_err(|e| self.observe(row_error(e)))?;
+        self.set(RowState::Committed);
         Ok(())
     }
 

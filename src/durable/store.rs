@@ -116,7 +116,7 @@ type RebuildHook = Arc<dyn Fn(String) -> RebuildFuture + Send + Sync>;
 #[must_use = "durable settings do nothing until given to a Replay"]
 pub struct Durable {
     pub(crate) store: Arc<dyn RowStore>,
-    pub(crate) insert_sql: Arc<str>,
+    pub(crate) row_sql: Arc<super::row::RowSql>,
     pub(crate) lock_timeout: Duration,
     pub(crate) timeout: Duration,
     pub(crate) rebuild: Option<RebuildHook>,
@@ -141,10 +141,10 @@ impl Durable {
 
     /// Rows kept by `store`.
     pub fn new(store: impl RowStore) -> Self {
-        let insert_sql = store.table().insert_sql().into();
+        let row_sql = Arc::new(super::row::RowSql::of(store.table()));
         Self {
             store: Arc::new(store),
-            insert_sql,
+            row_sql,
             lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
             timeout: Self::DEFAULT_TIMEOUT,
             rebuild: None,
@@ -183,13 +183,15 @@ impl Durable {
     }
 
     pub(crate) fn check(&self) -> crate::Result<()> {
+        // PostgreSQL's `lock_timeout` is an int4 of milliseconds.
+        let max = Duration::from_millis(i32::MAX.unsigned_abs().into());
         for (what, d) in [
             ("lock_timeout", self.lock_timeout),
             ("timeout", self.timeout),
         ] {
-            if d < Duration::from_millis(1) {
+            if d < Duration::from_millis(1) || d > max {
                 return Err(crate::Error::invalid(format!(
-                    "the durable replay's {what} must be at least 1 ms"
+                    "the durable replay's {what} must be between 1 ms and {max:?}"
                 )));
             }
         }

@@ -122,26 +122,33 @@ impl Table {
 
     /// The middleware's store, in a transaction of its own after the handler's: the
     /// response's record goes into the row the execution `$6` wrote (committed without a
-    /// response), or, when that execution's row did not commit, into a row of its own —
-    /// never over another execution's row (an expired one is taken over). The row is kept
-    /// for the retention from now. Parameters: `$1`
-    /// the key hash, `$2` the fingerprint, `$3` the record (`bytea`), `$4` the retention in
-    /// milliseconds, `$5` the `lock_timeout`, `$6` the run id. One column, `stored`
-    /// (`int8`): 1 when it stored the record, 0 when another execution's row is there.
+    /// response; waited for while its transaction is open), or, when that execution's row
+    /// did not commit, into a row of its own — never over another execution's row (an
+    /// expired one is taken over). The row is kept for the retention from now. Parameters:
+    /// `$1` the key hash, `$2` the fingerprint, `$3` the record (`bytea`), `$4` the
+    /// retention in milliseconds, `$5` the `lock_timeout`, `$6` the run id. One row
+    /// affected: stored. None: another execution's row is there, or the record already.
     pub fn store_sql(&self) -> String {
         format!(
-            "WITH timeout AS (SELECT set_config('lock_timeout', $5, true)), \
-             upd AS (UPDATE {t} AS t SET record = $3, expires_at = \
-             greatest(t.expires_at, now() + $4::int8 * interval '1 millisecond') FROM timeout \
-             WHERE t.key_hash = $1 AND t.run_id = $6 AND t.record IS NULL \
-             AND t.expires_at > now() RETURNING 1), \
-             ins AS (INSERT INTO {t} AS t (key_hash, fingerprint, record, run_id, expires_at) \
+            "WITH timeout AS (SELECT set_config('lock_timeout', $5, true)) \
+             INSERT INTO {t} AS t (key_hash, fingerprint, record, run_id, expires_at) \
              SELECT $1, $2, $3, $6, now() + $4::int8 * interval '1 millisecond' FROM timeout \
-             WHERE NOT EXISTS (SELECT 1 FROM upd) \
              ON CONFLICT (key_hash) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
-             record = EXCLUDED.record, run_id = EXCLUDED.run_id, created_at = now(), \
-             expires_at = EXCLUDED.expires_at WHERE t.expires_at <= now() RETURNING 1) \
-             SELECT (SELECT count(*) FROM upd) + (SELECT count(*) FROM ins) AS stored",
+             record = EXCLUDED.record, run_id = EXCLUDED.run_id, \
+             created_at = CASE WHEN t.expires_at <= now() THEN now() ELSE t.created_at END, \
+             expires_at = greatest(t.expires_at, EXCLUDED.expires_at) \
+             WHERE t.expires_at <= now() OR (t.run_id = EXCLUDED.run_id AND t.record IS NULL)",
+            t = self.name
+        )
+    }
+
+    /// The handler's check before its commit: the row is still there, its transaction
+    /// healthy (a statement in an aborted transaction fails), and its `created_at` is now —
+    /// a lookup then counts the row's age from its commit. Parameters: `$1` the key hash,
+    /// `$2` the run id. One row affected: commit.
+    pub fn commit_check_sql(&self) -> String {
+        format!(
+            "UPDATE {t} SET created_at = clock_timestamp() WHERE key_hash = $1 AND run_id = $2",
             t = self.name
         )
     }

@@ -11,15 +11,22 @@ use crate::durable::{millis, Durable, FoundRow, KeyRow, NewRecord, RowKey, RowSt
 use crate::metrics::durable_row;
 use crate::policy::LockPolicy;
 use crate::rejection::{Rejection, RejectionKind, Wire};
-use crate::replay::{Recorder, Running};
+use crate::replay::{Recorder, Running, LOST_RECORD_PATIENCE};
 use crate::Lease;
 
-/// How much longer a row is kept than the Redis record written after it.
+/// How much longer a row is kept than the Redis record written after it, beyond the time
+/// a lost lease's record may still be written in the background.
 const ROW_MARGIN: Duration = Duration::from_secs(60);
 
-/// How long a row is kept: the replay's retention and [`ROW_MARGIN`].
-fn row_retention(recorder: &Recorder) -> Duration {
-    recorder.replay().retention.saturating_add(ROW_MARGIN)
+/// How long a row is kept: the replay's retention, the longest a lost lease's record is
+/// tried for after it (see `Recorder::complete`), and [`ROW_MARGIN`].
+fn row_retention(recorder: &Recorder, ttl: Duration) -> Duration {
+    let background = LOST_RECORD_PATIENCE.max(ttl.saturating_mul(3));
+    recorder
+        .replay()
+        .retention
+        .saturating_add(background)
+        .saturating_add(ROW_MARGIN)
 }
 
 /// How long a client is told to wait after a busy row (a lock timeout, a serialization
@@ -53,8 +60,11 @@ pub(crate) async fn before(
     wire: Wire,
 ) -> Before {
     let durable = durable_of(&recorder);
-    // Within the lease: the handler must start with its lock.
-    let bound = durable.timeout.min(lease.validity());
+    // Within the lease, and with a third of the ttl left for the handler: its keep-alive
+    // (due a third of the ttl after the lock) then extends the lease as it starts.
+    let bound = durable
+        .timeout
+        .min(lease.validity().saturating_sub(lease.ttl() / 3));
     let found = tokio::time::timeout(bound, durable.store.find(&row_key.0)).await;
     match found {
         Ok(Ok(None)) if lease.is_valid() => {
@@ -62,9 +72,9 @@ pub(crate) async fn before(
             let row = KeyRow::new(
                 row_key,
                 recorder.fingerprint().0,
-                row_retention(&recorder),
+                row_retention(&recorder, policy.ttl()),
                 durable.lock_timeout,
-                durable.insert_sql.clone(),
+                durable.row_sql.clone(),
             );
             Before::Run(lease, recorder, row)
         }
@@ -111,7 +121,7 @@ async fn answer(
     let young = found.age < policy.ttl().saturating_add(durable.timeout);
     let mut record = found.record;
     if record.is_none() && same && !in_flight && !young {
-        record = rebuild(&recorder, row_key, &found.run_id).await;
+        record = rebuild(&recorder, row_key, &found.run_id, policy.ttl()).await;
     }
     match record {
         Some(record) => {
@@ -145,7 +155,12 @@ async fn answer(
 /// The record of the response [`Durable::rebuild`]'s hook made from the business data,
 /// stored in the row of the execution `run_id`; `None` without a hook, or when it had none
 /// (or did not answer in time).
-async fn rebuild(recorder: &Recorder, row_key: &RowKey, run_id: &[u8]) -> Option<Bytes> {
+async fn rebuild(
+    recorder: &Recorder,
+    row_key: &RowKey,
+    run_id: &[u8],
+    ttl: Duration,
+) -> Option<Bytes> {
     let durable = durable_of(recorder);
     let hook = durable.rebuild.as_ref()?;
     let rebuilt = tokio::time::timeout(durable.timeout, hook(row_key.hex()));
@@ -158,7 +173,7 @@ async fn rebuild(recorder: &Recorder, row_key: &RowKey, run_id: &[u8]) -> Option
         .map(|(n, v)| (n.as_str(), v.as_bytes()));
     let record = recorder.response(rebuilt.status, headers, &rebuilt.body);
     durable_row("rebuilt");
-    store_record(recorder, row_key, run_id, &record).await;
+    store_record(recorder, row_key, run_id, &record, ttl).await;
     Some(record)
 }
 
@@ -226,23 +241,29 @@ pub(crate) async fn after(
 /// Stores the response's `record` in the key's row, in a transaction of its own, before the
 /// Redis record: into the handler's row when it committed, into a row of its own when it
 /// rolled back or recorded none — never over another execution's row.
-pub(crate) async fn store(running: &Running, row: &KeyRow, record: &Bytes) {
+pub(crate) async fn store(running: &Running, row: &KeyRow, record: &Bytes, ttl: Duration) {
     if let Some(recorder) = running.recorder() {
-        store_record(recorder, row.key(), row.run_id(), record).await;
+        store_record(recorder, row.key(), row.run_id(), record, ttl).await;
     }
 }
 
 /// [`RowStore::store`](crate::durable::RowStore::store) for the execution `run_id`, bounded
 /// by the durable timeout; a failure is logged and counted (the record still goes to the
 /// Redis voters).
-async fn store_record(recorder: &Recorder, key: &RowKey, run_id: &[u8], record: &Bytes) {
+async fn store_record(
+    recorder: &Recorder,
+    key: &RowKey,
+    run_id: &[u8],
+    record: &Bytes,
+    ttl: Duration,
+) {
     let durable = durable_of(recorder);
     let lock_timeout = format!("{}ms", millis(durable.lock_timeout));
     let new = NewRecord {
         key_hash: &key.0,
         fingerprint: &recorder.fingerprint().0,
         record,
-        retention_ms: millis(row_retention(recorder)),
+        retention_ms: millis(row_retention(recorder, ttl)),
         lock_timeout: &lock_timeout,
         run_id,
     };
@@ -251,7 +272,7 @@ async fn store_record(recorder: &Recorder, key: &RowKey, run_id: &[u8], record: 
         Ok(Ok(false)) => {
             durable_row("store_failed");
             tracing::warn!(
-                "the key's row belongs to another execution: this response is kept on the Redis voters only"
+                "the key's row already holds a response, or another execution's row is there: this response is kept on the Redis voters only"
             );
         }
         Ok(Err(e)) => {

@@ -365,7 +365,7 @@ impl After<'_> {
             .expect("a plan to store has a recorder");
         if let Some(row) = &self.row {
             // In the database first: a crash before the Redis record replays from the row.
-            durable::store(&self.running, row, &record).await;
+            durable::store(&self.running, row, &record, self.policy.ttl()).await;
         }
         self.running.complete(record).await;
         Ok(G::rebuild(head, bytes))

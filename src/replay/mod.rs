@@ -109,7 +109,7 @@ pub(crate) use fingerprint::{Fingerprint, FingerprintBuilder};
 pub(crate) use record::StoredResponse;
 #[cfg(any(feature = "tower", feature = "actix"))]
 pub(crate) use recorder::Running;
-pub(crate) use recorder::{Collector, Plan, Recorder};
+pub(crate) use recorder::{Collector, Plan, Recorder, LOST_RECORD_PATIENCE};
 pub use transform::{RecordTransform, TransformError};
 
 /// The answer for a completed request's `record`: its stored response — counted as

@@ -154,7 +154,9 @@ pub fn router(policy: LockPolicy, pool: PgPool, hooks: Hooks) -> Router {
 /// answer that), `hold` (stop before the commit until let go), `hold-then-402` (stop, then
 /// roll back and answer `402`), `commit-then-wait` (stop after the commit until let go),
 /// `repeatable` (repeatable read), `deadlock` (take advisory locks 1 then 2 after the
-/// payment), `coupon` (a unique violation of the business data, recovered in a savepoint).
+/// payment), `coupon` (a unique violation of the business data, recovered in a savepoint),
+/// `busy-savepoint` (a lock timeout, recovered in a savepoint), `stubborn` (goes on after
+/// its insert found the key done).
 async fn pay(State(app): State<App>, row: KeyRow, headers: HeaderMap, body: String) -> Response {
     let mode = headers
         .get("x-mode")
@@ -180,7 +182,10 @@ async fn pay(State(app): State<App>, row: KeyRow, headers: HeaderMap, body: Stri
     }
     if mode != "unrecorded" {
         if let Err(e) = row.insert_in(&mut tx).await {
-            return failed(e);
+            // `stubborn` goes on as if nothing happened: `row.commit` must refuse.
+            if mode != "stubborn" {
+                return failed(e);
+            }
         }
     }
     let id: i64 = match sqlx::query_scalar(
@@ -201,6 +206,7 @@ async fn pay(State(app): State<App>, row: KeyRow, headers: HeaderMap, body: Stri
             let _ = app.hooks.reached.send("hold".to_owned());
             app.hooks.go.acquire().await.expect("open").forget();
             if mode == "hold-then-402" {
+                tx.rollback().await.unwrap();
                 return (StatusCode::PAYMENT_REQUIRED, "declined").into_response();
             }
         }
@@ -211,6 +217,18 @@ async fn pay(State(app): State<App>, row: KeyRow, headers: HeaderMap, body: Stri
                     return failed(row.check(e));
                 }
             }
+        }
+        "busy-savepoint" => {
+            // Advisory lock 9 is the test's: the wait passes this savepoint's lock_timeout
+            // (55P03), and the handler recovers.
+            for sql in ["SAVEPOINT busy", "SET LOCAL lock_timeout = '100ms'"] {
+                sqlx::query(sql).execute(&mut *tx).await.unwrap();
+            }
+            let wait = sqlx::query("SELECT pg_advisory_xact_lock(9)").execute(&mut *tx);
+            let error = row.check(wait.await.expect_err("a lock timeout"));
+            assert_eq!(error.sqlstate(), Some("55P03"));
+            let undo = sqlx::query("ROLLBACK TO SAVEPOINT busy");
+            undo.execute(&mut *tx).await.unwrap();
         }
         "coupon" => {
             // The coupon is taken twice: the second insert's unique violation is the

@@ -310,6 +310,7 @@ async fn durable_a_request_cancelled_during_the_lookup_leaves_the_key_free() {
     })
     .await;
     assert_eq!(ran.status, 201, "{}", ran.text());
+    assert!(ran.header("idempotency-replayed").is_none(), "it ran");
     assert_eq!(db.payments().await, 1);
 }
 
@@ -324,4 +325,45 @@ async fn durable_a_business_error_recovered_in_a_savepoint_is_the_handlers_answe
     assert_eq!(db.key_rows().await, (1, 1));
     flush_and_restart(&masters);
     assert_replayed(&pay(&replica.url(), "k-1", "10 EUR", "ok").await, &first);
+}
+
+/// A lock timeout (SQLSTATE `55P03`) the handler recovers from in a savepoint, then
+/// `row.commit`: the handler's `201`, stored in the row — the busy error does not stick.
+#[tokio::test]
+async fn durable_a_busy_error_recovered_in_a_savepoint_is_the_handlers_answer() {
+    let (masters, db) = (Masters::start(3), app::Db::start().await);
+    let replica = Replica::start(&masters, &db, Duration::from_secs(5)).await;
+    let mut holder = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(9)")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let first = pay(&replica.url(), "k-1", "10 EUR", "busy-savepoint").await;
+    holder.rollback().await.unwrap();
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(db.key_rows().await, (1, 1));
+    flush_and_restart(&masters);
+    assert_replayed(&pay(&replica.url(), "k-1", "10 EUR", "ok").await, &first);
+}
+
+/// Settings PostgreSQL cannot take are refused when the policy is built: a `lock_timeout`
+/// over its int4 of milliseconds, a zero timeout.
+#[tokio::test]
+async fn durable_settings_out_of_range_are_refused_at_build() {
+    use tower_redlock::durable::Durable;
+    use tower_redlock::policy::LockPolicy;
+    use tower_redlock::replay::Replay;
+
+    let pool = sqlx::PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").unwrap();
+    let build = |durable: Durable| {
+        LockPolicy::idempotent(tower_redlock::Redlock::in_memory())
+            .replay(Replay::new().durable(durable))
+            .build()
+    };
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let store = || SqlxStore::new(pool.clone());
+    let error = build(Durable::new(store()).lock_timeout(month)).unwrap_err();
+    assert!(error.is_invalid_input() && error.to_string().contains("lock_timeout"));
+    assert!(build(Durable::new(store()).timeout(Duration::ZERO)).is_err());
+    assert!(build(Durable::new(store())).is_ok());
 }

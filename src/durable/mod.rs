@@ -63,6 +63,8 @@
     allow(dead_code, unused_imports)
 )]
 
+#[cfg(feature = "axum")]
+mod axum;
 mod row;
 #[cfg(feature = "sqlx-0_8")]
 pub mod sqlx_0_8;

@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::{app, pay, Replica};
+use super::{app, pay, spawn_pay, Replica};
 use tower_redlock_testkit as support;
 
 use support::Masters;
@@ -177,10 +177,7 @@ async fn after_the_ttl(url: &str, body: &str) -> support::http::Reply {
 async fn durable_a_replica_killed_after_its_commit_and_before_the_redis_record_is_replayed() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let mut replica = ReplicaProcess::start(&masters, &db);
-    let first = tokio::spawn({
-        let url = replica.url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "commit-then-wait").await }
-    });
+    let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
     assert_eq!(replica.line("REACHED "), "committed");
     masters.iter().for_each(|m| m.freeze());
     replica.go();
@@ -220,10 +217,7 @@ async fn durable_a_replica_killed_after_its_commit_and_before_the_redis_record_i
 async fn durable_a_replica_killed_right_after_its_commit_never_runs_again() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let mut replica = ReplicaProcess::start(&masters, &db);
-    let first = tokio::spawn({
-        let url = replica.url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "commit-then-wait").await }
-    });
+    let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
     assert_eq!(replica.line("REACHED "), "committed");
     replica.kill();
     drop(first);
@@ -246,10 +240,7 @@ async fn durable_a_replica_killed_right_after_its_commit_never_runs_again() {
 async fn durable_a_row_without_its_response_is_rebuilt_by_the_hook() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let mut replica = ReplicaProcess::start(&masters, &db);
-    let first = tokio::spawn({
-        let url = replica.url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "commit-then-wait").await }
-    });
+    let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
     assert_eq!(replica.line("REACHED "), "committed");
     replica.kill();
     first.abort();

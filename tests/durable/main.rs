@@ -72,6 +72,17 @@ pub async fn pay(url: &str, key: &str, body: &str, mode: &str) -> Reply {
     support::http::reply(request).await
 }
 
+/// [`pay`], spawned: the request goes on while the test acts.
+pub fn spawn_pay(url: &str, key: &str, body: &str, mode: &str) -> tokio::task::JoinHandle<Reply> {
+    let (url, key, body, mode) = (
+        url.to_owned(),
+        key.to_owned(),
+        body.to_owned(),
+        mode.to_owned(),
+    );
+    tokio::spawn(async move { pay(&url, &key, &body, &mode).await })
+}
+
 /// Flushes every master and restarts it with an empty dataset.
 pub fn flush_and_restart(masters: &Masters) {
     for master in masters.iter() {

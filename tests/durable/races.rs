@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{app, flush_and_restart, pay, Replica};
+use super::{app, flush_and_restart, pay, spawn_pay, Replica};
 use tower_redlock_testkit as support;
 
 use support::Masters;
@@ -52,17 +52,11 @@ async fn durable_a_duplicate_after_a_lost_lease_waits_on_the_row_and_replays() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let mut replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
     let url = replica.url();
-    let first = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "hold").await }
-    });
+    let first = spawn_pay(&url, "k-1", "10 EUR", "hold");
     replica.reached("hold").await;
     flush_and_restart(&masters);
     // A handler that ignores its insert's answer: `row.commit` refuses its transaction.
-    let duplicate = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "stubborn").await }
-    });
+    let duplicate = spawn_pay(&url, "k-1", "10 EUR", "stubborn");
     until_waiting(&db, 1).await;
     replica.hooks.go.add_permits(1);
     let first = first.await.unwrap();
@@ -88,10 +82,7 @@ async fn durable_a_lock_timeout_is_409_with_retry_after() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let mut replica = Replica::start(&masters, &db, Duration::from_millis(300)).await;
     let url = replica.url();
-    let first = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "hold").await }
-    });
+    let first = spawn_pay(&url, "k-1", "10 EUR", "hold");
     replica.reached("hold").await;
     flush_and_restart(&masters);
     let duplicate = pay(&url, "k-1", "10 EUR", "ok").await;
@@ -112,16 +103,10 @@ async fn durable_a_serialization_failure_is_409_with_retry_after() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let mut replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
     let url = replica.url();
-    let first = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "hold").await }
-    });
+    let first = spawn_pay(&url, "k-1", "10 EUR", "hold");
     replica.reached("hold").await;
     flush_and_restart(&masters);
-    let duplicate = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "repeatable").await }
-    });
+    let duplicate = spawn_pay(&url, "k-1", "10 EUR", "repeatable");
     until_waiting(&db, 1).await;
     replica.hooks.go.add_permits(1);
     let first = first.await.unwrap();
@@ -152,10 +137,7 @@ async fn durable_a_deadlock_is_409_with_retry_after() {
         .await
         .unwrap();
     let url = replica.url();
-    let deadlocked = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "deadlock").await }
-    });
+    let deadlocked = spawn_pay(&url, "k-1", "10 EUR", "deadlock");
     until_waiting(&db, 1).await;
     // Now close the cycle: the handler's backend, which waited first, detects it.
     sqlx::query("SELECT pg_advisory_xact_lock(1)")
@@ -184,16 +166,10 @@ async fn durable_a_rolled_back_answer_never_lands_in_another_executions_row() {
     let (masters, db) = (Masters::start(3), app::Db::start().await);
     let mut replica = Replica::start(&masters, &db, Duration::from_secs(30)).await;
     let url = replica.url();
-    let first = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "hold-then-402").await }
-    });
+    let first = spawn_pay(&url, "k-1", "10 EUR", "hold-then-402");
     replica.reached("hold").await;
     flush_and_restart(&masters);
-    let duplicate = tokio::spawn({
-        let url = url.clone();
-        async move { pay(&url, "k-1", "10 EUR", "ok").await }
-    });
+    let duplicate = spawn_pay(&url, "k-1", "10 EUR", "ok");
     until_waiting(&db, 1).await;
     replica.hooks.go.add_permits(1);
     assert_eq!(first.await.unwrap().status, 402);

@@ -59,10 +59,15 @@
 // The middleware reads the rows (tower or actix-web) and an adapter writes them (sqlx):
 // without both, part of the core has no caller.
 #![cfg_attr(
-    not(all(any(feature = "tower", feature = "actix"), feature = "sqlx-0_8")),
+    not(all(
+        any(feature = "tower", feature = "actix"),
+        any(feature = "sqlx-0_8", feature = "tokio-postgres")
+    )),
     allow(dead_code, unused_imports)
 )]
 
+#[cfg(feature = "actix")]
+mod actix;
 #[cfg(feature = "axum")]
 mod axum;
 mod row;
@@ -70,6 +75,8 @@ mod row;
 pub mod sqlx_0_8;
 mod store;
 mod table;
+#[cfg(feature = "tokio-postgres")]
+pub mod tokio_postgres;
 
 pub(crate) use row::{millis, RowKey, RowState};
 pub use row::{KeyRow, RowError, RowErrorKind};

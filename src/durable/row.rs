@@ -153,6 +153,48 @@ impl KeyRow {
         )
     }
 
+    /// What the insert's affected-row count means: one, recorded; none, the key's row had
+    /// committed before.
+    pub(crate) fn inserted(&self, rows: u64) -> Result<(), RowError> {
+        if rows == 1 {
+            self.set_inserted();
+            Ok(())
+        } else {
+            Err(self.observe(RowError::completed()))
+        }
+    }
+
+    /// The first step of a commit, for every adapter: refuse a transaction whose insert
+    /// found the key done, commit one that recorded no row as it is, or check the row first
+    /// ([`RowSql::commit_check`], then [`checked`](Self::checked)).
+    pub(crate) fn commit_step(&self) -> CommitStep {
+        if self.state() == RowState::Completed {
+            CommitStep::Refuse
+        } else if !self.recorded() {
+            CommitStep::Plain
+        } else {
+            CommitStep::Check
+        }
+    }
+
+    /// What the commit check's affected-row count means: one, commit; else the row is gone
+    /// from its transaction (roll back).
+    pub(crate) fn checked(rows: u64) -> Result<(), RowError> {
+        if rows == 1 {
+            Ok(())
+        } else {
+            Err(RowError::database(
+                "the key's row is gone from its transaction",
+                None,
+            ))
+        }
+    }
+
+    /// After a checked commit that succeeded: the middleware trusts the work committed.
+    pub(crate) fn set_committed(&self) {
+        self.set(RowState::Committed);
+    }
+
     /// Reads what a statement's error means for the key: a lock timeout, a serialization
     /// failure or a deadlock marks the request busy (the middleware answers `409` +
     /// `Retry-After`, whatever the handler answers — unless the handler recovers, in a
@@ -165,6 +207,17 @@ impl KeyRow {
         }
         error
     }
+}
+
+/// What a commit does first ([`KeyRow::commit_step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CommitStep {
+    /// The insert found the key's row committed: roll back, answer `Completed`.
+    Refuse,
+    /// No row recorded: commit as it is.
+    Plain,
+    /// Check the row in the transaction, then commit.
+    Check,
 }
 
 /// Milliseconds, at least 1, in an `int8`.

@@ -2,12 +2,11 @@
 //! and the [`KeyRow`] statements a handler runs in its own transaction.
 
 use std::fmt;
-use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgPool, Postgres};
 use sqlx::{Row, Transaction};
 
-use super::row::RowState;
+use super::row::CommitStep;
 use super::{FoundRow, KeyRow, NewRecord, RowError, RowFuture, RowStore, Table};
 
 /// A sqlx error as a [`RowError`], by its SQLSTATE.
@@ -122,20 +121,13 @@ impl RowStore for SqlxStore {
                 .await
                 .map_err(row_error)?;
             let Some(row) = row else { return Ok(None) };
-            let fingerprint: Vec<u8> = row.try_get("fingerprint").map_err(row_error)?;
-            let record: Option<Vec<u8>> = row.try_get("record").map_err(row_error)?;
-            let run_id: Vec<u8> = row.try_get("run_id").map_err(row_error)?;
-            let ms = |column: &str| -> Result<Duration, RowError> {
-                let ms: i64 = row.try_get(column).map_err(row_error)?;
-                Ok(Duration::from_millis(ms.max(0).unsigned_abs()))
-            };
-            Ok(Some(FoundRow {
-                fingerprint: fingerprint.into(),
-                record: record.map(Into::into),
-                run_id: run_id.into(),
-                age: ms("age_ms")?,
-                left: ms("left_ms")?,
-            }))
+            Ok(Some(FoundRow::from_columns(
+                row.try_get("fingerprint").map_err(row_error)?,
+                row.try_get("record").map_err(row_error)?,
+                row.try_get("run_id").map_err(row_error)?,
+                row.try_get("age_ms").map_err(row_error)?,
+                row.try_get("left_ms").map_err(row_error)?,
+            )))
         })
     }
 
@@ -186,11 +178,7 @@ impl KeyRow {
             .execute(conn)
             .await;
         match done {
-            Ok(done) if done.rows_affected() == 1 => {
-                self.set_inserted();
-                Ok(())
-            }
-            Ok(_) => Err(self.observe(RowError::completed())),
+            Ok(done) => self.inserted(done.rows_affected()),
             Err(e) => Err(self.observe(row_error(e))),
         }
     }
@@ -209,12 +197,15 @@ impl KeyRow {
     /// failure or deadlock at commit is [`RowError::is_busy`], answered `409` +
     /// `Retry-After` by the middleware.
     pub async fn commit(&self, mut tx: Transaction<'_, Postgres>) -> Result<(), RowError> {
-        if self.state() == RowState::Completed {
-            drop(tx.rollback().await);
-            return Err(RowError::completed());
-        }
-        if !self.recorded() {
-            return tx.commit().await.map_err(|e| self.observe(row_error(e)));
+        match self.commit_step() {
+            CommitStep::Refuse => {
+                drop(tx.rollback().await);
+                return Err(RowError::completed());
+            }
+            CommitStep::Plain => {
+                return tx.commit().await.map_err(|e| self.observe(row_error(e)));
+            }
+            CommitStep::Check => {}
         }
         // Before the commit: the row is there and the transaction healthy (PostgreSQL
         // answers the COMMIT of an aborted transaction with a silent rollback).
@@ -226,15 +217,12 @@ impl KeyRow {
             .execute(conn)
             .await
             .map_err(|e| self.observe(row_error(e)))?;
-        if checked.rows_affected() != 1 {
+        if let Err(e) = KeyRow::checked(checked.rows_affected()) {
             drop(tx.rollback().await);
-            return Err(RowError::database(
-                "the key's row is gone from its transaction",
-                None,
-            ));
+            return Err(e);
         }
         tx.commit().await.map_err(|e| self.observe(row_error(e)))?;
-        self.set(RowState::Committed);
+        self.set_committed();
         Ok(())
     }
 

@@ -39,6 +39,26 @@ impl fmt::Debug for FoundRow {
     }
 }
 
+impl FoundRow {
+    /// A row from the lookup's columns ([`Table::find_sql`]), for adapters.
+    pub(crate) fn from_columns(
+        fingerprint: Vec<u8>,
+        record: Option<Vec<u8>>,
+        run_id: Vec<u8>,
+        age_ms: i64,
+        left_ms: i64,
+    ) -> Self {
+        let ms = |ms: i64| Duration::from_millis(ms.max(0).unsigned_abs());
+        Self {
+            fingerprint: fingerprint.into(),
+            record: record.map(Into::into),
+            run_id: run_id.into(),
+            age: ms(age_ms),
+            left: ms(left_ms),
+        }
+    }
+}
+
 /// A response to store in a key's row ([`Table::store_sql`]'s parameters).
 #[derive(Debug, Clone, Copy)]
 pub struct NewRecord<'a> {

@@ -1,42 +1,61 @@
-//! The service under test: `POST /payments` behind `RedlockLayer` with durable replay, whose
-//! handler records the key's row first in its transaction, then inserts a payment row (the
-//! business data) and answers its id. The request header `x-mode` picks what else it does.
+//! The service's parts: the database (the keys' table and `payments`), the policy (durable
+//! replay over either adapter), and the hooks a handler stopped half-way talks to the test
+//! through. The work is in `work.rs`, the frameworks that serve it in `web.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::Router;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::{mpsc, Semaphore};
 use tower_redlock::durable::sqlx_0_8::SqlxStore;
-use tower_redlock::durable::{Durable, KeyRow, Rebuilt, RowError};
+use tower_redlock::durable::tokio_postgres::PgStore;
+use tower_redlock::durable::{Durable, Rebuilt, RowError};
 use tower_redlock::key::{IdempotencyKey, KeyExtractorExt};
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::replay::Replay;
-use tower_redlock::{Redlock, RedlockLayer};
+use tower_redlock::Redlock;
 use tower_redlock_testkit as support;
+
+use super::work::{Driver, DriverKind};
 
 /// The business table: one row per run of the work.
 pub const PAYMENTS: &str = "CREATE TABLE IF NOT EXISTS payments (
     id bigserial PRIMARY KEY, key_hash text NOT NULL, body text NOT NULL);
     CREATE TABLE IF NOT EXISTS coupons (code text PRIMARY KEY)";
 
-/// A PostgreSQL with the keys' table and `payments`, and a pool on it.
+/// A PostgreSQL server, one per test: each variant of it gets a database of its own.
+pub type Server = Arc<support::PostgresServer>;
+
+/// Starts a server.
+pub async fn server() -> Server {
+    let server = tokio::task::spawn_blocking(support::PostgresServer::start)
+        .await
+        .expect("start postgres");
+    Arc::new(server)
+}
+
+/// A fresh database with the keys' table and `payments`, and a pool on it.
 pub struct Db {
-    pub server: support::PostgresServer,
+    pub url: String,
     pub pool: PgPool,
 }
 
 impl Db {
-    pub async fn start() -> Self {
-        let server = tokio::task::spawn_blocking(support::PostgresServer::start)
+    /// A new database on `server`.
+    pub async fn create(server: &Server) -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let name = format!(
+            "variant_{}",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let admin = pool(&server.url()).await;
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
             .await
-            .expect("start postgres");
-        let pool = pool(&server.url()).await;
+            .expect("create the database");
+        admin.close().await;
+        let url = format!("postgres://postgres@127.0.0.1:{}/{name}", server.port());
+        let pool = pool(&url).await;
         SqlxStore::new(pool.clone())
             .migrate()
             .await
@@ -45,7 +64,7 @@ impl Db {
             .execute(&pool)
             .await
             .expect("payments");
-        Self { server, pool }
+        Self { url, pool }
     }
 
     /// How many payments the work made.
@@ -93,24 +112,41 @@ impl Hooks {
         };
         (hooks, rx)
     }
+
+    /// Tells the test the handler reached `point`, and waits until it is let go.
+    pub async fn reach(&self, point: &str) {
+        let _ = self.reached.send(point.to_owned());
+        self.go.acquire().await.expect("open").forget();
+    }
+
+    /// A statement's error, told to the test (`sqlstate <code>`), then answered.
+    pub fn failed(&self, e: RowError) -> RowError {
+        if let Some(code) = e.sqlstate() {
+            let _ = self.reached.send(format!("sqlstate {code}"));
+        }
+        e
+    }
 }
 
-#[derive(Clone)]
-struct App {
-    pool: PgPool,
-    hooks: Hooks,
+/// The policy: the `Idempotency-Key` header, replay with the row in the database at `url`
+/// through the adapter `kind`, a short ttl (a killed replica's lock ends soon), the given
+/// `lock_timeout`.
+pub fn policy(kind: DriverKind, redlock: Redlock, url: &str, lock_timeout: Duration) -> LockPolicy {
+    policy_of(redlock, durable(kind, url).lock_timeout(lock_timeout))
 }
 
-/// The policy: the `Idempotency-Key` header, replay with the row in `pool`'s database, a
-/// short ttl (a killed replica's lock ends soon), the given `lock_timeout`.
-pub fn policy(redlock: Redlock, pool: &PgPool, lock_timeout: Duration) -> LockPolicy {
-    policy_of(redlock, durable(pool).lock_timeout(lock_timeout))
-}
-
-/// The tests' durable settings: a 1 s timeout (a row without its response is in flight
-/// for the ttl and that second).
-pub fn durable(pool: &PgPool) -> Durable {
-    Durable::new(SqlxStore::new(pool.clone())).timeout(Duration::from_secs(1))
+/// The tests' durable settings through the adapter `kind`, its connections opened on first
+/// use: a 1 s timeout (a row without its response is in flight for the ttl and that second).
+pub fn durable(kind: DriverKind, url: &str) -> Durable {
+    let durable = match Driver::lazy(kind, url) {
+        Driver::Sqlx(pool) => Durable::new(SqlxStore::new(pool)),
+        // The middleware's statements on the clients of a pool.
+        Driver::TokioPostgres(clients) => Durable::new(PgStore::from_fn(move || {
+            let clients = clients.clone();
+            async move { clients.get().await }
+        })),
+    };
+    durable.timeout(Duration::from_secs(1))
 }
 
 /// [`policy`] with these durable settings.
@@ -124,9 +160,11 @@ pub fn policy_of(redlock: Redlock, durable: Durable) -> LockPolicy {
 
 /// Durable settings whose rebuild hook answers a key's payment from the `payments` table
 /// (`201`, `payment <id>`, as the handler does).
-pub fn rebuilding(pool: &PgPool) -> Durable {
-    let db = pool.clone();
-    durable(pool).rebuild(move |key_hash| {
+pub fn rebuilding(kind: DriverKind, url: &str) -> Durable {
+    let Driver::Sqlx(db) = Driver::lazy(DriverKind::Sqlx, url) else {
+        unreachable!("a sqlx pool")
+    };
+    durable(kind, url).rebuild(move |key_hash| {
         let db = db.clone();
         async move {
             let id: i64 = sqlx::query_scalar("SELECT id FROM payments WHERE key_hash = $1")
@@ -140,116 +178,4 @@ pub fn rebuilding(pool: &PgPool) -> Durable {
             )
         }
     })
-}
-
-pub fn router(policy: LockPolicy, pool: PgPool, hooks: Hooks) -> Router {
-    Router::new()
-        .route("/payments", post(pay))
-        .layer(RedlockLayer::new(policy))
-        .with_state(App { pool, hooks })
-}
-
-/// The work: the key's row, then a payment, then commit; `201` with `payment <id>`.
-/// `x-mode`: `unrecorded` (no key row), `rollback-402` / `rollback-500` (roll back and
-/// answer that), `hold` (stop before the commit until let go), `hold-then-402` (stop, then
-/// roll back and answer `402`), `commit-then-wait` (stop after the commit until let go),
-/// `repeatable` (repeatable read), `deadlock` (take advisory locks 1 then 2 after the
-/// payment), `coupon` (a unique violation of the business data, recovered in a savepoint),
-/// `busy-savepoint` (a lock timeout, recovered in a savepoint), `stubborn` (goes on after
-/// its insert found the key done).
-async fn pay(State(app): State<App>, row: KeyRow, headers: HeaderMap, body: String) -> Response {
-    let mode = headers
-        .get("x-mode")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("ok")
-        .to_owned();
-    // A statement's error, told to the test, then answered as the handler would.
-    let failed = |e: RowError| {
-        if let Some(code) = e.sqlstate() {
-            let _ = app.hooks.reached.send(format!("sqlstate {code}"));
-        }
-        e.into_response()
-    };
-    let mut tx = match app.pool.begin().await {
-        Ok(tx) => tx,
-        Err(e) => return failed(row.check(e)),
-    };
-    if mode == "repeatable" {
-        let set = sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
-        if let Err(e) = set.execute(&mut *tx).await {
-            return failed(row.check(e));
-        }
-    }
-    if mode != "unrecorded" {
-        if let Err(e) = row.insert_in(&mut tx).await {
-            // `stubborn` goes on as if nothing happened: `row.commit` must refuse.
-            if mode != "stubborn" {
-                return failed(e);
-            }
-        }
-    }
-    let id: i64 = match sqlx::query_scalar(
-        "INSERT INTO payments (key_hash, body) VALUES ($1, $2) RETURNING id",
-    )
-    .bind(row.key_hash())
-    .bind(&body)
-    .fetch_one(&mut *tx)
-    .await
-    {
-        Ok(id) => id,
-        Err(e) => return failed(row.check(e)),
-    };
-    match mode.as_str() {
-        "rollback-402" => return (StatusCode::PAYMENT_REQUIRED, "declined").into_response(),
-        "rollback-500" => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-        "hold" | "hold-then-402" => {
-            let _ = app.hooks.reached.send("hold".to_owned());
-            app.hooks.go.acquire().await.expect("open").forget();
-            if mode == "hold-then-402" {
-                tx.rollback().await.unwrap();
-                return (StatusCode::PAYMENT_REQUIRED, "declined").into_response();
-            }
-        }
-        "deadlock" => {
-            for lock in [1_i64, 2] {
-                let take = sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(lock);
-                if let Err(e) = take.execute(&mut *tx).await {
-                    return failed(row.check(e));
-                }
-            }
-        }
-        "busy-savepoint" => {
-            // Advisory lock 9 is the test's: the wait passes this savepoint's lock_timeout
-            // (55P03), and the handler recovers.
-            for sql in ["SAVEPOINT busy", "SET LOCAL lock_timeout = '100ms'"] {
-                sqlx::query(sql).execute(&mut *tx).await.unwrap();
-            }
-            let wait = sqlx::query("SELECT pg_advisory_xact_lock(9)").execute(&mut *tx);
-            let error = row.check(wait.await.expect_err("a lock timeout"));
-            assert_eq!(error.sqlstate(), Some("55P03"));
-            let undo = sqlx::query("ROLLBACK TO SAVEPOINT busy");
-            undo.execute(&mut *tx).await.unwrap();
-        }
-        "coupon" => {
-            // The coupon is taken twice: the second insert's unique violation is the
-            // business's own error, recovered from in a savepoint.
-            for sql in ["SAVEPOINT coupon", "INSERT INTO coupons VALUES ('c')"] {
-                sqlx::query(sql).execute(&mut *tx).await.unwrap();
-            }
-            let again = sqlx::query("INSERT INTO coupons VALUES ('c')").execute(&mut *tx);
-            let error = row.check(again.await.expect_err("a unique violation"));
-            assert_eq!(error.sqlstate(), Some("23505"));
-            let undo = sqlx::query("ROLLBACK TO SAVEPOINT coupon");
-            undo.execute(&mut *tx).await.unwrap();
-        }
-        _ => {}
-    }
-    if let Err(e) = row.commit(tx).await {
-        return failed(e);
-    }
-    if mode == "commit-then-wait" {
-        let _ = app.hooks.reached.send("committed".to_owned());
-        app.hooks.go.acquire().await.expect("open").forget();
-    }
-    (StatusCode::CREATED, format!("payment {id}")).into_response()
 }

@@ -10,12 +10,13 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::{app, pay, spawn_pay, Replica};
+use super::web::{each, Replica, Served, Variant};
+use super::{app, pay, spawn_pay};
 use tower_redlock_testkit as support;
 
 use support::Masters;
 
-/// Where the child learns what to serve: `<postgres url> <redis url>...`.
+/// Where the child learns what to serve: `<variant> <postgres url> <redis url>...`.
 const REPLICA_ENV: &str = "TOWER_REDLOCK_DURABLE_REPLICA";
 
 /// A replica process: does nothing unless started by [`ReplicaProcess::start`].
@@ -25,6 +26,7 @@ fn replica_entry() {
         return;
     };
     let mut parts = config.split(' ');
+    let variant = Variant::parse(parts.next().expect("a variant"));
     let pg = parts.next().expect("a postgres url").to_owned();
     let redis: Vec<String> = parts.map(str::to_owned).collect();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -35,10 +37,9 @@ fn replica_entry() {
             .node_timeout(Duration::from_millis(200))
             .build()
             .unwrap();
-        let pool = app::pool(&pg).await;
         let (hooks, mut reached) = app::Hooks::new();
-        let policy = app::policy(redlock, &pool, Duration::from_secs(5));
-        let served = support::HttpApp::serve(app::router(policy, pool, hooks.clone())).await;
+        let policy = app::policy(variant.driver, redlock, &pg, Duration::from_secs(5));
+        let served = Served::start(variant, &pg, policy, hooks.clone()).await;
         println!("LISTEN {}", served.addr());
         tokio::spawn(async move {
             while let Some(point) = reached.recv().await {
@@ -67,9 +68,10 @@ struct ReplicaProcess {
 }
 
 impl ReplicaProcess {
-    fn start(masters: &Masters, db: &app::Db) -> Self {
+    fn start(variant: Variant, masters: &Masters, db: &app::Db) -> Self {
         let exe = std::env::current_exe().expect("the path of this test binary");
-        let config = std::iter::once(db.server.url())
+        let config = [variant.name(), db.url.clone()]
+            .into_iter()
             .chain(masters.urls())
             .collect::<Vec<_>>()
             .join(" ");
@@ -175,37 +177,40 @@ async fn after_the_ttl(url: &str, body: &str) -> support::http::Reply {
 // Multi-threaded: the test's blocking reads of the child's lines leave a worker to send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_a_replica_killed_after_its_commit_and_before_the_redis_record_is_replayed() {
-    let (masters, db) = (Masters::start(3), app::Db::start().await);
-    let mut replica = ReplicaProcess::start(&masters, &db);
-    let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
-    assert_eq!(replica.line("REACHED "), "committed");
-    masters.iter().for_each(|m| m.freeze());
-    replica.go();
-    until_stored(&db).await;
-    replica.kill();
-    masters.iter().for_each(|m| m.thaw());
-    // The first request dies with its replica (its connection reset: no answer to read).
-    first.abort();
-    let stored: Vec<u8> = sqlx::query_scalar("SELECT record FROM tower_redlock_keys")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert!(!stored.is_empty());
+    each(|v, pg| async move {
+        let (masters, db) = (Masters::start(3), app::Db::create(&pg).await);
+        let mut replica = ReplicaProcess::start(v, &masters, &db);
+        let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
+        assert_eq!(replica.line("REACHED "), "committed");
+        masters.iter().for_each(|m| m.freeze());
+        replica.go();
+        until_stored(&db).await;
+        replica.kill();
+        masters.iter().for_each(|m| m.thaw());
+        // The first request dies with its replica (its connection reset: no answer to read).
+        first.abort();
+        let stored: Vec<u8> = sqlx::query_scalar("SELECT record FROM tower_redlock_keys")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert!(!stored.is_empty());
 
-    let here = Replica::start(&masters, &db, Duration::from_secs(5)).await;
-    let retry = after_the_ttl(&here.url(), "10 EUR").await;
-    assert_eq!(retry.status, 201, "{}", retry.text());
-    assert_eq!(retry.header("idempotency-replayed"), Some("true"));
-    let id: i64 = sqlx::query_scalar("SELECT id FROM payments")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        retry.text(),
-        format!("payment {id}"),
-        "the original payment"
-    );
-    assert_eq!(db.payments().await, 1);
+        let here = Replica::start(v, &masters, &db, Duration::from_secs(5)).await;
+        let retry = after_the_ttl(&here.url(), "10 EUR").await;
+        assert_eq!(retry.status, 201, "{}", retry.text());
+        assert_eq!(retry.header("idempotency-replayed"), Some("true"));
+        let id: i64 = sqlx::query_scalar("SELECT id FROM payments")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            retry.text(),
+            format!("payment {id}"),
+            "the original payment"
+        );
+        assert_eq!(db.payments().await, 1);
+    })
+    .await;
 }
 
 /// The replica is killed (`SIGKILL`) right after its commit, before the response reached
@@ -215,22 +220,25 @@ async fn durable_a_replica_killed_after_its_commit_and_before_the_redis_record_i
 // Multi-threaded: the test's blocking reads of the child's lines leave a worker to send.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_a_replica_killed_right_after_its_commit_never_runs_again() {
-    let (masters, db) = (Masters::start(3), app::Db::start().await);
-    let mut replica = ReplicaProcess::start(&masters, &db);
-    let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
-    assert_eq!(replica.line("REACHED "), "committed");
-    replica.kill();
-    drop(first);
-    assert_eq!(db.key_rows().await, (1, 0), "committed, no response");
+    each(|v, pg| async move {
+        let (masters, db) = (Masters::start(3), app::Db::create(&pg).await);
+        let mut replica = ReplicaProcess::start(v, &masters, &db);
+        let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
+        assert_eq!(replica.line("REACHED "), "committed");
+        replica.kill();
+        drop(first);
+        assert_eq!(db.key_rows().await, (1, 0), "committed, no response");
 
-    let here = Replica::start(&masters, &db, Duration::from_secs(5)).await;
-    let reused = after_the_ttl(&here.url(), "99 EUR").await;
-    assert_eq!(reused.status, 422, "another payload: {}", reused.text());
-    let retry = after_the_ttl(&here.url(), "10 EUR").await;
-    assert_eq!(retry.status, 409, "{}", retry.text());
-    assert!(retry.header("retry-after").is_none());
-    assert!(retry.text().contains("idempotency-completed-not-stored"));
-    assert_eq!(db.payments().await, 1, "never a second run");
+        let here = Replica::start(v, &masters, &db, Duration::from_secs(5)).await;
+        let reused = after_the_ttl(&here.url(), "99 EUR").await;
+        assert_eq!(reused.status, 422, "another payload: {}", reused.text());
+        let retry = after_the_ttl(&here.url(), "10 EUR").await;
+        assert_eq!(retry.status, 409, "{}", retry.text());
+        assert!(retry.header("retry-after").is_none());
+        assert!(retry.text().contains("idempotency-completed-not-stored"));
+        assert_eq!(db.payments().await, 1, "never a second run");
+    })
+    .await;
 }
 
 /// As above, with a rebuild hook ([`Durable::rebuild`](tower_redlock::durable::Durable::rebuild))
@@ -238,29 +246,32 @@ async fn durable_a_replica_killed_right_after_its_commit_never_runs_again() {
 /// and replayed — stored in the row and on the voters, so the next retry replays it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_a_row_without_its_response_is_rebuilt_by_the_hook() {
-    let (masters, db) = (Masters::start(3), app::Db::start().await);
-    let mut replica = ReplicaProcess::start(&masters, &db);
-    let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
-    assert_eq!(replica.line("REACHED "), "committed");
-    replica.kill();
-    first.abort();
-    assert_eq!(db.key_rows().await, (1, 0), "committed, no response");
+    each(|v, pg| async move {
+        let (masters, db) = (Masters::start(3), app::Db::create(&pg).await);
+        let mut replica = ReplicaProcess::start(v, &masters, &db);
+        let first = spawn_pay(&replica.url, "k-1", "10 EUR", "commit-then-wait");
+        assert_eq!(replica.line("REACHED "), "committed");
+        replica.kill();
+        first.abort();
+        assert_eq!(db.key_rows().await, (1, 0), "committed, no response");
 
-    let policy = app::policy_of(masters.client(), app::rebuilding(&db.pool));
-    let here = Replica::with_policy(&db, policy).await;
-    let retry = after_the_ttl(&here.url(), "10 EUR").await;
-    let id: i64 = sqlx::query_scalar("SELECT id FROM payments")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(retry.status, 201, "{}", retry.text());
-    assert_eq!(retry.text(), format!("payment {id}"));
-    assert_eq!(retry.header("idempotency-replayed"), Some("true"));
-    assert_eq!(
-        db.key_rows().await,
-        (1, 1),
-        "the rebuilt response is in the row"
-    );
-    super::assert_replayed(&pay(&here.url(), "k-1", "10 EUR", "ok").await, &retry);
-    assert_eq!(db.payments().await, 1, "never a second run");
+        let policy = app::policy_of(masters.client(), app::rebuilding(v.driver, &db.url.clone()));
+        let here = Replica::with_policy(v, &db, policy).await;
+        let retry = after_the_ttl(&here.url(), "10 EUR").await;
+        let id: i64 = sqlx::query_scalar("SELECT id FROM payments")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(retry.status, 201, "{}", retry.text());
+        assert_eq!(retry.text(), format!("payment {id}"));
+        assert_eq!(retry.header("idempotency-replayed"), Some("true"));
+        assert_eq!(
+            db.key_rows().await,
+            (1, 1),
+            "the rebuilt response is in the row"
+        );
+        super::assert_replayed(&pay(&here.url(), "k-1", "10 EUR", "ok").await, &retry);
+        assert_eq!(db.payments().await, 1, "never a second run");
+    })
+    .await;
 }

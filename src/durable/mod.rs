@@ -73,6 +73,7 @@ mod axum;
 mod row;
 #[cfg(feature = "sqlx-0_8")]
 pub mod sqlx_0_8;
+mod statements;
 mod store;
 mod table;
 #[cfg(feature = "tokio-postgres")]
@@ -80,5 +81,6 @@ pub mod tokio_postgres;
 
 pub(crate) use row::{millis, RowKey, RowState};
 pub use row::{KeyRow, RowError, RowErrorKind};
+pub use statements::RowStatements;
 pub use store::{Durable, FoundRow, NewRecord, RebuildFuture, Rebuilt, RowFuture, RowStore};
 pub use table::Table;

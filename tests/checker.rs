@@ -25,10 +25,18 @@ use std::sync::{Condvar, Mutex};
 
 use soak::{check, Section};
 
+/// The durable mode's app, compiled here (under this crate's `axum` and `sqlx-0_8`) rather
+/// than by the testkit, whose features this crate's test builds leave off.
+#[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
+#[path = "../testkit/src/checker/durable/app.rs"]
+mod durable_app;
+
 /// A worker process: does nothing unless started by the checker.
 #[test]
 fn worker_entry() {
     if std::env::var_os(soak::WORKER_ENV).is_some() {
+        #[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
+        soak::durable::register_app(durable_app::app);
         soak::worker_main();
     }
 }
@@ -273,6 +281,86 @@ fn nemesis_negative_control_sees_violations() {
     for dir in [&lock.dir, &replay.dir] {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The durable mode: claims through `RedlockLayer` with durable replay, the key's row first
+/// in the handler's PostgreSQL transaction with a business row, while workers are SIGKILLed
+/// by the parent and by themselves right after their commit (before the row's response
+/// and the Redis record) or right after the row's response (before the Redis record), and
+/// every master is flushed at once or two restarted empty: no key has two business rows,
+/// and every `2xx` names its key's one run.
+#[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
+#[test]
+fn durable_rows_never_run_twice_under_crashes_and_flushes() {
+    let report = run_checker(&[
+        "--workload",
+        "replay",
+        "--store",
+        "postgres",
+        "--nemesis",
+        "crash",
+        "--acquisitions",
+        "1500",
+        "--min-faults",
+        "2",
+    ]);
+    assert_held(&report);
+    for kind in [
+        "kill",
+        "kill-after-commit",
+        "kill-after-row",
+        "flushall",
+        "redis-restart",
+    ] {
+        assert!(injected(&report, kind) >= 2, "{kind}: {:?}", report.faults);
+    }
+    let d = report
+        .verdict
+        .durable
+        .as_ref()
+        .expect("the durable verdict");
+    assert!(d.double_runs.is_empty() && d.phantoms.is_empty());
+    assert!(d.answered() >= 1500, "{:?}", d.outcomes);
+    assert!(
+        d.count(soak::durable::Outcome::Run) > 0 && d.count(soak::durable::Outcome::Replay) > 0,
+        "{:?}",
+        d.outcomes
+    );
+}
+
+/// The durable mode's negative control: the work commits first and the key's row after it,
+/// in a transaction of its own. The same checker must find keys with two business rows
+/// (each worker killed right after its commit — one at least — is retried once started
+/// again, and that retry runs the work a second time).
+#[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
+#[test]
+fn durable_negative_control_row_outside_the_transaction_runs_twice() {
+    let report = run_checker(&[
+        "--workload",
+        "replay",
+        "--store",
+        "postgres",
+        "--nemesis",
+        "crash",
+        "--broken",
+        "row-outside-tx",
+        "--acquisitions",
+        "600",
+        "--min-faults",
+        "1",
+    ]);
+    let d = report
+        .verdict
+        .durable
+        .as_ref()
+        .expect("the durable verdict");
+    assert!(!d.double_runs.is_empty(), "{d:?}");
+    assert!(report
+        .problems()
+        .iter()
+        .any(|p| p.starts_with("DOUBLE RUN")));
+    assert!(report.summary().contains("BROKEN CLIENT row-outside-tx"));
+    let _ = std::fs::remove_dir_all(&report.dir);
 }
 
 /// The negative control of late exits: every section blocks its runtime's thread (a

@@ -12,6 +12,8 @@
 //!     --nemesis records,reply-reset,skew,classic --min-faults 40
 //! cargo run --release -p tower-redlock-testkit --features middleware --bin soak -- \
 //!     --workload replay --nemesis lost
+//! cargo run --release -p tower-redlock-testkit --features durable --bin soak -- \
+//!     --workload replay --store postgres --nemesis crash --min-faults 2
 //! cargo run -p tower-redlock-testkit --bin soak -- --help
 //! ```
 
@@ -65,6 +67,10 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
       lost           replay workload through RedlockLayer (needs --features middleware):
                      handlers overrun their lease, two masters cut off now and then;
                      every duplicate must get its key's first answer (ttl 1000 ms)
+      crash          durable mode (--workload replay --store postgres, needs --features
+                     durable): workers SIGKILLed by the parent and by fail points after
+                     their commit and after the row's response; all masters FLUSHALLed,
+                     two restarted empty
   --workload W       CHECKER_WORKLOAD       lock (critical sections) or replay
                                             (lock_unless_completed + complete) (lock)
   --handler-ms N     CHECKER_HANDLER_MS     replay: the handler waits up to N ms (60)
@@ -75,12 +81,18 @@ Settings, as flags or CHECKER_* environment variables (flags win), with the soak
       quorum1        each worker locks on ONE master
       block          each section blocks its runtime's thread past the deadline
       unclaimed-read with --store: a plain read, the token checked in the write only
+      row-outside-tx durable mode: the work commits, then the key's row on its own
   --store postgres   CHECKER_STORE          lock workload: sections also make a
                                             read-modify-write in a PostgreSQL store (one
                                             throwaway server), the row claimed with the
                                             token first; every 100th write pauses past the
                                             ttl, before or after its read; its history
-                                            checked for token order and lost writes (none)
+                                            checked for token order and lost writes (none);
+                                            replay workload: the durable mode, claims
+                                            through RedlockLayer with the key's row in
+                                            PostgreSQL, a business row per run (needs
+                                            --features durable); no key may have two
+                                            business rows, every 2xx names the key's run
 ";
 
 fn main() {
@@ -120,6 +132,13 @@ fn main() {
         }
         eprintln!("logs kept in {:?}", report.dir);
         std::process::exit(1);
+    }
+    if settings.durable() {
+        println!(
+            "OK: no key ran twice (its business rows unique in PostgreSQL), every 2xx named \
+             its key's run"
+        );
+        return;
     }
     let also = match settings.workload {
         Workload::Lock => "",

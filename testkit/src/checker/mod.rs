@@ -17,6 +17,8 @@
 //!     --workload replay --nemesis records,reply-reset,skew,classic --min-faults 40
 //! cargo run --release -p tower-redlock-testkit --features middleware --bin soak -- \
 //!     --workload replay --nemesis lost                                      # lost leases
+//! cargo run --release -p tower-redlock-testkit --features durable --bin soak -- \
+//!     --workload replay --store postgres --nemesis crash --min-faults 2     # durable rows
 //! ```
 //!
 //! Settings, as flags or `CHECKER_*` environment variables (flags win):
@@ -36,8 +38,8 @@
 //! | `--handler-ms N` (replay: the handler waits up to N ms) | `CHECKER_HANDLER_MS` | 60 | 60 |
 //! | `--skew-percent N` (`skew`: clock offsets within ±N % of the ttl, N < 50) | `CHECKER_SKEW_PERCENT` | 45 | 45 |
 //! | `--min-faults N` (go on until each kind injected N of each of its faults) | `CHECKER_MIN_FAULTS` | 0 | 0 |
-//! | `--broken quorum1` (the negative control: must fail; also `block`, `unclaimed-read` with `--store postgres`) | `CHECKER_BROKEN` | none | none |
-//! | `--store postgres` (lock workload, fencing on: sections also make a claimed read-modify-write in a PostgreSQL store, a few writers paused past their ttl; see below) | `CHECKER_STORE` | none | none |
+//! | `--broken quorum1` (the negative control: must fail; also `block`, `unclaimed-read` with `--store postgres`, `row-outside-tx` in the durable mode) | `CHECKER_BROKEN` | none | none |
+//! | `--store postgres` (lock workload, fencing on: sections also make a claimed read-modify-write in a PostgreSQL store, a few writers paused past their ttl; replay workload: its **durable mode**, the key rows and business rows there, testkit feature `durable`; see below) | `CHECKER_STORE` | none | none |
 //!
 //! The nemesis kinds, mixed freely: each is a lane (a thread, `nemesis/`), and the lanes
 //! share one budget, so never more than two of the five voters are affected at once (but
@@ -54,12 +56,14 @@
 //! | `records` | (replay workload) records on a minority, then expiry: after a quiet ttl, two masters reset while claims lock on the other three, then two of those frozen too, past a completion's patience (records land on the fifth alone), and thawed at least 1 s inside the ttl, then the fifth paused past the ttl while duplicates claim | `records` |
 //! | `operator` | (lock workload) an operator's forced release re-run after the key changed hands: the parent inspects a held resource through its own client of the bare masters, waits until another holder has it, then force-releases naming the first holder — which may delete that holder's leftovers on a minority, never locks on a quorum (the lane stops the run if it did; an overlap is the checker's verdict) | `operator-rerun` |
 //! | `lost` | (replay workload, testkit feature `middleware`) the lost-lease mode: claims go through `RedlockLayer` (replay, keep-alive off, `OnLost::Finish` on even keys, `OnLost::Abort` on odd ones; ttl 1 s unless set) and one run in six sleeps 0.2–1.5 s past its lease's deadline, its key claimed again just after the deadline and 8 times more; two bare masters cut off (proxies reset) for 0.3–1.2 s, 0.2–0.8 s apart — so a lost lease's "if free" record often lands beside a later holder's. Every duplicate's answer is logged: each must be the key's first (`worker/lost.rs`) | `lost-cut` |
+//! | `crash` | (durable mode: `--workload replay --store postgres`) the parent SIGKILLs a random worker every 0.3–1.5 s and starts it again; each worker SIGKILLs itself, once in 150 passes, right after `row.commit(tx)` returned `Ok` (before the row's response and the Redis record) or right after the row's response was stored (before the Redis record); every bare master FLUSHALLed at once (all voters held), or two restarted empty (their records gone), 0.3–1.2 s apart (`nemesis/crash.rs`, `durable/`) | `kill`, `kill-after-commit`, `kill-after-row`, `flushall`, `redis-restart` |
 //! | `evict` | (lock workload) a bare master made a cache at run time: `CONFIG SET maxmemory-policy` (an `allkeys-*` or `volatile-*` policy) and a `maxmemory` just above its use on a live master its voters found `noeviction`, junk written until it evicts, for 150–450 ms, then set back; its voters' scripts must refuse every vote there meanwhile. A lease granted before the change may lose its key there (the residual docs/safety.md states): `evicted-keys` counts what it dropped | `evict` |
 //!
 //! The replay workload never restarts a master nor fails one over (`classic` leaves out
 //! `restart`, `skew` its restarts, `sentinel` its failovers): the masters here keep their
 //! completion records in memory only, and a master that forgets one may let its key run
 //! again — which the library documents (keep record masters persistent), not prevents.
+//! Its durable mode does (with `crash` or `classic`): there the key's row is the truth.
 //!
 //! `--broken quorum1` gives each worker a client over ONE bare master (a different one per
 //! worker): the checker must then report violations (`tests/checker.rs` asserts it does).
@@ -118,6 +122,21 @@
 //! - no key ran twice (**double runs**: two runs of one key, whenever they happened), and
 //! - every replay's record names a run of its key that some worker logged.
 //!
+//! The durable mode (`--workload replay --store postgres`, `durable/`) checks PostgreSQL
+//! instead: each worker claims through `RedlockLayer` with durable replay (the sqlx
+//! adapter), its handler records the key's row first in its transaction, then a business
+//! row (key, worker, a random run id; no unique constraint on the key), and answers that
+//! run id; every answer is appended to the worker's answers file as it comes (killed
+//! workers keep theirs). The run goes on until `--acquisitions` claims were answered (runs,
+//! replays, `409` completed-not-stored; other `409`s and `503`s are fine but not counted)
+//! and, with `--min-faults`, every fault above happened that often. After the run:
+//!
+//! - no key has two business rows (**double runs**), and
+//! - every `2xx` answer names one of its key's business runs (else a **phantom answer**).
+//!
+//! `--broken row-outside-tx` is its negative control: the work commits first and the key's
+//! row after it, in a transaction of its own — the checker must report double runs.
+//!
 //! The order is causal, not just clock-close: a section's exit is read before its release
 //! is sent, and the next holder's entry after its lock was granted, which needs that release
 //! (or the expiry) on a quorum first.
@@ -139,6 +158,7 @@
 //! [`RedlockBuilder::fencing`]: tower_redlock::RedlockBuilder::fencing
 
 mod clock;
+pub mod durable;
 mod faults;
 mod log;
 mod nemesis;
@@ -149,6 +169,7 @@ mod store;
 mod topology;
 mod verdict;
 mod worker;
+mod workers;
 
 pub use clock::Starvation;
 pub use faults::{FaultCounts, FaultSpan};

@@ -286,6 +286,9 @@ impl Report {
                 ));
             }
         }
+        if let Some(d) = &self.verdict.durable {
+            d.problems(&mut p);
+        }
         if self.faults.total() == 0 {
             p.push("no fault was injected: the run was too short to test anything".into());
         }
@@ -390,8 +393,10 @@ impl Report {
             s.nemesis_names(),
             s.broken
                 .map_or(String::new(), |b| format!(", BROKEN CLIENT {}", b.name())),
-            s.store
-                .map_or(String::new(), |st| format!(", fenced {} store", st.name()))
+            s.store.map_or(String::new(), |st| match s.durable() {
+                true => format!(", durable: key rows in {}", st.name()),
+                false => format!(", fenced {} store", st.name()),
+            })
         );
         for voter in &self.voters {
             let _ = writeln!(out, "  {voter}");
@@ -409,7 +414,7 @@ impl Report {
                 done as f64 / self.elapsed.as_secs_f64().max(1e-9)
             ),
         );
-        if s.workload == Workload::Replay {
+        if s.workload == Workload::Replay && !s.durable() {
             row(&mut out, "runs", v.runs.to_string());
             row(&mut out, "replays", v.replays.to_string());
             let completions: Vec<String> = Completion::ALL
@@ -482,7 +487,9 @@ impl Report {
             },
         );
         row(&mut out, "token violations", v.fencing.len().to_string());
-        if s.workload == Workload::Replay {
+        if let Some(d) = &v.durable {
+            d.summary(&mut out);
+        } else if s.workload == Workload::Replay {
             row(&mut out, "double runs", v.double_runs.len().to_string());
             row(
                 &mut out,

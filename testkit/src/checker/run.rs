@@ -1,20 +1,22 @@
 //! The parent: voters, proxies and worker processes; the nemesis beside them; the logs
 //! merged and checked.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::clock;
+use super::durable::{self, answers_path, Killer, Progress};
 use super::faults::FaultCounts;
 use super::log::{StoreCounts, WorkerLog};
-use super::nemesis::{self, Budget, Ctx, Stop};
+use super::nemesis::{self, Budget, Ctx, Kind, Stop};
 use super::report::Report;
 use super::settings::{Settings, Store, Workload};
 use super::store;
 use super::topology::Topology;
 use super::verdict::{check, check_lost_runs, check_runs};
+use super::workers::{Statuses, Workers};
 use super::{MAX_AFFECTED, WORKER_ENV};
 use crate::PostgresServer;
 
@@ -42,23 +44,38 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
     let share = settings.acquisitions.div_ceil(settings.processes as u64);
     let postgres = settings.store.map(|Store::Postgres| {
         let server = PostgresServer::start();
-        rt.block_on(store::setup(&server.url(), &resources));
+        if settings.durable() {
+            rt.block_on(durable::setup(&server.url()));
+        } else {
+            rt.block_on(store::setup(&server.url(), &resources));
+        }
         server
     });
     let store_url = postgres.as_ref().map_or(String::new(), PostgresServer::url);
     // While it exists, the workers go on past their share: the nemesis has not yet
-    // injected `min_faults` of each kind.
-    let hold = (settings.min_faults > 0).then(|| dir.join("hold"));
+    // injected `min_faults` of each kind. The durable mode's workers go on until it is gone:
+    // killed and started again, they cannot count their share.
+    let hold = (settings.min_faults > 0 || settings.durable()).then(|| dir.join("hold"));
+    let share = if settings.durable() { 0 } else { share };
     if let Some(hold) = &hold {
         std::fs::write(hold, b"").unwrap_or_else(|e| panic!("create {hold:?}: {e}"));
     }
     let epoch_ns = clock::now_ns();
     let seed = fastrand::u64(..);
 
-    let mut workers = Workers::default();
-    for id in 0..settings.processes {
+    let crash_one_in = if settings.durable() && settings.nemesis.contains(&Kind::Crash) {
+        CRASH_ONE_IN
+    } else {
+        0
+    };
+    let spawn = |id: usize| {
         let log = dir.join(format!("worker-{id}.log"));
-        let out = std::fs::File::create(dir.join(format!("worker-{id}.out"))).expect("out file");
+        // Appended to: a worker started again adds to what it printed before.
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("worker-{id}.out")))
+            .expect("out file");
         let err = out.try_clone().expect("clone out file");
         let mut cmd = worker_command();
         let ms = |d: Duration| d.as_millis().to_string();
@@ -85,6 +102,8 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             .env("CHECKER_LOST", u8::from(settings.lost_leases()).to_string())
             .env("CHECKER_SEED", seed.to_string())
             .env("CHECKER_STORE_URL", &store_url)
+            .env("CHECKER_ANSWERS", answers_path(&dir, id))
+            .env("CHECKER_CRASH_ONE_IN", crash_one_in.to_string())
             .env("CHECKER_LOG", &log)
             .stdin(Stdio::piped())
             .stdout(out)
@@ -93,9 +112,14 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             Some(hold) => cmd.env("CHECKER_HOLD", hold),
             None => cmd.env_remove("CHECKER_HOLD"),
         };
-        let child = cmd.spawn().expect("spawn a worker process");
-        workers.children.push((id, Some(child), log));
-    }
+        cmd.spawn().expect("spawn a worker process")
+    };
+    let logs = (0..settings.processes)
+        .map(|id| (id, dir.join(format!("worker-{id}.log"))))
+        .collect();
+    let mut workers = Workers::start(logs, settings.durable(), spawn);
+    let mut progress = Progress::new(&dir, settings.processes);
+    let mut killer = Killer::new();
 
     // The nemesis runs on threads of its own until the workers are done.
     let stop = Stop::default();
@@ -114,10 +138,23 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
         let lanes = s.spawn(|| nemesis::unleash(&ctx));
         // Workers stop themselves at the time limit; past it (and a grace period) they are
         // killed. The hold is lifted once every kind has injected enough.
-        let statuses = workers.wait(settings.time_limit + Duration::from_secs(20), || {
+        let statuses = workers.wait(settings.time_limit + Duration::from_secs(20), |w| {
+            let mut answered = true;
+            if settings.durable() {
+                progress.poll(&counts, false);
+                answered = progress.answered >= settings.acquisitions;
+            }
             if let Some(hold) = &hold {
-                if hold.exists() && enough(settings, &counts.lock().unwrap()) {
+                if hold.exists() && answered && enough(settings, &counts.lock().unwrap()) {
                     let _ = std::fs::remove_file(hold);
+                }
+                // The parent's kills, while the workers still claim.
+                if crash_one_in > 0 && hold.exists() && killer.due() {
+                    let from_ns = clock::now_ns();
+                    if let Some(id) = w.kill_one(killer.rng()) {
+                        let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+                        counts.add("kill", &[], from_ns, format!("worker {id}"));
+                    }
                 }
             }
             // Set early only by a lane that panicked: a broken harness.
@@ -129,6 +166,11 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         statuses
     });
+    drop(workers);
+    if settings.durable() {
+        // What the last workers wrote.
+        progress.poll(&counts, true);
+    }
     let mut faults = counts.into_inner().unwrap_or_else(|p| p.into_inner());
     faults.timeline.sort_by_key(|f| (f.from_ns, f.to_ns));
     // Beside the worker logs, kept with them on failure.
@@ -170,12 +212,21 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
             )
         }
     };
-    if let Some(server) = &postgres {
+    if let (Some(server), true) = (&postgres, settings.durable()) {
+        let rows = rt.block_on(durable::read_business(&server.url()));
+        let d = durable::check_durable(&rows, &progress.answers);
+        verdict.runs = d.count(durable::Outcome::Run);
+        verdict.replays = d.count(durable::Outcome::Replay);
+        verdict.answers = d.answered();
+        verdict.durable = Some(d);
+    } else if let Some(server) = &postgres {
         let mut counts = StoreCounts::default();
         for l in &logs {
             counts.add(&l.store);
         }
         verdict.store = Some(rt.block_on(store::verdict(&server.url(), counts)));
+    }
+    if let Some(server) = &postgres {
         // The server's log beside the workers' (kept with them on failure): what an error a
         // worker saw looked like from the server's side.
         let log = dir.join("postgres.log");
@@ -200,6 +251,10 @@ pub fn run(settings: &Settings, worker_command: impl Fn() -> Command) -> Report 
     }
     report
 }
+
+/// The durable mode's fail points (with the `crash` nemesis) each kill their worker once
+/// in this many passes.
+const CRASH_ONE_IN: u64 = 150;
 
 /// Whether every nemesis kind of the run has injected at least `min_faults` of each of its
 /// faults.
@@ -231,56 +286,4 @@ fn read_logs(dir: &Path, statuses: Statuses) -> (Vec<WorkerLog>, Vec<String>) {
         }
     }
     (logs, failed)
-}
-
-/// The worker processes; any still running when this is dropped is killed (by its pid).
-#[derive(Default)]
-struct Workers {
-    children: Vec<(usize, Option<Child>, PathBuf)>,
-}
-
-type Statuses = Vec<(usize, Option<ExitStatus>, PathBuf)>;
-
-impl Workers {
-    /// Waits for every worker until `within` has passed, or until `tick` (called every
-    /// 20 ms) says no, then kills the rest. Returns each worker's exit status (`None`:
-    /// killed).
-    fn wait(&mut self, within: Duration, mut tick: impl FnMut() -> bool) -> Statuses {
-        let deadline = Instant::now() + within;
-        let mut done: Vec<Option<ExitStatus>> = vec![None; self.children.len()];
-        loop {
-            for (i, (_, child, _)) in self.children.iter_mut().enumerate() {
-                if let (None, Some(c)) = (done[i], child.as_mut()) {
-                    done[i] = c.try_wait().expect("poll a worker");
-                }
-            }
-            if done.iter().all(Option::is_some) || Instant::now() >= deadline || !tick() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill_all();
-        self.children
-            .drain(..)
-            .zip(done)
-            .map(|((id, _, log), status)| (id, status, log))
-            .collect()
-    }
-
-    fn kill_all(&mut self) {
-        for (_, child, _) in &mut self.children {
-            if let Some(mut c) = child.take() {
-                if matches!(c.try_wait(), Ok(None)) {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        self.kill_all();
-    }
 }

@@ -49,6 +49,10 @@ pub enum Broken {
     /// token only in the write (`UPDATE … WHERE fence <= $token`) — the pattern that loses a
     /// paused reader's acknowledged write once the next holder has read.
     UnclaimedRead,
+    /// The durable mode's negative control: the handler commits the work first and the key's
+    /// row after it, in a transaction of its own — a crash between the two, or a duplicate
+    /// let in by flushed masters before the row, runs the work twice.
+    RowOutsideTx,
 }
 
 impl Broken {
@@ -58,9 +62,11 @@ impl Broken {
             "quorum1" => Some(Self::Quorum1),
             "block" => Some(Self::Blocking),
             "unclaimed-read" => Some(Self::UnclaimedRead),
-            other => {
-                panic!("unknown broken client {other:?}: quorum1, block, unclaimed-read (or none)")
-            }
+            "row-outside-tx" => Some(Self::RowOutsideTx),
+            other => panic!(
+                "unknown broken client {other:?}: quorum1, block, unclaimed-read, \
+                 row-outside-tx (or none)"
+            ),
         }
     }
 
@@ -70,6 +76,7 @@ impl Broken {
             Self::Quorum1 => "quorum1",
             Self::Blocking => "block",
             Self::UnclaimedRead => "unclaimed-read",
+            Self::RowOutsideTx => "row-outside-tx",
         }
     }
 }
@@ -81,7 +88,9 @@ pub enum Store {
     /// a read-modify-write of its resource's row — the row claimed with the token
     /// (`FencedTable::claim`), its count read and written back plus one, a history row —
     /// in one transaction; now and then a writer pauses past its lease's ttl before its
-    /// read or between its read and its write (see `worker/lock.rs`, `store/`).
+    /// read or between its read and its write (see `worker/lock.rs`, `store/`). With the
+    /// replay workload, its durable mode: the key rows and the business rows there
+    /// (`durable/`).
     Postgres,
 }
 
@@ -198,8 +207,9 @@ impl Settings {
     /// to thaw masters after a completion's patience (10 node timeouts) but inside the ttl.
     pub const REPLAY_TTL: Duration = Duration::from_millis(3000);
 
-    /// The lost-lease mode's ttl unless one is set: short, so that the handlers that overrun
-    /// it (see `worker/lost.rs`) do not hold their task long.
+    /// The lost-lease and durable modes' ttl unless one is set: short, so that the handlers
+    /// that overrun it (see `worker/lost.rs`) do not hold their task long, and a killed
+    /// worker's locks (durable mode) do not hold their keys long.
     pub const LOST_TTL: Duration = Duration::from_millis(1000);
 
     /// Overrides from `CHECKER_*` environment variables, then from `--flag value` pairs.
@@ -226,7 +236,7 @@ impl Settings {
             ttl_set |= name == "ttl-ms";
         }
         if self.workload == Workload::Replay && !ttl_set {
-            self.ttl = if self.lost_leases() {
+            self.ttl = if self.lost_leases() || self.durable() {
                 Self::LOST_TTL
             } else {
                 Self::REPLAY_TTL
@@ -274,8 +284,30 @@ impl Settings {
         );
         if self.store.is_some() {
             assert!(
-                self.workload == Workload::Lock && self.fencing,
-                "--store needs the lock workload with fencing on (--workload lock --fencing 1)"
+                self.workload == Workload::Replay || self.fencing,
+                "--store with the lock workload needs fencing on (--fencing 1)"
+            );
+        }
+        if self.durable() {
+            assert!(
+                self.nemesis
+                    .iter()
+                    .all(|k| matches!(k, Kind::Crash | Kind::Classic | Kind::ReplyReset)),
+                "the durable mode (--workload replay --store postgres) mixes the crash, classic \
+                 and reply-reset nemesis kinds only"
+            );
+        }
+        if has(Kind::Crash) {
+            assert!(
+                self.durable(),
+                "the crash nemesis needs the durable mode (--workload replay --store postgres)"
+            );
+        }
+        if self.broken == Some(Broken::RowOutsideTx) {
+            assert!(
+                self.durable(),
+                "--broken row-outside-tx is the durable mode's negative control: add \
+                 --workload replay --store postgres"
             );
         }
         if self.broken == Some(Broken::UnclaimedRead) {
@@ -342,9 +374,17 @@ impl Settings {
     /// Whether the nemesis may restart a master empty (or fail a Sentinel group over): not
     /// in the replay workload, whose completion records the masters here keep in memory
     /// only — a master that forgets one may let its key run again, which the library
-    /// documents (keep record masters persistent) rather than prevents.
+    /// documents (keep record masters persistent) rather than prevents; but in its durable
+    /// mode, where the key's row in PostgreSQL is the truth.
     pub(super) fn restarts(&self) -> bool {
-        self.workload == Workload::Lock
+        self.workload == Workload::Lock || self.durable()
+    }
+
+    /// Whether the replay workload runs in its durable mode (`--store postgres`): claims
+    /// through the middleware with the key's row in PostgreSQL (`durable/`), which may
+    /// restart and flush masters — the row is the truth.
+    pub fn durable(&self) -> bool {
+        self.workload == Workload::Replay && self.store.is_some()
     }
 
     /// Whether the replay workload runs in its lost-lease mode (`--nemesis lost`): claims

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::durable::DurableVerdict;
 use super::log::{Answer, Completion, Replay, Run, Section};
 use super::store::StoreVerdict;
 
@@ -85,11 +86,15 @@ pub struct Verdict {
     pub lost_runs: usize,
     /// The fenced store's history (`--store`), checked after the run.
     pub store: Option<StoreVerdict>,
+    /// The durable mode's business rows and answers (`--workload replay --store postgres`),
+    /// checked after the run.
+    pub durable: Option<DurableVerdict>,
 }
 
 impl Verdict {
-    /// Overlaps, late exits, fencing tokens out of order, double runs, phantom replays and
-    /// the fenced store's writes out of token order.
+    /// Overlaps, late exits, fencing tokens out of order, double runs, phantom replays,
+    /// the fenced store's writes out of token order and the durable mode's double runs and
+    /// phantom answers.
     pub fn violations(&self) -> usize {
         self.overlaps.len()
             + self.late.len()
@@ -99,6 +104,7 @@ impl Verdict {
             + self.differing_answers.len()
             + self.changed_by_a_later_lost_lease.len()
             + self.store.as_ref().map_or(0, StoreVerdict::violations)
+            + self.durable.as_ref().map_or(0, DurableVerdict::violations)
     }
 }
 

@@ -11,6 +11,7 @@
 mod budget;
 mod classic;
 mod cluster;
+mod crash;
 mod evict;
 mod lost;
 mod operator;
@@ -42,11 +43,12 @@ pub enum Kind {
     Operator,
     Evict,
     Lost,
+    Crash,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Classic,
         Kind::ReplyReset,
         Kind::Skew,
@@ -56,6 +58,7 @@ impl Kind {
         Kind::Operator,
         Kind::Evict,
         Kind::Lost,
+        Kind::Crash,
     ];
 
     /// The name `--nemesis` takes.
@@ -70,6 +73,7 @@ impl Kind {
             Kind::Operator => "operator",
             Kind::Evict => "evict",
             Kind::Lost => "lost",
+            Kind::Crash => "crash",
         }
     }
 
@@ -118,6 +122,13 @@ impl Kind {
             Kind::Operator => &[&["operator-rerun"]],
             Kind::Evict => &[&["evict"]],
             Kind::Lost => &[&["lost-cut"]],
+            Kind::Crash => &[
+                &["kill"],
+                &["kill-after-commit"],
+                &["kill-after-row"],
+                &["flushall"],
+                &["redis-restart"],
+            ],
         }
     }
 }
@@ -204,6 +215,7 @@ pub(super) fn unleash(ctx: &Ctx<'_>) {
                         Kind::Operator => operator::lane(ctx),
                         Kind::Evict => evict::lane(ctx),
                         Kind::Lost => lost::lane(ctx),
+                        Kind::Crash => crash::lane(ctx),
                     });
                     let done = std::panic::catch_unwind(lane);
                     if done.is_err() {

@@ -115,7 +115,7 @@ pub fn check_history(mut rows: Vec<HistoryRow>) -> StoreVerdict {
 }
 
 /// A client on `url`, its connection driven by a task of the current runtime.
-pub(super) async fn connect(url: &str) -> Client {
+pub(in crate::checker) async fn connect(url: &str) -> Client {
     let (client, connection) = tokio_postgres::connect(url, NoTls)
         .await
         .unwrap_or_else(|e| panic!("connect to the fenced store {url}: {e}"));

@@ -52,7 +52,9 @@ pub(super) fn parse_voters(spec: &str) -> Vec<Voter> {
 /// The worker's client. Must be called inside its runtime.
 pub(super) fn client(config: &WorkerConfig) -> Redlock {
     let voters = match config.broken {
-        None | Some(Broken::Blocking | Broken::UnclaimedRead) => config.voters.clone(),
+        None | Some(Broken::Blocking | Broken::UnclaimedRead | Broken::RowOutsideTx) => {
+            config.voters.clone()
+        }
         Some(Broken::Quorum1) => {
             // The negative control: one master alone, a different one per worker (while
             // there are enough), drawn by the parent's seed. Every lock it takes is

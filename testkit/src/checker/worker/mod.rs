@@ -2,6 +2,7 @@
 //! loop, a log.
 
 mod client;
+mod durable;
 mod lock;
 #[cfg(feature = "middleware")]
 mod lost;
@@ -61,6 +62,7 @@ pub fn worker_main() {
             "quorum1" => Some(Broken::Quorum1),
             "block" => Some(Broken::Blocking),
             "unclaimed-read" => Some(Broken::UnclaimedRead),
+            "row-outside-tx" => Some(Broken::RowOutsideTx),
             _ => None,
         },
         lost: num("CHECKER_LOST") != 0,
@@ -69,6 +71,11 @@ pub fn worker_main() {
         store_url: std::env::var("CHECKER_STORE_URL")
             .ok()
             .filter(|u| !u.is_empty()),
+        answers: std::env::var_os("CHECKER_ANSWERS").map(PathBuf::from),
+        crash_one_in: std::env::var("CHECKER_CRASH_ONE_IN")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
     };
     let log_path = PathBuf::from(env("CHECKER_LOG"));
     // The parent holds our stdin open: when it ends (the parent exited, even killed), so
@@ -122,6 +129,11 @@ struct WorkerConfig {
     store_url: Option<String>,
     /// The replay workload's lost-lease mode (`--nemesis lost`, `lost.rs`).
     lost: bool,
+    /// The durable mode's answers file (`durable.rs`).
+    answers: Option<PathBuf>,
+    /// The durable mode's fail points each kill the process once in this many passes (0:
+    /// never).
+    crash_one_in: u64,
 }
 
 /// What the tasks of one worker share.
@@ -190,15 +202,22 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let warm_up = started.elapsed();
+    // The durable mode: the key rows in PostgreSQL (`durable.rs`).
+    let durable = match (&config.store_url, config.workload) {
+        (Some(url), Workload::Replay) => Some(Arc::new(
+            durable::Durable::start(&redlock, &config, url).await,
+        )),
+        _ => None,
+    };
     // The fenced store: a connection per task.
-    let store = match &config.store_url {
-        Some(url) => {
+    let store = match (&config.store_url, config.workload) {
+        (Some(url), Workload::Lock) => {
             let unclaimed = config.broken == Some(Broken::UnclaimedRead);
             Some(Arc::new(
                 Writer::connect(url, config.tasks, unclaimed).await,
             ))
         }
-        None => None,
+        _ => None,
     };
 
     #[cfg(feature = "middleware")]
@@ -228,10 +247,14 @@ async fn worker(config: WorkerConfig) -> WorkerLog {
     let tasks: Vec<_> = (0..config.tasks)
         .map(|task| {
             let (redlock, shared, config) = (redlock.clone(), shared.clone(), config.clone());
-            let store = store.clone();
+            let (store, durable) = (store.clone(), durable.clone());
             #[cfg(feature = "middleware")]
             let lost = lost.clone();
             tokio::spawn(async move {
+                if let Some(durable) = durable {
+                    durable::claim_loop(&durable, &shared, &config, stop_at).await;
+                    return (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                }
                 #[cfg(feature = "middleware")]
                 if let Some(lost) = lost {
                     let logged = lost::claim_loop(task, &lost, &shared, &config, stop_at).await;

@@ -25,18 +25,10 @@ use std::sync::{Condvar, Mutex};
 
 use soak::{check, Section};
 
-/// The durable mode's app, compiled here (under this crate's `axum` and `sqlx-0_8`) rather
-/// than by the testkit, whose features this crate's test builds leave off.
-#[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
-#[path = "../testkit/src/checker/durable/app.rs"]
-mod durable_app;
-
 /// A worker process: does nothing unless started by the checker.
 #[test]
 fn worker_entry() {
     if std::env::var_os(soak::WORKER_ENV).is_some() {
-        #[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
-        soak::durable::register_app(durable_app::app);
         soak::worker_main();
     }
 }
@@ -289,7 +281,6 @@ fn nemesis_negative_control_sees_violations() {
 /// and the Redis record) or right after the row's response (before the Redis record), and
 /// every master is flushed at once or two restarted empty: no key has two business rows,
 /// and every `2xx` names its key's one run.
-#[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
 #[test]
 fn durable_rows_never_run_twice_under_crashes_and_flushes() {
     let report = run_checker(&[
@@ -332,7 +323,6 @@ fn durable_rows_never_run_twice_under_crashes_and_flushes() {
 /// in a transaction of its own. The same checker must find keys with two business rows
 /// (each worker killed right after its commit — one at least — is retried once started
 /// again, and that retry runs the work a second time).
-#[cfg(all(feature = "axum", feature = "sqlx-0_8"))]
 #[test]
 fn durable_negative_control_row_outside_the_transaction_runs_twice() {
     let report = run_checker(&[

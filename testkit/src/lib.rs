@@ -9,10 +9,6 @@
 //!
 //! The integration tests of the root crate use it as `use tower_redlock_testkit as support;`.
 
-// The checker's durable app (`checker/durable/app.rs`) names this crate by its name, so that
-// the root crate's `tests/checker.rs` can compile the same file.
-extern crate self as tower_redlock_testkit;
-
 pub mod apps;
 pub mod checker;
 pub mod cluster;

@@ -3,15 +3,14 @@
 //! transaction, then a business row, then commits — or, the negative control, commits the
 //! work first and the key's row after it, in a transaction of its own.
 //!
-//! Compiled by the testkit with its feature `durable`, and by the root crate's
-//! `tests/checker.rs` (`#[path]`, under the root crate's `axum` and `sqlx-0_8`), which
-//! registers it with [`register_app`](super::register_app): the root crate's test builds
-//! then need no feature of the testkit. So it names the testkit by its crate name only.
+//! Compiled with the testkit's feature `durable` (which the root crate's test builds switch
+//! on: its `tests/checker.rs` runs this mode).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::checker::durable::{AppConfig, Crash};
 use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -26,7 +25,6 @@ use tower_redlock::key::IdempotencyKey;
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::replay::Replay;
 use tower_redlock::RedlockLayer;
-use tower_redlock_testkit::checker::durable::{AppConfig, Crash};
 
 /// The app of one worker process (an [`AppFactory`](super::AppFactory)).
 pub fn app(config: AppConfig) -> Pin<Box<dyn Future<Output = Router> + Send>> {

@@ -1,9 +1,8 @@
 //! The durable mode of the replay workload (`--workload replay --store postgres`): the key's
 //! row in PostgreSQL (`tower_redlock::durable`), proven under crashes.
 //!
-//! Each worker process serves claims through an in-process app ([`app`](self) when the
-//! testkit's feature `durable` is on, or the same file compiled by the root crate's
-//! `tests/checker.rs`, registered with [`register_app`]): `RedlockLayer` with durable replay
+//! Each worker process serves claims through an in-process app (`app.rs`, the testkit's
+//! feature `durable`; or one registered with [`register_app`]): `RedlockLayer` with durable replay
 //! over the sqlx adapter, whose handler records the key's row as the first statement of its
 //! transaction, inserts a **business row** (`checker_runs`: key, worker, a random run id —
 //! no unique constraint on the key, so that a second run shows), waits a little inside the
@@ -69,9 +68,8 @@ pub type AppFactory = fn(AppConfig) -> Pin<Box<dyn Future<Output = axum::Router>
 
 static APP: OnceLock<AppFactory> = OnceLock::new();
 
-/// Registers the app the workers of this process build in the durable mode: what a binary
-/// that compiles `app.rs` itself (the root crate's `tests/checker.rs`) calls before
-/// [`worker_main`](super::worker_main). The testkit's own (feature `durable`) is the default.
+/// Registers the app the workers of this process build in the durable mode, before
+/// [`worker_main`](super::worker_main), in place of the testkit's own (feature `durable`).
 pub fn register_app(factory: AppFactory) {
     let _ = APP.set(factory);
 }

@@ -33,7 +33,10 @@ cleanup() {
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$workdir"
 }
-trap cleanup EXIT INT TERM
+# On INT or TERM: exit (which runs the cleanup), not go on after it.
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # A port nothing on 127.0.0.1 listens on (bash only: a fresh machine may lack python). A race
 # with another process taking it meanwhile makes the start fail and be retried.

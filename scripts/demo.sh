@@ -149,9 +149,12 @@ if [ -n "${REDLOCK_URLS:-}" ]; then
   durable_skip="REDLOCK_URLS is set, and the round flushes every master: it runs only on masters started here"
 elif [ "$have_redis" = no ]; then
   durable_skip="no redis-server masters to flush"
-elif ! ensure_postgres; then
-  durable_skip="PostgreSQL is not installed and cannot be installed here (see above)"
+elif ! ensure_postgres 2>"$workdir/postgres-hint"; then
+  cat "$workdir/postgres-hint" >&2
+  hint=$(tr -s ' \n' ' ' <"$workdir/postgres-hint")
+  durable_skip="no PostgreSQL, and it cannot be installed here: ${hint% }"
 else
+  cat "$workdir/postgres-hint" >&2
   pg_bin=$(postgres_bin_dir)
   if [ ! -x "$pg_bin/postgres" ] || [ ! -x "$pg_bin/psql" ]; then
     durable_skip="$pg_bin has initdb but not postgres and psql"
@@ -161,15 +164,12 @@ else
     durable_skip="running as root without a postgres OS user (PostgreSQL refuses to run as root)"
   fi
 fi
-features=axum,actix,cluster,metrics
-examples=(--example axum_idempotent --example actix_idempotent --example burst)
-if [ -z "$durable_skip" ]; then
-  features+=,sqlx-0_8
-  examples+=(--example axum_durable)
-fi
 
+# Built also when its round is skipped: the examples compile sqlx (a dev-dependency) either
+# way, and one feature set keeps every later build incremental.
 echo "building the examples (release; the first build compiles every dependency and takes several minutes)..."
-cargo build --release --features "$features" "${examples[@]}"
+cargo build --release --features axum,actix,cluster,metrics,sqlx-0_8 \
+  --example axum_idempotent --example actix_idempotent --example burst --example axum_durable
 
 if [ -n "${REDLOCK_URLS:-}" ]; then
   # Your voters: masters, Sentinel groups, Clusters (see docs/voters.md).

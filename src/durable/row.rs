@@ -2,7 +2,7 @@
 //! errors of a row's statements ([`RowError`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +32,11 @@ struct Shared {
     /// roll back).
     inserted: AtomicBool,
     state: AtomicU8,
+    /// Bumped by every insert and every error observed: a commit check counts only if
+    /// nothing happened after it.
+    events: AtomicU64,
+    /// `events + 1` when the commit check last passed (0: never).
+    checked_at: AtomicU64,
 }
 
 /// The handler's statements, made once per policy from its [`Table`](super::Table).
@@ -93,6 +98,8 @@ impl KeyRow {
                 sql,
                 inserted: AtomicBool::new(false),
                 state: AtomicU8::new(RowState::Unrecorded as u8),
+                events: AtomicU64::new(0),
+                checked_at: AtomicU64::new(0),
             }),
         }
     }
@@ -111,6 +118,7 @@ impl KeyRow {
 
     /// The insert recorded the row.
     pub(crate) fn set_inserted(&self) {
+        self.shared.events.fetch_add(1, Ordering::AcqRel);
         self.shared.inserted.store(true, Ordering::Release);
         self.set(RowState::Recorded);
     }
@@ -160,27 +168,38 @@ impl KeyRow {
             self.set_inserted();
             Ok(())
         } else {
-            Err(self.observe(RowError::completed()))
+            Err(self.insert_failed(RowError::completed()))
         }
+    }
+
+    /// The insert failed (or found the key done): this transaction holds no row of this
+    /// execution, whatever an earlier transaction's insert recorded.
+    pub(crate) fn insert_failed(&self, error: RowError) -> RowError {
+        self.shared.inserted.store(false, Ordering::Release);
+        self.observe(error)
     }
 
     /// The first step of a commit, for every adapter: refuse a transaction whose insert
     /// found the key done, commit one that recorded no row as it is, or check the row first
     /// ([`RowSql::commit_check`], then [`checked`](Self::checked)).
     pub(crate) fn commit_step(&self) -> CommitStep {
-        if self.state() == RowState::Completed {
-            CommitStep::Refuse
-        } else if !self.recorded() {
-            CommitStep::Plain
-        } else {
-            CommitStep::Check
+        match self.state() {
+            RowState::Completed => CommitStep::Refuse(RowErrorKind::Completed),
+            // No row, and the middleware answers `409` + `Retry-After` whatever the handler
+            // does: committed work would run again on the retry.
+            RowState::Busy if !self.recorded() => CommitStep::Refuse(RowErrorKind::Busy),
+            _ if !self.recorded() => CommitStep::Plain,
+            _ => CommitStep::Check,
         }
     }
 
-    /// What the commit check's affected-row count means: one, commit; else the row is gone
-    /// from its transaction (roll back).
-    pub(crate) fn checked(rows: u64) -> Result<(), RowError> {
+    /// What the commit check's affected-row count means: one, commit (and the check counts
+    /// until anything else is observed); else the row is gone from its transaction (roll
+    /// back).
+    pub(crate) fn checked(&self, rows: u64) -> Result<(), RowError> {
         if rows == 1 {
+            let now = self.shared.events.load(Ordering::Acquire);
+            self.shared.checked_at.store(now + 1, Ordering::Release);
             Ok(())
         } else {
             Err(RowError::database(
@@ -191,8 +210,26 @@ impl KeyRow {
     }
 
     /// After a checked commit that succeeded: the middleware trusts the work committed.
-    pub(crate) fn set_committed(&self) {
+    ///
+    /// Only after a check that passed with nothing observed since (an error after the check
+    /// may have aborted the transaction, whose COMMIT PostgreSQL answers with a silent
+    /// rollback): `false` otherwise, and the state is left as it is.
+    #[must_use]
+    pub(crate) fn set_committed(&self) -> bool {
+        let now = self.shared.events.load(Ordering::Acquire);
+        if self.shared.checked_at.load(Ordering::Acquire) != now + 1 {
+            return false;
+        }
         self.set(RowState::Committed);
+        true
+    }
+
+    /// The error of a commit that was not checked just before it.
+    pub(crate) fn unchecked_commit() -> RowError {
+        RowError::database(
+            "committed without a passing check just before: the commit may have rolled back",
+            None,
+        )
     }
 
     /// Reads what a statement's error means for the key: a lock timeout, a serialization
@@ -200,8 +237,20 @@ impl KeyRow {
     /// `Retry-After`, whatever the handler answers — unless the handler recovers, in a
     /// savepoint, and commits with [`commit`](Self::commit)).
     pub(crate) fn observe(&self, error: RowError) -> RowError {
+        self.shared.events.fetch_add(1, Ordering::AcqRel);
         match error.kind {
-            RowErrorKind::Busy => self.set(RowState::Busy),
+            // After a checked commit, a busy statement is another transaction's: the work
+            // committed whatever it meets.
+            RowErrorKind::Busy => {
+                let busy = RowState::Busy as u8;
+                let committed = RowState::Committed as u8;
+                let _ = self
+                    .shared
+                    .state
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                        (s != committed).then_some(busy)
+                    });
+            }
             RowErrorKind::Completed => self.set(RowState::Completed),
             _ => {}
         }
@@ -212,8 +261,9 @@ impl KeyRow {
 /// What a commit does first ([`KeyRow::commit_step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CommitStep {
-    /// The insert found the key's row committed: roll back, answer `Completed`.
-    Refuse,
+    /// The insert found the key's row committed (`Completed`), or no row was recorded and a
+    /// busy error stands (`Busy`): roll back, answer that.
+    Refuse(RowErrorKind),
     /// No row recorded: commit as it is.
     Plain,
     /// Check the row in the transaction, then commit.
@@ -306,6 +356,15 @@ impl RowError {
     pub(crate) fn completed() -> Self {
         Self {
             kind: RowErrorKind::Completed,
+            sqlstate: None,
+            source: None,
+        }
+    }
+
+    /// The error of a refused commit ([`CommitStep::Refuse`]).
+    pub(crate) fn refused(kind: RowErrorKind) -> Self {
+        Self {
+            kind,
             sqlstate: None,
             source: None,
         }

@@ -179,7 +179,7 @@ impl KeyRow {
             .await;
         match done {
             Ok(done) => self.inserted(done.rows_affected()),
-            Err(e) => Err(self.observe(row_error(e))),
+            Err(e) => Err(self.insert_failed(row_error(e))),
         }
     }
 
@@ -198,9 +198,9 @@ impl KeyRow {
     /// `Retry-After` by the middleware.
     pub async fn commit(&self, mut tx: Transaction<'_, Postgres>) -> Result<(), RowError> {
         match self.commit_step() {
-            CommitStep::Refuse => {
+            CommitStep::Refuse(kind) => {
                 drop(tx.rollback().await);
-                return Err(RowError::completed());
+                return Err(RowError::refused(kind));
             }
             CommitStep::Plain => {
                 return tx.commit().await.map_err(|e| self.observe(row_error(e)));
@@ -217,12 +217,13 @@ impl KeyRow {
             .execute(conn)
             .await
             .map_err(|e| self.observe(row_error(e)))?;
-        if let Err(e) = KeyRow::checked(checked.rows_affected()) {
+        if let Err(e) = self.checked(checked.rows_affected()) {
             drop(tx.rollback().await);
             return Err(e);
         }
         tx.commit().await.map_err(|e| self.observe(row_error(e)))?;
-        self.set_committed();
+        // Nothing ran between the check and the commit.
+        let _ = self.set_committed();
         Ok(())
     }
 

@@ -51,8 +51,7 @@ impl KeyRow {
 ///         s.checked(rows)?;
 ///     }
 ///     tx.commit().map_err(|e| s.error(e))?;
-///     s.committed();
-///     Ok(())
+///     s.committed()
 /// }
 /// # let _ = (record::<Never>, commit::<Never>);
 /// # enum Never {}
@@ -117,7 +116,7 @@ impl<'a> RowStatements<'a> {
     /// not commit.
     pub fn before_commit(&self) -> Result<Option<&'a str>, RowError> {
         match self.row.commit_step() {
-            CommitStep::Refuse => Err(RowError::completed()),
+            CommitStep::Refuse(kind) => Err(RowError::refused(kind)),
             CommitStep::Plain => Ok(None),
             CommitStep::Check => Ok(Some(&self.row.insert_params().5.commit_check)),
         }
@@ -129,15 +128,22 @@ impl<'a> RowStatements<'a> {
     ///
     /// The row is gone from its transaction: roll back.
     pub fn checked(&self, rows: u64) -> Result<(), RowError> {
-        KeyRow::checked(rows)
+        self.row.checked(rows)
     }
 
     /// The commit succeeded: the middleware trusts that the work committed, whatever the
     /// handler recovered from before.
-    pub fn committed(&self) {
-        if self.row.recorded() {
-            self.row.set_committed();
+    ///
+    /// # Errors
+    ///
+    /// The check did not pass just before the commit (it was not run, or an error was
+    /// reported after it): the commit may have rolled back, and the middleware is not told
+    /// otherwise.
+    pub fn committed(&self) -> Result<(), RowError> {
+        if self.row.recorded() && !self.row.set_committed() {
+            return Err(KeyRow::unchecked_commit());
         }
+        Ok(())
     }
 
     /// A statement's error, classified for the middleware: a lock timeout, a serialization

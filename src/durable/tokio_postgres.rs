@@ -227,7 +227,9 @@ pub struct PgKeyRow<'a> {
 
 impl PgKeyRow<'_> {
     /// Records the key's row: run it as the **first statement of the transaction** that
-    /// does the work, so that the row commits with the work or not at all. It sets the
+    /// does the work, so that the row commits with the work or not at all. `client` must be
+    /// in that transaction (a [`Transaction`], or a client that ran `BEGIN`): on a client in
+    /// autocommit it refuses (one more round trip checks it). It sets the
     /// transaction's `lock_timeout` ([`Durable::lock_timeout`](super::Durable::lock_timeout))
     /// for the statements after it. On [`RowError::is_completed`], drop the transaction at
     /// once: until it ends it holds the key's row locked.
@@ -238,6 +240,19 @@ impl PgKeyRow<'_> {
     /// committed: drop the transaction, the middleware answers from the row),
     /// [`RowError::is_busy`] (drop it: `409` + `Retry-After`), or the database's error.
     pub async fn insert_in<C: GenericClient + Sync>(&self, client: &C) -> Result<(), RowError> {
+        // A `Client` that did not run BEGIN is in autocommit: the insert would commit the row
+        // at once, before and without the work (a failure then leaves the key completed
+        // without ever running). A savepoint is refused outside a transaction block (25P01).
+        if let Err(e) = client
+            .batch_execute("SAVEPOINT tower_redlock_row; RELEASE SAVEPOINT tower_redlock_row")
+            .await
+        {
+            let e = RowError::database(
+                "the key's row needs a transaction: the client is not in one (run BEGIN, or use a Transaction)",
+                e.code().map(|c| c.code()),
+            );
+            return Err(self.row.insert_failed(e));
+        }
         let (key, fingerprint, retention, lock_timeout, run_id, sql) = self.row.insert_params();
         let done = client
             .execute(
@@ -247,7 +262,7 @@ impl PgKeyRow<'_> {
             .await;
         match done {
             Ok(rows) => self.row.inserted(rows),
-            Err(e) => Err(self.check(e)),
+            Err(e) => Err(self.row.insert_failed(row_error(e))),
         }
     }
 
@@ -272,8 +287,10 @@ impl PgKeyRow<'_> {
 
     /// The first half of [`commit`](Self::commit), for a transaction that is not a
     /// tokio-postgres [`Transaction`] (a pool's wrapper of one, or a client that ran
-    /// `BEGIN`): checks the row in `tx`. On `Ok`, commit it and give the commit's result to
-    /// [`committed`](Self::committed); on `Err`, roll it back.
+    /// `BEGIN`): checks the row in `tx`. On `Ok`, commit it **at once** (no statement in
+    /// between: PostgreSQL answers the COMMIT of a transaction an error aborted with a silent
+    /// rollback) and give the commit's result to [`committed`](Self::committed); on `Err`,
+    /// roll it back.
     ///
     /// # Errors
     ///
@@ -281,7 +298,7 @@ impl PgKeyRow<'_> {
     /// Otherwise the check's error: the row is gone, or the transaction failed.
     pub async fn before_commit<C: GenericClient + Sync>(&self, tx: &C) -> Result<(), RowError> {
         match self.row.commit_step() {
-            CommitStep::Refuse => Err(RowError::completed()),
+            CommitStep::Refuse(kind) => Err(RowError::refused(kind)),
             CommitStep::Plain => Ok(()),
             CommitStep::Check => {
                 let (key, _, _, _, run_id, sql) = self.row.insert_params();
@@ -289,7 +306,7 @@ impl PgKeyRow<'_> {
                     .execute(&sql.commit_check, &[&key, &run_id])
                     .await
                     .map_err(|e| self.check(e))?;
-                KeyRow::checked(rows)
+                self.row.checked(rows)
             }
         }
     }
@@ -300,11 +317,14 @@ impl PgKeyRow<'_> {
     ///
     /// # Errors
     ///
-    /// The commit's error, classified as [`insert_in`](Self::insert_in)'s.
+    /// The commit's error, classified as [`insert_in`](Self::insert_in)'s; or, for a
+    /// transaction that recorded the row, a commit whose check did not pass just before it
+    /// (not run, or an error was classified after it): the commit may have been a rollback,
+    /// and the middleware is not told that the work committed.
     pub fn committed(&self, result: Result<(), tokio_postgres::Error>) -> Result<(), RowError> {
         result.map_err(|e| self.check(e))?;
-        if self.row.recorded() {
-            self.row.set_committed();
+        if self.row.recorded() && !self.row.set_committed() {
+            return Err(KeyRow::unchecked_commit());
         }
         Ok(())
     }

@@ -15,6 +15,7 @@ mod crash;
 mod grpc;
 mod parity;
 mod races;
+mod review;
 mod web;
 mod work;
 

@@ -12,16 +12,17 @@
 //!    Redis record restored); a row without one (a crash between the commit and the store)
 //!    is answered `409` completed-not-stored, or rebuilt from the business data by a hook of
 //!    yours ([`Durable::rebuild`]). Either way the handler does not run.
-//! 2. Otherwise the handler gets a [`KeyRow`] (an axum extractor) and records it as the
-//!    first statement of the transaction that does the work (`row.insert_in(&mut tx)`,
-//!    feature `sqlx-0_8`). The row commits with the work or not at all.
+//! 2. Otherwise the handler gets a [`KeyRow`] (an axum or actix-web extractor) and records it
+//!    as the first statement of the transaction that does the work (`row.insert_in(&mut tx)`,
+//!    feature `sqlx-0_8`; `row.postgres().insert_in(&tx)`, feature `tokio-postgres`). The row
+//!    commits with the work or not at all.
 //! 3. After the handler, the middleware stores the response in that row, in a short
 //!    transaction of its own ([`RowStore::store`]), then on the Redis voters. A response
 //!    below 500 from a handler that rolled back (a `402`, say) or recorded no row gets a row
 //!    of its own there — never another execution's row.
 //!
 //! The schema is [`Table::migration`] (also `src/durable/schema.sql`); apply it with your
-//! migration tool. The retention sweep is one call (`SqlxStore::sweep`).
+//! migration tool. The retention sweep is one call (`SqlxStore::sweep`, `PgStore::sweep`).
 //!
 //! ```no_run
 //! # #[cfg(all(feature = "axum", feature = "sqlx-0_8"))]

@@ -6,11 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The key's row for one request, given to the handler by the middleware (an axum
-/// extractor) when the policy's replay is [durable](crate::durable::Durable). The handler
-/// records it as the **first statement of its own transaction** — with sqlx,
-/// `row.insert_in(&mut tx)` (feature `sqlx-0_8`) — so that the row commits with the work or
-/// not at all. See the [module](crate::durable) for the whole pattern.
+/// The key's row for one request, given to the handler by the middleware (an axum or
+/// actix-web extractor; in a tonic service, `request.extensions().get::<KeyRow>()`) when the
+/// policy's replay is [durable](crate::durable::Durable). The handler records it as the
+/// **first statement of its own transaction** — with sqlx, `row.insert_in(&mut tx)` (feature
+/// `sqlx-0_8`); with tokio-postgres, `row.postgres().insert_in(&tx)` (feature
+/// `tokio-postgres`); with another driver, [`statements`](Self::statements) — so that the row
+/// commits with the work or not at all. See the [module](crate::durable) for the whole
+/// pattern.
 ///
 /// It holds the key's hash, never the key. Clones share one state: what the handler's
 /// statements found ([`recorded`](Self::recorded)) is what the middleware reads after

@@ -16,6 +16,12 @@ impl KeyRow {
 /// them in the handler's transaction and report each answer, and the middleware reads the row
 /// as it does with sqlx or tokio-postgres.
 ///
+/// The connection must be in the work's transaction: an insert in autocommit commits the row
+/// alone, before and without the work (the tokio-postgres adapter refuses that; here it is
+/// yours to ensure). A driver that exposes no SQLSTATE (diesel) cannot tell a lock timeout or
+/// a deadlock from another error: those are then answered `500`, not `409` — never a second
+/// run.
+///
 /// 1. First statement of the transaction: [`insert_sql`](Self::insert_sql) with `$1`
 ///    [`key_hash`](Self::key_hash), `$2` [`fingerprint`](Self::fingerprint), `$3`
 ///    [`retention_ms`](Self::retention_ms), `$4` [`lock_timeout`](Self::lock_timeout), `$5`
@@ -24,8 +30,9 @@ impl KeyRow {
 ///    [`error`](Self::error).
 /// 3. Before the commit: [`before_commit`](Self::before_commit). `Err`: roll back. `Ok(None)`:
 ///    commit. `Ok(Some(sql))`: run `sql` with `$1` the key hash and `$2` the run id, give the
-///    rows it affected to [`checked`](Self::checked) (`Err`: roll back), commit, then call
-///    [`committed`](Self::committed).
+///    rows it affected to [`checked`](Self::checked) (`Err`: roll back), commit **at once**
+///    (nothing in between), then call [`committed`](Self::committed) — which refuses a commit
+///    not checked just before it.
 ///
 /// ```
 /// use tower_redlock::durable::{KeyRow, RowError};

@@ -77,9 +77,10 @@ pub struct NewRecord<'a> {
 }
 
 /// Where the middleware reads and completes key rows: an adapter runs the [`Table`]'s
-/// statements with its driver. The crate's is [`sqlx_0_8::SqlxStore`](super::sqlx_0_8)
-/// (feature `sqlx-0_8`); another driver implements these two methods with
-/// [`Table::find_sql`] and [`Table::store_sql`].
+/// statements with its driver. The crate's are `sqlx_0_8::SqlxStore` (feature `sqlx-0_8`)
+/// and `tokio_postgres::PgStore` (feature `tokio-postgres`); another driver implements these
+/// two methods with [`Table::find_sql`] and [`Table::store_sql`] (and the handler's side with
+/// [`KeyRow::statements`](super::KeyRow::statements)).
 pub trait RowStore: Send + Sync + 'static {
     /// The table.
     fn table(&self) -> &Table;

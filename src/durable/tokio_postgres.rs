@@ -7,8 +7,9 @@
 //! use std::sync::Arc;
 //! use tower_redlock::durable::{tokio_postgres::PgStore, Durable, KeyRow, RowError};
 //!
-//! // The middleware's lookups and stores: a connection of their own (statements of theirs
-//! // are single and short; tokio-postgres pipelines them).
+//! // The middleware's lookups and stores, here on one connection of their own; in a service,
+//! // give them a pool's clients (`PgStore::from_fn`): a store may wait up to the
+//! // `lock_timeout` on a key's row, and one connection answers in order.
 //! let (client, connection) =
 //!     tokio_postgres::connect("postgres://app@127.0.0.1/app", tokio_postgres::NoTls).await?;
 //! tokio::spawn(connection);
@@ -75,10 +76,12 @@ impl fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Rows in the default table (`tower_redlock_keys`), read and stored through `client`
-    /// (shared: tokio-postgres pipelines the statements of concurrent requests on its
-    /// connection). A closed connection fails every lookup (answered `503`) until the
-    /// store is made again: [`from_fn`](Self::from_fn) with a pool reconnects.
+    /// Rows in the default table (`tower_redlock_keys`), read and stored through `client`,
+    /// shared by every request: tokio-postgres pipelines their statements on its one
+    /// connection, in order — so a store that waits on a key's row (up to the
+    /// `lock_timeout`, while a duplicate's transaction holds it) delays every lookup behind
+    /// it, and a closed connection fails every lookup (answered `503`). For a service, prefer
+    /// [`from_fn`](Self::from_fn) with a pool.
     pub fn new(client: Arc<Client>) -> Self {
         Self::from_fn(move || std::future::ready(Ok::<_, RowError>(client.clone())))
     }

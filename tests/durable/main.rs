@@ -13,9 +13,9 @@
 mod app;
 mod crash;
 mod grpc;
+mod misuse;
 mod parity;
 mod races;
-mod review;
 mod web;
 mod work;
 

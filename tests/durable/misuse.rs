@@ -1,5 +1,7 @@
-//! Review of issue 46 (reproductions, not for merge): handlers that use the tokio-postgres
-//! adapter in ways its docs allow, and what the middleware then answers.
+//! Handlers that use the adapter's steps in ways its docs allow but that could mislead the
+//! middleware (tokio-postgres; the rules are the core's, shared by every adapter): a commit
+//! after an error past its check, a busy error after the commit, an insert outside a
+//! transaction, work whose insert was busy. Each is answered so that the key runs once.
 
 use std::time::Duration;
 
@@ -160,88 +162,66 @@ async fn hold_advisory_9(db: &app::Db) -> sqlx::Transaction<'static, sqlx::Postg
     holder
 }
 
-/// F1: `committed` marks the work committed without a check that covers the commit: a
-/// success is replayed for a payment that never committed.
+/// The two halves of a commit (`before_commit`, the commit, `committed`) with a statement
+/// between the check and the commit whose error aborts the transaction (its COMMIT is then a
+/// silent rollback): `committed` refuses to tell the middleware the work committed, so the
+/// key is answered `409` + `Retry-After` — never a success replayed for a payment that does
+/// not exist — and its retry runs once.
 #[tokio::test]
-async fn review_two_halves_committed_after_a_silent_rollback() {
+async fn durable_a_commit_after_an_error_past_the_check_is_not_trusted() {
     let pg = app::server().await;
     let s = setup(&pg, Duration::from_secs(5)).await;
     let holder = hold_advisory_9(&s.db).await;
     let first = pay(&s.url, "k-1", "10 EUR", "two-halves").await;
     holder.rollback().await.unwrap();
-    eprintln!("first: {} {}", first.status, first.text());
-    eprintln!(
-        "payments {}, key rows {:?}",
-        s.db.payments().await,
-        s.db.key_rows().await
-    );
-    flush_and_restart(&s.masters);
+    assert_eq!(first.status, 409, "{}", first.text());
+    assert!(first.retry_after() >= 1);
+    assert_eq!(s.db.payments().await, 0, "the COMMIT was a rollback");
+    assert_eq!(s.db.key_rows().await, (0, 0));
     let retry = pay(&s.url, "k-1", "10 EUR", "ok").await;
-    eprintln!(
-        "retry: {} {} replayed={:?}",
-        retry.status,
-        retry.text(),
-        retry.header("idempotency-replayed")
-    );
-    eprintln!("payments {}", s.db.payments().await);
-    assert_eq!(
-        s.db.payments().await,
-        1,
-        "BUG? the key's success is replayed, no payment exists"
-    );
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(s.db.payments().await, 1);
 }
 
-/// F2: a busy error observed after the commit turns a committed request into `409`, and the
-/// key answers 409 (then completed-not-stored) ever after.
+/// A statement of another transaction after `row.commit`, whose lock timeout the handler
+/// classifies with `row.check` (as the docs' `map_err(|e| row.check(e))` does everywhere):
+/// the committed work keeps its answer — `201`, stored and replayed, never `409`.
 #[tokio::test]
-async fn review_busy_after_commit() {
+async fn durable_a_busy_error_after_the_commit_keeps_the_answer() {
     let pg = app::server().await;
     let s = setup(&pg, Duration::from_secs(5)).await;
     let holder = hold_advisory_9(&s.db).await;
     let first = pay(&s.url, "k-1", "10 EUR", "post-commit-busy").await;
     holder.rollback().await.unwrap();
-    eprintln!("first: {} {}", first.status, first.text());
-    eprintln!(
-        "payments {}, key rows {:?}",
-        s.db.payments().await,
-        s.db.key_rows().await
-    );
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(s.db.key_rows().await, (1, 1), "stored in the row");
+    flush_and_restart(&s.masters);
     let retry = pay(&s.url, "k-1", "10 EUR", "ok").await;
-    eprintln!("retry: {} {}", retry.status, retry.text());
-    assert_eq!(
-        first.status, 201,
-        "BUG: the committed payment was answered {}",
-        first.status
-    );
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.header("idempotency-replayed"), Some("true"));
+    assert_eq!(s.db.payments().await, 1);
 }
 
-/// F3: insert_in on a Client in autocommit commits the row before, and without, the work.
+/// `insert_in` on a client in autocommit (no `BEGIN`, not a `Transaction`) refuses: the row
+/// would commit at once, before and without the work. Nothing is recorded, the handler's
+/// `500` leaves the key free, and the retry runs.
 #[tokio::test]
-async fn review_autocommit_insert_burns_the_key() {
+async fn durable_an_insert_outside_a_transaction_is_refused() {
     let pg = app::server().await;
     let s = setup(&pg, Duration::from_secs(5)).await;
     let first = pay(&s.url, "k-1", "10 EUR", "autocommit").await;
-    eprintln!(
-        "first: {}; payments {}, key rows {:?}",
-        first.status,
-        s.db.payments().await,
-        s.db.key_rows().await
-    );
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(first.status, 500, "{}", first.text());
+    assert_eq!(s.db.key_rows().await, (0, 0), "no row without the work");
     let retry = pay(&s.url, "k-1", "10 EUR", "ok").await;
-    eprintln!("retry: {} {}", retry.status, retry.text());
-    assert_eq!(
-        retry.status, 201,
-        "BUG: a key whose work never ran is answered {}",
-        retry.status
-    );
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(s.db.payments().await, 1);
 }
 
-/// F4: the insert's lock timeout recovered in a savepoint: row.commit commits the work
-/// without its row, the middleware answers 409, the retry runs the work again.
+/// The insert's lock timeout (another execution's row, uncommitted) recovered in a
+/// savepoint, then `row.commit`: the commit is refused — the work has no row, and the
+/// middleware answers `409` + `Retry-After` — so the retry is the key's one run.
 #[tokio::test]
-async fn review_busy_insert_recovered_commits_without_the_row() {
+async fn durable_work_whose_insert_was_busy_never_commits() {
     use sha2::{Digest, Sha256};
     let pg = app::server().await;
     let s = setup(&pg, Duration::from_millis(300)).await;
@@ -257,26 +237,19 @@ async fn review_busy_insert_recovered_commits_without_the_row() {
     .await
     .unwrap();
     let first = pay(&s.url, "k-1", "10 EUR", "busy-insert-savepoint").await;
-    eprintln!(
-        "first: {} {}; payments {}",
-        first.status,
-        first.text(),
-        s.db.payments().await
-    );
+    assert_eq!(first.status, 409, "{}", first.text());
+    assert!(first.retry_after() >= 1);
+    assert_eq!(s.db.payments().await, 0, "the commit was refused");
     other.rollback().await.unwrap(); // that execution failed (a 5xx)
     let retry = pay(&s.url, "k-1", "10 EUR", "ok").await;
-    eprintln!(
-        "retry: {} {}; payments {}",
-        retry.status,
-        retry.text(),
-        s.db.payments().await
-    );
-    assert!(s.db.payments().await <= 1, "BUG: the key's work ran twice");
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(s.db.payments().await, 1, "the key's work ran once");
 }
 
-/// Probe: a savepoint tells a transaction block from autocommit.
+/// What the autocommit guard relies on: a savepoint is refused outside a transaction block
+/// (SQLSTATE `25P01`), and accepted in a `Transaction` or after `BEGIN`.
 #[tokio::test]
-async fn review_probe_autocommit_savepoint() {
+async fn durable_a_savepoint_tells_a_transaction_from_autocommit() {
     let pg = app::server().await;
     let db = app::Db::create(&pg).await;
     let (mut client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
@@ -284,29 +257,12 @@ async fn review_probe_autocommit_savepoint() {
         .unwrap();
     tokio::spawn(conn);
     let guard = "SAVEPOINT tower_redlock_row; RELEASE SAVEPOINT tower_redlock_row";
-    let auto = client.batch_execute(guard).await;
-    eprintln!(
-        "autocommit: {:?}",
-        auto.as_ref()
-            .map_err(|e| e.code().map(|c| c.code().to_owned()))
-    );
-    let auto1 = client.execute("SAVEPOINT tower_redlock_row", &[]).await;
-    eprintln!(
-        "autocommit, extended: {:?}",
-        auto1
-            .as_ref()
-            .map_err(|e| e.code().map(|c| c.code().to_owned()))
-    );
+    let auto = client.batch_execute(guard).await.unwrap_err();
+    assert_eq!(auto.code().map(|c| c.code()), Some("25P01"));
     let tx = client.transaction().await.unwrap();
-    eprintln!(
-        "in a transaction: {:?}",
-        tx.batch_execute(guard).await.is_ok()
-    );
+    tx.batch_execute(guard).await.expect("in a Transaction");
     tx.rollback().await.unwrap();
     client.batch_execute("BEGIN").await.unwrap();
-    eprintln!(
-        "after BEGIN: {:?}",
-        client.batch_execute(guard).await.is_ok()
-    );
+    client.batch_execute(guard).await.expect("after BEGIN");
     client.batch_execute("ROLLBACK").await.unwrap();
 }

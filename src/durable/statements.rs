@@ -19,8 +19,9 @@ impl KeyRow {
 /// The connection must be in the work's transaction: an insert in autocommit commits the row
 /// alone, before and without the work (the tokio-postgres adapter refuses that; here it is
 /// yours to ensure). A driver that exposes no SQLSTATE (diesel) cannot tell a lock timeout or
-/// a deadlock from another error: those are then answered `500`, not `409` — never a second
-/// run.
+/// a deadlock from another error: those are then answered `500`, not `409` (nothing
+/// committed, so the retry runs). The crate's tests run these steps with errors that carry no
+/// SQLSTATE (`durable_another_driver_through_the_statements_is_replayed_from_the_row`).
 ///
 /// 1. First statement of the transaction: [`insert_sql`](Self::insert_sql) with `$1`
 ///    [`key_hash`](Self::key_hash), `$2` [`fingerprint`](Self::fingerprint), `$3`

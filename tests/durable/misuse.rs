@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use tower_redlock::durable::KeyRow;
+use tower_redlock::durable::{KeyRow, RowError};
 use tower_redlock::RedlockLayer;
 use tower_redlock_testkit as support;
 
@@ -108,6 +108,34 @@ async fn handler(
             }
             tx.execute(PAYMENT, &[&key_hash, &body]).await.unwrap();
             match pg.commit(tx).await {
+                Ok(()) => (StatusCode::CREATED, "payment").into_response(),
+                Err(e) => e.into_response(),
+            }
+        }
+        // The driver-neutral steps (`KeyRow::statements`), as an adapter of another driver
+        // runs them: errors without their SQLSTATE, as diesel reports them.
+        "statements" => {
+            let s = row.statements();
+            let tx = client.transaction().await.unwrap();
+            let err = |e: tokio_postgres::Error| s.error(RowError::database(e, None));
+            let (key, fingerprint, run_id) = (s.key_hash(), s.fingerprint(), s.run_id());
+            let (retention, lock_timeout) = (s.retention_ms(), s.lock_timeout());
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                [&key, &fingerprint, &retention, &lock_timeout, &run_id];
+            let insert = tx.execute(s.insert_sql(), &params);
+            if let Err(e) = insert.await.map_err(err).and_then(|n| s.inserted(n)) {
+                return e.into_response();
+            }
+            tx.execute(PAYMENT, &[&key_hash, &body]).await.unwrap();
+            let check = match s.before_commit() {
+                Ok(Some(sql)) => tx.execute(sql, &[&key, &run_id]).await,
+                Ok(None) => Ok(1),
+                Err(e) => return e.into_response(),
+            };
+            if let Err(e) = check.map_err(err).and_then(|n| s.checked(n)) {
+                return e.into_response();
+            }
+            match tx.commit().await.map_err(err).and_then(|()| s.committed()) {
                 Ok(()) => (StatusCode::CREATED, "payment").into_response(),
                 Err(e) => e.into_response(),
             }
@@ -265,4 +293,42 @@ async fn durable_a_savepoint_tells_a_transaction_from_autocommit() {
     client.batch_execute("BEGIN").await.unwrap();
     client.batch_execute(guard).await.expect("after BEGIN");
     client.batch_execute("ROLLBACK").await.unwrap();
+}
+
+/// A driver without an adapter, through `KeyRow::statements` (errors without SQLSTATEs, as
+/// diesel gives them): the row commits with the work, the response is stored in it, and a
+/// retry after every voter was flushed is replayed from it.
+#[tokio::test]
+async fn durable_another_driver_through_the_statements_is_replayed_from_the_row() {
+    let pg = app::server().await;
+    let s = setup(&pg, Duration::from_secs(5)).await;
+    let first = pay(&s.url, "k-1", "10 EUR", "statements").await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(s.db.key_rows().await, (1, 1));
+    flush_and_restart(&s.masters);
+    let retry = pay(&s.url, "k-1", "10 EUR", "statements").await;
+    assert_eq!(retry.status, 201, "{}", retry.text());
+    assert_eq!(retry.header("idempotency-replayed"), Some("true"));
+    assert_eq!(s.db.payments().await, 1);
+}
+
+/// A handler that takes `KeyRow` on a route whose policy has no durable replay (a wiring
+/// mistake) is answered `500` on axum and on actix-web, and never runs without the row.
+#[tokio::test]
+async fn durable_a_key_row_without_durable_replay_is_a_500_and_nothing_runs() {
+    use super::web::{Served, Variant, Web};
+    use tower_redlock::policy::LockPolicy;
+
+    let pg = app::server().await;
+    for web in [Web::Axum, Web::Actix] {
+        let (masters, db) = (Masters::start(3), app::Db::create(&pg).await);
+        let policy = LockPolicy::idempotent(masters.client()).build().unwrap();
+        let (hooks, _reached) = app::Hooks::new();
+        let variant = Variant::new(web, DriverKind::Sqlx);
+        let served = Served::start(variant, &db.url, policy, hooks).await;
+        let url = format!("http://{}/payments", served.addr());
+        let reply = pay(&url, "k-1", "10 EUR", "ok").await;
+        assert_eq!(reply.status, 500, "{web:?}: {}", reply.text());
+        assert_eq!(db.payments().await, 0, "{web:?}: the handler ran");
+    }
 }

@@ -10,8 +10,7 @@ use crate::rejection::MissingLease;
 
 /// `KeyRow` is an axum extractor under [durable replay](crate::durable): the key's row the
 /// handler records in its transaction. A route without it (no durable replay on its
-/// policy) is answered `500`: a wiring mistake, never a run without the row
-/// (`durable_a_key_row_without_durable_replay_is_a_500_and_nothing_runs`).
+/// policy) is answered `500`: a wiring mistake, never a run without the row.
 impl<S: Send + Sync> FromRequestParts<S> for KeyRow {
     type Rejection = MissingLease;
 

@@ -20,8 +20,7 @@ impl KeyRow {
 /// alone, before and without the work (the tokio-postgres adapter refuses that; here it is
 /// yours to ensure). A driver that exposes no SQLSTATE (diesel) cannot tell a lock timeout or
 /// a deadlock from another error: those are then answered `500`, not `409` (nothing
-/// committed, so the retry runs). The crate's tests run these steps with errors that carry no
-/// SQLSTATE (`durable_another_driver_through_the_statements_is_replayed_from_the_row`).
+/// committed, so the retry runs).
 ///
 /// 1. First statement of the transaction: [`insert_sql`](Self::insert_sql) with `$1`
 ///    [`key_hash`](Self::key_hash), `$2` [`fingerprint`](Self::fingerprint), `$3`

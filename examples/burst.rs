@@ -143,13 +143,17 @@ async fn burst(
 }
 
 /// The counters printed after the rounds, and their columns.
-const COUNTERS: [(&str, &str); 6] = [
-    ("redlock_acquired_total", "acquired"),
-    ("redlock_contended_total", "contended"),
-    ("redlock_completed_total", "completed"),
-    ("redlock_replayed_total", "replayed"),
-    ("redlock_recorded_total", "recorded"),
-    ("redlock_unavailable_total", "unavailable"),
+const COUNTERS: [(&str, &[&str], &str); 6] = [
+    ("redlock_acquired_total", &[], "acquired"),
+    ("redlock_contended_total", &[], "contended"),
+    ("redlock_completed_total", &[], "completed"),
+    (
+        "redlock_replay_total",
+        &["outcome=\"replayed\""],
+        "replayed",
+    ),
+    ("redlock_recorded_total", &[], "recorded"),
+    ("redlock_unavailable_total", &[], "unavailable"),
 ];
 
 /// A sample of Prometheus text: the value of the first line whose series starts with `name`
@@ -184,7 +188,7 @@ async fn print_metrics(client: &reqwest::Client, targets: &[String]) {
         rows.len()
     );
     println!();
-    let head: Vec<&str> = COUNTERS.iter().map(|(_, column)| *column).collect();
+    let head: Vec<&str> = COUNTERS.iter().map(|(_, _, column)| *column).collect();
     println!(
         "| replica | {} | p50 of acquire (acquired) |",
         head.join(" | ")
@@ -193,8 +197,8 @@ async fn print_metrics(client: &reqwest::Client, targets: &[String]) {
     let mut sums = [0.0; COUNTERS.len()];
     for (target, text) in &rows {
         let mut cells = Vec::new();
-        for (sum, (name, _)) in sums.iter_mut().zip(COUNTERS) {
-            let value = sample(text, name, &[]).unwrap_or(0.0);
+        for (sum, (name, labels, _)) in sums.iter_mut().zip(COUNTERS) {
+            let value = sample(text, name, labels).unwrap_or(0.0);
             *sum += value;
             cells.push(format!("{value}"));
         }

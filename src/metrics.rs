@@ -19,15 +19,21 @@
 //! | [`redlock_recorded_total`](RECORDED) | counter | | [`Lease::complete`](crate::Lease::complete) calls that stored the completion record on a quorum |
 //! | [`redlock_record_failed_total`](RECORD_FAILED) | counter | | `Lease::complete` calls that did not (the lock stays until its ttl) |
 //! | [`redlock_record_minority_total`](RECORD_MINORITY) | counter | | completions whose record never reached a quorum, also after their retries in the background: a second run of the key is possible (see the crate's Safety docs) |
-//! | [`redlock_replayed_total`](REPLAYED) | counter | | HTTP requests answered with a stored response (replay) |
+//! | [`redlock_replay_total`](REPLAY) | counter | `outcome`: `replayed` (answered with its stored response), `mismatch` (`422`: the key reused for another request), `not_stored` (`409`: completed without a stored response), `unknown` (`409`: stopped on a lost lease, outcome unknown), `stored` (a request's record reached its quorum), `store_failed` (it did not: duplicates get `409` until the lock's ttl) | [replay](crate::replay)'s answers from a record, and its stores |
 //! | [`redlock_acquire_duration_seconds`](ACQUIRE_SECONDS) | histogram | `outcome`: `acquired`, `contended`, `unavailable`, `completed`, `cancelled` (the caller dropped the call before its outcome: no counter moves) | the time of a lock call, its retries included |
 //! | [`redlock_hold_duration_seconds`](HOLD_SECONDS) | histogram | | from the lock request to the release or completion |
 //! | [`redlock_validity_left_seconds`](VALIDITY_LEFT_SECONDS) | histogram | | the validity a lease had left at its release or completion (0: it ran out) |
-//! | [`redlock_node_errors_total`](NODE_ERRORS) | counter | `node` | node requests that failed with an answer or a connection error |
-//! | [`redlock_node_timeouts_total`](NODE_TIMEOUTS) | counter | `node` | node requests that got no answer within the node timeout |
+//! | [`redlock_node_errors_total`](NODE_ERRORS) | counter | `node`; `kind`: `timeout` (no answer within the node timeout), `unreachable` (connection refused or lost), `denied` (credentials or ACL), `protected` (tenure protection: too young to vote), `abstained` (the voter refused on its own: a Sentinel group without a majority, a master that may evict), `no_script`, `wrong_type`, `failed` (any other) | node requests that failed, by kind (the kinds of [`VoteKind`](crate::VoteKind)) |
 //! | [`redlock_node_suspended`](NODE_SUSPENDED) | gauge | `node` | 1 while the node is suspended (see [`Redlock::node_status`](crate::Redlock::node_status)), else 0 |
+//! | [`redlock_owed_debts`](OWED_DEBTS) | gauge | `node` | releases and completions owed to the node: they could not reach it while a lock of ours may still be there, and are paid when it answers again |
+//! | [`redlock_owed_bytes`](OWED_BYTES) | gauge | `node` | the bytes of keys and records those debts hold |
+//! | [`redlock_retry_waits_total`](RETRY_WAITS) | counter | `ended`: `woken` (a release heard, or the client's turn at the key came, before the poll), `polled` (the retry's time came: every wait without [`RedlockBuilder::wake_waiters`](crate::RedlockBuilder::wake_waiters), the fallback with it) | lock calls' waits between tries |
 //! | [`redlock_wake_queue_full_total`](WAKE_QUEUE_FULL) | counter | `node` | contended keys the node's wake-up subscriber did not listen on because its queue held its capacity (4,096 keys) already: their waiters poll there ([`RedlockBuilder::wake_waiters`](crate::RedlockBuilder::wake_waiters)) |
 //! | [`redlock_durable_rows_total`](DURABLE_ROWS) | counter | `outcome`: `absent` (a lookup that found no row: the handler runs), `replayed` (answered from a key's row), `not_stored` (a row without its response), `rebuilt` (its response rebuilt by `Durable::rebuild`'s hook), `stored` (a response stored in a row), `store_failed`, `lookup_failed` (the lookup failed or the lease ran out meanwhile: answered `503`), `busy` (a lock timeout, serialization failure or deadlock: `409`), `duplicate` (a handler's insert met the committed row), `unrecorded` (a handler under durable replay that did not record the row) | [durable replay](crate::durable)'s steps |
+//!
+//! Histograms are rendered as the exporter is configured: the Prometheus exporter renders
+//! summaries unless it is given buckets, and a dashboard's percentiles over several replicas
+//! need buckets ([`SECONDS_BUCKETS`] suits every `_seconds` histogram here).
 //!
 //! `node` is the node's name as [`NodeStatus::name`](crate::NodeStatus::name) reports it:
 //! `host:port` of a master (never a password), `sentinel:<master name>`,
@@ -83,18 +89,17 @@ pub const RECORD_FAILED: &str = "redlock_record_failed_total";
 /// Counter: completion records that never reached a quorum, also after their retries in
 /// the background.
 pub const RECORD_MINORITY: &str = "redlock_record_minority_total";
-/// Counter: HTTP requests answered with a stored response (replay).
-pub const REPLAYED: &str = "redlock_replayed_total";
+/// Counter, label `outcome`: replay's answers from a record, and its stores (see the table
+/// above).
+pub const REPLAY: &str = "redlock_replay_total";
 /// Histogram (seconds), label `outcome`: the time of a lock call, its retries included.
 pub const ACQUIRE_SECONDS: &str = "redlock_acquire_duration_seconds";
 /// Histogram (seconds): from the lock request to the release or completion.
 pub const HOLD_SECONDS: &str = "redlock_hold_duration_seconds";
 /// Histogram (seconds): the validity a lease had left at its release or completion.
 pub const VALIDITY_LEFT_SECONDS: &str = "redlock_validity_left_seconds";
-/// Counter, label `node`: node requests that failed with an answer or a connection error.
+/// Counter, labels `node` and `kind`: node requests that failed, by kind.
 pub const NODE_ERRORS: &str = "redlock_node_errors_total";
-/// Counter, label `node`: node requests that got no answer within the node timeout.
-pub const NODE_TIMEOUTS: &str = "redlock_node_timeouts_total";
 /// Gauge, label `node`: 1 while the node is suspended, else 0.
 pub const NODE_SUSPENDED: &str = "redlock_node_suspended";
 /// Counter, label `node`: keys not listened on at the node for the wake-up because its
@@ -102,6 +107,59 @@ pub const NODE_SUSPENDED: &str = "redlock_node_suspended";
 pub const WAKE_QUEUE_FULL: &str = "redlock_wake_queue_full_total";
 /// Counter, by `outcome`: durable replay's steps (see the table above).
 pub const DURABLE_ROWS: &str = "redlock_durable_rows_total";
+/// Gauge, label `node`: releases and completions owed to the node.
+pub const OWED_DEBTS: &str = "redlock_owed_debts";
+/// Gauge, label `node`: the bytes of keys and records owed to the node.
+pub const OWED_BYTES: &str = "redlock_owed_bytes";
+/// Counter, label `ended` (`woken`, `polled`): lock calls' waits between tries.
+pub const RETRY_WAITS: &str = "redlock_retry_waits_total";
+
+/// Every metric's name, in the table's order: what dashboards and alerts may refer to.
+///
+/// ```
+/// assert!(tower_redlock::metrics::NAMES.contains(&"redlock_lost_total"));
+/// ```
+pub const NAMES: [&str; 22] = [
+    ACQUIRED,
+    CONTENDED,
+    UNAVAILABLE,
+    COMPLETED,
+    RELEASED,
+    RELEASE_FAILED,
+    EXTENDED,
+    LOST,
+    RECORDED,
+    RECORD_FAILED,
+    RECORD_MINORITY,
+    REPLAY,
+    ACQUIRE_SECONDS,
+    HOLD_SECONDS,
+    VALIDITY_LEFT_SECONDS,
+    NODE_ERRORS,
+    NODE_SUSPENDED,
+    OWED_DEBTS,
+    OWED_BYTES,
+    RETRY_WAITS,
+    WAKE_QUEUE_FULL,
+    DURABLE_ROWS,
+];
+
+/// Histogram buckets, in seconds, for every `_seconds` histogram of this crate: from a
+/// millisecond (a lock on a local master) to five minutes (a long hold).
+///
+/// ```
+/// # fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+/// use tower_redlock::metrics::SECONDS_BUCKETS;
+///
+/// let prometheus = PrometheusBuilder::new()
+///     .set_buckets_for_metric(Matcher::Prefix("redlock_".into()), &SECONDS_BUCKETS)?
+///     .install_recorder()?;
+/// # let _ = prometheus; Ok(()) }
+/// ```
+pub const SECONDS_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
 
 /// Registers the unit and a description of every metric with the installed recorder (the
 /// `# HELP` lines of Prometheus). Building a [`Redlock`](crate::Redlock) does it too; call
@@ -130,7 +188,10 @@ pub fn describe() {
             RECORD_MINORITY,
             "Completion records that never reached a quorum, also after their retries."
         );
-        describe_counter!(REPLAYED, "HTTP requests answered with a stored response.");
+        describe_counter!(
+            REPLAY,
+            "Replay's answers from a record and its stores, by outcome."
+        );
         describe_histogram!(
             ACQUIRE_SECONDS,
             Unit::Seconds,
@@ -146,9 +207,18 @@ pub fn describe() {
             Unit::Seconds,
             "Validity a lease had left at its release or completion."
         );
-        describe_counter!(NODE_ERRORS, "Node requests that failed.");
+        describe_counter!(NODE_ERRORS, "Node requests that failed, by kind.");
         describe_counter!(DURABLE_ROWS, "Durable replay's row steps, by outcome.");
-        describe_counter!(NODE_TIMEOUTS, "Node requests that got no answer in time.");
+        describe_gauge!(OWED_DEBTS, "Releases and completions owed to the node.");
+        describe_gauge!(
+            OWED_BYTES,
+            Unit::Bytes,
+            "Bytes of keys and records owed to the node."
+        );
+        describe_counter!(
+            RETRY_WAITS,
+            "Lock calls' waits between tries, by how they ended (woken, polled)."
+        );
         describe_gauge!(NODE_SUSPENDED, "1 while the node is suspended, else 0.");
         describe_counter!(
             WAKE_QUEUE_FULL,
@@ -234,10 +304,37 @@ pub(crate) fn record_minority() {
     ::metrics::counter!(RECORD_MINORITY).increment(1);
 }
 
-/// An HTTP request was answered with its stored response.
-pub(crate) fn replayed() {
+/// Replay answered from a record, or stored one, with `outcome` (a fixed name; see
+/// [`REPLAY`]).
+pub(crate) fn replay(outcome: &'static str) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!(REPLAYED).increment(1);
+    ::metrics::counter!(REPLAY, "outcome" => outcome).increment(1);
+}
+
+/// A lock call's wait between tries ended: `woken` early, or at its poll.
+pub(crate) fn retry_wait(woken: bool) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(RETRY_WAITS, "ended" => if woken { "woken" } else { "polled" })
+        .increment(1);
+}
+
+/// `debts` debts holding `bytes` were owed to the node `name` (`owed`), or paid or lapsed.
+/// Added and taken, not set: the clients that share a node add up.
+pub(crate) fn owed(name: &Arc<str>, owed: bool, debts: usize, bytes: usize) {
+    #[cfg(feature = "metrics")]
+    {
+        let debts_gauge = ::metrics::gauge!(OWED_DEBTS, "node" => Arc::clone(name));
+        let bytes_gauge = ::metrics::gauge!(OWED_BYTES, "node" => Arc::clone(name));
+        #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+        let (debts, bytes) = (debts as f64, bytes as f64);
+        if owed {
+            debts_gauge.increment(debts);
+            bytes_gauge.increment(bytes);
+        } else {
+            debts_gauge.decrement(debts);
+            bytes_gauge.decrement(bytes);
+        }
+    }
 }
 
 /// A step of durable replay ended with `outcome` (a fixed name; see [`DURABLE_ROWS`]).
@@ -246,12 +343,22 @@ pub(crate) fn durable_row(outcome: &'static str) {
     ::metrics::counter!(DURABLE_ROWS, "outcome" => outcome).increment(1);
 }
 
-/// A request to the node `name` failed: no answer in time (`timeout`), or an error.
-pub(crate) fn node_failed(name: &Arc<str>, timeout: bool) {
+/// A request to the node `name` failed, as a vote of `kind`.
+pub(crate) fn node_failed(name: &Arc<str>, kind: crate::VoteKind) {
     #[cfg(feature = "metrics")]
     {
-        let metric = if timeout { NODE_TIMEOUTS } else { NODE_ERRORS };
-        ::metrics::counter!(metric, "node" => Arc::clone(name)).increment(1);
+        use crate::VoteKind as K;
+        let kind = match kind {
+            K::Timeout => "timeout",
+            K::Unreachable => "unreachable",
+            K::Denied => "denied",
+            K::Protected => "protected",
+            K::Abstained => "abstained",
+            K::NoScript => "no_script",
+            K::WrongType => "wrong_type",
+            _ => "failed",
+        };
+        ::metrics::counter!(NODE_ERRORS, "node" => Arc::clone(name), "kind" => kind).increment(1);
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::call::{self, Voter};
 use super::health::Health;
 use super::options::Config;
+use super::owed::Ledger;
 use super::tally;
 use super::wake::Wakes;
 use super::{Inner, Redlock, Retry};
@@ -261,11 +262,12 @@ impl RedlockBuilder {
         let nodes = nodes
             .into_iter()
             .map(|node| {
+                let name: Arc<str> = node.name().into();
                 Arc::new(Voter {
-                    name: node.name().into(),
+                    owed: Ledger::new(name.clone()),
+                    name,
                     node,
                     health: Health::new(config.suspend_after, config.node_timeout),
-                    owed: Default::default(),
                 })
             })
             .collect::<Vec<_>>();

@@ -250,7 +250,7 @@ fn pay(voter: &Arc<Voter>, i: usize, timeout: Duration) {
             if answer.is_err_and(|e| e.is_transient()) {
                 unanswered = true;
                 let debt = Arc::try_unwrap(debt).unwrap_or_else(|d| (*d).clone());
-                voter.owed.owe(debt, &voter.name);
+                voter.owed.owe(debt);
             }
         }
         drop(paying);
@@ -271,7 +271,7 @@ struct Paying {
 impl Drop for Paying {
     fn drop(&mut self) {
         for debt in self.debts.by_ref() {
-            self.voter.owed.owe(debt, &self.voter.name);
+            self.voter.owed.owe(debt);
         }
         self.voter.owed.paid();
     }
@@ -319,7 +319,7 @@ pub(crate) fn report_suspended(voter: &Voter) {
 fn failed(voter: &Voter, e: &NodeError, probe: bool) {
     tracing::debug!(node = %voter.name, error = %e, "node request failed");
     if !probe {
-        metrics::node_failed(&voter.name, e.is_timeout());
+        metrics::node_failed(&voter.name, e.vote());
     }
 }
 

@@ -29,6 +29,7 @@ use bytes::Bytes;
 
 use super::fencing::Fence;
 use super::token::Token;
+use crate::metrics;
 
 /// The most debts a node's ledger keeps.
 pub(crate) const MAX_OWED: usize = 65_536;
@@ -73,9 +74,10 @@ impl Owed {
     }
 }
 
-/// One node's debts.
-#[derive(Default)]
+/// One node's debts, counted by the `redlock_owed_debts` and `redlock_owed_bytes` gauges.
 pub(crate) struct Ledger {
+    /// The node's name (the gauges' `node` label, the warning's `node` field).
+    name: Arc<str>,
     debts: Mutex<Debts>,
     /// How many debts (read without the lock on every answer of the node).
     len: AtomicUsize,
@@ -109,12 +111,24 @@ impl Debts {
 }
 
 impl Ledger {
+    /// The ledger of the node `name`.
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        Self {
+            name,
+            debts: Mutex::default(),
+            len: AtomicUsize::new(0),
+            paying: AtomicBool::new(false),
+            overflowed: AtomicBool::new(false),
+        }
+    }
+
     /// Records a debt; a full ledger first drops the lapsed debts at its front, then lets
     /// its oldest lapse. (Debts are owed roughly in the order they lapse, not exactly: a
     /// lapsed debt behind a live one stays until the next payment drops it.)
-    pub(crate) fn owe(&self, debt: Owed, node: &str) {
+    pub(crate) fn owe(&self, debt: Owed) {
         let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
         let full = |d: &Debts| d.queue.len() >= MAX_OWED || d.bytes + debt.bytes() > MAX_OWED_BYTES;
+        let (len, bytes) = (debts.queue.len(), debts.bytes);
         if full(&debts) {
             let now = Instant::now();
             while debts.queue.front().is_some_and(|d| d.until <= now) {
@@ -125,12 +139,20 @@ impl Ledger {
             while full(&debts) && debts.pop_front().is_some() {}
             if !self.overflowed.swap(true, Relaxed) {
                 tracing::warn!(
-                    node,
+                    node = %self.name,
                     "more than {MAX_OWED} releases and completions (or {MAX_OWED_BYTES} bytes) \
                      owed to this node: the oldest lapse (their locks expire with their ttl)"
                 );
             }
         }
+        // What lapsed, then the new debt.
+        metrics::owed(
+            &self.name,
+            false,
+            len - debts.queue.len(),
+            bytes - debts.bytes,
+        );
+        metrics::owed(&self.name, true, 1, debt.bytes());
         debts.bytes += debt.bytes();
         debts.queue.push_back(debt);
         self.len.store(debts.queue.len(), Relaxed);
@@ -149,6 +171,7 @@ impl Ledger {
         }
         let mut debts = self.debts.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
+        metrics::owed(&self.name, false, debts.queue.len(), debts.bytes);
         let due: Vec<Owed> = debts.queue.drain(..).filter(|d| d.until > now).collect();
         debts.bytes = 0;
         self.len.store(0, Relaxed);
@@ -182,18 +205,18 @@ mod tests {
 
     #[test]
     fn debts_are_paid_once_and_lapse() {
-        let ledger = Ledger::default();
+        let ledger = Ledger::new("n".into());
         assert!(ledger.is_empty());
         let later = Instant::now() + Duration::from_secs(60);
-        ledger.owe(debt("a", later), "n");
-        ledger.owe(debt("gone", Instant::now()), "n");
+        ledger.owe(debt("a", later));
+        ledger.owe(debt("gone", Instant::now()));
         assert!(!ledger.is_empty());
         let due = ledger.start_paying().expect("one debt due");
         assert_eq!(due.len(), 1, "the lapsed debt is not paid");
         assert_eq!(&*due[0].key, "a");
         assert!(ledger.is_empty());
         // One payment at a time: a debt owed meanwhile waits for the next.
-        ledger.owe(debt("b", later), "n");
+        ledger.owe(debt("b", later));
         assert!(ledger.start_paying().is_none());
         ledger.paid();
         assert_eq!(ledger.start_paying().map(|d| d.len()), Some(1));
@@ -203,10 +226,10 @@ mod tests {
 
     #[test]
     fn a_full_ledger_lets_its_oldest_lapse() {
-        let ledger = Ledger::default();
+        let ledger = Ledger::new("n".into());
         let later = Instant::now() + Duration::from_secs(60);
         for i in 0..=MAX_OWED {
-            ledger.owe(debt(&i.to_string(), later), "n");
+            ledger.owe(debt(&i.to_string(), later));
         }
         let due = ledger.start_paying().unwrap();
         assert_eq!(due.len(), MAX_OWED);

@@ -141,6 +141,7 @@ async fn answer(
         None => {
             super::release(lease).await;
             if !same {
+                crate::metrics::replay("mismatch");
                 return FullResponse::rejection(policy.reject(RejectionKind::Mismatch, wire));
             }
             durable_row("not_stored");

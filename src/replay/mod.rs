@@ -112,17 +112,21 @@ pub(crate) use recorder::Running;
 pub(crate) use recorder::{Collector, Plan, Recorder, LOST_RECORD_PATIENCE};
 pub use transform::{RecordTransform, TransformError};
 
-/// The answer for a completed request's `record`: its stored response — counted as
-/// `redlock_replayed_total` with the feature `metrics` — or why it cannot be replayed.
+/// The answer for a completed request's `record`: its stored response, or why it cannot be
+/// replayed (counted as `redlock_replay_total` by outcome, with the feature `metrics`).
 pub(crate) fn answer(
     record: &bytes::Bytes,
     fingerprint: &Fingerprint,
     transform: Option<&dyn RecordTransform>,
 ) -> Result<StoredResponse, crate::rejection::RejectionKind> {
+    use crate::rejection::RejectionKind;
     let answer = record::answer(record, fingerprint, transform);
-    if answer.is_ok() {
-        crate::metrics::replayed();
-    }
+    crate::metrics::replay(match &answer {
+        Ok(_) => "replayed",
+        Err(RejectionKind::Mismatch) => "mismatch",
+        Err(RejectionKind::OutcomeUnknown) => "unknown",
+        Err(_) => "not_stored",
+    });
     answer
 }
 

@@ -178,6 +178,11 @@ impl Recorder {
         let stored = lease
             .complete_or_free(record, retention, patience, LOST_RECORD_WAIT)
             .await;
+        crate::metrics::replay(if stored.is_ok() {
+            "stored"
+        } else {
+            "store_failed"
+        });
         match stored {
             Ok(()) => {
                 if let Some(key) = key {

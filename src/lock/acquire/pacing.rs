@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::lock::options::Retry;
 use crate::lock::wake::{self, Interest, Wakes, Woken};
+use crate::metrics;
 
 /// One lock call's pacing between its tries.
 ///
@@ -83,7 +84,9 @@ impl<'a> Pacing<'a> {
         }
         self.polls = 1;
         let queued = self.interest.insert(w.interest(key));
-        if queued.queue(first_poll.into()).await == Woken::Early {
+        let woken = queued.queue(first_poll.into()).await == Woken::Early;
+        metrics::retry_wait(woken);
+        if woken {
             self.poll_at = Some(first_poll);
         }
     }
@@ -141,10 +144,13 @@ impl<'a> Pacing<'a> {
         self.polls = self.polls.saturating_add(u32::from(p.new_poll));
         let Some(w) = self.wakes else {
             tokio::time::sleep(p.pause).await;
+            metrics::retry_wait(false);
             return;
         };
         let i = self.interest.get_or_insert_with(|| w.interest(key));
-        self.poll_at = match i.wait(p.at.into()).await {
+        let woken = i.wait(p.at.into()).await;
+        metrics::retry_wait(woken == Woken::Early);
+        self.poll_at = match woken {
             Woken::Early => Some(p.at),
             Woken::Poll => None,
         };

@@ -56,7 +56,7 @@ impl Keep {
                 },
                 until: self.gone,
             };
-            voter.owed.owe(owed, &voter.name);
+            voter.owed.owe(owed);
         });
     }
 }

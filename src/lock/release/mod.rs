@@ -267,7 +267,7 @@ where
                 debt: Debt::Release,
                 until: gone,
             };
-            voter.owed.owe(debt, &voter.name);
+            voter.owed.owe(debt);
         })
     };
     if let Some(left) = retry_rest(client, until, sent, failed, resend, owe).await {

@@ -64,6 +64,24 @@ impl Snapshot {
             .unwrap_or(0.0)
     }
 
+    /// The sum of the series of `name` that carry every one of `labels` (`key="value"`).
+    fn sum(&self, name: &str, labels: &[&str]) -> f64 {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+                let labelled = labels.iter().all(|want| {
+                    rest.trim_end_matches('}')
+                        .split(',')
+                        .any(|label| label == *want)
+                });
+                (metric == name && labelled).then(|| value.parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
     /// How much `series` grew since `before`.
     fn delta(&self, before: &Snapshot, series: &str) -> f64 {
         self.get(series) - before.get(series)
@@ -198,13 +216,10 @@ async fn metrics_count_unavailable_and_node_failures() {
     let node = |i: usize| m[i].addr();
     let suspended = |i: usize| format!("redlock_node_suspended{{node=\"{}\"}}", node(i));
     let failures = |s: &Snapshot, i: usize| {
-        s.get(&format!(
-            "redlock_node_errors_total{{node=\"{}\"}}",
-            node(i)
-        )) + s.get(&format!(
-            "redlock_node_timeouts_total{{node=\"{}\"}}",
-            node(i)
-        ))
+        s.sum(
+            "redlock_node_errors_total",
+            &[&format!("node=\"{}\"", node(i))],
+        )
     };
     let before = Snapshot::take();
     assert_eq!(before.get(&suspended(0)), 0.0, "{}", before.0);
@@ -275,7 +290,10 @@ async fn metrics_count_replays_over_http() {
     assert_eq!(after.delta(&before, "redlock_acquired_total"), 1.0);
     assert_eq!(after.delta(&before, "redlock_recorded_total"), 1.0);
     assert_eq!(after.delta(&before, "redlock_completed_total"), 3.0);
-    assert_eq!(after.delta(&before, "redlock_replayed_total"), 3.0);
+    assert_eq!(
+        after.delta(&before, "redlock_replay_total{outcome=\"replayed\"}"),
+        3.0
+    );
     let latency = hist_count("redlock_acquire_duration_seconds", "completed");
     assert_eq!(after.delta(&before, &latency), 3.0);
     assert!(!after.0.contains("metrics-key-1"));
@@ -290,7 +308,10 @@ async fn metrics_count_replays_over_http() {
     let last = Snapshot::take();
     assert_eq!(last.delta(&after, "redlock_recorded_total"), 1.0);
     assert_eq!(last.delta(&after, "redlock_completed_total"), 1.0);
-    assert_eq!(last.delta(&after, "redlock_replayed_total"), 0.0);
+    assert_eq!(
+        last.delta(&after, "redlock_replay_total{outcome=\"replayed\"}"),
+        0.0
+    );
 }
 
 /// A client built before anything is rendered still shows every node's gauge at 0.

@@ -15,6 +15,8 @@ use support::{eventually, warm_up, HttpApp, Masters};
 use tower_redlock::policy::LockPolicy;
 use tower_redlock::{LockOrRecord, Redlock, RedlockLayer, Retry};
 
+mod oncall;
+
 const TTL: Duration = Duration::from_secs(10);
 const WITHIN: Duration = Duration::from_secs(20);
 /// The node timeout of clients whose counts must not move by a timeout: a healthy master

@@ -41,6 +41,15 @@ pub(crate) struct Voter {
     pub(crate) owed: Ledger,
 }
 
+impl Drop for Voter {
+    /// The client is gone: a node it had suspended no longer shows suspended on its account.
+    fn drop(&mut self) {
+        if self.health.is_suspended() {
+            metrics::node_suspended(&self.name, false);
+        }
+    }
+}
+
 /// One node's answer: its index, and its result or why it has none.
 pub(crate) type Answer<T> = (usize, Result<T, NodeError>);
 

@@ -87,6 +87,15 @@ pub(crate) struct Ledger {
     overflowed: AtomicBool,
 }
 
+impl Drop for Ledger {
+    /// The client is gone: what it still owed lapses (the locks expire with their ttl), and
+    /// leaves the gauges.
+    fn drop(&mut self) {
+        let debts = self.debts.get_mut().unwrap_or_else(|e| e.into_inner());
+        metrics::owed(&self.name, false, debts.queue.len(), debts.bytes);
+    }
+}
+
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ledger")

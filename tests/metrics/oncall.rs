@@ -116,7 +116,8 @@ async fn metrics_count_node_errors_by_kind() {
 
 /// A release that cannot reach a suspended master is owed to it (by the release's
 /// background part): `redlock_owed_debts` and `redlock_owed_bytes` of that master rise while
-/// it is frozen, and fall back to 0 once it answers again and is paid (its lock deleted).
+/// it is frozen, and fall back to 0 once it answers again and is paid (its lock deleted). A
+/// client dropped while it owes takes its debts and its suspension off the gauges.
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_show_what_a_frozen_master_is_owed_until_it_is_paid() {
     let _serial = serial().await;
@@ -160,6 +161,35 @@ async fn metrics_show_what_a_frozen_master_is_owed_until_it_is_paid() {
         m[2].get("metrics-owed").await.is_none()
     })
     .await;
+
+    // A client dropped while it owes: its debts lapse, and leave the gauges (as does its
+    // suspension of the master).
+    let other = m.client();
+    warm_up(&other, &m).await;
+    let lease = other.lock("metrics-owed-2", TTL).await.unwrap();
+    m[2].freeze();
+    eventually(
+        "the other client suspends frozen master 2",
+        WITHIN,
+        || async {
+            let _ = other.try_lock("metrics-owed-probe", TTL).await;
+            other.node_status()[2].is_suspended()
+        },
+    )
+    .await;
+    lease.release().await.unwrap();
+    eventually("the release is owed to master 2", WITHIN, || async {
+        debts(&Snapshot::take()) >= 1.0
+    })
+    .await;
+    drop(other);
+    let suspended = format!("redlock_node_suspended{{{node}}}");
+    eventually("a dropped client owes nothing", WITHIN, || async {
+        let s = Snapshot::take();
+        debts(&s) == 0.0 && bytes(&s) == 0.0 && s.get(&suspended) == 0.0
+    })
+    .await;
+    m[2].thaw();
 }
 
 /// A waiter woken by the holder's release counts a `woken` wait; a wait that runs to its

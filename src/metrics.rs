@@ -374,3 +374,21 @@ pub(crate) fn wake_queue_full(name: &Arc<str>) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(WAKE_QUEUE_FULL, "node" => Arc::clone(name)).increment(1);
 }
+
+#[cfg(test)]
+mod tests {
+    /// `NAMES` is the table of the module's docs, row for row: a metric added to one and not
+    /// the other (and so missing from the dashboards' check) fails here.
+    #[test]
+    fn names_are_the_documented_table() {
+        let documented: Vec<&str> = include_str!("metrics.rs")
+            .lines()
+            .filter_map(|l| l.strip_prefix("//! | [`")?.split_once('`').map(|(n, _)| n))
+            .collect();
+        assert_eq!(documented, super::NAMES);
+        let mut unique = super::NAMES.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), super::NAMES.len());
+    }
+}

@@ -52,6 +52,11 @@ pub struct Global {
     /// (`RedlockBuilder::key_prefix`); by default none: a resource is exactly the Redis key.
     #[arg(long, value_name = "PREFIX", global = true)]
     pub key_prefix: Option<String>,
+
+    /// More of the library's log on stderr: its warnings are always shown, -v adds info,
+    /// -vv debug, -vvv trace. RUST_LOG, when set, replaces this filter (e.g. RUST_LOG=off).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 /// The subcommands.

@@ -1,6 +1,7 @@
 //! `redlock`, the command line of tower-redlock: `inspect` who holds a lock on which voter,
 //! compute the Redis `key` a request locks, force an `unlock`, and `watch` the locks held
-//! under a prefix. See the README beside this crate.
+//! under a prefix. The library's log goes to stderr (`-v`, `RUST_LOG`). See the README beside
+//! this crate.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
@@ -9,6 +10,7 @@ mod args;
 mod exit;
 mod inspect;
 mod key;
+mod logging;
 mod output;
 mod unlock;
 mod voters;
@@ -22,6 +24,7 @@ use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    logging::init(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

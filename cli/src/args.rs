@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-/// The exit codes, shown at the end of `--help`.
-const EXIT_CODES: &str = "\
+/// The exit codes, shown at the end of `--help` (and, a line per code, in the man page's
+/// EXIT STATUS).
+pub const EXIT_CODES: &str = "\
 Exit codes:
   0  done (for inspect: whatever the lock's state)
   1  a voter did not answer (unlock), or a lock error
@@ -52,6 +53,11 @@ pub struct Global {
     /// (`RedlockBuilder::key_prefix`); by default none: a resource is exactly the Redis key.
     #[arg(long, value_name = "PREFIX", global = true)]
     pub key_prefix: Option<String>,
+
+    /// More of the library's log on stderr: its warnings are always shown, -v adds info,
+    /// -vv debug, -vvv trace. RUST_LOG, when set, replaces this filter (e.g. RUST_LOG=off).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 /// The subcommands.
@@ -68,6 +74,10 @@ pub enum Command {
     Unlock(UnlockArgs),
     /// A live table of the locks held under a prefix on every voter.
     Watch(WatchArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) of redlock, or of one subcommand, to stdout.
+    Man(ManArgs),
 }
 
 /// `redlock inspect`.
@@ -204,6 +214,21 @@ pub struct WatchArgs {
     /// At most this many locks per voter.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub limit: usize,
+}
+
+/// `redlock completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `redlock man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print, as redlock-SUBCOMMAND(1) (default: redlock(1)).
+    pub subcommand: Option<String>,
 }
 
 /// `24h`, `90m`, `30s`, `500ms`, or a number of seconds.

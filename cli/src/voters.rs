@@ -37,5 +37,18 @@ pub fn client(global: &Global) -> Result<Redlock, Failure> {
     if let Some(prefix) = &global.key_prefix {
         builder = builder.key_prefix(prefix.as_str());
     }
-    builder.build().map_err(Failure::usage)
+    let redlock = builder.build().map_err(Failure::usage)?;
+    // `-v`: which voters the command asks (names are host:port, never a URL).
+    let names: Vec<String> = redlock
+        .node_status()
+        .iter()
+        .map(|s| s.name().to_owned())
+        .collect();
+    tracing::info!(
+        voters = %names.join(","),
+        quorum = redlock.quorum(),
+        timeout_ms = global.timeout,
+        "the client's voters"
+    );
+    Ok(redlock)
 }

@@ -20,7 +20,8 @@
 //!   its span closes, with the outcome; `tower_redlock=debug` adds each try and node answer).
 //!
 //! Built with the feature `metrics`, it also serves `GET /metrics`: the `redlock_*` counters,
-//! histograms and gauges in the Prometheus text format.
+//! histograms (with the buckets of `tower_redlock::metrics::SECONDS_BUCKETS`, for the
+//! dashboard's percentiles in `ops/grafana/`) and gauges in the Prometheus text format.
 //!
 //! ```text
 //! cargo run --features axum,metrics --example axum_idempotent
@@ -139,12 +140,17 @@ mod scrape {
 
     use axum::http::header::CONTENT_TYPE;
     use axum::response::IntoResponse;
-    use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
+    use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+    use tower_redlock::metrics::SECONDS_BUCKETS;
 
-    /// Installs the recorder; its upkeep (draining histogram samples between scrapes) runs
-    /// every 5 s.
+    /// Installs the recorder, the `redlock_` histograms with buckets
+    /// ([`SECONDS_BUCKETS`]: a dashboard's percentiles over several replicas need them;
+    /// without buckets they render as summaries); its upkeep (draining histogram samples
+    /// between scrapes) runs every 5 s.
     pub fn install() -> Result<PrometheusHandle, BuildError> {
-        let handle = PrometheusBuilder::new().install_recorder()?;
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Prefix("redlock_".into()), &SECONDS_BUCKETS)?
+            .install_recorder()?;
         let upkeep = handle.clone();
         tokio::spawn(async move {
             loop {

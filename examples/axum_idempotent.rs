@@ -20,7 +20,10 @@
 //!   its span closes, with the outcome; `tower_redlock=debug` adds each try and node answer).
 //!
 //! Built with the feature `metrics`, it also serves `GET /metrics`: the `redlock_*` counters,
-//! histograms and gauges in the Prometheus text format.
+//! histograms (with the buckets of `tower_redlock::metrics::SECONDS_BUCKETS`, for the
+//! dashboard's percentiles in `ops/grafana/`) and gauges in the Prometheus text format; the
+//! series of fixed labels are exported at 0 from the start, so that `rate()` sees their
+//! first increase.
 //!
 //! ```text
 //! cargo run --features axum,metrics --example axum_idempotent
@@ -139,12 +142,18 @@ mod scrape {
 
     use axum::http::header::CONTENT_TYPE;
     use axum::response::IntoResponse;
-    use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
+    use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+    use tower_redlock::metrics::SECONDS_BUCKETS;
 
-    /// Installs the recorder; its upkeep (draining histogram samples between scrapes) runs
-    /// every 5 s.
+    /// Installs the recorder, the `redlock_` histograms with buckets
+    /// ([`SECONDS_BUCKETS`]: a dashboard's percentiles over several replicas need them;
+    /// without buckets they render as summaries); its upkeep (draining histogram samples
+    /// between scrapes) runs every 5 s.
     pub fn install() -> Result<PrometheusHandle, BuildError> {
-        let handle = PrometheusBuilder::new().install_recorder()?;
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Prefix("redlock_".into()), &SECONDS_BUCKETS)?
+            .install_recorder()?;
+        zero_series();
         let upkeep = handle.clone();
         tokio::spawn(async move {
             loop {
@@ -153,6 +162,47 @@ mod scrape {
             }
         });
         Ok(handle)
+    }
+
+    /// Every series of a fixed label set, exported at 0 from the start: a counter that first
+    /// appears at 5 is no increase to Prometheus's `rate()` (the practice is to initialise
+    /// the series you know of). The per-node series appear as the nodes answer.
+    fn zero_series() {
+        use tower_redlock::metrics as m;
+        for name in [
+            m::ACQUIRED,
+            m::CONTENDED,
+            m::UNAVAILABLE,
+            m::COMPLETED,
+            m::RELEASED,
+            m::RELEASE_FAILED,
+            m::EXTENDED,
+            m::LOST,
+            m::RECORDED,
+            m::RECORD_FAILED,
+            m::RECORD_MINORITY,
+        ] {
+            metrics::counter!(name).increment(0);
+        }
+        for outcome in [
+            "replayed",
+            "mismatch",
+            "not_stored",
+            "unknown",
+            "stored",
+            "store_failed",
+        ] {
+            metrics::counter!(m::REPLAY, "outcome" => outcome).increment(0);
+        }
+        for ended in ["woken", "polled"] {
+            metrics::counter!(m::RETRY_WAITS, "ended" => ended).increment(0);
+        }
+        // A histogram registered without a sample renders its buckets at 0.
+        for outcome in ["acquired", "contended", "unavailable", "completed"] {
+            let _ = metrics::histogram!(m::ACQUIRE_SECONDS, "outcome" => outcome);
+        }
+        let _ = metrics::histogram!(m::HOLD_SECONDS);
+        let _ = metrics::histogram!(m::VALIDITY_LEFT_SECONDS);
     }
 
     pub async fn render(handle: PrometheusHandle) -> impl IntoResponse {

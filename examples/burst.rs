@@ -167,6 +167,53 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     })
 }
 
+/// The `q` quantile of histogram `name`'s series with `label`, from its `_bucket` lines,
+/// interpolated within the bucket as Prometheus's `histogram_quantile` does; `None` without
+/// buckets or samples.
+fn bucket_quantile(text: &str, name: &str, label: &str, q: f64) -> Option<f64> {
+    let bucket = format!("{name}_bucket");
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{')?;
+            if metric != bucket || !rest.contains(label) {
+                return None;
+            }
+            let le = rest.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, value.parse().ok()?))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for (le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(lower);
+            }
+            let within = count - below;
+            return Some(if within > 0.0 {
+                lower + (le - lower) * (rank - below) / within
+            } else {
+                le
+            });
+        }
+        (lower, below) = (le, count);
+    }
+    None
+}
+
 /// Prints the lock's counters of every replica that serves `GET /metrics`, and their sums.
 async fn print_metrics(client: &reqwest::Client, targets: &[String]) {
     let mut rows = Vec::new();
@@ -203,12 +250,12 @@ async fn print_metrics(client: &reqwest::Client, targets: &[String]) {
             cells.push(format!("{value}"));
         }
         let labels = [r#"outcome="acquired""#, r#"quantile="0.5""#];
-        let p50 =
-            sample(text, "redlock_acquire_duration_seconds", &labels).map_or("-".to_owned(), |s| {
-                match s * 1000.0 {
-                    ms if ms < 1.0 => format!("{:.0} µs", ms * 1000.0),
-                    ms => format!("{ms:.1} ms"),
-                }
+        // A summary's quantile, else (an exporter given buckets) estimated from the buckets.
+        let p50 = sample(text, "redlock_acquire_duration_seconds", &labels)
+            .or_else(|| bucket_quantile(text, "redlock_acquire_duration_seconds", labels[0], 0.5))
+            .map_or("-".to_owned(), |s| match s * 1000.0 {
+                ms if ms < 1.0 => format!("{:.0} µs", ms * 1000.0),
+                ms => format!("{ms:.1} ms"),
             });
         println!("| {target} | {} | {p50} |", cells.join(" | "));
     }

@@ -22,7 +22,11 @@
 # and says so. Environment: REQUESTS (per round, default 40), WORK_MS (default 200),
 # CARGO_TARGET_DIR (honoured), REDLOCK_URLS (set: the replicas lock on those voters —
 # masters, Sentinel groups, Clusters — instead of three masters started here),
-# POSTGRES_BIN_DIR (where `initdb`, `postgres` and `psql` are; see scripts/ensure-postgres.sh).
+# POSTGRES_BIN_DIR (where `initdb`, `postgres` and `psql` are; see scripts/ensure-postgres.sh),
+# REDLOCK_DEMO_TARGETS (set: a file path; the replicas that serve GET /metrics, those of
+# axum_idempotent, are written there as Prometheus file_sd targets, the file rewritten as each
+# starts, and each start waits (10 s at most) for the scraper's word that it has scraped them
+# all, "$REDLOCK_DEMO_TARGETS.scraped": scripts/ops-e2e.sh scrapes them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
@@ -109,6 +113,26 @@ start_master() {
   return 1
 }
 
+# The `host:port` of every replica that serves GET /metrics, written to REDLOCK_DEMO_TARGETS
+# (when set) as Prometheus file_sd JSON: a whole new file each time, renamed into place.
+metrics_targets=()
+write_targets() {
+  [ -n "${REDLOCK_DEMO_TARGETS:-}" ] || return 0
+  local list
+  list=$(printf '"%s", ' "${metrics_targets[@]}")
+  printf '[{"targets": [%s]}]\n' "${list%, }" >"$REDLOCK_DEMO_TARGETS.tmp"
+  mv "$REDLOCK_DEMO_TARGETS.tmp" "$REDLOCK_DEMO_TARGETS"
+  # The new replica's series at 0 should be on record before its first request (a counter's
+  # first value is no increase to `rate()`): a scraper that says so (scripts/ops-e2e.sh)
+  # copies the list to "$REDLOCK_DEMO_TARGETS.scraped" once it has scraped every target.
+  # Without one, the demo goes on after 10 s.
+  local deadline=$((SECONDS + 10))
+  while [ "$(cat "$REDLOCK_DEMO_TARGETS.scraped" 2>/dev/null)" != "$(cat "$REDLOCK_DEMO_TARGETS")" ] &&
+    [ "$SECONDS" -lt "$deadline" ]; do
+    sleep 0.1
+  done
+}
+
 # Starts one replica of example $1 on a free port, with the environment assignments that
 # follow (`NAME=value`); appends its base URL to `replicas`, and sets `replica_pid`. A port
 # taken meanwhile (by another process on this machine) makes it try another.
@@ -126,6 +150,10 @@ start_replica() {
       replica_pid=$pid
       head -n 1 "$workdir/replica-$port.log"
       replicas+=("http://127.0.0.1:$port")
+      if [ "$1" = axum_idempotent ]; then
+        metrics_targets+=("127.0.0.1:$port")
+        write_targets
+      fi
       return 0
     fi
     kill "$pid" 2>/dev/null || true

@@ -4,7 +4,8 @@
 # tests start themselves, doc tests) with all features on, for the library and the `redlock`
 # command line (`cli/`, whose tests run its binary against real masters).
 #
-# Without arguments: `cargo test --tests`, then the doc tests — every test `cargo test` runs,
+# Without arguments: scripts/ops-check.sh (the checks of ops/), `cargo test --tests`, then the
+# doc tests — every test `cargo test` runs,
 # without building the examples that have no tests (clippy's `--all-targets` checks that they
 # compile; `scripts/demo.sh` builds the ones it runs): their link time kept CI past 15
 # minutes. With arguments (`--no-run`, a filter, `--test NAME`), one plain `cargo test`.
@@ -18,6 +19,10 @@ test=(cargo test --all-features --locked)
 if [ $# -gt 0 ]; then
   exec "${test[@]}" -p tower-redlock -p tower-redlock-cli "$@"
 fi
+# ops/ (the Grafana dashboard, the Prometheus alerts): promtool's checks and unit tests, their
+# metric names against the crate's, the dashboard JSON against its generator (some 10 s on a
+# fresh machine, installing promtool and the generator; 2-3 s after).
+bash scripts/ops-check.sh
 # Four tests at once per binary (unless RUST_TEST_THREADS says otherwise): the integration
 # binaries mostly wait — on redis-server, on timers, on paused masters — and leave two cores
 # idle at two. The CPU-bound tests take turns inside their binary whatever this says: the

@@ -153,7 +153,6 @@ mod scrape {
         let handle = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Prefix("redlock_".into()), &SECONDS_BUCKETS)?
             .install_recorder()?;
-        zero_series();
         let upkeep = handle.clone();
         tokio::spawn(async move {
             loop {
@@ -162,47 +161,6 @@ mod scrape {
             }
         });
         Ok(handle)
-    }
-
-    /// Every series of a fixed label set, exported at 0 from the start: a counter that first
-    /// appears at 5 is no increase to Prometheus's `rate()` (the practice is to initialise
-    /// the series you know of). The per-node series appear as the nodes answer.
-    fn zero_series() {
-        use tower_redlock::metrics as m;
-        for name in [
-            m::ACQUIRED,
-            m::CONTENDED,
-            m::UNAVAILABLE,
-            m::COMPLETED,
-            m::RELEASED,
-            m::RELEASE_FAILED,
-            m::EXTENDED,
-            m::LOST,
-            m::RECORDED,
-            m::RECORD_FAILED,
-            m::RECORD_MINORITY,
-        ] {
-            metrics::counter!(name).increment(0);
-        }
-        for outcome in [
-            "replayed",
-            "mismatch",
-            "not_stored",
-            "unknown",
-            "stored",
-            "store_failed",
-        ] {
-            metrics::counter!(m::REPLAY, "outcome" => outcome).increment(0);
-        }
-        for ended in ["woken", "polled"] {
-            metrics::counter!(m::RETRY_WAITS, "ended" => ended).increment(0);
-        }
-        // A histogram registered without a sample renders its buckets at 0.
-        for outcome in ["acquired", "contended", "unavailable", "completed"] {
-            let _ = metrics::histogram!(m::ACQUIRE_SECONDS, "outcome" => outcome);
-        }
-        let _ = metrics::histogram!(m::HOLD_SECONDS);
-        let _ = metrics::histogram!(m::VALIDITY_LEFT_SECONDS);
     }
 
     pub async fn render(handle: PrometheusHandle) -> impl IntoResponse {

@@ -24,8 +24,8 @@
 //! | [`redlock_hold_duration_seconds`](HOLD_SECONDS) | histogram | | from the lock request to the release or completion |
 //! | [`redlock_validity_left_seconds`](VALIDITY_LEFT_SECONDS) | histogram | | the validity a lease had left at its release or completion (0: it ran out) |
 //! | [`redlock_node_errors_total`](NODE_ERRORS) | counter | `node`; `kind`: `timeout` (no answer within the node timeout), `unreachable` (connection refused or lost), `denied` (credentials or ACL), `protected` (tenure protection: too young to vote), `abstained` (the voter refused on its own: a Sentinel group without a majority, a master that may evict), `no_script`, `wrong_type`, `failed` (any other) | node requests that failed, by kind (the kinds of [`VoteKind`](crate::VoteKind)) |
-//! | [`redlock_node_suspended`](NODE_SUSPENDED) | gauge | `node` | 1 while the node is suspended (see [`Redlock::node_status`](crate::Redlock::node_status)), else 0 |
-//! | [`redlock_owed_debts`](OWED_DEBTS) | gauge | `node` | releases and completions owed to the node: they could not reach it while a lock of ours may still be there, and are paid when it answers again (the clients that share a node add up; a client dropped takes its own off) |
+//! | [`redlock_node_suspended`](NODE_SUSPENDED) | gauge | `node` | how many of the process's clients have the node suspended (see [`Redlock::node_status`](crate::Redlock::node_status)): 1 or 0 with one client; a client dropped takes its own off |
+//! | [`redlock_owed_debts`](OWED_DEBTS) | gauge | `node` | releases and completions owed to the node: they could not reach it while a lock of ours may still be there, and are paid when it answers again (the clients that share a node add up; a client dropped takes its own off). A debt that lapsed (its lock expired) stays counted until the next payment or a full ledger drops it: a node that never answers again keeps its count, up to 65,536 |
 //! | [`redlock_owed_bytes`](OWED_BYTES) | gauge | `node` | the bytes of keys and records those debts hold |
 //! | [`redlock_retry_waits_total`](RETRY_WAITS) | counter | `ended`: `woken` (a release heard, or the client's turn at the key came, before the poll), `polled` (the retry's time came: every wait without [`RedlockBuilder::wake_waiters`](crate::RedlockBuilder::wake_waiters), the fallback with it) | lock calls' waits between tries |
 //! | [`redlock_wake_queue_full_total`](WAKE_QUEUE_FULL) | counter | `node` | contended keys the node's wake-up subscriber did not listen on because its queue held its capacity (4,096 keys) already: their waiters poll there ([`RedlockBuilder::wake_waiters`](crate::RedlockBuilder::wake_waiters)) |
@@ -100,7 +100,7 @@ pub const HOLD_SECONDS: &str = "redlock_hold_duration_seconds";
 pub const VALIDITY_LEFT_SECONDS: &str = "redlock_validity_left_seconds";
 /// Counter, labels `node` and `kind`: node requests that failed, by kind.
 pub const NODE_ERRORS: &str = "redlock_node_errors_total";
-/// Gauge, label `node`: 1 while the node is suspended, else 0.
+/// Gauge, label `node`: how many of the process's clients have the node suspended.
 pub const NODE_SUSPENDED: &str = "redlock_node_suspended";
 /// Counter, label `node`: keys not listened on at the node for the wake-up because its
 /// subscriber's queue was full: their waiters poll there.
@@ -119,7 +119,7 @@ pub const RETRY_WAITS: &str = "redlock_retry_waits_total";
 /// ```
 /// assert!(tower_redlock::metrics::NAMES.contains(&"redlock_lost_total"));
 /// ```
-pub const NAMES: [&str; 22] = [
+pub const NAMES: &[&str] = &[
     ACQUIRED,
     CONTENDED,
     UNAVAILABLE,
@@ -162,11 +162,45 @@ pub const SECONDS_BUCKETS: [f64; 16] = [
 ];
 
 /// Registers the unit and a description of every metric with the installed recorder (the
-/// `# HELP` lines of Prometheus). Building a [`Redlock`](crate::Redlock) does it too; call
-/// it yourself when the recorder is installed after the client is built.
+/// `# HELP` lines of Prometheus), and every series that carries no `node` label, at 0 (a
+/// histogram without samples): a rate or an alert over a counter sees its first increase only
+/// from a sample before it.
+/// Building a [`Redlock`](crate::Redlock) does it too, and registers its nodes' series; call it
+/// yourself when the recorder is installed after the client is built.
 pub fn describe() {
     #[cfg(feature = "metrics")]
     {
+        for counter in [
+            ACQUIRED,
+            CONTENDED,
+            UNAVAILABLE,
+            COMPLETED,
+            RELEASED,
+            RELEASE_FAILED,
+            EXTENDED,
+            LOST,
+            RECORDED,
+            RECORD_FAILED,
+            RECORD_MINORITY,
+        ] {
+            ::metrics::counter!(counter).increment(0);
+        }
+        let labelled = [
+            (REPLAY, "outcome", &REPLAY_OUTCOMES[..]),
+            (RETRY_WAITS, "ended", &["woken", "polled"][..]),
+            (DURABLE_ROWS, "outcome", &DURABLE_OUTCOMES[..]),
+        ];
+        for (counter, label, values) in labelled {
+            for &value in values {
+                ::metrics::counter!(counter, label => value).increment(0);
+            }
+        }
+        // A histogram registered without a sample renders its buckets at 0.
+        for outcome in ["acquired", "contended", "unavailable", "completed"] {
+            let _ = ::metrics::histogram!(ACQUIRE_SECONDS, "outcome" => outcome);
+        }
+        let _ = ::metrics::histogram!(HOLD_SECONDS);
+        let _ = ::metrics::histogram!(VALIDITY_LEFT_SECONDS);
         use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
         describe_counter!(ACQUIRED, "Lock calls that took the lock.");
         describe_counter!(
@@ -219,7 +253,10 @@ pub fn describe() {
             RETRY_WAITS,
             "Lock calls' waits between tries, by how they ended (woken, polled)."
         );
-        describe_gauge!(NODE_SUSPENDED, "1 while the node is suspended, else 0.");
+        describe_gauge!(
+            NODE_SUSPENDED,
+            "Clients of the process that have the node suspended."
+        );
         describe_counter!(
             WAKE_QUEUE_FULL,
             "Keys not listened on for the wake-up: the subscriber's queue was full."
@@ -348,25 +385,83 @@ pub(crate) fn node_failed(name: &Arc<str>, kind: crate::VoteKind) {
     #[cfg(feature = "metrics")]
     {
         use crate::VoteKind as K;
-        let kind = match kind {
-            K::Timeout => "timeout",
-            K::Unreachable => "unreachable",
-            K::Denied => "denied",
-            K::Protected => "protected",
-            K::Abstained => "abstained",
-            K::NoScript => "no_script",
-            K::WrongType => "wrong_type",
-            _ => "failed",
-        };
+        let kind = ERROR_KINDS[match kind {
+            K::Timeout => 0,
+            K::Unreachable => 1,
+            K::Denied => 2,
+            K::Protected => 3,
+            K::Abstained => 4,
+            K::NoScript => 5,
+            K::WrongType => 6,
+            _ => 7,
+        }];
         ::metrics::counter!(NODE_ERRORS, "node" => Arc::clone(name), "kind" => kind).increment(1);
     }
 }
 
-/// The node `name` was suspended, or restored.
+/// The node `name` was suspended by a client, or restored (or the client that suspended it
+/// is gone). Added and taken, not set: the clients that share a node add up.
 pub(crate) fn node_suspended(name: &Arc<str>, suspended: bool) {
     #[cfg(feature = "metrics")]
-    ::metrics::gauge!(NODE_SUSPENDED, "node" => Arc::clone(name))
-        .set(f64::from(u8::from(suspended)));
+    {
+        let gauge = ::metrics::gauge!(NODE_SUSPENDED, "node" => Arc::clone(name));
+        if suspended {
+            gauge.increment(1.0);
+        } else {
+            gauge.decrement(1.0);
+        }
+    }
+}
+
+/// The outcomes of [`REPLAY`].
+const REPLAY_OUTCOMES: [&str; 6] = [
+    "replayed",
+    "mismatch",
+    "not_stored",
+    "unknown",
+    "stored",
+    "store_failed",
+];
+
+/// The outcomes of [`DURABLE_ROWS`].
+const DURABLE_OUTCOMES: [&str; 10] = [
+    "absent",
+    "replayed",
+    "not_stored",
+    "rebuilt",
+    "stored",
+    "store_failed",
+    "lookup_failed",
+    "busy",
+    "duplicate",
+    "unrecorded",
+];
+
+/// The node error kinds, as the `kind` label names them.
+const ERROR_KINDS: [&str; 8] = [
+    "timeout",
+    "unreachable",
+    "denied",
+    "protected",
+    "abstained",
+    "no_script",
+    "wrong_type",
+    "failed",
+];
+
+/// Every series of the node `name`, at 0 (a client was built): a rate or an alert over them
+/// sees their first increase.
+pub(crate) fn node_series(name: &Arc<str>) {
+    #[cfg(feature = "metrics")]
+    {
+        for gauge in [NODE_SUSPENDED, OWED_DEBTS, OWED_BYTES] {
+            ::metrics::gauge!(gauge, "node" => Arc::clone(name)).increment(0.0);
+        }
+        for kind in ERROR_KINDS {
+            ::metrics::counter!(NODE_ERRORS, "node" => Arc::clone(name), "kind" => kind)
+                .increment(0);
+        }
+    }
 }
 
 /// The node `name`'s wake-up subscriber refused a key: its queue was full.

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::call::{self, Voter};
+use super::call::Voter;
 use super::health::Health;
 use super::options::Config;
 use super::owed::Ledger;
@@ -273,8 +273,8 @@ impl RedlockBuilder {
             .collect::<Vec<_>>();
         crate::metrics::describe();
         for voter in &nodes {
-            // Every node's series exists from the start (0: not suspended).
-            call::report_suspended(voter);
+            // Every node's series exists from the start, at 0.
+            crate::metrics::node_series(&voter.name);
         }
         Ok(Redlock {
             inner: Arc::new(Inner {

@@ -42,9 +42,9 @@ pub(crate) struct Voter {
 }
 
 impl Drop for Voter {
-    /// The client is gone: a node it had suspended no longer shows suspended on its account.
+    /// The client is gone: a node it had suspended is no longer counted suspended by it.
     fn drop(&mut self) {
-        if self.health.is_suspended() {
+        if self.health.reported_suspended() {
             metrics::node_suspended(&self.name, false);
         }
     }
@@ -317,7 +317,8 @@ fn ask<'a>(node: &'a AnyNode, d: &'a Owed, fence: Option<FenceFloor<'a>>) -> Nod
     }
 }
 
-/// Sets the node's `redlock_node_suspended` gauge to its state now (after a change).
+/// Counts the node in or out of the clients that suspend it (`redlock_node_suspended`), when
+/// its state changed since the last report.
 pub(crate) fn report_suspended(voter: &Voter) {
     voter
         .health

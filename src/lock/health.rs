@@ -50,8 +50,9 @@ pub(crate) struct Health {
     probing: AtomicBool,
     /// When a probe loop last showed it is alive, in ms after `epoch` (+1).
     probed_at: AtomicU64,
-    /// Serializes reports of `suspended` (the metrics gauge): taken only when it changes.
-    report: std::sync::Mutex<()>,
+    /// What was last reported of `suspended` (the metrics gauge), and the lock every report
+    /// takes: taken only when it changes.
+    report: std::sync::Mutex<bool>,
 }
 
 impl Health {
@@ -67,7 +68,7 @@ impl Health {
             backoff_ms: AtomicU64::new(ms(FIRST_BACKOFF)),
             probing: AtomicBool::new(false),
             probed_at: AtomicU64::new(0),
-            report: std::sync::Mutex::new(()),
+            report: std::sync::Mutex::new(false),
         }
     }
 
@@ -188,15 +189,28 @@ impl Health {
         self.suspended.load(Relaxed)
     }
 
-    /// Reports whether the node is suspended, read under a lock that every report takes:
-    /// of two changes racing, the last report reads the state after both (a gauge set
-    /// outside it could end on the state of the first).
+    /// Reports whether the node is suspended when it differs from the last report, read
+    /// under a lock that every report takes: of two changes racing, the last report reads the
+    /// state after both, and every report is a change (a gauge added to and taken from stays
+    /// exact).
     pub(crate) fn report_suspended(&self, report: impl FnOnce(bool)) {
-        let _one_at_a_time = self
+        let mut reported = self
             .report
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        report(self.is_suspended());
+        let now = self.is_suspended();
+        if now != *reported {
+            *reported = now;
+            report(now);
+        }
+    }
+
+    /// Whether the last report said suspended (a dropped client takes it back).
+    pub(crate) fn reported_suspended(&mut self) -> bool {
+        *self
+            .report
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Timeouts since the node last answered.

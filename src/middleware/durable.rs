@@ -148,6 +148,7 @@ async fn answer(
             if in_flight || young {
                 return busy(policy, wire);
             }
+            crate::metrics::replay("not_stored");
             FullResponse::rejection(policy.reject(RejectionKind::CompletedNotStored, wire))
         }
     }

@@ -508,6 +508,7 @@ impl LockPolicy {
                 Decision::Locked(lease, recorder)
             }
             Ok(LockOrRecord::OutcomeUnknown) => {
+                crate::metrics::replay("unknown");
                 tracing::debug!(key = %p.redlock.key_hash(key.as_str()), "records of lost leases differ: outcome unknown");
                 Decision::Reject(self.reject(RejectionKind::OutcomeUnknown, wire))
             }

@@ -165,25 +165,28 @@ impl Recorder {
     /// (three ttls if longer) until a quorum has it. So a duplicate gets the record rather than a
     /// second run. The response waits for that at most [`LOST_RECORD_WAIT`].
     pub(crate) async fn complete(&self, lease: Lease, record: Bytes) {
-        self.complete_for(lease, record, self.replay.retention)
+        let stored = self
+            .complete_for(lease, record, self.replay.retention)
             .await;
+        crate::metrics::replay(if stored { "stored" } else { "store_failed" });
     }
 
     /// [`complete`](Self::complete), the record kept for `retention` (a record restored from
-    /// a durable row: for as long as the row has left).
-    pub(crate) async fn complete_for(&self, lease: Lease, record: Bytes, retention: Duration) {
+    /// a durable row: for as long as the row has left). Whether the record reached its quorum
+    /// (not counted by `redlock_replay_total`: a durable row's copy is the row's business).
+    pub(crate) async fn complete_for(
+        &self,
+        lease: Lease,
+        record: Bytes,
+        retention: Duration,
+    ) -> bool {
         let started = Instant::now();
         let key = tracing::enabled!(tracing::Level::DEBUG).then(|| hashed(lease.key()).to_string());
         let patience = LOST_RECORD_PATIENCE.max(lease.ttl().saturating_mul(3));
         let stored = lease
             .complete_or_free(record, retention, patience, LOST_RECORD_WAIT)
             .await;
-        crate::metrics::replay(if stored.is_ok() {
-            "stored"
-        } else {
-            "store_failed"
-        });
-        match stored {
+        match &stored {
             Ok(()) => {
                 if let Some(key) = key {
                     tracing::debug!(key, elapsed = ?started.elapsed(), "response stored for replay");
@@ -191,6 +194,7 @@ impl Recorder {
             }
             Err(e) => tracing::warn!(error = %e, "response not stored for replay"),
         }
+        stored.is_ok()
     }
 }
 

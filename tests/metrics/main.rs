@@ -316,7 +316,8 @@ async fn metrics_count_replays_over_http() {
     );
 }
 
-/// A client built before anything is rendered still shows every node's gauge at 0.
+/// A client built before anything is rendered shows every series: each node's, and every
+/// counter's without a node label.
 #[tokio::test]
 async fn metrics_show_every_node_from_the_start() {
     let _serial = serial().await;
@@ -324,8 +325,25 @@ async fn metrics_show_every_node_from_the_start() {
     let _client: Redlock = m.client();
     let s = Snapshot::take();
     for i in 0..3 {
-        let series = format!("redlock_node_suspended{{node=\"{}\"}}", m[i].addr());
-        assert!(s.0.contains(&series), "{series} missing in\n{}", s.0);
+        let node = format!("node=\"{}\"", m[i].addr());
+        for series in [
+            format!("redlock_node_suspended{{{node}}}"),
+            format!("redlock_owed_debts{{{node}}}"),
+            format!("redlock_node_errors_total{{{node},kind=\"timeout\"}}"),
+            format!("redlock_node_errors_total{{{node},kind=\"denied\"}}"),
+        ] {
+            assert!(s.0.contains(&series), "{series} missing in\n{}", s.0);
+        }
+    }
+    // Every counter without a node label is there too (at 0 in a fresh process): a rate or
+    // an alert sees its first increase.
+    for series in [
+        "redlock_lost_total ",
+        "redlock_record_minority_total ",
+        "redlock_replay_total{outcome=\"store_failed\"} ",
+        "redlock_retry_waits_total{ended=\"woken\"} ",
+    ] {
+        assert!(s.0.contains(series), "{series} missing in\n{}", s.0);
     }
 }
 

@@ -117,7 +117,8 @@ async fn metrics_count_node_errors_by_kind() {
 /// A release that cannot reach a suspended master is owed to it (by the release's
 /// background part): `redlock_owed_debts` and `redlock_owed_bytes` of that master rise while
 /// it is frozen, and fall back to 0 once it answers again and is paid (its lock deleted). A
-/// client dropped while it owes takes its debts and its suspension off the gauges.
+/// client dropped while it owes takes its debts and its suspension off the gauges;
+/// `redlock_node_suspended` counts the clients that suspend the node.
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_show_what_a_frozen_master_is_owed_until_it_is_paid() {
     let _serial = serial().await;
@@ -189,7 +190,29 @@ async fn metrics_show_what_a_frozen_master_is_owed_until_it_is_paid() {
         debts(&s) == 0.0 && bytes(&s) == 0.0 && s.get(&suspended) == 0.0
     })
     .await;
+
+    // The gauge counts the clients that suspend the node: two, then one once the other is
+    // dropped, then none once the node answers again.
+    let (a, b) = (m.client(), m.client());
+    for c in [&a, &b] {
+        eventually("a new client suspends frozen master 2", WITHIN, || async {
+            let _ = c.try_lock("metrics-owed-probe", TTL).await;
+            c.node_status()[2].is_suspended()
+        })
+        .await;
+    }
+    assert_eq!(Snapshot::take().get(&suspended), 2.0);
+    drop(a);
+    eventually("one client left suspends master 2", WITHIN, || async {
+        Snapshot::take().get(&suspended) == 1.0
+    })
+    .await;
     m[2].thaw();
+    eventually("master 2 is restored", WITHIN, || async {
+        Snapshot::take().get(&suspended) == 0.0
+    })
+    .await;
+    drop(b);
 }
 
 /// A waiter woken by the holder's release counts a `woken` wait; a wait that runs to its

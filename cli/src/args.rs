@@ -190,7 +190,8 @@ pub struct UnlockArgs {
     /// of being replayed.
     #[arg(long)]
     pub record: bool,
-    /// Do not ask for confirmation (needed when stdin is not a terminal).
+    /// Do not ask for confirmation (needed when stdin is not a terminal). With --any-holder
+    /// the question is asked all the same.
     #[arg(long)]
     pub yes: bool,
     /// Who asks: printed with the result and given to the library, which logs it at warn

@@ -94,12 +94,20 @@ fn confirm(resource: &str, key: &str, voters: usize, args: &UnlockArgs) -> Resul
         .lock()
         .read_line(&mut answer)
         .map_err(|e| Failure::usage(format!("cannot read the confirmation: {e}")))?;
+    // Surrounding whitespace is dropped (a stray space, a terminal's carriage return); what
+    // is left must be the whole resource or `yes`, exactly: no prefix, no other case. An
+    // empty answer (Enter, end of input) never confirms, not even for an empty resource.
     let answer = answer.trim();
-    if answer == resource || answer == "yes" {
+    if confirms(answer, resource) {
         Ok(())
     } else {
         Err(Failure::usage("not confirmed: nothing deleted"))
     }
+}
+
+/// Whether the trimmed `answer` confirms the unlock of `resource`.
+fn confirms(answer: &str, resource: &str) -> bool {
+    !answer.is_empty() && (answer == resource || answer == "yes")
 }
 
 /// The JSON of a forced release.
@@ -186,4 +194,21 @@ fn text(key: &str, by: &str, args: &UnlockArgs, done: &ForceReleased) -> String 
     }
     out.push('\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::confirms;
+
+    #[test]
+    fn force_unlock_cli_confirmation_is_the_whole_resource_or_yes_never_empty() {
+        assert!(confirms("yes", "job:7") && confirms("job:7", "job:7"));
+        for no in [
+            "YES", "Yes", "y", "ye", "yess", "job", "job:", "job:77", "no", "",
+        ] {
+            assert!(!confirms(no, "job:7"), "{no:?} confirmed");
+        }
+        // An empty resource (refused by the library anyway) is not confirmed by Enter.
+        assert!(!confirms("", ""));
+    }
 }

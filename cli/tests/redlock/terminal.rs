@@ -2,7 +2,9 @@
 //! typed there — the resource or `yes` — deletes the lock from the real masters, anything
 //! else deletes nothing (exit 2); the library's warn line of the forced release shows on the
 //! terminal (stderr), never on stdout; `-v` adds the command's info line, and `RUST_LOG`
-//! replaces the filter (`off` hides even the warning).
+//! replaces the filter (`off` hides even the warning). `--any-holder --yes` still asks; the
+//! answer is trimmed, then must be `yes` or the whole resource; at `-vvv` the log holds no
+//! password and no key, only its hash.
 
 use std::time::Duration;
 
@@ -40,8 +42,18 @@ async fn answered(
     env: &[(&str, &str)],
     answer: &str,
 ) -> Finished {
+    answered_with(url_args(masters), args, env, answer).await
+}
+
+/// [`answered`] with the voters' flags given: `redlock args… flags…`.
+async fn answered_with(
+    flags: Vec<String>,
+    args: &[&str],
+    env: &[(&str, &str)],
+    answer: &str,
+) -> Finished {
     let mut argv: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    argv.extend(url_args(masters));
+    argv.extend(flags);
     let env: Vec<(String, String)> = env
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -208,4 +220,195 @@ async fn verbose_cli_v_adds_info_and_rust_log_replaces_the_filter() {
         !done.terminal.contains(VOTERS_LINE),
         "-v beat RUST_LOG: {done:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn force_unlock_cli_any_holder_with_yes_still_asks_on_the_terminal() {
+    let key = "job:tty-any-yes";
+    let (masters, client, _) = stuck(key).await;
+    let args = [
+        "unlock",
+        "--force",
+        key,
+        "--any-holder",
+        "--yes",
+        "--by",
+        "oncall",
+    ];
+    // --yes does not skip the question: the prompt shows, and a refusal deletes nothing.
+    let done = answered(&masters, &args, &[], "no").await;
+    assert_eq!(done.code, 2, "{done:?}");
+    assert!(done.terminal.contains("whatever its holder"), "{done:?}");
+    assert!(
+        done.terminal.contains("not confirmed: nothing deleted"),
+        "{done:?}"
+    );
+    assert!(!done.terminal.contains(WARNED), "released anyway: {done:?}");
+    assert!(done.stdout.is_empty(), "{done:?}");
+    assert!(
+        masters.values(key).await.iter().all(Option::is_some),
+        "--any-holder --yes deleted without a typed confirmation"
+    );
+    assert!(client.try_lock(key, Duration::from_secs(5)).await.is_err());
+
+    // Typed, it goes through.
+    let done = answered(&masters, &args, &[], "yes").await;
+    assert_eq!(done.code, 0, "{done:?}");
+    assert!(done.terminal.contains(PROMPT), "{done:?}");
+    assert!(masters.absent_everywhere(key).await, "{done:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn force_unlock_cli_confirmation_trims_whitespace_but_wants_yes_or_the_whole_resource() {
+    let key = "job:tty-answers";
+    let (masters, client, mut prefix) = stuck(key).await;
+    // Not a confirmation: another case, a prefix of yes, the resource with a character more.
+    let more = format!("{key}x");
+    for answer in ["YES", "Yes", "y", more.as_str()] {
+        let args = ["unlock", "--force", key, "--holder", &prefix];
+        let done = answered(&masters, &args, &[], answer).await;
+        assert_eq!(done.code, 2, "{answer:?}: {done:?}");
+        assert!(
+            done.terminal.contains("not confirmed: nothing deleted"),
+            "{answer:?}: {done:?}"
+        );
+        assert!(!done.terminal.contains(WARNED), "{answer:?}: {done:?}");
+        assert!(
+            masters.values(key).await.iter().all(Option::is_some),
+            "{answer:?} deleted the lock"
+        );
+    }
+    // A confirmation: yes or the resource, the spaces around it dropped.
+    let padded = format!("  {key} ");
+    for answer in [" yes", "yes ", padded.as_str()] {
+        let args = ["unlock", "--force", key, "--holder", &prefix];
+        let done = answered(&masters, &args, &[], answer).await;
+        assert_eq!(done.code, 0, "{answer:?}: {done:?}");
+        assert_eq!(done.stdout.matches("lock deleted").count(), 3, "{done:?}");
+        assert!(
+            masters.absent_everywhere(key).await,
+            "{answer:?} did not confirm: {done:?}"
+        );
+        // The next holder, crashed too, for the next answer.
+        std::mem::forget(client.try_lock(key, Duration::from_secs(60)).await.unwrap());
+        assert_held(&masters, key).await;
+        prefix = client
+            .inspect(key)
+            .await
+            .unwrap()
+            .holder()
+            .expect("a holder")
+            .token_prefix;
+    }
+}
+
+/// The lines of the log on the terminal (`tracing`'s: a timestamp, then the level), not the
+/// prompt's, the typed answer's or the command's own messages.
+fn log_lines(screen: &str) -> Vec<&str> {
+    screen
+        .lines()
+        .filter(|l| {
+            l.starts_with(|c: char| c.is_ascii_digit())
+                && [" TRACE ", " DEBUG ", " INFO ", " WARN ", " ERROR "]
+                    .iter()
+                    .any(|level| l.contains(level))
+        })
+        .collect()
+}
+
+/// `GET key` on the master at `port`, which needs `password`.
+async fn get_with_password(port: u16, password: &str, key: &str) -> Option<String> {
+    let url = format!("redis://:{password}@127.0.0.1:{port}");
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verbose_cli_trace_logs_no_password_and_only_the_keys_hash() {
+    const PASSWORD: &str = "tty-S3cret-pa55";
+    const WRONG: &str = "tty-Wr0ng-pa55";
+    let key = "invoice:tty-trace-7";
+    let masters = Masters::start(4);
+    let client = client_of(&masters).await;
+    std::mem::forget(client.try_lock(key, Duration::from_secs(60)).await.unwrap());
+    assert_held(&masters, key).await;
+    let prefix = client
+        .inspect(key)
+        .await
+        .unwrap()
+        .holder()
+        .expect("a holder")
+        .token_prefix;
+    // Every master needs the password now; the last one is given a wrong one.
+    for master in masters.iter() {
+        let () = master
+            .query(
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("requirepass")
+                    .arg(PASSWORD),
+            )
+            .await;
+    }
+    let flags: Vec<String> = masters
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| {
+            let password = if i == 3 { WRONG } else { PASSWORD };
+            let url = format!("redis://:{password}@127.0.0.1:{}", m.port());
+            ["--url".to_owned(), url]
+        })
+        .chain(["--timeout".to_owned(), "1000".to_owned()])
+        .collect();
+    let args = [
+        "unlock", "--force", key, "--holder", &prefix, "-vvv", "--by", "oncall",
+    ];
+    let done = answered_with(flags, &args, &[], "yes").await;
+
+    // Three voters answered, the one with the wrong password did not: exit 1.
+    assert_eq!(done.code, 1, "{done:?}");
+    assert_eq!(done.stdout.matches("lock deleted").count(), 3, "{done:?}");
+    assert_eq!(done.stdout.matches("error:").count(), 1, "{done:?}");
+    for (i, master) in masters.iter().enumerate() {
+        let left = get_with_password(master.port(), PASSWORD, key).await;
+        assert_eq!(left.is_some(), i == 3, "master {i}: {left:?}");
+    }
+
+    // No password, right or wrong, and no URL anywhere: terminal (prompt, log) or stdout.
+    for text in [&done.terminal, &done.stdout] {
+        assert!(
+            !text.contains(PASSWORD) && !text.contains(WRONG),
+            "a password printed: {done:?}"
+        );
+        assert!(!text.contains("redis://"), "a URL printed: {done:?}");
+    }
+    // The log, at trace: the voters line and the warning, whose key is its hash; the
+    // resource (here the Redis key itself) is in no log line, only in the prompt and stdout.
+    let log = log_lines(&done.terminal);
+    assert!(log.iter().any(|l| l.contains(VOTERS_LINE)), "{done:?}");
+    let warned = log.iter().find(|l| l.contains(WARNED));
+    let warned = warned.unwrap_or_else(|| panic!("no warn line: {done:?}"));
+    let hash = warned
+        .split_once("key_hash=")
+        .map(|(_, rest)| rest.split(' ').next().unwrap_or(""))
+        .unwrap_or_else(|| panic!("no key_hash: {warned}"));
+    assert!(
+        hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "{warned}"
+    );
+    for line in &log {
+        assert!(!line.contains(key), "the raw key in the log: {line}");
+    }
+    assert!(done
+        .terminal
+        .contains(&format!("Type the resource ({key})")));
+    assert!(done.stdout.contains(&format!("forced release of {key}")));
 }

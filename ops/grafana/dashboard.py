@@ -242,10 +242,11 @@ def build():
     d = d.with_panel(
         panel(
             "Suspended voters",
-            "1 while some client suspends the node (it stopped answering; probed every "
-            "200 ms until it does). Locks need a majority of nodes not suspended.",
+            "Per node, how many clients of the selected replicas suspend it (it stopped "
+            "answering them; each probes it every 200 ms until it does): 0 when none. Each "
+            "client's locks need a majority of its nodes not suspended.",
             "short",
-            [(f"max by (node) (redlock_node_suspended{{{SEL}}})", "{{node}}")],
+            [(f"sum by (node) (redlock_node_suspended{{{SEL}}})", "{{node}}")],
         )
     )
     d = d.with_panel(

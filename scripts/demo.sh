@@ -31,6 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-redis.sh
 . scripts/ensure-postgres.sh
+. scripts/free-port.sh
 
 # Where cargo puts the binaries (relative to the repository root, as cargo reads it).
 target_dir=${CARGO_TARGET_DIR:-target}
@@ -60,20 +61,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# A port nothing on 127.0.0.1 listens on (bash only: a fresh machine may lack python). A race
-# with another process taking it meanwhile makes the start fail and be retried.
-free_port() {
-  local port
-  for _ in $(seq 1 100); do
-    port=$(( 20000 + RANDOM % 40000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return 0
-    fi
-  done
-  echo "no free port found" >&2
-  return 1
-}
 
 # Whether `GET /health` on 127.0.0.1:$1 answers 200 (bash's /dev/tcp, 1 s read timeout).
 health_ok() (

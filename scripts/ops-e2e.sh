@@ -17,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-prometheus.sh
+. scripts/free-port.sh
 ensure_prometheus
 
 workdir=$(mktemp -d)
@@ -37,19 +38,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# A port nothing on 127.0.0.1 listens on (as scripts/demo.sh finds one).
-free_port() {
-  local port
-  for _ in $(seq 1 100); do
-    port=$(( 20000 + RANDOM % 40000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return 0
-    fi
-  done
-  echo "no free port found" >&2
-  return 1
-}
 
 targets=$workdir/targets.json
 echo '[]' >"$targets"
